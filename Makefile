@@ -1,0 +1,44 @@
+# localsession: `make demo` runs a real SFT loop; `make test` runs the test suite.
+# Both create (or reuse) a virtualenv in $(VENV).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.localsession-installed
+SDK_STAMP := $(VENV)/.sagemaker-sdk-installed
+
+.PHONY: demo test test-slow lint typecheck check clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# Install torch 2.13.0 first where none is present: an unpinned torch pulls a multi-GB
+	# CUDA build. An existing torch (CUDA or not) is kept; pyproject's range admits it.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# The real SDK, for the parity tests: no deps beyond boto3 and pydantic (sagemaker-sdk.md §0).
+$(SDK_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --no-deps sagemaker-train==1.27.0
+	touch $(SDK_STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m localsession demo
+
+test: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+test-slow: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(PY) -m ruff check localsession tests examples
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

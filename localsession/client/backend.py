@@ -1,0 +1,81 @@
+"""The ``Backend`` seam: the one place a front end plugs into the service.
+
+Clients call a Backend with the service's operations in wire shapes; ``runtime.Service``
+implements it in-process, and the fakes plug their own engine into that same Service. Nothing
+else is substitutable, as with httpx's transport.
+
+This module also holds the two pieces of botocore behaviour the SDK's callers observe:
+client-side parameter validation against the runtime's service model (``ParamValidationError``
+for, e.g., ``maxTokens`` below 512) and service refusals surfacing as ``ClientError``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from botocore.exceptions import ClientError, ParamValidationError
+
+from localsession.runtime.errors import ServiceError
+
+_R = TypeVar("_R")
+
+
+class Backend(Protocol):
+    """The service's operations, in-process. Requests and responses are wire-shaped dicts."""
+
+    def create_training_session(
+        self, request: dict[str, Any], *, strict: bool | None = None
+    ) -> dict[str, Any]: ...
+    def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def wait_for_session(self, name: str, timeout: float | None = None) -> str: ...
+    def list_training_sessions(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def stop_training_session(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def delete_training_session(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def list_base_models(self) -> list[str]: ...
+    def resolve_base_model(self, name: str) -> None:
+        """Raise ``ValueError`` (listing the available models) if ``name`` cannot be loaded."""
+        ...
+
+    def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]: ...
+    def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]: ...
+    def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]: ...
+    def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]: ...
+    def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool: ...
+    def get_tokenizer(self, name: str) -> Any: ...
+
+
+def call(operation_name: str, fn: Callable[[], _R]) -> _R:
+    """Run a backend call, re-raising a service refusal as botocore's ``ClientError``."""
+    try:
+        return fn()
+    except ServiceError as exc:
+        raise ClientError(
+            {
+                "Error": {"Code": exc.code, "Message": exc.message},
+                "ResponseMetadata": {"HTTPStatusCode": exc.http_status},
+            },
+            operation_name,
+        ) from None
+
+
+@functools.lru_cache(maxsize=1)
+def _runtime_model() -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("sagemakertrainingsessionruntime")
+
+
+def check_params(operation_name: str, params: dict[str, Any]) -> None:
+    """Validate a runtime request as botocore does before sending it (sagemaker-sdk.md §15.1).
+
+    Raises ``ParamValidationError`` for what the real SDK rejects client-side: unknown or
+    missing members, wrong types, and values under a modelled minimum.
+    """
+    from botocore.validate import ParamValidator
+
+    shape = _runtime_model().operation_model(operation_name).input_shape
+    report = ParamValidator().validate(params, shape)
+    if report.has_errors():
+        raise ParamValidationError(report=report.generate_report())

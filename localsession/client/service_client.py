@@ -1,0 +1,329 @@
+"""``ServiceClient``: the SDK's entry point, in-process.
+
+Same constructor and methods as ``sagemaker.train.training_session.ServiceClient``. Cloud-only
+arguments (role, S3 path, KMS key, VPC, pool size) are accepted, recorded on the session as
+the real service would, and logged at debug level. Two keyword-only extensions, both optional:
+
+- ``strict`` (default True): enforce the service's limits; ``strict=False`` lifts them for fast
+  local experiments (local-semantics §4), e.g. ``max_tokens`` below 512.
+- ``backend``: the ``Backend`` to talk to; default the process-wide in-process service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import uuid
+from typing import Any, Dict, List, Optional
+
+from botocore.exceptions import ClientError
+
+from localsession.client._inputs import _RETRY_CONFIG_CONSEQUENCE, _warn_unsupported_args
+from localsession.client.backend import Backend, call
+from localsession.client.sampling_client import SamplingClient
+from localsession.client.training_client import TrainingClient
+from localsession.types import (
+    DEFAULT_LORA_ALPHA,
+    DEFAULT_LORA_RANK,
+    SessionStatus,
+    TrainingSessionSummary,
+    VpcConfig,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_PACKAGE_GROUP_NAME = "sagemaker-default"
+DEFAULT_SESSION_NAME_PREFIX = "sagemaker-training-session"
+
+_TERMINAL_STATUSES = frozenset({"Failed", "Stopped", "Stopping", "Blocked"})
+_STOP_IS_NOOP_STATUSES = frozenset({"Stopping", "Stopped", "Failed", "Deleting", "DeletionFailed"})
+_SESSION_WAIT_SECONDS = 600
+_MAX_RESULTS_PER_PAGE = 100
+_UNSUPPORTED_CONSEQUENCE = "the session was created without it"
+
+
+def _session_name_of(session: str) -> str:
+    return session.rsplit("/", 1)[-1] if session.startswith("arn:") else session
+
+
+def _stop_already_done(error: ClientError) -> bool:
+    err = error.response.get("Error") or {}
+    if err.get("Code") != "ValidationException":
+        return False
+    message = err.get("Message") or ""
+    return any(
+        f"invalid session state transition from {status} to " in message
+        for status in _STOP_IS_NOOP_STATUSES
+    )
+
+
+class ServiceClient:
+    """Opens LoRA training sessions on local models and manages them."""
+
+    def __init__(
+        self,
+        region: Optional[str] = None,
+        *,
+        role_arn: str,
+        model_package_group_arn: Optional[str] = None,
+        s3_output_path: Optional[str] = None,
+        kms_key_arn: Optional[str] = None,
+        vpc_config: "Optional[VpcConfig | dict[str, Any]]" = None,
+        session_name_prefix: Optional[str] = None,
+        max_pool_connections: Optional[int] = None,
+        strict: bool = True,
+        backend: Optional[Backend] = None,
+    ) -> None:
+        if backend is None:
+            from localsession.runtime.service import default_service
+
+            backend = default_service()
+        self._backend: Backend = backend
+        self._strict = strict
+        self._region = (
+            region
+            or os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+            or "us-west-2"
+        )
+        self._role_arn = role_arn
+        self._model_package_group_arn = model_package_group_arn
+        self._s3_output_path = s3_output_path
+        self._kms_key_arn = kms_key_arn
+        self._vpc_config = VpcConfig.from_any(vpc_config) if vpc_config is not None else None
+        self._session_name_prefix = session_name_prefix
+        logger.debug(
+            "localsession runs locally; cloud-only settings are recorded, not used: "
+            "role_arn=%r s3_output_path=%r kms_key_arn=%r vpc_config=%r max_pool_connections=%r",
+            role_arn,
+            s3_output_path,
+            kms_key_arn,
+            vpc_config,
+            max_pool_connections,
+        )
+
+    # -- models and sessions ---------------------------------------------------------------
+
+    def list_base_models(self) -> List[str]:
+        """Models a session can start on: the built-in ones first, then mapped and cached."""
+        return self._backend.list_base_models()
+
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        *,
+        rank: int = DEFAULT_LORA_RANK,
+        alpha: int = DEFAULT_LORA_ALPHA,
+        training_session_name: Optional[str] = None,
+        model_package_group_arn: Optional[str] = None,
+        s3_output_path: Optional[str] = None,
+        kms_key_arn: Optional[str] = None,
+        vpc_config: "Optional[VpcConfig | dict[str, Any]]" = None,
+        seed: Optional[int] = None,
+        train_mlp: Optional[bool] = None,
+        train_attn: Optional[bool] = None,
+        train_unembed: Optional[bool] = None,
+        user_metadata: Optional[Dict[str, str]] = None,
+    ) -> TrainingClient:
+        """Start a session with a fresh LoRA adapter on ``base_model``; blocks until Running."""
+        _warn_unsupported_args(
+            _UNSUPPORTED_CONSEQUENCE,
+            seed=seed,
+            train_mlp=train_mlp,
+            train_attn=train_attn,
+            train_unembed=train_unembed,
+            user_metadata=user_metadata,
+        )
+        name = training_session_name or self._generate_session_name()
+        group = self._create_session(
+            name,
+            base_model,
+            rank=rank,
+            alpha=alpha,
+            model_package_group_arn=model_package_group_arn,
+            s3_output_path=s3_output_path,
+            kms_key_arn=kms_key_arn,
+            vpc_config=VpcConfig.from_any(vpc_config) if vpc_config is not None else None,
+        )
+        return TrainingClient(
+            training_session_name=name,
+            runtime=self._backend,
+            base_model=base_model,
+            model_package_group_arn=group,
+            service_client=self,
+        )
+
+    async def create_lora_training_client_async(
+        self, base_model: str, **kwargs: Any
+    ) -> TrainingClient:
+        return await asyncio.to_thread(self.create_lora_training_client, base_model, **kwargs)
+
+    def create_sampling_client(
+        self,
+        *,
+        base_model: Optional[str] = None,
+        model_package_arn: Optional[str] = None,
+        retry_config: Optional[Any] = None,
+    ) -> SamplingClient:
+        """A sampling client on a new session it owns (its ``stop()`` stops the session)."""
+        _warn_unsupported_args(_RETRY_CONFIG_CONSEQUENCE, retry_config=retry_config)
+        if bool(base_model) == bool(model_package_arn):
+            raise ValueError("Specify exactly one of base_model or model_package_arn.")
+        if model_package_arn:
+            raise ValueError(
+                "Sampling from a model package needs the model-package registry, which this "
+                "localsession version does not have yet; pass base_model=... instead."
+            )
+        assert base_model is not None
+        name = self._generate_session_name()
+        self._create_session(name, base_model, rank=DEFAULT_LORA_RANK, alpha=DEFAULT_LORA_ALPHA)
+        return SamplingClient(
+            training_session_name=name,
+            runtime=self._backend,
+            base_model=base_model,
+            service_client=self,
+        )
+
+    async def create_sampling_client_async(self, **kwargs: Any) -> SamplingClient:
+        return await asyncio.to_thread(self.create_sampling_client, **kwargs)
+
+    def _create_session(
+        self,
+        name: str,
+        base_model: str,
+        *,
+        rank: int,
+        alpha: int,
+        model_package_group_arn: Optional[str] = None,
+        s3_output_path: Optional[str] = None,
+        kms_key_arn: Optional[str] = None,
+        vpc_config: Optional[VpcConfig] = None,
+    ) -> str:
+        """CreateTrainingSession, then wait for Running (stopping the session on failure)."""
+        # Like the SDK's Hub lookup: an unknown model is a ValueError at the call site.
+        self._backend.resolve_base_model(base_model)
+        group = (
+            model_package_group_arn
+            or self._model_package_group_arn
+            or f"arn:aws:sagemaker:{self._region}:000000000000:model-package-group/"
+            f"{DEFAULT_MODEL_PACKAGE_GROUP_NAME}"
+        )
+        s3_location: Dict[str, Any] = {
+            "Path": s3_output_path or self._s3_output_path or f"s3://localsession/{name}/output"
+        }
+        if kms_key_arn or self._kms_key_arn:
+            s3_location["KmsKeyArn"] = kms_key_arn or self._kms_key_arn
+        request: Dict[str, Any] = {
+            "TrainingSessionName": name,
+            "ModelPackageGroupArn": group,
+            "LoraConfig": {"Rank": rank, "Alpha": alpha},
+            "RoleArn": self._role_arn,
+            "ModelConfig": {"BaseModelArn": base_model},
+            "OutputConfig": {"S3Location": s3_location},
+        }
+        vpc = vpc_config or self._vpc_config
+        if vpc is not None:
+            request["VpcConfig"] = vpc._to_api()
+        call(
+            "CreateTrainingSession",
+            lambda: self._backend.create_training_session(request, strict=self._strict),
+        )
+        try:
+            self._wait_until_running(name)
+        except BaseException:
+            try:
+                self._stop_session_if_active(name)
+            except Exception:  # noqa: BLE001 - the original error matters more
+                logger.warning("Could not stop training session %r after it failed to start", name)
+            raise
+        return group
+
+    def _wait_until_running(self, name: str) -> None:
+        status = self._backend.wait_for_session(name, _SESSION_WAIT_SECONDS)
+        if status == "Running":
+            return
+        detail = call(
+            "DescribeTrainingSession",
+            lambda: self._backend.describe_training_session({"TrainingSessionName": name}),
+        )["TrainingSessionDetail"]
+        status = detail["TrainingSessionStatus"]
+        if status == "Running":
+            return
+        if status in _TERMINAL_STATUSES:
+            reason = detail.get("ErrorDetails") or detail.get("ErrorMessage")
+            suffix = f" ({reason})" if reason else ""
+            raise RuntimeError(f"Session {name!r} entered terminal state: {status}{suffix}")
+        raise TimeoutError(
+            f"Session {name!r} did not reach Running within {_SESSION_WAIT_SECONDS}s"
+        )
+
+    def _generate_session_name(self) -> str:
+        base = self._session_name_prefix or DEFAULT_SESSION_NAME_PREFIX
+        return f"{base}-{uuid.uuid4().hex[:8]}"
+
+    def list_sessions(
+        self,
+        *,
+        name_contains: Optional[str] = None,
+        status_equals: "Optional[str | SessionStatus]" = None,
+        max_results: Optional[int] = None,
+    ) -> "list[TrainingSessionSummary]":
+        """Sessions of this service, newest first (auto-paginated)."""
+        filters: Dict[str, Any] = {}
+        if name_contains is not None:
+            filters["NameContains"] = name_contains
+        if status_equals is not None:
+            filters["StatusEquals"] = getattr(status_equals, "value", status_equals)
+        summaries: List[TrainingSessionSummary] = []
+        next_token: Optional[str] = None
+        while True:
+            args = dict(filters)
+            if next_token:
+                args["NextToken"] = next_token
+            if max_results is not None:
+                remaining = max_results - len(summaries)
+                if remaining <= 0:
+                    break
+                args["MaxResults"] = min(remaining, _MAX_RESULTS_PER_PAGE)
+            resp = call(
+                "ListTrainingSessions",
+                functools.partial(self._backend.list_training_sessions, args),
+            )
+            summaries.extend(
+                TrainingSessionSummary._from_summary(summary)
+                for summary in resp.get("TrainingSessionSummaries", [])
+            )
+            next_token = resp.get("NextToken")
+            if not next_token:
+                break
+        return summaries[:max_results] if max_results is not None else summaries
+
+    def stop_session(self, training_session: str) -> None:
+        """Stop a session by name or ARN; stopping a stopped session is a no-op."""
+        self._stop_session_if_active(_session_name_of(training_session))
+
+    def _stop_session_if_active(self, training_session_name: str) -> bool:
+        try:
+            call(
+                "StopTrainingSession",
+                lambda: self._backend.stop_training_session(
+                    {"TrainingSessionName": training_session_name}
+                ),
+            )
+        except ClientError as e:
+            if not _stop_already_done(e):
+                raise
+            return False
+        return True
+
+    def delete_session(self, training_session: str, *, stop_if_active: bool = False) -> None:
+        """Delete a stopped session (stopping it first with ``stop_if_active``)."""
+        name = _session_name_of(training_session)
+        if stop_if_active:
+            self.stop_session(name)
+        call(
+            "DeleteTrainingSession",
+            lambda: self._backend.delete_training_session({"TrainingSessionName": name}),
+        )

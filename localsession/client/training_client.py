@@ -1,0 +1,277 @@
+"""``TrainingClient``: the SDK's training surface over a ``Backend``.
+
+Inputs are coerced and validated in the caller's thread with the SDK's own code
+(``_inputs``), sequence numbers are allocated from 1 under a re-entrant lock, and every op
+returns the SDK's ``APIFuture`` at once, so ops pipeline freely. Ordering, failure and limits
+are the runtime's; this layer holds no behaviour of its own beyond what the SDK does
+client-side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
+
+from localsession.client._handle import BackgroundSubmitter, _SessionHandle
+from localsession.client._inputs import (
+    _RETRY_CONFIG_CONSEQUENCE,
+    _warn_unsupported_args,
+    batch_to_datum_list,
+    chunk_datum_list,
+    combine_forward_backward_results,
+)
+from localsession.client._submit import submit
+from localsession.client.sampling_client import SamplingClient
+from localsession.futures import APIFuture, CombinedFuture
+from localsession.types import (
+    AdamParams,
+    ForwardBackwardOutput,
+    LossFunction,
+    OptimStepResponse,
+    _OperationResult,
+)
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T", bound=_OperationResult)
+
+
+class TrainingClient:
+    """Runs training ops of one session, in call order, returning futures at once."""
+
+    def __init__(
+        self,
+        training_session_name: str,
+        runtime: Any,
+        *,
+        base_model: str = "",
+        tokenizer: Any = None,
+        hub_client: Any = None,
+        hf_model_id: Optional[str] = None,
+        model_package_group_arn: str = "",
+        service_client: Any = None,
+    ) -> None:
+        self.training_session_name = training_session_name
+        self._runtime = runtime
+        self._base_model = base_model
+        self._tokenizer = tokenizer
+        self._hub_client = hub_client
+        self._hf_model_id = hf_model_id
+        self._model_package_group_arn = model_package_group_arn
+        self._service_client = service_client
+        self._strict: bool = getattr(service_client, "_strict", True)
+        self._sequence_counter = 0
+        self._sequence_lock = threading.RLock()
+        self._submitter = BackgroundSubmitter(name=f"localsession-training-{training_session_name}")
+        self._handle = _SessionHandle(training_session_name, service_client)
+
+    def get_tokenizer(self) -> Any:
+        """The session model's tokenizer (a ``transformers`` tokenizer), cached per client."""
+        if self._tokenizer is None:
+            self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
+        return self._tokenizer
+
+    # -- training primitives ---------------------------------------------------------------
+
+    def forward_backward(
+        self,
+        batch: Any,
+        loss_fn: "LossFunction | str" = "cross_entropy",
+        loss_fn_inputs: Optional[Dict[str, Any]] = None,
+        loss_fn_config: Optional[Dict[str, float]] = None,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Compute the loss and accumulate gradients; returns a future at once."""
+        return self._run_loss("forwardBackward", batch, loss_fn, loss_fn_inputs, loss_fn_config)
+
+    async def forward_backward_async(
+        self,
+        batch: Any,
+        loss_fn: "LossFunction | str" = "cross_entropy",
+        loss_fn_inputs: Optional[Dict[str, Any]] = None,
+        loss_fn_config: Optional[Dict[str, float]] = None,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        return self.forward_backward(batch, loss_fn, loss_fn_inputs, loss_fn_config=loss_fn_config)
+
+    def forward(
+        self,
+        batch: Any,
+        loss_fn: "LossFunction | str" = "cross_entropy",
+        loss_fn_inputs: Optional[Dict[str, Any]] = None,
+        loss_fn_config: Optional[Dict[str, float]] = None,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Compute the loss and per-token outputs without touching gradients."""
+        return self._run_loss("forward", batch, loss_fn, loss_fn_inputs, loss_fn_config)
+
+    async def forward_async(
+        self,
+        batch: Any,
+        loss_fn: "LossFunction | str" = "cross_entropy",
+        loss_fn_inputs: Optional[Dict[str, Any]] = None,
+        loss_fn_config: Optional[Dict[str, float]] = None,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        return self.forward(batch, loss_fn, loss_fn_inputs, loss_fn_config=loss_fn_config)
+
+    def _run_loss(
+        self,
+        kind: str,
+        batch: Any,
+        loss_fn: "LossFunction | str",
+        loss_fn_inputs: Optional[Dict[str, Any]],
+        loss_fn_config: Optional[Dict[str, float]],
+    ) -> APIFuture[ForwardBackwardOutput]:
+        loss = LossFunction(loss_fn)
+        datum_list = batch_to_datum_list(
+            batch,
+            tokenizer=self._tokenizer,
+            loss_fn_inputs=loss_fn_inputs,
+            tokenizer_loader=self.get_tokenizer,
+            loss_fn_name=loss.value,
+        )
+        chunks = chunk_datum_list(datum_list) or [datum_list]
+
+        def one(chunk: List[Dict[str, Any]]) -> APIFuture[ForwardBackwardOutput]:
+            config: Dict[str, Any] = {"lossFnName": loss.value, "datumList": chunk}
+            if loss_fn_config is not None:
+                config["lossFnConfig"] = loss_fn_config
+            return self._submit({kind: config}, ForwardBackwardOutput)
+
+        if len(chunks) == 1:
+            return one(chunks[0])
+        # Chunks of one forward_backward take contiguous sequence numbers (SDK §5.5).
+        with self._sequence_lock:
+            futures = [one(chunk) for chunk in chunks]
+        return CombinedFuture(
+            futures,
+            functools.partial(
+                combine_forward_backward_results, datum_counts=[len(c) for c in chunks]
+            ),
+        )
+
+    def optim_step(
+        self, adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None
+    ) -> APIFuture[OptimStepResponse]:
+        """Apply the accumulated gradients with AdamW and zero them."""
+        params = AdamParams.from_any(adam_params) if adam_params is not None else AdamParams()
+        return self._submit(
+            {"optimizerStep": {"adamParamsConfig": params._to_api()}}, OptimStepResponse
+        )
+
+    async def optim_step_async(
+        self, adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None
+    ) -> APIFuture[OptimStepResponse]:
+        return self.optim_step(adam_params)
+
+    def _submit(
+        self,
+        operation_config: Dict[str, Any],
+        result_cls: Type[_T],
+        *,
+        record_fn: Optional[Callable[[_T], None]] = None,
+    ) -> APIFuture[_T]:
+        client_token = str(uuid.uuid4())
+
+        def parse_fn(response: Dict[str, Any]) -> _T:
+            result = result_cls._from_api(response.get("operationResult", {}))
+            if record_fn is not None:
+                record_fn(result)
+            return result
+
+        with self._sequence_lock:
+            self._sequence_counter += 1
+            params = {
+                "sequenceNumber": self._sequence_counter,
+                "clientToken": client_token,
+                "operationConfig": operation_config,
+            }
+            return self._submitter.submit(
+                lambda: submit(
+                    self._runtime,
+                    self.training_session_name,
+                    "ExecuteTrainingOperation",
+                    params,
+                    parse_fn,
+                    strict=self._strict,
+                    keepalive=self._handle,
+                )
+            )
+
+    @property
+    def current_sequence_number(self) -> int:
+        """The last sequence number allocated; 0 before any op."""
+        return self._sequence_counter
+
+    # -- sampling clients ------------------------------------------------------------------
+
+    def create_sampling_client(
+        self, model_package_arn: str = "", *, retry_config: Optional[Any] = None
+    ) -> SamplingClient:
+        """A sampling client on this session; ``""`` samples without a package ARN."""
+        _warn_unsupported_args(_RETRY_CONFIG_CONSEQUENCE, retry_config=retry_config)
+        return SamplingClient(
+            training_session_name=self.training_session_name,
+            runtime=self._runtime,
+            model_package_arn=model_package_arn,
+            base_model=self._base_model,
+            tokenizer=self._tokenizer,
+            hub_client=self._hub_client,
+            hf_model_id=self._hf_model_id,
+            service_client=self._service_client,
+            session_handle=self._handle,
+            submitter=self._submitter,
+        )
+
+    async def create_sampling_client_async(
+        self, model_package_arn: str = "", *, retry_config: Optional[Any] = None
+    ) -> SamplingClient:
+        return await asyncio.to_thread(
+            self.create_sampling_client,
+            model_package_arn=model_package_arn,
+            retry_config=retry_config,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _require_lifecycle_client(self) -> Any:
+        if self._service_client is None:
+            raise ValueError(
+                "This client was not created by a ServiceClient, so it cannot "
+                "stop or delete the session. Use ServiceClient.stop_session(name) "
+                "or ServiceClient.delete_session(name) instead."
+            )
+        return self._service_client
+
+    def stop(self) -> None:
+        """Close this client and stop its session (idempotent on the service side)."""
+        self._submitter.close()
+        try:
+            self._require_lifecycle_client().stop_session(self.training_session_name)
+        except Exception:
+            self._handle.note_explicit_stop_failed()
+            raise
+        self._handle.disarm()
+
+    def delete(self, *, stop_if_active: bool = False) -> None:
+        """Close this client and delete its session."""
+        self._submitter.close()
+        self._require_lifecycle_client().delete_session(
+            self.training_session_name, stop_if_active=stop_if_active
+        )
+        self._handle.disarm()
+
+    def __enter__(self) -> "TrainingClient":
+        return self
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        try:
+            self.stop()
+        except Exception:
+            logger.warning(
+                "Failed to stop session %r on exit; it will be stopped when "
+                "this client is collected, or after its inactivity timeout.",
+                self.training_session_name,
+                exc_info=True,
+            )

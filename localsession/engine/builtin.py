@@ -1,0 +1,198 @@
+"""The built-in tiny models: ``localsession/tiny`` and ``localsession/small``.
+
+They exist so that everything (tests, examples, CI) runs offline on a CPU in seconds. Each is
+a Llama-architecture ``transformers`` model with deterministic seeded weights (the same in
+every process and on every machine, independent of ``transformers``' own initialisers) and a
+byte-level tokenizer built locally with the ``tokenizers`` library:
+
+- vocabulary 259 = the 256 bytes (token id == byte value) + ``<pad>`` (256), ``<bos>`` (257)
+  and ``<eos>`` (258);
+- ``encode(text)`` prepends ``<bos>``; ``decode(encode(s), skip_special_tokens=True) == s`` for
+  any unicode string that does not spell a special token literally;
+- a small Jinja chat template, so ``apply_chat_template`` works.
+
+``save_builtin`` writes model and tokenizer with ``save_pretrained`` so the "local directory"
+and "HF cache" loading paths can be exercised without any download.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+PAD_ID = 256
+BOS_ID = 257
+EOS_ID = 258
+VOCAB_SIZE = 259
+MAX_POSITIONS = 2048
+
+#: A minimal chat format: ``<bos><|role|>\ncontent<eos>\n`` per message.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class BuiltinShape:
+    """Architecture sizes of one built-in model."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+
+
+BUILTIN_SHAPES: dict[str, BuiltinShape] = {
+    "localsession/tiny": BuiltinShape(hidden=128, intermediate=512, layers=2, heads=4, kv_heads=4),
+    "localsession/small": BuiltinShape(
+        hidden=256, intermediate=1024, layers=4, heads=8, kv_heads=4
+    ),
+}
+
+#: Standard deviation of the token embedding. Every other matrix is N(0, 1/fan_in): with
+#: RMSNorm fixing the hidden norm at ~sqrt(hidden), that keeps logits at unit scale. (With
+#: N(0, 0.02) everywhere the frozen output head caps every logit near 2.5, and LoRA can then
+#: never push the loss below ~3 nats/token.)
+INIT_STD = 0.02
+
+
+def _shape(name: str) -> BuiltinShape:
+    try:
+        return BUILTIN_SHAPES[name]
+    except KeyError:
+        known = ", ".join(sorted(BUILTIN_SHAPES))
+        raise ValueError(f"unknown built-in model {name!r}; built-ins are: {known}") from None
+
+
+def builtin_config(name: str) -> LlamaConfig:
+    """The ``LlamaConfig`` of built-in model ``name``."""
+    shape = _shape(name)
+    return LlamaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=MAX_POSITIONS,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        tie_word_embeddings=False,
+    )
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable-character map (what ByteLevel pre-tokenizes to)."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    chars = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {byte: chr(code) for byte, code in zip(printable, chars, strict=True)}
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """The byte-level tokenizer shared by all built-in models (token id == byte value)."""
+    byte_chars = _bytes_to_unicode()
+    vocab = {byte_chars[b]: b for b in range(256)}
+    # BPE with no merges: every pre-tokenized symbol (one byte) maps straight to its id.
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<pad>", "<bos>", "<eos>"])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A",
+        pair="<bos> $A <bos> $B",
+        special_tokens=[("<bos>", BOS_ID)],
+    )
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        model_max_length=MAX_POSITIONS,
+    )
+    hf_tok.chat_template = CHAT_TEMPLATE
+    return hf_tok
+
+
+def _seed_for(name: str) -> int:
+    return zlib.crc32(name.encode("utf-8"))
+
+
+@torch.no_grad()
+def _init_weights(model: LlamaForCausalLM, seed: int) -> None:
+    """Overwrite every parameter from a private generator, in sorted-name order.
+
+    RMSNorm weights are 1, the embedding is N(0, INIT_STD), every other matrix N(0, 1/fan_in).
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    for pname, param in sorted(model.named_parameters(), key=lambda item: item[0]):
+        if param.dim() == 1:  # RMSNorm weights
+            param.fill_(1.0)
+        else:
+            std = INIT_STD if "embed_tokens" in pname else param.shape[1] ** -0.5
+            values = torch.empty(param.shape, dtype=torch.float32)
+            values.normal_(0.0, std, generator=gen)
+            param.copy_(values)
+
+
+def build_builtin(name: str) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """Build built-in model ``name`` (float32, CPU, eval mode) and its tokenizer.
+
+    The weights depend only on ``name``: every call in every process returns the same model.
+    The global torch RNG is left untouched.
+    """
+    config = builtin_config(name)
+    with torch.random.fork_rng(devices=[]):
+        model = LlamaForCausalLM(config)
+    _init_weights(model, _seed_for(name))
+    model.generation_config.pad_token_id = PAD_ID
+    model.generation_config.bos_token_id = BOS_ID
+    model.generation_config.eos_token_id = EOS_ID
+    model.eval()
+    return model, build_tokenizer()
+
+
+def save_builtin(name: str, directory: str | Path) -> Path:
+    """Write built-in model ``name`` and its tokenizer to ``directory`` with ``save_pretrained``.
+
+    The result loads with ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained``.
+    """
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = build_builtin(name)
+    model.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+def describe_builtin(name: str) -> dict[str, Any]:
+    """A small summary (parameter count and sizes) for CLIs and error messages."""
+    shape = _shape(name)
+    config = builtin_config(name)
+    h, i, n = shape.hidden, shape.intermediate, shape.layers
+    head_dim = h // shape.heads
+    attn = 2 * h * h + 2 * h * head_dim * shape.kv_heads
+    per_layer = attn + 3 * h * i + 2 * h
+    params = 2 * config.vocab_size * h + n * per_layer + h
+    return {"name": name, "parameters": params, "hidden": h, "layers": n}

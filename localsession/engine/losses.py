@@ -1,0 +1,233 @@
+"""The training losses of local-semantics §1, as pure functions over log-probability tensors.
+
+Notation (per position t): ``lp`` = log-probability of ``target_tokens[t]`` under the current
+weights, ``q`` = the sampler's ``logprobs`` input, ``A`` = ``advantages``, ``w`` = ``weights``,
+``r = exp(lp - q)``, ``sg`` = stop-gradient.
+
+| loss_fn               | per-token loss ℓ                                   |
+|-----------------------|----------------------------------------------------|
+| `cross_entropy`       | ``-w · lp``                                        |
+| `importance_sampling` | ``-w · r · A``                                     |
+| `ppo`                 | ``-w · min(r·A, clip(r, lo, hi)·A)``               |
+| `cispo`               | ``-w · sg(clip(r, lo, hi)) · A · lp``              |
+
+Every loss function returns the elementwise ℓ (same shape as its inputs); the caller sums
+(reduction = plain sum, no normalisation, so splitting a batch across calls is exact). Nothing
+here touches a model; ``token_logprobs`` turns logits into ``lp``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from localsession.runtime.engine_api import EngineInputError
+
+LOSS_FUNCTIONS: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo", "cispo")
+RL_LOSSES: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
+#: The ``loss_fn_inputs`` keys the service supports (sagemaker-sdk §5.4); others are rejected.
+ALLOWED_INPUT_KEYS: tuple[str, ...] = (
+    "target_tokens",
+    "weights",
+    "advantages",
+    "logprobs",
+    "ref_log_prob",
+    "temperature",
+)
+REQUIRED_INPUT_KEYS: dict[str, tuple[str, ...]] = {
+    "cross_entropy": ("target_tokens", "weights"),
+    "importance_sampling": ("target_tokens", "weights", "logprobs", "advantages"),
+    "ppo": ("target_tokens", "weights", "logprobs", "advantages"),
+    "cispo": ("target_tokens", "weights", "logprobs", "advantages"),
+}
+CONFIG_KEYS: tuple[str, ...] = ("clip_low_threshold", "clip_high_threshold")
+#: Default absolute ratio bounds (lo, hi) per loss (local-semantics §1).
+DEFAULT_CLIP: dict[str, tuple[float, float]] = {
+    "importance_sampling": (0.0, 10.0),  # unused: importance_sampling does not clip
+    "cross_entropy": (0.0, 10.0),  # unused
+    "ppo": (0.8, 1.2),
+    "cispo": (0.0, 4.0),
+}
+
+
+@dataclass(frozen=True)
+class ClipConfig:
+    """Absolute ratio bounds: ``lo`` in [0, 1], ``hi`` in [1, 10]."""
+
+    low: float
+    high: float
+
+
+def check_loss_fn(loss_fn: str) -> None:
+    """Raise ``EngineInputError`` unless ``loss_fn`` is one of :data:`LOSS_FUNCTIONS`."""
+    if loss_fn not in LOSS_FUNCTIONS:
+        raise EngineInputError(
+            f"unknown loss_fn {loss_fn!r}; supported: {', '.join(LOSS_FUNCTIONS)}"
+        )
+
+
+def parse_loss_config(loss_fn: str, config: Mapping[str, Any] | None) -> ClipConfig:
+    """Validate ``loss_fn_config`` (local-semantics §1) and fill in the loss's defaults."""
+    check_loss_fn(loss_fn)
+    low, high = DEFAULT_CLIP[loss_fn]
+    if config is None:
+        return ClipConfig(low, high)
+    if not isinstance(config, Mapping):
+        raise EngineInputError(
+            f"loss_fn_config must be an object with keys {', '.join(CONFIG_KEYS)}, "
+            f"got {type(config).__name__}"
+        )
+    ranges = {"clip_low_threshold": (0.0, 1.0), "clip_high_threshold": (1.0, 10.0)}
+    values = {"clip_low_threshold": low, "clip_high_threshold": high}
+    for key, value in config.items():
+        if key not in ranges:
+            raise EngineInputError(
+                f"loss_fn_config: unsupported key {key!r}; allowed keys: {', '.join(CONFIG_KEYS)}"
+            )
+        lo_bound, hi_bound = ranges[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not lo_bound <= value <= hi_bound
+        ):
+            raise EngineInputError(
+                f"loss_fn_config: `{key}` must be a number in [{lo_bound:g}, {hi_bound:g}], "
+                f"got {value!r}"
+            )
+        values[key] = float(value)
+    return ClipConfig(values["clip_low_threshold"], values["clip_high_threshold"])
+
+
+def token_logprobs(
+    logits_BTV: Tensor, targets_BT: Tensor, temperature_BT: Tensor | None = None
+) -> Tensor:
+    """log softmax(logits / temperature)[target] per position, in float32. -> [B, T].
+
+    ``temperature_BT`` (optional, > 0) divides each position's logits (local-semantics §1:
+    reproduces the sampler's tempered log-probabilities).
+    """
+    logits_BTV = logits_BTV.float()
+    if temperature_BT is not None:
+        logits_BTV = logits_BTV / temperature_BT.to(torch.float32).unsqueeze(-1)
+    target_BT = logits_BTV.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1)
+    return target_BT - torch.logsumexp(logits_BTV, dim=-1)
+
+
+def cross_entropy(lp: Tensor, weights: Tensor) -> Tensor:
+    """ℓ = -w · lp."""
+    return -weights * lp
+
+
+def _ratio(lp: Tensor, sampler_lp: Tensor) -> Tensor:
+    return torch.exp(lp - sampler_lp)
+
+
+def importance_sampling(
+    lp: Tensor, sampler_lp: Tensor, advantages: Tensor, weights: Tensor
+) -> Tensor:
+    """ℓ = -w · r · A with r = exp(lp - q)."""
+    return -weights * _ratio(lp, sampler_lp) * advantages
+
+
+def ppo(
+    lp: Tensor,
+    sampler_lp: Tensor,
+    advantages: Tensor,
+    weights: Tensor,
+    clip_low: float = 0.8,
+    clip_high: float = 1.2,
+) -> Tensor:
+    """ℓ = -w · min(r·A, clip(r, lo, hi)·A)."""
+    ratio = _ratio(lp, sampler_lp)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(clip_low, clip_high) * advantages
+    return -weights * torch.minimum(unclipped, clipped)
+
+
+def cispo(
+    lp: Tensor,
+    sampler_lp: Tensor,
+    advantages: Tensor,
+    weights: Tensor,
+    clip_low: float = 0.0,
+    clip_high: float = 4.0,
+) -> Tensor:
+    """ℓ = -w · sg(clip(r, lo, hi)) · A · lp."""
+    coeff = _ratio(lp, sampler_lp).clamp(clip_low, clip_high).detach()
+    return -weights * coeff * advantages * lp
+
+
+@dataclass
+class LossInputs:
+    """Per-position loss inputs, all the same shape as ``lp`` (padding masked by ``mask``)."""
+
+    weights: Tensor
+    sampler_logprobs: Tensor | None = None
+    advantages: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+    mask: Tensor | None = None  # bool; False at padding positions
+
+
+def _weighted_mean(values: Tensor, weights: Tensor) -> float:
+    total_w = float(weights.sum())
+    if total_w == 0.0:
+        return 0.0
+    terms = torch.where(weights != 0, weights * values, torch.zeros_like(values))
+    out = float(terms.sum()) / total_w
+    return out if math.isfinite(out) else 0.0
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+def compute_loss(
+    loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig
+) -> tuple[Tensor, dict[str, float]]:
+    """Elementwise ℓ (zero at masked positions) and the §1 metrics for one batch.
+
+    Metrics: ``loss`` (Σ ℓ), and for RL losses ``actor/pg_clipfrac`` (weighted fraction of
+    positions where clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w);
+    ``actor/kl_ref`` (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given. All finite.
+    """
+    check_loss_fn(loss_fn)
+    w = inputs.weights
+    if loss_fn == "cross_entropy":
+        loss = cross_entropy(lp, w)
+    else:
+        if inputs.sampler_logprobs is None or inputs.advantages is None:
+            raise EngineInputError(f"{loss_fn} needs `logprobs` and `advantages` inputs")
+        q, adv = inputs.sampler_logprobs, inputs.advantages
+        if loss_fn == "importance_sampling":
+            loss = importance_sampling(lp, q, adv, w)
+        elif loss_fn == "ppo":
+            loss = ppo(lp, q, adv, w, clip.low, clip.high)
+        else:
+            loss = cispo(lp, q, adv, w, clip.low, clip.high)
+    if inputs.mask is not None:
+        loss = torch.where(inputs.mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+    metrics = {"loss": _finite(float(loss.detach().sum()))}
+    with torch.no_grad():
+        lp_d = lp.detach()
+        w_m = w if inputs.mask is None else torch.where(inputs.mask, w, torch.zeros_like(w))
+        if loss_fn in RL_LOSSES:
+            assert inputs.sampler_logprobs is not None and inputs.advantages is not None
+            q, adv = inputs.sampler_logprobs, inputs.advantages
+            ratio = _ratio(lp_d, q)
+            if loss_fn == "ppo":
+                clipped = ((adv > 0) & (ratio > clip.high)) | ((adv < 0) & (ratio < clip.low))
+            elif loss_fn == "cispo":
+                clipped = (ratio > clip.high) | (ratio < clip.low)
+            else:
+                clipped = torch.zeros_like(ratio, dtype=torch.bool)
+            metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w_m.dtype), w_m)
+            metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w_m)
+        if inputs.ref_logprobs is not None:
+            metrics["actor/kl_ref"] = _weighted_mean(lp_d - inputs.ref_logprobs, w_m)
+    return loss, metrics

@@ -1,0 +1,154 @@
+"""Load a resolved base model onto a device and put a seeded LoRA adapter on it.
+
+- Device (local-semantics §2 and the engine contract): CUDA in bfloat16 when available,
+  else CPU in float32; ``LOCALSESSION_DEVICE=cpu|cuda`` overrides. With ``cpu`` no CUDA API
+  is touched at all.
+- The base model is frozen. LoRA (peft) goes on every linear projection of the attention and
+  MLP blocks (``target_modules="all-linear"``: q/k/v/o/gate/up/down on Llama; never the
+  embeddings or the output head), with ``lora_dropout=0``, B = 0 (peft's default, so a new
+  session behaves exactly like the base model) and A drawn from a private generator seeded
+  with ``EngineSpec.seed`` (so equal specs start bit-identical on one device).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import transformers
+from packaging.version import Version
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from localsession.engine.builtin import build_builtin
+from localsession.runtime.engine_api import EngineSpec
+from localsession.runtime.models import ResolvedModel, resolve_base_model
+
+DEVICE_ENV = "LOCALSESSION_DEVICE"
+
+
+@dataclass
+class LoadedModel:
+    """A base model with its trainable LoRA adapter, ready for the engine."""
+
+    model: PeftModel
+    tokenizer: Any
+    device: torch.device
+    dtype: torch.dtype
+    vocab_size: int
+    eos_ids: frozenset[int]
+    pad_id: int
+    resolved: ResolvedModel
+
+
+def pick_device() -> tuple[torch.device, torch.dtype]:
+    """(device, dtype): CUDA/bf16 when available, else CPU/float32; env override."""
+    choice = os.environ.get(DEVICE_ENV, "").strip().lower()
+    if choice == "cpu":
+        return torch.device("cpu"), torch.float32
+    if choice not in ("", "cuda"):
+        raise ValueError(f"{DEVICE_ENV}={choice!r}: expected 'cpu' or 'cuda'")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"{DEVICE_ENV}=cuda but torch sees no CUDA device")
+    if torch.cuda.is_available():
+        return torch.device("cuda"), torch.bfloat16
+    return torch.device("cpu"), torch.float32
+
+
+def _dtype_kwarg() -> str:
+    """``from_pretrained``'s dtype keyword: ``dtype`` since transformers 4.56."""
+    return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+
+
+def _load_base(resolved: ResolvedModel, dtype: torch.dtype) -> tuple[Any, Any]:
+    """(model, tokenizer) for a resolved name; nothing is downloaded."""
+    model: Any
+    tokenizer: Any
+    if resolved.kind == "builtin":
+        model, tokenizer = build_builtin(resolved.target)
+        return model.to(dtype=dtype), tokenizer
+    model = AutoModelForCausalLM.from_pretrained(
+        resolved.target, local_files_only=True, **{_dtype_kwarg(): dtype}
+    )
+    tokenizer = AutoTokenizer.from_pretrained(resolved.target, local_files_only=True)
+    return model, tokenizer
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+@torch.no_grad()
+def seed_lora_a(model: torch.nn.Module, seed: int) -> None:
+    """Re-draw every LoRA A matrix from a generator seeded with ``seed``.
+
+    Same distribution as peft's default (kaiming-uniform with a = sqrt(5), i.e.
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in))), drawn on the CPU in float32 in sorted-name order, so
+    the values do not depend on the device or on the global RNG.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    named = sorted(
+        (name, p) for name, p in model.named_parameters() if ".lora_A." in name
+    )
+    for _name, weight_RI in named:  # [rank, in_features]
+        bound = 1.0 / math.sqrt(weight_RI.shape[1])
+        values_RI = torch.empty(weight_RI.shape, dtype=torch.float32)
+        values_RI.uniform_(-bound, bound, generator=gen)
+        weight_RI.copy_(values_RI)
+
+
+def apply_lora(base: Any, rank: int, alpha: int, seed: int) -> PeftModel:
+    """Freeze ``base`` and wrap it with a seeded LoRA adapter (see the module docstring)."""
+    if rank < 1:
+        raise ValueError(f"LoRA rank must be >= 1, got {rank}")
+    base.requires_grad_(False)
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        target_modules="all-linear",
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    # peft's own init must not move the global RNG; its FutureWarnings are transformers
+    # deprecations that users cannot act on.
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        peft_model = get_peft_model(base, config)
+    seed_lora_a(peft_model, seed)
+    peft_model.eval()  # no dropout anywhere; gradients still flow
+    return peft_model  # type: ignore[no-any-return]
+
+
+def load_model(spec: EngineSpec, resolved: ResolvedModel | None = None) -> LoadedModel:
+    """Resolve, load and LoRA-wrap ``spec.base_model`` on the chosen device."""
+    resolved = resolved if resolved is not None else resolve_base_model(spec.base_model)
+    device, dtype = pick_device()
+    base, tokenizer = _load_base(resolved, dtype)
+    base = base.to(device=device)
+    peft_model = apply_lora(base, spec.rank, spec.alpha, spec.seed)
+    vocab_size = int(base.get_input_embeddings().weight.shape[0])
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    return LoadedModel(
+        model=peft_model,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=dtype,
+        vocab_size=vocab_size,
+        eos_ids=_eos_ids(base, tokenizer),
+        pad_id=int(pad_id),
+        resolved=resolved,
+    )

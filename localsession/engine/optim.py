@@ -1,0 +1,195 @@
+"""The optimizer step of local-semantics §2: AdamW over the LoRA parameters.
+
+- Decoupled weight decay and bias correction, i.e. exactly ``torch.optim.AdamW`` (fused where
+  torch supports it on the device, else ``foreach``), with the hyperparameters of *this* step
+  set on the param groups: group 0 holds the LoRA A matrices (and any other trainable
+  parameter), group 1 the LoRA B matrices, whose learning rate is multiplied by
+  ``loraPlusLrRatio`` (LoRA+).
+- ``gradClipNorm > 0`` clips by the global L2 norm before the update; the ``grad_norm``
+  metric is always the norm *before* clipping.
+- Gradients accumulate across ``forward_backward`` calls; ``step`` applies and zeroes them.
+  With nothing accumulated, or with ``learningRate == 0``, the weights stay bit-identical
+  (the update is skipped; gradients are still zeroed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from localsession.runtime.engine_api import EngineInputError
+
+#: Wire keys of ``AdamParamsConfig`` -> field names.
+WIRE_KEYS: dict[str, str] = {
+    "learningRate": "learning_rate",
+    "beta1": "beta1",
+    "beta2": "beta2",
+    "eps": "eps",
+    "weightDecay": "weight_decay",
+    "gradClipNorm": "grad_clip_norm",
+    "loraPlusLrRatio": "lora_plus_lr_ratio",
+}
+
+
+@dataclass(frozen=True)
+class AdamParams:
+    """One step's AdamW hyperparameters (the SDK's defaults)."""
+
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    grad_clip_norm: float | None = None
+    lora_plus_lr_ratio: float | None = None
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> AdamParams:
+        """Parse a wire ``AdamParamsConfig``; raise ``EngineInputError`` naming a bad key.
+
+        Only semantic sanity is checked here (the service's stricter ranges are enforced by
+        the runtime, which may run relaxed).
+        """
+        if not isinstance(wire, Mapping):
+            raise EngineInputError(f"adam_params must be an object, got {type(wire).__name__}")
+        values: dict[str, float | None] = {}
+        for key, value in wire.items():
+            if key not in WIRE_KEYS:
+                raise EngineInputError(
+                    f"adam_params: unsupported key {key!r}; allowed keys: {', '.join(WIRE_KEYS)}"
+                )
+            if value is None and key in ("gradClipNorm", "loraPlusLrRatio"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise EngineInputError(f"adam_params: `{key}` must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise EngineInputError(f"adam_params: `{key}` must be finite, got {value!r}")
+            values[WIRE_KEYS[key]] = float(value)
+        if "learning_rate" not in values:
+            raise EngineInputError("adam_params: `learningRate` is required")
+        params = cls(**values)  # type: ignore[arg-type]
+        params.check()
+        return params
+
+    def check(self) -> None:
+        """Raise ``EngineInputError`` for values AdamW cannot run with."""
+        problems = []
+        if self.learning_rate < 0:
+            problems.append(f"`learningRate` must be >= 0, got {self.learning_rate}")
+        for key, beta in (("beta1", self.beta1), ("beta2", self.beta2)):
+            if not 0.0 <= beta < 1.0:
+                problems.append(f"`{key}` must be in [0, 1), got {beta}")
+        if self.eps <= 0:
+            problems.append(f"`eps` must be > 0, got {self.eps}")
+        if self.weight_decay < 0:
+            problems.append(f"`weightDecay` must be >= 0, got {self.weight_decay}")
+        if self.grad_clip_norm is not None and self.grad_clip_norm < 0:
+            problems.append(f"`gradClipNorm` must be >= 0, got {self.grad_clip_norm}")
+        if self.lora_plus_lr_ratio is not None and self.lora_plus_lr_ratio <= 0:
+            problems.append(f"`loraPlusLrRatio` must be > 0, got {self.lora_plus_lr_ratio}")
+        if problems:
+            raise EngineInputError("adam_params: " + "; ".join(problems))
+
+
+def is_lora_b(name: str) -> bool:
+    """Whether a parameter name is a LoRA B matrix (peft naming: ``...lora_B.<adapter>...``)."""
+    return ".lora_B." in name or name.startswith("lora_B.")
+
+
+def global_grad_norm(grads: list[Tensor]) -> Tensor:
+    """The L2 norm of all gradients together (a 0-d tensor)."""
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
+    if get_total_norm is not None:
+        return get_total_norm(grads, norm_type=2.0, foreach=True)  # type: ignore[no-any-return]
+    norms = torch.stack([torch.linalg.vector_norm(g, 2.0) for g in grads])
+    return torch.linalg.vector_norm(norms, 2.0)
+
+
+def clip_grads_(grads: list[Tensor], max_norm: float, total_norm: Tensor) -> None:
+    """Scale gradients in place by ``min(1, max_norm / (total_norm + 1e-6))`` (torch's rule)."""
+    coef = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(grads, coef.to(grads[0].device))
+
+
+def _make_adamw(groups: list[dict[str, Any]]) -> torch.optim.AdamW:
+    try:
+        return torch.optim.AdamW(groups, fused=True)
+    except (RuntimeError, ValueError, TypeError):
+        return torch.optim.AdamW(groups, foreach=True)
+
+
+class LoraAdamW:
+    """AdamW over named trainable parameters, with per-step hyperparameters and LoRA+."""
+
+    def __init__(self, named_params: Iterable[tuple[str, torch.nn.Parameter]]) -> None:
+        named = [(n, p) for n, p in named_params if p.requires_grad]
+        if not named:
+            raise ValueError("LoraAdamW: no trainable parameters")
+        self.params_a: list[torch.nn.Parameter] = [p for n, p in named if not is_lora_b(n)]
+        self.params_b: list[torch.nn.Parameter] = [p for n, p in named if is_lora_b(n)]
+        self.params: list[torch.nn.Parameter] = [p for _, p in named]
+        groups = [
+            {"params": self.params_a, "lr": 0.0, "name": "lora_A"},
+            {"params": self.params_b, "lr": 0.0, "name": "lora_B"},
+        ]
+        self.optimizer = _make_adamw([g for g in groups if g["params"]])
+
+    def has_grad(self) -> bool:
+        """Whether any gradient has been accumulated since the last step."""
+        return any(p.grad is not None for p in self.params)
+
+    def grads(self) -> list[Tensor]:
+        """The accumulated gradients (parameters without one are skipped)."""
+        return [p.grad for p in self.params if p.grad is not None]
+
+    def zero_grad(self) -> None:
+        """Drop the accumulated gradients."""
+        for p in self.params:
+            p.grad = None
+
+    def _set_hyperparameters(self, hp: AdamParams) -> None:
+        ratio = hp.lora_plus_lr_ratio if hp.lora_plus_lr_ratio is not None else 1.0
+        for group in self.optimizer.param_groups:
+            scale = ratio if group.get("name") == "lora_B" else 1.0
+            group["lr"] = hp.learning_rate * scale
+            group["betas"] = (hp.beta1, hp.beta2)
+            group["eps"] = hp.eps
+            group["weight_decay"] = hp.weight_decay
+
+    @torch.no_grad()
+    def step(self, hp: AdamParams) -> dict[str, float]:
+        """Clip, apply and zero the accumulated gradients; return the §2 metrics."""
+        hp.check()
+        grads = self.grads()
+        metrics = {"learning_rate": hp.learning_rate, "grad_norm": 0.0, "num_params_updated": 0.0}
+        if not grads:  # nothing accumulated: complete, weights unchanged
+            return metrics
+        total_norm = global_grad_norm(grads)
+        norm = float(total_norm)
+        metrics["grad_norm"] = norm if math.isfinite(norm) else 0.0
+        if hp.learning_rate == 0.0:  # local-semantics §2: weights stay bit-identical
+            self.zero_grad()
+            return metrics
+        if hp.grad_clip_norm is not None and hp.grad_clip_norm > 0:
+            clip_grads_(grads, hp.grad_clip_norm, total_norm)
+        self._set_hyperparameters(hp)
+        self.optimizer.step()
+        metrics["num_params_updated"] = float(
+            sum(p.numel() for p in self.params if p.grad is not None)
+        )
+        self.zero_grad()
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped ``torch.optim.AdamW`` state (moments and step counts)."""
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` and drop accumulated gradients."""
+        self.optimizer.load_state_dict(state)
+        self.zero_grad()

@@ -1,0 +1,265 @@
+"""Sampling (local-semantics §3): pure logit filters and the batched KV-cache sampler.
+
+Filters are pure functions over ``[S, V]`` logits with one parameter per row. The sampler
+decodes every (request, sample i) *stream* of a batch together: prompts are prefilled once per
+request (left padding + attention mask + position ids), the KV cache is fanned out to the
+request's ``num_samples`` streams, and each step feeds one token per live stream through the
+cache. Finished streams are dropped from the cache as they stop.
+
+Per stream, a private ``torch.Generator`` seeded ``seed + i`` draws exactly one uniform per
+step (inverse-CDF sampling), so a stream's tokens never depend on what else is in the batch.
+Generation stops at an EOS id or when a stop string appears in the decoded completion; the
+returned tokens include that last token. Reported logprobs are log-softmax(logits / T) of the
+chosen token before top-k / top-p (T = 0 is greedy and reports T = 1 values).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from localsession.engine.losses import token_logprobs
+from localsession.runtime.engine_api import SampleRequest
+
+_SEED_MOD = 2**63
+
+
+def apply_temperature(logits_SV: Tensor, temperature_S: Tensor) -> Tensor:
+    """logits / T per row; rows with T == 0 (greedy) are returned unscaled."""
+    t_S = torch.where(temperature_S > 0, temperature_S, torch.ones_like(temperature_S))
+    return logits_SV / t_S.to(logits_SV.dtype).unsqueeze(-1)
+
+
+def top_k_filter(logits_SV: Tensor, k_S: Tensor) -> Tensor:
+    """Keep each row's ``k`` largest logits (ties at the boundary broken by sort order).
+
+    Rows with ``k <= 0`` or ``k >= V`` are unchanged. Others are set to -inf.
+    """
+    vocab = logits_SV.shape[-1]
+    active_S = (k_S > 0) & (k_S < vocab)
+    if not bool(active_S.any()):
+        return logits_SV
+    sorted_SV, order_SV = logits_SV.sort(dim=-1, descending=True)
+    rank_V = torch.arange(vocab, device=logits_SV.device)
+    drop_SV = (rank_V.unsqueeze(0) >= k_S.unsqueeze(-1)) & active_S.unsqueeze(-1)
+    sorted_SV = sorted_SV.masked_fill(drop_SV, float("-inf"))
+    return torch.empty_like(logits_SV).scatter_(-1, order_SV, sorted_SV)
+
+
+def top_p_filter(logits_SV: Tensor, p_S: Tensor) -> Tensor:
+    """Nucleus filter: keep the smallest set of top tokens whose probability reaches ``p``.
+
+    A token is kept when the probability mass strictly before it (in descending order) is
+    below ``p``; the top token is always kept. Rows with ``p >= 1`` are unchanged.
+    """
+    active_S = p_S < 1.0
+    if not bool(active_S.any()):
+        return logits_SV
+    sorted_SV, order_SV = logits_SV.sort(dim=-1, descending=True)
+    probs_SV = torch.softmax(sorted_SV.float(), dim=-1)
+    before_SV = probs_SV.cumsum(dim=-1) - probs_SV  # mass strictly before each token
+    drop_SV = (before_SV >= p_S.unsqueeze(-1).float()) & active_S.unsqueeze(-1)
+    drop_SV[:, 0] = False
+    sorted_SV = sorted_SV.masked_fill(drop_SV, float("-inf"))
+    return torch.empty_like(logits_SV).scatter_(-1, order_SV, sorted_SV)
+
+
+def filter_logits(
+    logits_SV: Tensor, temperature_S: Tensor, k_S: Tensor, p_S: Tensor
+) -> Tensor:
+    """Temperature, then top-k, then top-p (on the renormalised top-k distribution)."""
+    return top_p_filter(top_k_filter(apply_temperature(logits_SV, temperature_S), k_S), p_S)
+
+
+def sample_from_logits(filtered_SV: Tensor, uniform_S: Tensor) -> Tensor:
+    """Inverse-CDF draw: one token id per row from softmax(filtered), given U[0, 1) draws."""
+    probs_SV = torch.softmax(filtered_SV.float(), dim=-1)
+    cdf_SV = probs_SV.cumsum(dim=-1)
+    target_S1 = (uniform_S.float() * cdf_SV[:, -1]).unsqueeze(-1)
+    # right=True: the first index whose cdf exceeds u; zero-probability tokens are never hit.
+    idx_S = torch.searchsorted(cdf_SV, target_S1, right=True).squeeze(-1)
+    return idx_S.clamp_(max=filtered_SV.shape[-1] - 1)
+
+
+@dataclass
+class SampledStream:
+    """One (request, sample i) decode stream and its result so far."""
+
+    request: int
+    prompt_len: int
+    temperature: float
+    top_k: int
+    top_p: float
+    max_tokens: int
+    stop: tuple[str, ...]
+    generator: torch.Generator
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    stop_reason: str | None = None
+
+
+def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
+    """(name of the KV-cache kwarg, whether ``logits_to_keep`` is accepted) for a model."""
+    base: Any = model
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base):
+        base = get_base()
+    params = inspect.signature(base.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    return cache_kw, "logits_to_keep" in params
+
+
+def _output_cache(out: Any) -> Any:
+    return out["cache"] if "cache" in out else out["past_key_values"]
+
+
+class BatchSampler:
+    """Decodes a batch of ``SampleRequest`` s with one shared KV cache (no grad)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        eos_ids: frozenset[int],
+        pad_id: int,
+        device: torch.device,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.pad_id = pad_id
+        self.device = device
+        self.cache_kw, self.has_logits_to_keep = _forward_kwargs(model)
+
+    def _step(self, **kwargs: Any) -> tuple[Tensor, Any]:
+        """Run the model; return (last-position logits [S, V] in float32, the cache)."""
+        if self.has_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(use_cache=True, **kwargs)
+        return out["logits"][:, -1, :].float(), _output_cache(out)
+
+    def _prefill(self, prompts: Sequence[list[int]]) -> tuple[Tensor, Any, Tensor, Tensor]:
+        """Left-padded prefill. -> (logits [R, V], cache, attention mask [R, L], last pos [R])."""
+        width = max(len(p) for p in prompts)
+        ids = [[self.pad_id] * (width - len(p)) + p for p in prompts]
+        mask = [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
+        ids_RL = torch.tensor(ids, dtype=torch.long, device=self.device)
+        mask_RL = torch.tensor(mask, dtype=torch.long, device=self.device)
+        pos_RL = (mask_RL.cumsum(-1) - 1).clamp_(min=0)
+        logits_RV, cache = self._step(
+            input_ids=ids_RL, attention_mask=mask_RL, position_ids=pos_RL, **{self.cache_kw: None}
+        )
+        return logits_RV, cache, mask_RL, pos_RL[:, -1]
+
+    def _finish_check(self, stream: SampledStream, token: int) -> None:
+        if token in self.eos_ids:
+            stream.stop_reason = "stop"
+        elif stream.stop and any(
+            s in self.tokenizer.decode(stream.tokens) for s in stream.stop if s
+        ):
+            stream.stop_reason = "stop"
+        elif len(stream.tokens) >= stream.max_tokens:
+            stream.stop_reason = "length"
+
+    @torch.no_grad()
+    def run(self, requests: Sequence[SampleRequest]) -> list[list[SampledStream]]:
+        """Decode every stream of every request; returns the streams grouped per request."""
+        streams: list[SampledStream] = []
+        for r, req in enumerate(requests):
+            for i in range(req.num_samples):
+                gen = torch.Generator(device=self.device)
+                gen.manual_seed((req.seed + i) % _SEED_MOD)
+                streams.append(
+                    SampledStream(r, len(req.prompt), req.temperature, req.top_k, req.top_p,
+                            req.max_tokens, tuple(req.stop), gen)
+                )
+        grouped: list[list[SampledStream]] = [[] for _ in requests]
+        for s in streams:
+            grouped[s.request].append(s)
+            if s.max_tokens <= 0:
+                s.stop_reason = "length"
+        live = [s for s in streams if s.stop_reason is None]
+        if not live:
+            return grouped
+        # Prefill each request once, then fan the cache out to that request's live streams.
+        used = sorted({s.request for s in live})
+        logits_RV, cache, mask_RL, last_R = self._prefill([requests[r].prompt for r in used])
+        row_of = {r: k for k, r in enumerate(used)}
+        rows = torch.tensor([row_of[s.request] for s in live], device=self.device)
+        logits_SV, mask_SL, last_S = logits_RV[rows], mask_RL[rows], last_R[rows]
+        cache.batch_select_indices(rows)
+        temp_S = torch.tensor([s.temperature for s in live], device=self.device)
+        k_S = torch.tensor([s.top_k for s in live], device=self.device)
+        p_S = torch.tensor([s.top_p for s in live], device=self.device)
+        while True:
+            chosen_S, lp_S = self._choose(logits_SV, live, temp_S, k_S, p_S)
+            for s, token, lp in zip(live, chosen_S.tolist(), lp_S.tolist(), strict=True):
+                s.tokens.append(token)
+                s.logprobs.append(lp)
+                self._finish_check(s, token)
+            keep = [j for j, s in enumerate(live) if s.stop_reason is None]
+            if not keep:
+                return grouped
+            if len(keep) < len(live):
+                idx = torch.tensor(keep, device=self.device)
+                live = [live[j] for j in keep]
+                cache.batch_select_indices(idx)
+                chosen_S, mask_SL, last_S = chosen_S[idx], mask_SL[idx], last_S[idx]
+                temp_S, k_S, p_S = temp_S[idx], k_S[idx], p_S[idx]
+            mask_SL = torch.cat([mask_SL, mask_SL.new_ones(len(live), 1)], dim=1)
+            last_S = last_S + 1
+            logits_SV, cache = self._step(
+                input_ids=chosen_S.unsqueeze(-1),
+                attention_mask=mask_SL,
+                position_ids=last_S.unsqueeze(-1),
+                **{self.cache_kw: cache},
+            )
+
+    def _choose(
+        self, logits_SV: Tensor, live: list[SampledStream], temp_S: Tensor, k_S: Tensor, p_S: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Pick one token per live stream. -> (token ids [S], reported logprobs [S])."""
+        greedy_S = temp_S <= 0
+        tempered_SV = apply_temperature(logits_SV, temp_S)
+        logprobs_SV = torch.log_softmax(tempered_SV, dim=-1)  # before top-k / top-p (§3)
+        if bool(greedy_S.all()):
+            chosen_S = logits_SV.argmax(dim=-1)
+        else:
+            filtered_SV = top_p_filter(top_k_filter(tempered_SV, k_S), p_S)
+            u_S = torch.cat(
+                [torch.rand(1, generator=s.generator, device=self.device) for s in live]
+            )
+            chosen_S = torch.where(
+                greedy_S, logits_SV.argmax(dim=-1), sample_from_logits(filtered_SV, u_S)
+            )
+        lp_S = logprobs_SV.gather(-1, chosen_S.unsqueeze(-1)).squeeze(-1)
+        return chosen_S, lp_S
+
+
+@torch.no_grad()
+def prompt_logprobs(
+    model: torch.nn.Module, tokens: list[int], device: torch.device, topk: int = 0
+) -> tuple[list[float], list[list[dict[str, Any]]]]:
+    """log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1 (entry 0 is 0.0), plus per-position
+    top-``topk`` alternatives as ``[{"tokenId", "logprob"}]`` (position 0: empty list)."""
+    ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
+    logits_1LV = model(input_ids=ids_1L, use_cache=False)["logits"]
+    # Position t predicts tokens[t + 1]; the same function the trainer uses (bit-identical
+    # to ``forward`` on an unpadded datum).
+    chosen_1L = token_logprobs(logits_1LV[:, :-1], ids_1L[:, 1:])
+    values = [0.0, *chosen_1L[0].tolist()]
+    top: list[list[dict[str, Any]]] = []
+    if topk > 0:
+        logprobs_LV = torch.log_softmax(logits_1LV[0, :-1].float(), dim=-1)
+        k = min(topk, logprobs_LV.shape[-1])
+        top_vals, top_ids = logprobs_LV.topk(k, dim=-1)
+        top = [[]] + [
+            [{"tokenId": t, "logprob": v} for t, v in zip(ids, vals, strict=True)]
+            for ids, vals in zip(top_ids.tolist(), top_vals.tolist(), strict=True)
+        ]
+    return values, top

@@ -1,0 +1,109 @@
+"""The seam between the runtime (no torch) and an engine (torch, or the fakes' engine).
+
+The runtime owns ordering, futures, sessions and limits; an engine owns tensors. Everything
+that crosses this seam is plain Python in the service's wire shapes (camelCase dicts, token
+lists), so the runtime never imports torch and a fake engine can stand in for the real one.
+
+Threading contract: the runtime calls ``forward_backward``/``optim_step`` from one training
+worker per session, and ``sample``/``compute_logprobs`` from the sampling scheduler. An engine
+serialises its own compute (one lock), so a sampling batch never sees a half-applied update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class EngineInputError(Exception):
+    """An operation's inputs are well-formed on the wire but cannot be run.
+
+    Examples: a per-token loss input whose length differs from its datum, a token id outside
+    the vocabulary, an unknown ``loss_fn_config`` key. The operation finishes ``Failed`` with
+    this message, and the engine guarantees it changed no state (no gradient accumulated).
+    Messages name the datum index and the key, and say how to fix it.
+    """
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """One ``sample`` operation, with the local defaults (local-semantics §3) applied."""
+
+    prompt: list[int]
+    num_samples: int = 1
+    max_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    #: Sample i uses the stream ``seed + i``. The runtime always fills this in (drawing a
+    #: fresh seed when the caller gave none), so an engine never draws its own.
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    include_prompt_logprobs: bool = False
+    topk_prompt_logprobs: int | None = None
+
+
+@dataclass
+class EngineSpec:
+    """What a session asks an engine for: a base model and a LoRA adapter on it."""
+
+    base_model: str
+    rank: int = 32
+    alpha: int = 64
+    #: Seed for the LoRA initialisation (local-semantics §2: seeded, so equal specs start
+    #: bit-identical on one device).
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """One session's model: the trainable adapter plus the weights samplers may read."""
+
+    def forward_backward(
+        self,
+        datums: list[dict[str, Any]],
+        loss_fn: str,
+        loss_fn_config: dict[str, Any] | None,
+        *,
+        backward: bool,
+    ) -> dict[str, Any]:
+        """Run the loss over wire-form datums; accumulate gradients when ``backward``.
+
+        ``datums`` are wire ``Datum`` dicts: ``{"modelInput": {"chunks": [{"tokens": [...]}]},
+        "lossFnInputs": {key: {"data": [...], "dtype": str, "shape"?: [...]}}}``.
+        Returns the wire ``FwdResult``: ``{"metrics": {name: float}, "lossFnOutputs":
+        [{"logprobs": TensorData, "elementwise_loss": TensorData}, ...]}`` (one per datum,
+        TensorData in wire form). Raises :class:`EngineInputError`, with no state change,
+        when the inputs cannot be run.
+        """
+        ...
+
+    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+        """Apply and zero the accumulated gradients with AdamW; return the step's metrics.
+
+        ``adam_params`` is the wire ``AdamParamsConfig`` (``learningRate``, ``beta1``,
+        ``beta2``, ``eps``, ``weightDecay``, optional ``gradClipNorm``, ``loraPlusLrRatio``).
+        """
+        ...
+
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+        """Run several sample requests against one set of weights as one batch.
+
+        ``weights`` is ``None`` for the base model, or a key an engine was given earlier
+        (saved packages; see the checkpoint issue). Returns one wire ``SampleResponse`` per
+        request: ``{"sequences": [{"stopReason", "tokens", "logprobs"}], "promptLogprobs"?,
+        "topkPromptLogprobs"?}``.
+        """
+        ...
+
+    def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
+        """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
+        ...
+
+    def get_tokenizer(self) -> Any:
+        """The model's tokenizer (a ``transformers`` tokenizer for the torch engine)."""
+        ...
+
+    def close(self) -> None:
+        """Release the model's memory."""
+        ...

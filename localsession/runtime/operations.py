@@ -1,0 +1,77 @@
+"""Operation records: one per accepted training or sampling op, with its status and result.
+
+An operation moves Pending → InProgress → Completed | Failed | Skipped exactly once; waiters
+block on its event. Its ``response()`` is the body of ``Get*OperationResult``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+PENDING, IN_PROGRESS, COMPLETED, FAILED, SKIPPED = (
+    "Pending",
+    "InProgress",
+    "Completed",
+    "Failed",
+    "Skipped",
+)
+TERMINAL = frozenset({COMPLETED, FAILED, SKIPPED})
+
+
+@dataclass
+class Operation:
+    """One accepted op. ``body`` is the normalised union member, ``kind`` its name."""
+
+    kind: str
+    body: dict[str, Any]
+    seq: int | None = None
+    client_token: str = ""
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    status: str = PENDING
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    token_usage: dict[str, int] | None = None
+    submitted_at: float = field(default_factory=time.monotonic)
+    started_at: float | None = None
+    finished_at: float | None = None
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def start(self) -> None:
+        self.status = IN_PROGRESS
+        self.started_at = time.monotonic()
+
+    def finish(
+        self,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        token_usage: dict[str, int] | None = None,
+    ) -> None:
+        """Move to a terminal status once; later calls are ignored."""
+        if self.status in TERMINAL:
+            return
+        self.result = result
+        self.error = error
+        self.token_usage = token_usage
+        self.finished_at = time.monotonic()
+        self.status = status
+        self.done.set()
+
+    def response(self) -> dict[str, Any]:
+        """The ``Get*OperationResult`` body for this op's current state."""
+        body: dict[str, Any] = {"status": self.status}
+        if self.status == COMPLETED and self.result is not None:
+            body["operationResult"] = {self.kind: self.result}
+        if self.status in (FAILED, SKIPPED) and self.error:
+            body["errorDetails"] = self.error
+        if self.token_usage is not None and self.status == COMPLETED:
+            body["tokenUsage"] = self.token_usage
+        return body
+
+    def same_request(self, kind: str, body: dict[str, Any]) -> bool:
+        return self.kind == kind and self.body == body

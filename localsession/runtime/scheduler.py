@@ -1,0 +1,134 @@
+"""The sampling scheduler: batches concurrent sampling requests into one engine call.
+
+Requests queue up while the engine is busy; when it frees up, the scheduler takes everything
+waiting, groups it by (session, weights), and runs each group as one batch. So 32 concurrent
+``sample`` calls become one batched generation instead of 32 sequential ones
+(local-semantics §3, "Batching"). Each request keeps its own seeds, so batching never changes
+its tokens. Sampling never waits on a session's training queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.runtime.operations import COMPLETED, FAILED, Operation
+from localsession.runtime.session import Session
+
+logger = logging.getLogger(__name__)
+
+#: Most sequences (requests × num_samples) decoded together in one batch.
+MAX_BATCH_SEQUENCES = 256
+
+
+@dataclass
+class _Job:
+    session: Session
+    op: Operation
+    weights: str | None
+    request: SampleRequest | None  # None for computeLogprobs
+    tokens: list[int]
+
+
+class SamplingScheduler:
+    """One thread that drains queued sampling jobs in batches."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._jobs: deque[_Job] = deque()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="localsession-sampler", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: _Job) -> None:
+        with self._cond:
+            self._jobs.append(job)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _take_batch(self) -> list[_Job] | None:
+        """Wait for work; take the oldest job and every queued job batchable with it."""
+        with self._cond:
+            while not self._jobs and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            first = self._jobs.popleft()
+            batch = [first]
+            if first.request is None:
+                return batch
+            budget = MAX_BATCH_SEQUENCES - first.request.num_samples
+            keep: deque[_Job] = deque()
+            while self._jobs:
+                job = self._jobs.popleft()
+                same = job.session is first.session and job.weights == first.weights
+                if same and job.request is not None and job.request.num_samples <= budget:
+                    batch.append(job)
+                    budget -= job.request.num_samples
+                else:
+                    keep.append(job)
+            self._jobs = keep
+            return batch
+
+    def _run(self) -> None:
+        while (batch := self._take_batch()) is not None:
+            live = [job for job in batch if self._start(job)]
+            if live:
+                self._execute(live)
+
+    @staticmethod
+    def _start(job: _Job) -> bool:
+        if job.session.engine is None or job.session.status not in ("Running", "Blocked"):
+            job.op.finish(FAILED, error=f"The session is {job.session.status}; nothing ran.")
+            return False
+        job.op.start()
+        return True
+
+    def _execute(self, batch: list[_Job]) -> None:
+        session = batch[0].session
+        engine = session.engine
+        assert engine is not None
+        try:
+            if batch[0].request is None:
+                job = batch[0]
+                logprobs = engine.compute_logprobs(job.weights, job.tokens)
+                session.add_sample_usage(len(job.tokens), 0)
+                job.op.finish(COMPLETED, result={"logprobs": logprobs})
+                return
+            requests = [job.request for job in batch if job.request is not None]
+            responses = engine.sample(batch[0].weights, requests)
+        except EngineInputError as exc:
+            for job in batch:
+                job.op.finish(FAILED, error=str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - one bad batch must not kill the scheduler
+            logger.exception("sampling batch of %d requests crashed", len(batch))
+            for job in batch:
+                job.op.finish(FAILED, error=f"Internal error while sampling: {exc!r}")
+            return
+        for job, response in zip(batch, responses, strict=True):
+            decoded = sum(len(s["tokens"]) for s in response["sequences"])
+            prefill = len(job.tokens) * len(response["sequences"])
+            for seq in response["sequences"]:
+                seq.setdefault(
+                    "tokenUsage", {"prefill": len(job.tokens), "decode": len(seq["tokens"])}
+                )
+            session.add_sample_usage(prefill, decoded)
+            job.op.finish(COMPLETED, result=response)
+
+
+def make_job(
+    session: Session,
+    op: Operation,
+    weights: str | None,
+    request: SampleRequest | None,
+    tokens: list[int],
+) -> _Job:
+    return _Job(session=session, op=op, weights=weights, request=request, tokens=tokens)

@@ -1,0 +1,316 @@
+"""The service, in-process: the control plane and runtime operations over wire-shaped dicts.
+
+:class:`Service` is the one implementation of the client's ``Backend`` seam. Its methods are
+the service's operations (``create_training_session``, ``execute_training_operation``, ...),
+taking and returning the same JSON shapes the wire carries, so the in-process clients, the HTTP
+server and the fakes all drive the same behaviour. It imports no torch: the engine is made by
+``engine_factory`` when a session starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from localsession.runtime import errors, validate
+from localsession.runtime.engine_api import Engine, EngineSpec, SampleRequest
+from localsession.runtime.operations import TERMINAL, Operation
+from localsession.runtime.scheduler import SamplingScheduler, make_job
+from localsession.runtime.session import ACTIVE, DELETABLE, Session
+
+DEFAULT_ACCOUNT = "000000000000"
+
+
+def _default_engine_factory(spec: EngineSpec) -> Engine:
+    from localsession.engine import create_engine  # torch is imported here, not before
+
+    return create_engine(spec)
+
+
+def _env_float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+@dataclass
+class ServiceConfig:
+    """Service-wide settings (local-semantics §4); every one is configurable."""
+
+    region: str = "us-west-2"
+    account: str = DEFAULT_ACCOUNT
+    max_sessions: int = 4
+    #: Service limits on (the default) or lifted (``--relaxed`` / ``strict=False``).
+    strict: bool = True
+    #: Seconds a missing sequence number blocks later ops before it is recorded lost.
+    gap_timeout: float = 60.0
+    #: Seconds of inactivity before a session becomes Expired; None = never.
+    idle_timeout: float | None = None
+    engine_factory: Callable[[EngineSpec], Engine] = field(default=_default_engine_factory)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> ServiceConfig:
+        """Defaults, then ``LOCALSESSION_*`` variables, then explicit overrides."""
+        config = cls(
+            region=os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+            or "us-west-2",
+            max_sessions=int(os.environ.get("LOCALSESSION_MAX_SESSIONS", "4")),
+            gap_timeout=_env_float("LOCALSESSION_GAP_TIMEOUT", 60.0) or 0.0,
+            idle_timeout=_env_float("LOCALSESSION_IDLE_TIMEOUT", None),
+        )
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        return config
+
+
+class Service:
+    """Sessions, their queues and the sampling scheduler, behind the service's operations."""
+
+    def __init__(self, config: ServiceConfig | None = None) -> None:
+        self.config = config or ServiceConfig.from_env()
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+        self._scheduler = SamplingScheduler()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _session(self, name: Any, *, runtime: bool) -> Session:
+        self._expire_idle()
+        with self._lock:
+            session = self._sessions.get(name) if isinstance(name, str) else None
+        if session is None:
+            raise errors.not_found(f"Training session {name!r} does not exist.", runtime=runtime)
+        return session
+
+    def _expire_idle(self) -> None:
+        idle = self.config.idle_timeout
+        if idle is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            if session.running_op is None and now - session.last_activity > idle:
+                session.expire()
+
+    # -- control plane ---------------------------------------------------------------------
+
+    def create_training_session(
+        self, request: dict[str, Any], *, strict: bool | None = None
+    ) -> dict[str, Any]:
+        """CreateTrainingSession. ``strict`` overrides the service default for this session."""
+        name = validate.session_name(request.get("TrainingSessionName"))
+        lora = request.get("LoraConfig") or {}
+        rank, alpha = lora.get("Rank"), lora.get("Alpha")
+        if not isinstance(rank, int) or not 1 <= rank <= 256:
+            raise errors.validation(f"LoraConfig.Rank={rank!r} must be an integer in [1, 256]")
+        if not isinstance(alpha, int) or alpha < 1:
+            raise errors.validation(f"LoraConfig.Alpha={alpha!r} must be an integer >= 1")
+        base_model = (request.get("ModelConfig") or {}).get("BaseModelArn")
+        if not isinstance(base_model, str) or not base_model:
+            raise errors.validation("ModelConfig.BaseModelArn is required")
+        try:
+            self.resolve_base_model(base_model)
+        except ValueError as exc:
+            raise errors.validation(str(exc)) from None
+        arn = (
+            f"arn:aws:sagemaker:{self.config.region}:{self.config.account}:training-session/{name}"
+        )
+        details: dict[str, Any] = {
+            key: request[key]
+            for key in (
+                "ModelPackageGroupArn",
+                "RoleArn",
+                "LoraConfig",
+                "ModelConfig",
+                "OutputConfig",
+                "VpcConfig",
+                "Tags",
+            )
+            if key in request
+        }
+        spec = EngineSpec(base_model=base_model, rank=rank, alpha=alpha)
+        with self._lock:
+            if name in self._sessions:
+                raise errors.resource_in_use(f"Training session {name} already exists.")
+            active = sum(s.status in ACTIVE for s in self._sessions.values())
+            if active >= self.config.max_sessions:
+                raise errors.limit_exceeded(
+                    f"{active} sessions are active, the limit is {self.config.max_sessions}. "
+                    "Stop a session first, or raise the limit (LOCALSESSION_MAX_SESSIONS / "
+                    "--max-sessions)."
+                )
+            self._sessions[name] = Session(
+                name,
+                arn,
+                spec,
+                details,
+                strict=self.config.strict if strict is None else strict,
+                gap_timeout=self.config.gap_timeout,
+                engine_factory=self.config.engine_factory,
+            )
+        return {"TrainingSessionArn": arn}
+
+    def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(request.get("TrainingSessionName"), runtime=False)
+        return {"TrainingSessionDetail": session.describe()}
+
+    def wait_for_session(self, name: str, timeout: float | None = None) -> str:
+        """Block until a new session leaves Created (in-process shortcut for Describe polling)."""
+        return self._session(name, runtime=False).wait_until_started(timeout)
+
+    def list_training_sessions(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._expire_idle()
+        contains, status = request.get("NameContains"), request.get("StatusEquals")
+        with self._lock:
+            sessions = sorted(self._sessions.values(), key=lambda s: s.creation_time, reverse=True)
+        rows = [
+            s
+            for s in sessions
+            if (not contains or contains in s.name) and (not status or s.status == status)
+        ]
+        start = int(request.get("NextToken") or 0)
+        limit = int(request.get("MaxResults") or 100)
+        page = rows[start : start + limit]
+        body: dict[str, Any] = {
+            "TrainingSessionSummaries": [
+                {
+                    "TrainingSessionArn": s.arn,
+                    "TrainingSessionName": s.name,
+                    "TrainingSessionStatus": s.status,
+                    "CreationTime": s.creation_time,
+                    "LastModifiedTime": s.last_modified_time,
+                }
+                for s in page
+            ]
+        }
+        if start + limit < len(rows):
+            body["NextToken"] = str(start + limit)
+        return body
+
+    def stop_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._session(request.get("TrainingSessionName"), runtime=False).stop()
+        return {}
+
+    def delete_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(request.get("TrainingSessionName"), runtime=False)
+        if session.status not in DELETABLE:
+            raise errors.validation(
+                f"Training session {session.name} is {session.status}; stop it before deleting it."
+            )
+        with self._lock:
+            self._sessions.pop(session.name, None)
+        return {}
+
+    def list_base_models(self) -> list[str]:
+        from localsession.runtime.models import list_base_models
+
+        return list_base_models()
+
+    def resolve_base_model(self, name: str) -> None:
+        from localsession.runtime.models import resolve_base_model
+
+        resolve_base_model(name)
+
+    # -- runtime ---------------------------------------------------------------------------
+
+    def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(name, runtime=True)
+        seq, token, kind, body = validate.training_request(request, session.strict)
+        return {"operationId": session.submit_training(seq, token, kind, body)}
+
+    def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(name, runtime=True)
+        session.require_accepting()
+        kind, body, tokens = validate.sampling_request(request, session.strict)
+        weights = body.get("modelPackageArn") or None
+        sample_request = None
+        if kind == "sample":
+            params = body["samplingParams"]
+            seed = params.get("seed")
+            sample_request = SampleRequest(
+                prompt=tokens,
+                num_samples=body["numSamples"],
+                max_tokens=params["maxTokens"],
+                temperature=params.get("temperature", 1.0),
+                top_p=params.get("topP", 1.0),
+                top_k=params.get("topK", -1),
+                seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
+                stop=tuple(params.get("stop") or ()),
+                include_prompt_logprobs=bool(body.get("includePromptLogprobs")),
+                topk_prompt_logprobs=body.get("topkPromptLogprobs"),
+            )
+        op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
+        with session.cond:
+            session.ops[op.id] = op
+        self._scheduler.submit(make_job(session, op, weights, sample_request, tokens))
+        return {"operationId": op.id}
+
+    def _operation(self, name: str, operation_id: str) -> Operation:
+        session = self._session(name, runtime=True)
+        op = session.ops.get(operation_id)
+        if op is None:
+            raise errors.not_found(
+                f"Operation {operation_id} does not exist in training session {name}.",
+                runtime=True,
+            )
+        return op
+
+    def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
+        return self._operation(name, operation_id).response()
+
+    def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
+        return self._operation(name, operation_id).response()
+
+    def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
+        """Block until an op is terminal or ``timeout`` passes; True if terminal."""
+        op = self._operation(name, operation_id)
+        return op.status in TERMINAL or op.done.wait(timeout)
+
+    def get_tokenizer(self, name: str) -> Any:
+        """The tokenizer of a session's model (in-process only; the wire has no such call)."""
+        session = self._session(name, runtime=True)
+        session.wait_until_started()
+        if session.engine is None:
+            raise errors.conflict(
+                f"Training session {name} has no model loaded ({session.status})."
+            )
+        return session.engine.get_tokenizer()
+
+    def close(self) -> None:
+        """Stop every session and the scheduler (for tests and server shutdown)."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            if session.status in ACTIVE:
+                session.stop()
+        for session in sessions:
+            session.join(timeout=10.0)
+        self._scheduler.close()
+
+
+_default: Service | None = None
+_default_lock = threading.Lock()
+
+
+def default_service() -> Service:
+    """The process-wide service the in-process clients share, configured from the env.
+
+    In-process clients submit in sequence order synchronously, so the only gap they can leave
+    is a number consumed by a request refused client-side; it is recorded lost at once
+    (``gap_timeout=0``) instead of blocking the client's later ops.
+    """
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Service(ServiceConfig.from_env(gap_timeout=0.0))
+            # Let running ops finish and engines close before the interpreter tears down.
+            atexit.register(_default.close)
+        return _default

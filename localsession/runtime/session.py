@@ -1,0 +1,263 @@
+"""One training session: its status machine, its engine and its ordered training queue.
+
+Training ops run one at a time on the session's worker thread, strictly in sequence-number
+order (local-semantics §4). A missing number blocks later ops until it arrives or the gap
+timeout records it lost. A failed op changes no state and later ops still run. Stopping skips
+what is still queued; completed results stay readable until the session is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from localsession.runtime import errors
+from localsession.runtime.engine_api import Engine, EngineInputError, EngineSpec
+from localsession.runtime.operations import COMPLETED, FAILED, SKIPPED, Operation
+
+logger = logging.getLogger(__name__)
+
+CREATED, RUNNING, STOPPING, STOPPED = "Created", "Running", "Stopping", "Stopped"
+FAILED_S, BLOCKED, EXPIRED = "Failed", "Blocked", "Expired"
+#: Statuses that count against ``max_sessions`` and may still take work.
+ACTIVE = frozenset({CREATED, "Scheduled", RUNNING, BLOCKED})
+#: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
+NOT_STOPPABLE = frozenset({STOPPING, STOPPED, FAILED_S, "Deleting", "DeletionFailed"})
+DELETABLE = frozenset({STOPPED, FAILED_S, EXPIRED, "DeletionFailed"})
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Session:
+    """A session and its worker. All mutable state is guarded by ``self.cond``."""
+
+    def __init__(
+        self,
+        name: str,
+        arn: str,
+        spec: EngineSpec,
+        details: dict[str, Any],
+        *,
+        strict: bool,
+        gap_timeout: float,
+        engine_factory: Callable[[EngineSpec], Engine],
+    ) -> None:
+        self.name, self.arn, self.spec, self.details = name, arn, spec, details
+        self.strict = strict
+        self.gap_timeout = gap_timeout
+        self.status = CREATED
+        self.error_details: str | None = None
+        self.creation_time = self.last_modified_time = _now()
+        self.end_time: datetime | None = None
+        self.last_activity = time.monotonic()
+        self.usage = {"PrefillTokenCount": 0, "SampleTokenCount": 0, "TrainingTokenCount": 0}
+        self.engine: Engine | None = None
+        self.ops: dict[str, Operation] = {}
+        self.cond = threading.Condition()
+        self._by_seq: dict[int, Operation] = {}
+        self._queued: dict[int, Operation] = {}
+        self._lost: set[int] = set()
+        self._next_seq = 1
+        self._last_received = 0
+        self._gap_since: float | None = None
+        self.running_op: Operation | None = None
+        self._engine_factory = engine_factory
+        self._worker = threading.Thread(target=self._run, name=f"localsession-{name}", daemon=True)
+        self._worker.start()
+
+    # -- status --------------------------------------------------------------------------
+
+    def _set_status(self, status: str, error: str | None = None) -> None:
+        self.status = status
+        if error is not None or status in (RUNNING,):
+            self.error_details = error
+        self.last_modified_time = _now()
+        if status in (STOPPED, FAILED_S, EXPIRED):
+            self.end_time = self.last_modified_time
+        self.cond.notify_all()
+
+    def wait_until_started(self, timeout: float | None = None) -> str:
+        """Block until the engine is loaded (Running) or loading failed; return the status."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.status != CREATED, timeout)
+            return self.status
+
+    def describe(self) -> dict[str, Any]:
+        with self.cond:
+            detail: dict[str, Any] = {
+                "TrainingSessionArn": self.arn,
+                "TrainingSessionName": self.name,
+                "TrainingSessionStatus": self.status,
+                "CreationTime": self.creation_time,
+                "LastModifiedTime": self.last_modified_time,
+                "LastReceivedSequenceNumber": self._last_received,
+                "BillableTokenUsage": dict(self.usage),
+                **self.details,
+            }
+            if self.end_time is not None:
+                detail["EndTime"] = self.end_time
+            if self.error_details:
+                detail["ErrorDetails"] = self.error_details
+            return detail
+
+    def stop(self) -> None:
+        """Running/Blocked/Created → Stopping → Stopped; queued training ops are Skipped."""
+        with self.cond:
+            if self.status in NOT_STOPPABLE:
+                raise errors.validation(
+                    f"Training session {self.name} cannot be stopped: invalid session state "
+                    f"transition from {self.status} to Stopping"
+                )
+            self._set_status(STOPPING)
+            for op in self._queued.values():
+                op.finish(SKIPPED, error="The session was stopped before this operation ran.")
+            self._queued.clear()
+            self._set_status(STOPPED)
+
+    def join(self, timeout: float) -> None:
+        """Wait for the worker to finish its current op and release the engine."""
+        self._worker.join(timeout)
+
+    def expire(self) -> None:
+        with self.cond:
+            if self.status in (RUNNING, BLOCKED):
+                for op in self._queued.values():
+                    op.finish(SKIPPED, error="The session expired after inactivity.")
+                self._queued.clear()
+                self._set_status(EXPIRED, "The session was idle longer than its idle timeout.")
+
+    def require_accepting(self) -> None:
+        """Runtime calls are accepted only while Running or Blocked (409 otherwise)."""
+        if self.status not in (RUNNING, BLOCKED):
+            raise errors.conflict(
+                f"Training session {self.name} is {self.status}; runtime operations need a "
+                "Running session. Create a new session (or wait for this one to start)."
+            )
+
+    # -- training queue --------------------------------------------------------------------
+
+    def submit_training(self, seq: int, token: str, kind: str, body: dict[str, Any]) -> str:
+        """Queue an op under its sequence number; return its operation id (idempotent)."""
+        with self.cond:
+            self.require_accepting()
+            self.last_activity = time.monotonic()
+            seen = self._by_seq.get(seq)
+            if seen is not None:
+                if token and seen.client_token == token and seen.same_request(kind, body):
+                    return seen.id
+                raise errors.validation(
+                    f"sequenceNumber {seq} was already used by another operation in session "
+                    f"{self.name}; the next free number is {self._last_received + 1}"
+                )
+            if seq < self._next_seq or seq in self._lost:
+                raise errors.validation(
+                    f"sequenceNumber {seq} is behind this session's queue (next expected: "
+                    f"{self._next_seq}); numbers increase by 1 per training op"
+                )
+            op = Operation(kind=kind, body=body, seq=seq, client_token=token)
+            self.ops[op.id] = op
+            self._by_seq[seq] = op
+            self._queued[seq] = op
+            self._last_received = max(self._last_received, seq)
+            self.cond.notify_all()
+            return op.id
+
+    def _next_op(self) -> Operation | None:
+        """Wait for the op holding the next sequence number; None once the session ends."""
+        with self.cond:
+            while True:
+                if self.status not in (RUNNING, BLOCKED):
+                    return None
+                op = self._queued.pop(self._next_seq, None)
+                if op is not None:
+                    self._next_seq += 1
+                    self._gap_since = None
+                    if self.status == BLOCKED:
+                        self._set_status(RUNNING)
+                    return op
+                if not self._queued:
+                    self.cond.wait()
+                    continue
+                # A gap: later numbers are queued while _next_seq is missing.
+                now = time.monotonic()
+                if self._gap_since is None:
+                    self._gap_since = now
+                waited = now - self._gap_since
+                if waited >= self.gap_timeout:
+                    first = min(self._queued)
+                    self._lost.update(range(self._next_seq, first))
+                    logger.warning(
+                        "session %s: sequence numbers %d..%d never arrived within %.0fs; "
+                        "recorded as lost",
+                        self.name,
+                        self._next_seq,
+                        first - 1,
+                        self.gap_timeout,
+                    )
+                    self._next_seq = first
+                    continue
+                if self.status != BLOCKED:
+                    self._set_status(
+                        BLOCKED,
+                        f"Waiting for sequence number {self._next_seq}; later operations are "
+                        f"queued behind it (gap timeout {self.gap_timeout:.0f}s).",
+                    )
+                self.cond.wait(self.gap_timeout - waited)
+
+    def _run(self) -> None:
+        try:
+            engine = self._engine_factory(self.spec)
+        except Exception as exc:  # noqa: BLE001 - reported through the session status
+            logger.exception("session %s: the model failed to load", self.name)
+            with self.cond:
+                self._set_status(FAILED_S, f"The base model failed to load: {exc}")
+            return
+        with self.cond:
+            self.engine = engine
+            if self.status == CREATED:
+                self._set_status(RUNNING)
+        while (op := self._next_op()) is not None:
+            with self.cond:
+                self.running_op = op
+                op.start()
+            self._execute(engine, op)
+            with self.cond:
+                self.running_op = None
+                self.last_activity = time.monotonic()
+        engine.close()
+
+    def _execute(self, engine: Engine, op: Operation) -> None:
+        try:
+            if op.kind in ("forward", "forwardBackward"):
+                result = engine.forward_backward(
+                    op.body["datumList"],
+                    op.body["lossFnName"],
+                    op.body.get("lossFnConfig"),
+                    backward=op.kind == "forwardBackward",
+                )
+                tokens = int(result.get("metrics", {}).get("global_token_num", 0))
+                with self.cond:
+                    self.usage["TrainingTokenCount"] += tokens
+                op.finish(COMPLETED, result=result, token_usage={"trainingTokens": tokens})
+            elif op.kind == "optimizerStep":
+                metrics = engine.optim_step(op.body["adamParamsConfig"])
+                op.finish(COMPLETED, result={"metrics": metrics})
+            else:  # pragma: no cover - validate.py admits only the kinds above
+                op.finish(FAILED, error=f"Unsupported operation {op.kind}")
+        except EngineInputError as exc:
+            op.finish(FAILED, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - an op failure must not kill the worker
+            logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
+            op.finish(FAILED, error=f"Internal error while running {op.kind}: {exc!r}")
+
+    def add_sample_usage(self, prefill: int, decode: int) -> None:
+        with self.cond:
+            self.usage["PrefillTokenCount"] += prefill
+            self.usage["SampleTokenCount"] += decode
+            self.last_activity = time.monotonic()

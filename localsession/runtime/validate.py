@@ -1,0 +1,246 @@
+"""Synchronous request checks: what the service refuses with a 400 before queueing an op.
+
+Structure (unions, required members, types, patterns, enums) is always checked. Service limits
+(sagemaker-sdk.md §17: learning-rate ceiling, maxTokens floor, numSamples, ...) are checked in
+strict mode only; ``strict=False`` lifts them (local-semantics §4). Semantic problems the real
+service only finds while running an op (missing loss keys, length mismatches) are left to the
+engine, which fails the op instead (sagemaker-sdk.md §10.4, rule 1).
+
+Every message names the offending field and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, TypeGuard
+
+from localsession.runtime.errors import ServiceError, validation
+
+TRAINING_OPS = ("forward", "forwardBackward", "optimizerStep")
+SAMPLING_OPS = ("sample", "computeLogprobs")
+LOSS_FNS = ("cross_entropy", "importance_sampling", "ppo", "cispo")
+LOSS_FN_INPUT_KEYS = (
+    "target_tokens",
+    "weights",
+    "advantages",
+    "logprobs",
+    "ref_log_prob",
+    "temperature",
+)
+
+_TOKEN_RE = re.compile(r"^[a-zA-Z0-9-]{1,128}$")
+_SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
+#: (wire key, minimum, maximum, required) for AdamParamsConfig, per the service model.
+_ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = (
+    ("learningRate", 0.0, 0.01, True),
+    ("beta1", 0.0, 0.999999, False),
+    ("beta2", 0.0, 0.999999, False),
+    ("eps", 1e-16, 0.01, False),
+    ("weightDecay", 0.0, 1.0, False),
+    ("gradClipNorm", 0.0, 100.0, False),
+    ("loraPlusLrRatio", 1.0, 100.0, False),
+)
+ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weightDecay": 0.01}
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> TypeGuard[float]:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(
+        value
+    )
+
+
+def session_name(name: Any, *, field: str = "TrainingSessionName") -> str:
+    if not isinstance(name, str) or not _SESSION_NAME_RE.match(name):
+        raise validation(
+            f"{field} {name!r} is invalid: use 1-63 letters, digits and single hyphens, "
+            "starting and ending with a letter or digit"
+        )
+    return name
+
+
+def one_member(config: Any, allowed: tuple[str, ...], field: str) -> tuple[str, dict[str, Any]]:
+    """Return the single member of a tagged union, refusing zero, several or unknown ones."""
+    if not isinstance(config, dict) or not config:
+        raise validation(f"{field} must be an object with exactly one of: {', '.join(allowed)}")
+    members = [k for k, v in config.items() if v is not None]
+    unknown = [k for k in members if k not in allowed]
+    if unknown:
+        raise validation(
+            f"{field} has unsupported member {unknown[0]!r}; this server supports: "
+            f"{', '.join(allowed)}"
+        )
+    if len(members) != 1:
+        raise validation(f"{field} must set exactly one of {', '.join(allowed)}, got {members}")
+    body = config[members[0]]
+    if not isinstance(body, dict):
+        raise validation(f"{field}.{members[0]} must be an object")
+    return members[0], body
+
+
+def model_input_tokens(model_input: Any, where: str) -> list[int]:
+    """Flatten a wire ModelInput into token ids, refusing malformed chunks."""
+    if not isinstance(model_input, dict) or not isinstance(model_input.get("chunks"), list):
+        raise validation(f"{where} must be {{'chunks': [{{'tokens': [...]}}]}}")
+    chunks = model_input["chunks"]
+    if not chunks:
+        raise validation(f"{where} has no chunks; give it at least one chunk of token ids")
+    tokens: list[int] = []
+    for c, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("tokens"), list):
+            raise validation(f"{where}.chunks[{c}] must be {{'tokens': [int, ...]}}")
+        if chunk.get("type", "encoded_text") != "encoded_text":
+            raise validation(f"{where}.chunks[{c}].type must be 'encoded_text'")
+        for tok in chunk["tokens"]:
+            if not _is_int(tok) or tok < 0:
+                raise validation(
+                    f"{where}.chunks[{c}].tokens holds {tok!r}; token ids are ints >= 0"
+                )
+        tokens.extend(chunk["tokens"])
+    return tokens
+
+
+def _datum_list(body: dict[str, Any], op: str) -> list[dict[str, Any]]:
+    loss_fn = body.get("lossFnName")
+    if loss_fn not in LOSS_FNS:
+        raise validation(f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(LOSS_FNS)}")
+    config = body.get("lossFnConfig")
+    if config is not None and not isinstance(config, dict):
+        raise validation(f"{op}.lossFnConfig must be an object like {{'clip_low_threshold': 0.8}}")
+    datums = body.get("datumList")
+    if not isinstance(datums, list) or not datums:
+        raise validation(f"{op}.datumList must hold at least one datum")
+    for i, datum in enumerate(datums):
+        if not isinstance(datum, dict):
+            raise validation(f"{op}.datumList[{i}] must be an object with modelInput")
+        model_input_tokens(datum.get("modelInput"), f"{op}.datumList[{i}].modelInput")
+        inputs = datum.get("lossFnInputs", {})
+        if not isinstance(inputs, dict):
+            raise validation(f"{op}.datumList[{i}].lossFnInputs must be an object")
+        for key, value in inputs.items():
+            if not isinstance(value, dict) or not isinstance(value.get("data"), list):
+                raise validation(
+                    f"{op}.datumList[{i}].lossFnInputs[{key!r}] must be TensorData "
+                    "{'data': [...], 'dtype': 'float32'}"
+                )
+    return datums
+
+
+def _adam(body: dict[str, Any], strict: bool) -> dict[str, float]:
+    params = body.get("adamParamsConfig")
+    if not isinstance(params, dict):
+        raise validation("optimizerStep.adamParamsConfig is required (learningRate at least)")
+    known = {key for key, *_ in _ADAM_RANGES}
+    for key in params:
+        if key not in known:
+            raise validation(f"optimizerStep.adamParamsConfig has unknown member {key!r}")
+    out: dict[str, float] = dict(ADAM_DEFAULTS)
+    for key, lo, hi, required in _ADAM_RANGES:
+        value = params.get(key)
+        if value is None:
+            if required:
+                raise validation(f"optimizerStep.adamParamsConfig.{key} is required")
+            continue
+        if not _is_number(value):
+            raise validation(f"optimizerStep.adamParamsConfig.{key} must be a finite number")
+        if strict and not lo <= value <= hi:
+            raise validation(
+                f"optimizerStep.adamParamsConfig.{key}={value} is outside the service range "
+                f"[{lo}, {hi}]; use a value in range, or run relaxed (strict=False / --relaxed)"
+            )
+        if strict and key == "learningRate" and value <= 0:
+            raise validation("optimizerStep.adamParamsConfig.learningRate must be greater than 0")
+        out[key] = float(value)
+    return out
+
+
+def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[str, Any]]:
+    """Check an ExecuteTrainingOperation body; return (seq, token, op kind, normalised body)."""
+    if not isinstance(request, dict):
+        raise validation("the request body must be a JSON object")
+    seq: Any = request.get("sequenceNumber")
+    if not _is_int(seq) or seq < 1:
+        raise validation(f"sequenceNumber must be an integer >= 1, got {seq!r}")
+    token = request.get("clientToken")
+    if token is None:
+        token = ""
+    elif not isinstance(token, str) or not _TOKEN_RE.match(token):
+        raise validation("clientToken must be 1-128 letters, digits or hyphens")
+    kind, body = one_member(request.get("operationConfig"), TRAINING_OPS, "operationConfig")
+    if kind in ("forward", "forwardBackward"):
+        _datum_list(body, kind)
+    elif kind == "optimizerStep":
+        body = {"adamParamsConfig": _adam(body, strict)}
+    return seq, token, kind, body
+
+
+def _sampling_params(params: Any, strict: bool) -> dict[str, Any]:
+    if not isinstance(params, dict):
+        raise validation("sample.samplingParams is required (maxTokens at least)")
+    allowed = ("maxTokens", "temperature", "topP", "topK", "seed", "stop")
+    for key in params:
+        if key not in allowed:
+            raise validation(f"sample.samplingParams has unknown member {key!r}")
+    max_tokens: Any = params.get("maxTokens")
+    if not _is_int(max_tokens) or max_tokens < 1:
+        raise validation("sample.samplingParams.maxTokens must be a positive integer")
+    if strict and not 512 <= max_tokens <= 131072:
+        raise validation(
+            f"sample.samplingParams.maxTokens={max_tokens} is outside the service range "
+            "[512, 131072]; run relaxed (strict=False / --relaxed) for shorter generations"
+        )
+    for key, hi in (("temperature", 2.0), ("topP", 1.0)):
+        value = params.get(key)
+        if value is None:
+            continue
+        if not _is_number(value) or value < 0 or (strict and value > hi):
+            raise validation(f"sample.samplingParams.{key}={value!r} must be in [0, {hi}]")
+    for key in ("topK", "seed"):
+        value = params.get(key)
+        if value is not None and not _is_int(value):
+            raise validation(f"sample.samplingParams.{key} must be an integer")
+    top_k: Any = params.get("topK")
+    if top_k is not None and top_k < 1 and top_k != -1:
+        raise validation("sample.samplingParams.topK must be >= 1, or -1 to disable it")
+    stop = params.get("stop")
+    if stop is not None and (
+        not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)
+    ):
+        raise validation("sample.samplingParams.stop must be a list of non-empty strings")
+    return params
+
+
+def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], list[int]]:
+    """Check an ExecuteSamplingOperation body; return (op kind, body, prompt tokens)."""
+    if not isinstance(request, dict):
+        raise validation("the request body must be a JSON object")
+    kind, body = one_member(request.get("operationConfig"), SAMPLING_OPS, "operationConfig")
+    tokens = model_input_tokens(body.get("prompt"), f"{kind}.prompt")
+    if kind == "sample":
+        n: Any = body.get("numSamples")
+        if not _is_int(n) or n < 1 or (strict and n > 1000):
+            raise validation(f"sample.numSamples={n!r} must be an integer in [1, 1000]")
+        _sampling_params(body.get("samplingParams"), strict)
+        k: Any = body.get("topkPromptLogprobs")
+        if k is not None and (not _is_int(k) or k < 0):
+            raise validation("sample.topkPromptLogprobs must be an integer >= 0")
+    arn = body.get("modelPackageArn")
+    if arn is not None and not isinstance(arn, str):
+        raise validation(f"{kind}.modelPackageArn must be a string")
+    return kind, body, tokens
+
+
+def optional_str(value: Any, field: str, max_len: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > max_len:
+        raise validation(f"{field} must be a string of at most {max_len} characters")
+    return value
+
+
+__all__ = ["ServiceError", "training_request", "sampling_request", "session_name"]

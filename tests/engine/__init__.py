@@ -1,0 +1,1 @@
+"""Tests of the torch engine (``localsession.engine``) and base-model resolution."""

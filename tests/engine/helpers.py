@@ -1,0 +1,34 @@
+"""Helpers shared by the engine tests: wire datums and random token lists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def tensor_data(values: list[Any], dtype: str = "float32") -> dict[str, Any]:
+    """Wire TensorData for a flat list."""
+    return {"data": list(values), "dtype": dtype, "shape": [len(values)]}
+
+
+def make_datum(tokens: list[int], **inputs: list[Any]) -> dict[str, Any]:
+    """A wire datum; ``target_tokens`` defaults to ``tokens[1:] + [0]`` and weights to 1."""
+    inputs.setdefault("target_tokens", tokens[1:] + [0])
+    inputs.setdefault("weights", [1.0] * len(tokens))
+    loss_inputs = {
+        key: tensor_data(values, "int64" if key == "target_tokens" else "float32")
+        for key, values in inputs.items()
+    }
+    return {"modelInput": {"chunks": [{"tokens": tokens, "type": "encoded_text"}]},
+            "lossFnInputs": loss_inputs}
+
+
+def random_tokens(n: int, length: int, seed: int, vary: bool = True) -> list[list[int]]:
+    """``n`` token lists of byte ids (lengths vary from ``length // 2`` when ``vary``)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        size = length - (i * 7) % max(1, length // 2) if vary else length
+        out.append(torch.randint(0, 256, (size,), generator=gen).tolist())
+    return out

@@ -1,0 +1,126 @@
+"""LoraAdamW against ``torch.optim.AdamW`` and a hand-computed first Adam step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from localsession.engine.optim import AdamParams, LoraAdamW
+from localsession.runtime.engine_api import EngineInputError
+
+
+def make_params(seed: int = 0) -> list[tuple[str, torch.nn.Parameter]]:
+    gen = torch.Generator().manual_seed(seed)
+    shapes = {"layer.q.lora_A.default.weight": (4, 6), "layer.q.lora_B.default.weight": (6, 4)}
+    return [
+        (name, torch.nn.Parameter(torch.randn(shape, generator=gen)))
+        for name, shape in shapes.items()
+    ]
+
+
+def grads_for(step: int, params: list[tuple[str, torch.nn.Parameter]]) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(100 + step)
+    return [torch.randn(p.shape, generator=gen) for _, p in params]
+
+
+HP = AdamParams(learning_rate=1e-2, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1)
+
+
+def test_matches_torch_adamw_over_several_steps() -> None:
+    named = make_params()
+    ref = [torch.nn.Parameter(p.detach().clone()) for _, p in named]
+    opt = LoraAdamW(named)
+    ref_opt = torch.optim.AdamW(ref, lr=HP.learning_rate, betas=(HP.beta1, HP.beta2),
+                                eps=HP.eps, weight_decay=HP.weight_decay)
+    for step in range(3):
+        for (_, p), r, g in zip(named, ref, grads_for(step, named), strict=True):
+            p.grad, r.grad = g.clone(), g.clone()
+        metrics = opt.step(HP)
+        ref_opt.step()
+        assert metrics["num_params_updated"] == 48
+        assert all(p.grad is None for _, p in named)  # zeroed
+    for (_, p), r in zip(named, ref, strict=True):
+        torch.testing.assert_close(p.detach(), r.detach(), atol=1e-6, rtol=0)
+
+
+def test_grad_clip_and_norm_metric() -> None:
+    named = make_params()
+    ref = [torch.nn.Parameter(p.detach().clone()) for _, p in named]
+    grads = grads_for(0, named)
+    for (_, p), r, g in zip(named, ref, grads, strict=True):
+        p.grad, r.grad = g.clone(), g.clone()
+    expected_norm = float(torch.sqrt(torch.stack([(g**2).sum() for g in grads]).sum()))
+    hp = AdamParams(learning_rate=1e-2, weight_decay=0.0, grad_clip_norm=0.5)
+    metrics = LoraAdamW(named).step(hp)
+    assert metrics["grad_norm"] == pytest.approx(expected_norm, rel=1e-6)
+    torch.nn.utils.clip_grad_norm_(ref, 0.5)
+    torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.0).step()
+    for (_, p), r in zip(named, ref, strict=True):
+        torch.testing.assert_close(p.detach(), r.detach(), atol=1e-6, rtol=0)
+
+
+def test_lora_plus_ratio_first_step_closed_form() -> None:
+    named = make_params()
+    before = [p.detach().clone() for _, p in named]
+    grads = grads_for(0, named)
+    for (_, p), g in zip(named, grads, strict=True):
+        p.grad = g.clone()
+    lr, wd, eps, ratio = 1e-2, 0.1, 1e-8, 16.0
+    LoraAdamW(named).step(
+        AdamParams(learning_rate=lr, weight_decay=wd, eps=eps, lora_plus_lr_ratio=ratio)
+    )
+    # First step: m_hat = g, v_hat = g^2, so p <- p (1 - lr wd) - lr g / (|g| + eps).
+    for (name, p), p0, g in zip(named, before, grads, strict=True):
+        lr_eff = lr * ratio if "lora_B" in name else lr
+        expected = p0 * (1 - lr_eff * wd) - lr_eff * g / (g.abs() + eps)
+        torch.testing.assert_close(p.detach(), expected, atol=1e-6, rtol=0)
+
+
+def test_zero_learning_rate_is_bit_identical() -> None:
+    named = make_params()
+    before = [p.detach().clone() for _, p in named]
+    for (_, p), g in zip(named, grads_for(0, named), strict=True):
+        p.grad = g
+    metrics = LoraAdamW(named).step(AdamParams(learning_rate=0.0, weight_decay=0.5))
+    assert metrics["num_params_updated"] == 0 and metrics["grad_norm"] > 0
+    for (_, p), p0 in zip(named, before, strict=True):
+        assert torch.equal(p.detach(), p0)
+        assert p.grad is None
+
+
+def test_step_with_nothing_accumulated_leaves_weights() -> None:
+    named = make_params()
+    opt = LoraAdamW(named)
+    for (_, p), g in zip(named, grads_for(0, named), strict=True):
+        p.grad = g
+    opt.step(HP)  # builds momentum that would move the weights on another real step
+    before = [p.detach().clone() for _, p in named]
+    metrics = opt.step(HP)
+    assert metrics == {"learning_rate": HP.learning_rate, "grad_norm": 0.0,
+                       "num_params_updated": 0.0}
+    for (_, p), p0 in zip(named, before, strict=True):
+        assert torch.equal(p.detach(), p0)
+
+
+def test_from_wire_parses_all_fields() -> None:
+    hp = AdamParams.from_wire({"learningRate": 1e-4, "beta1": 0.8, "beta2": 0.9, "eps": 1e-7,
+                               "weightDecay": 0, "gradClipNorm": 1.0, "loraPlusLrRatio": 8})
+    assert hp == AdamParams(1e-4, 0.8, 0.9, 1e-7, 0.0, 1.0, 8.0)
+    assert AdamParams.from_wire({"learningRate": 0}).weight_decay == 0.01  # SDK default
+
+
+@pytest.mark.parametrize(
+    ("wire", "needle"),
+    [
+        ({}, "learningRate"),
+        ({"learningRate": 1e-4, "momentum": 0.9}, "momentum"),
+        ({"learningRate": True}, "learningRate"),
+        ({"learningRate": -1.0}, "learningRate"),
+        ({"learningRate": 1e-4, "beta2": 1.0}, "beta2"),
+        ({"learningRate": 1e-4, "eps": 0}, "eps"),
+        ({"learningRate": float("inf")}, "learningRate"),
+    ],
+)
+def test_from_wire_rejects_bad_values(wire: dict[str, object], needle: str) -> None:
+    with pytest.raises(EngineInputError, match=needle):
+        AdamParams.from_wire(wire)

@@ -1,0 +1,90 @@
+"""The pure sampling filters and the inverse-CDF draw, against closed-form values."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from localsession.engine.sampling import (
+    apply_temperature,
+    filter_logits,
+    sample_from_logits,
+    top_k_filter,
+    top_p_filter,
+)
+
+INF = float("inf")
+
+
+def logp(probs: list[float]) -> torch.Tensor:
+    return torch.log(torch.tensor([probs], dtype=torch.float32))
+
+
+def kept(logits_SV: torch.Tensor) -> list[list[int]]:
+    return [[i for i, v in enumerate(row) if v != -INF] for row in logits_SV.tolist()]
+
+
+def test_temperature_scales_rows_and_leaves_greedy_rows() -> None:
+    logits = torch.tensor([[2.0, 4.0], [2.0, 4.0], [2.0, 4.0]])
+    out = apply_temperature(logits, torch.tensor([0.5, 2.0, 0.0]))
+    torch.testing.assert_close(out, torch.tensor([[4.0, 8.0], [1.0, 2.0], [2.0, 4.0]]))
+
+
+def test_top_k_keeps_k_largest_per_row() -> None:
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]] * 4)
+    out = top_k_filter(logits, torch.tensor([2, 1, -1, 4]))
+    assert kept(out) == [[1, 2], [1], [0, 1, 2, 3], [0, 1, 2, 3]]
+    torch.testing.assert_close(out[0, [1, 2]], torch.tensor([3.0, 2.0]))  # values untouched
+
+
+def test_top_p_keeps_smallest_set_reaching_p() -> None:
+    logits = logp([0.5, 0.3, 0.2]).repeat(5, 1)
+    out = top_p_filter(logits, torch.tensor([0.6, 0.5, 0.81, 1.0, 1e-6]))
+    # mass before each token: 0, 0.5, 0.8 -> kept while below p
+    assert kept(out) == [[0, 1], [0], [0, 1, 2], [0, 1, 2], [0]]
+
+
+def test_top_p_order_independent_of_token_position() -> None:
+    logits = logp([0.2, 0.5, 0.3])
+    assert kept(top_p_filter(logits, torch.tensor([0.6]))) == [[1, 2]]
+
+
+def test_filter_applies_top_p_after_top_k_renormalisation() -> None:
+    logits = logp([0.4, 0.3, 0.2, 0.1])
+    # top_p alone at 0.5: mass before token 1 is 0.4 < 0.5 -> two tokens
+    assert kept(filter_logits(logits, torch.tensor([1.0]), torch.tensor([-1]),
+                              torch.tensor([0.5]))) == [[0, 1]]
+    # top_k = 2 first renormalises to [4/7, 3/7]; mass before token 1 is 4/7 >= 0.5 -> one
+    assert kept(filter_logits(logits, torch.tensor([1.0]), torch.tensor([2]),
+                              torch.tensor([0.5]))) == [[0]]
+
+
+def test_filter_temperature_changes_nucleus() -> None:
+    logits = logp([0.6, 0.3, 0.1])
+    # T = 0.5 squares the probabilities: [0.36, 0.09, 0.01] / 0.46 -> top token 0.78 >= 0.7
+    out = filter_logits(logits, torch.tensor([0.5]), torch.tensor([-1]), torch.tensor([0.7]))
+    assert kept(out) == [[0]]
+    out = filter_logits(logits, torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([0.7]))
+    assert kept(out) == [[0, 1]]
+
+
+def test_inverse_cdf_draw() -> None:
+    logits = logp([0.5, 0.3, 0.2]).repeat(4, 1)
+    u = torch.tensor([0.1, 0.55, 0.85, 0.0])
+    assert sample_from_logits(logits, u).tolist() == [0, 1, 2, 0]
+
+
+def test_inverse_cdf_never_picks_filtered_tokens() -> None:
+    logits = torch.tensor([[math.log(0.5), -INF, math.log(0.5)], [-INF, 0.0, -INF]])
+    u = torch.tensor([0.5, 0.0])
+    assert sample_from_logits(logits, u).tolist() == [2, 1]
+    u = torch.tensor([0.999999, 0.999999])
+    assert sample_from_logits(logits, u).tolist() == [2, 1]
+
+
+def test_inverse_cdf_frequencies_match_probabilities() -> None:
+    logits = logp([0.5, 0.3, 0.2]).repeat(20000, 1)
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(sample_from_logits(logits, u), minlength=3).float() / 20000
+    torch.testing.assert_close(counts, torch.tensor([0.5, 0.3, 0.2]), atol=0.02, rtol=0)
