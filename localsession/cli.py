@@ -1,4 +1,4 @@
-"""The ``localsession`` command line: ``demo`` and ``models``."""
+"""The ``localsession`` command line: ``demo``, ``models`` and ``packages list|show|delete``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--steps", type=int, default=60)
     demo.add_argument("--learning-rate", type=float, default=5e-3)
     commands.add_parser("models", help="list the base models a session can start on")
+    packages = commands.add_parser("packages", help="list, inspect and delete model packages")
+    verbs = packages.add_subparsers(dest="verb", required=True)
+    listing = verbs.add_parser("list", help="packages, newest first")
+    listing.add_argument("--group", help="only this model package group (name or ARN)")
+    listing.add_argument("--kind", choices=["checkpoint", "model"])
+    verbs.add_parser("show", help="one package as JSON").add_argument("arn")
+    delete = verbs.add_parser("delete", help="delete a package")
+    delete.add_argument("arn")
+    delete.add_argument(
+        "--delete-artifacts", action="store_true", help="also delete its files (else kept)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "packages":
+        return _packages(args)
 
     if args.command == "demo":
         from localsession.demo import run
@@ -26,6 +39,52 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for name in list_base_models():
         print(name)
+    return 0
+
+
+def _packages(args: argparse.Namespace) -> int:
+    """``packages list|show|delete``, through the same registry operations as the clients."""
+    import json
+
+    from localsession.runtime.errors import ServiceError
+    from localsession.runtime.service import Service
+
+    service = Service()
+    try:
+        if args.verb == "list":
+            groups = [args.group] if args.group else service.registry.groups()
+            for group in groups:
+                for p in service.registry.list(group):
+                    if args.kind is None or p.kind == args.kind:
+                        print(
+                            f"{p.arn}\t{p.kind}\t{p.base_model}\t{p.creation_time}\t{p.description}"
+                        )
+        elif args.verb == "show":
+            print(
+                json.dumps(
+                    service.describe_model_package({"ModelPackageName": args.arn}),
+                    indent=2,
+                    default=str,
+                )
+            )
+        else:
+            result = service.delete_model_package(
+                {"ModelPackageName": args.arn}, delete_artifacts=args.delete_artifacts
+            )
+            kept = result["RetainedAt"]
+            print(
+                f"deleted {args.arn}"
+                + (
+                    f"; files kept at {kept}"
+                    if kept
+                    else f"; {result['ObjectsDeleted']} files deleted"
+                )
+            )
+    except ServiceError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    finally:
+        service.close()
     return 0
 
 

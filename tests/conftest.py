@@ -17,9 +17,10 @@ ROLE = "arn:aws:iam::000000000000:role/localsession-tests"
 
 
 @pytest.fixture(scope="session")
-def service() -> Iterator[Service]:
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """One service for the whole run (sessions share it, as on the real service)."""
-    svc = Service(ServiceConfig(max_sessions=64, gap_timeout=0.0))
+    home = tmp_path_factory.mktemp("localsession-home")
+    svc = Service(ServiceConfig(max_sessions=64, gap_timeout=0.0, home=home))
     yield svc
     svc.close()
 

@@ -25,34 +25,6 @@ except ImportError:  # pragma: no cover - `make test` installs it; a skip would 
         pytrace=False,
     )
 
-#: Methods that belong to the checkpoint issue ("Checkpoints, model packages and resume"),
-#: which adds them. Listed so that adding one without updating this table fails too.
-PENDING_CHECKPOINT_METHODS = {
-    "ServiceClient": {
-        "list_model_packages",
-        "get_latest_model_package",
-        "create_training_client_from_state",
-        "create_training_client_from_state_async",
-        "create_training_client_from_state_with_optimizer",
-        "create_training_client_from_state_with_optimizer_async",
-        "delete_model_package",
-    },
-    "TrainingClient": {
-        "save_state",
-        "save_state_async",
-        "save_weights_for_sampler",
-        "save_weights_for_sampler_async",
-        "load_state",
-        "load_state_async",
-        "load_state_with_optimizer",
-        "load_state_with_optimizer_async",
-        "save_weights_and_get_sampling_client",
-        "save_weights_and_get_sampling_client_async",
-        "list_model_packages",
-        "get_latest_model_package",
-    },
-}
-
 #: Keyword-only extensions of ours (documented in the README), all with defaults.
 EXTENSIONS = {("ServiceClient", "__init__"): {"strict", "backend"}}
 
@@ -121,10 +93,9 @@ def test_public_name_matches(name: str) -> None:
         assert ours.model_config == theirs.model_config
         assert _fields(ours) == _fields(theirs)
     mine, sdks = _members(ours), _members(theirs)
-    pending = PENDING_CHECKPOINT_METHODS.get(name, set())
-    assert set(sdks) - set(mine) == pending, "missing public members"
+    assert set(sdks) - set(mine) == set(), "missing public members"
     assert set(mine) - set(sdks) == set(), "public members the SDK does not have"
-    for member in set(sdks) - pending:
+    for member in sdks:
         expected, actual = _describe(sdks[member]), _describe(mine[member])
         extra = EXTENSIONS.get((name, member))
         if extra and isinstance(actual, tuple):

@@ -27,6 +27,9 @@ from localsession.client.training_client import TrainingClient
 from localsession.types import (
     DEFAULT_LORA_ALPHA,
     DEFAULT_LORA_RANK,
+    ModelPackageDeletion,
+    ModelPackageInfo,
+    ModelPackageKind,
     SessionStatus,
     TrainingSessionSummary,
     VpcConfig,
@@ -42,6 +45,8 @@ _STOP_IS_NOOP_STATUSES = frozenset({"Stopping", "Stopped", "Failed", "Deleting",
 _SESSION_WAIT_SECONDS = 600
 _MAX_RESULTS_PER_PAGE = 100
 _UNSUPPORTED_CONSEQUENCE = "the session was created without it"
+_DEFAULT_LIST_LIMIT = 10
+_DEFAULT_SCAN_LIMIT = 20
 
 
 def _session_name_of(session: str) -> str:
@@ -103,6 +108,187 @@ class ServiceClient:
             vpc_config,
             max_pool_connections,
         )
+
+    # -- model packages --------------------------------------------------------------------
+
+    def _group(self, model_package_group_arn: Optional[str]) -> str:
+        group = model_package_group_arn or self._model_package_group_arn
+        if not group:
+            raise ValueError("No model_package_group_arn provided and none set on ServiceClient.")
+        return group
+
+    def _package_summaries(self, group: str, max_results: Optional[int]) -> List[Dict[str, Any]]:
+        summaries: List[Dict[str, Any]] = []
+        next_token: Optional[str] = None
+        while True:
+            args: Dict[str, Any] = {
+                "ModelPackageGroupName": group,
+                "SortBy": "CreationTime",
+                "SortOrder": "Descending",
+            }
+            if next_token:
+                args["NextToken"] = next_token
+            if max_results is not None:
+                remaining = max_results - len(summaries)
+                if remaining <= 0:
+                    break
+                args["MaxResults"] = min(remaining, _MAX_RESULTS_PER_PAGE)
+            resp = call(
+                "ListModelPackages", functools.partial(self._backend.list_model_packages, args)
+            )
+            summaries.extend(resp.get("ModelPackageSummaryList", []))
+            next_token = resp.get("NextToken")
+            if not next_token:
+                break
+        return summaries[:max_results] if max_results is not None else summaries
+
+    def _describe_package(self, model_package_arn: str) -> Dict[str, Any]:
+        return call(
+            "DescribeModelPackage",
+            lambda: self._backend.describe_model_package({"ModelPackageName": model_package_arn}),
+        )
+
+    def _package_kind(self, model_package_arn: str) -> ModelPackageKind:
+        containers = (
+            self._describe_package(model_package_arn).get("InferenceSpecification") or {}
+        ).get("Containers") or []
+        checkpoint = bool(containers and containers[0].get("IsCheckpoint"))
+        return ModelPackageKind.CHECKPOINT if checkpoint else ModelPackageKind.MODEL
+
+    def list_model_packages(
+        self,
+        *,
+        kind: Optional[ModelPackageKind] = None,
+        model_package_group_arn: Optional[str] = None,
+        max_results: Optional[int] = _DEFAULT_LIST_LIMIT,
+    ) -> List[ModelPackageInfo]:
+        """Packages of a group, newest first; ``kind`` filters (so fewer may come back)."""
+        summaries = self._package_summaries(self._group(model_package_group_arn), max_results)
+        results = [ModelPackageInfo._from_summary(s) for s in summaries]
+        if kind is None:
+            return results
+        filtered: List[ModelPackageInfo] = []
+        for info in results:
+            info.kind = self._package_kind(info.model_package_arn)
+            if info.kind == kind:
+                filtered.append(info)
+        return filtered
+
+    def get_latest_model_package(
+        self,
+        kind: ModelPackageKind,
+        *,
+        model_package_group_arn: Optional[str] = None,
+        scan_limit: int = _DEFAULT_SCAN_LIMIT,
+    ) -> Optional[ModelPackageInfo]:
+        """The newest package of ``kind`` among the ``scan_limit`` newest of the group."""
+        group = self._group(model_package_group_arn)
+        summaries = self._package_summaries(group, scan_limit)
+        for summary in summaries:
+            info = ModelPackageInfo._from_summary(summary)
+            info.kind = self._package_kind(info.model_package_arn)
+            if info.kind == kind:
+                return info
+        if len(summaries) >= scan_limit:
+            logger.warning(
+                "No %s package found in the %d most recent versions of group %s, but the "
+                "group has more; retry with a larger scan_limit.",
+                kind.value,
+                len(summaries),
+                group,
+            )
+        return None
+
+    def delete_model_package(
+        self, model_package_arn: str, *, delete_artifacts: bool = False
+    ) -> ModelPackageDeletion:
+        """Delete a package; its files too with ``delete_artifacts`` (else they are kept)."""
+        try:
+            resp = call(
+                "DeleteModelPackage",
+                lambda: self._backend.delete_model_package(
+                    {"ModelPackageName": model_package_arn}, delete_artifacts=delete_artifacts
+                ),
+            )
+        except ClientError as e:
+            if (e.response.get("Error") or {}).get("Code") not in (
+                "ResourceNotFound",
+                "ResourceNotFoundException",
+            ):
+                raise
+            return ModelPackageDeletion(
+                model_package_arn=model_package_arn,
+                model_package_deleted=False,
+                retained_reason="the model package does not exist",
+            )
+        kept = resp.get("RetainedAt")
+        return ModelPackageDeletion(
+            model_package_arn=model_package_arn,
+            model_package_deleted=True,
+            s3_uri=kept,
+            objects_deleted=int(resp.get("ObjectsDeleted") or 0),
+            artifacts_retained=kept is not None,
+            retained_reason="delete_artifacts was not set" if kept else None,
+        )
+
+    def _base_model_of(self, model_package_arn: str) -> str:
+        containers = (
+            self._describe_package(model_package_arn).get("InferenceSpecification") or {}
+        ).get("Containers") or []
+        name = ((containers[0].get("BaseModel") or {}) if containers else {}).get("HubContentName")
+        if not name:
+            raise ValueError(
+                f"Model package {model_package_arn!r} carries no base-model reference "
+                "(InferenceSpecification.Containers[0].BaseModel)."
+            )
+        return str(name)
+
+    def create_training_client_from_state(
+        self, model_package_arn: str, **kwargs: Any
+    ) -> TrainingClient:
+        """A new session with the package's adapter loaded (the optimizer starts fresh)."""
+        return self._client_from_state(model_package_arn, load_optimizer=False, kwargs=kwargs)
+
+    async def create_training_client_from_state_async(
+        self, model_package_arn: str, **kwargs: Any
+    ) -> TrainingClient:
+        return await asyncio.to_thread(
+            self.create_training_client_from_state, model_package_arn=model_package_arn, **kwargs
+        )
+
+    def create_training_client_from_state_with_optimizer(
+        self, model_package_arn: str, **kwargs: Any
+    ) -> TrainingClient:
+        """A new session resuming a CHECKPOINT exactly: adapter and AdamW state."""
+        return self._client_from_state(model_package_arn, load_optimizer=True, kwargs=kwargs)
+
+    async def create_training_client_from_state_with_optimizer_async(
+        self, model_package_arn: str, **kwargs: Any
+    ) -> TrainingClient:
+        return await asyncio.to_thread(
+            self.create_training_client_from_state_with_optimizer,
+            model_package_arn=model_package_arn,
+            **kwargs,
+        )
+
+    def _client_from_state(
+        self, model_package_arn: str, *, load_optimizer: bool, kwargs: Dict[str, Any]
+    ) -> TrainingClient:
+        if "base_model" not in kwargs:
+            kwargs = {**kwargs, "base_model": self._base_model_of(model_package_arn)}
+        tc = self.create_lora_training_client(**kwargs)
+        try:
+            if load_optimizer:
+                tc.load_state_with_optimizer(model_package_arn).result()
+            else:
+                tc.load_state(model_package_arn).result()
+        except BaseException:
+            try:
+                tc.stop()
+            except Exception:  # noqa: BLE001 - the load error matters more
+                logger.warning("Could not stop training session %r", tc.training_session_name)
+            raise
+        return tc
 
     # -- models and sessions ---------------------------------------------------------------
 
@@ -172,16 +358,23 @@ class ServiceClient:
         if bool(base_model) == bool(model_package_arn):
             raise ValueError("Specify exactly one of base_model or model_package_arn.")
         if model_package_arn:
-            raise ValueError(
-                "Sampling from a model package needs the model-package registry, which this "
-                "localsession version does not have yet; pass base_model=... instead."
-            )
-        assert base_model is not None
+            # Per-request ARN, no loadWeightsForSampling (SDK §3.2). The session's rank is the
+            # package's, so the runtime's compatibility check passes (the SDK cannot choose).
+            package = self._describe_package(model_package_arn)
+            rank = int((package.get("CustomerMetadataProperties") or {}).get("LoraRank", 0))
+            base_model = self._base_model_of(model_package_arn)
         name = self._generate_session_name()
-        self._create_session(name, base_model, rank=DEFAULT_LORA_RANK, alpha=DEFAULT_LORA_ALPHA)
+        assert base_model is not None
+        self._create_session(
+            name,
+            base_model,
+            rank=rank if model_package_arn and rank else DEFAULT_LORA_RANK,
+            alpha=DEFAULT_LORA_ALPHA,
+        )
         return SamplingClient(
             training_session_name=name,
             runtime=self._backend,
+            model_package_arn=model_package_arn or "",
             base_model=base_model,
             service_client=self,
         )

@@ -24,20 +24,37 @@ from localsession.client._inputs import (
     chunk_datum_list,
     combine_forward_backward_results,
 )
-from localsession.client._submit import submit
+from localsession.client._submit import operation_future, submit
+from localsession.client.backend import call
 from localsession.client.sampling_client import SamplingClient
+from localsession.exceptions import TrainingSessionError
 from localsession.futures import APIFuture, CombinedFuture
 from localsession.types import (
     AdamParams,
     ForwardBackwardOutput,
+    LoadStateResponse,
     LossFunction,
+    ModelPackageInfo,
+    ModelPackageKind,
     OptimStepResponse,
+    SaveStateResponse,
+    SaveWeightsResponse,
     _OperationResult,
 )
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T", bound=_OperationResult)
+
+# The SDK's wording for accepted-but-ignored save arguments (training_client.py).
+_SAVE_TTL_CONSEQUENCE = "the checkpoint was saved under the platform's retention policy instead"
+_SAVE_NAME_CONSEQUENCE = (
+    "a checkpoint is identified by its model package ARN, not a caller-chosen "
+    "name; pass description=... for a human-readable label"
+)
+_SAVE_OVERWRITE_CONSEQUENCE = (
+    "the save registered a new model package version instead, leaving earlier versions in place"
+)
 
 
 class TrainingClient:
@@ -68,6 +85,8 @@ class TrainingClient:
         self._sequence_lock = threading.RLock()
         self._submitter = BackgroundSubmitter(name=f"localsession-training-{training_session_name}")
         self._handle = _SessionHandle(training_session_name, service_client)
+        self._latest_by_kind: Dict[ModelPackageKind, ModelPackageInfo] = {}
+        self._cache_lock = threading.Lock()
 
     def get_tokenizer(self) -> Any:
         """The session model's tokenizer (a ``transformers`` tokenizer), cached per client."""
@@ -165,6 +184,146 @@ class TrainingClient:
     ) -> APIFuture[OptimStepResponse]:
         return self.optim_step(adam_params)
 
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save_weights_for_sampler(
+        self,
+        description: str = "",
+        merge_weights: bool = False,
+        *,
+        ttl_seconds: Optional[int] = None,
+        name: Optional[str] = None,
+    ) -> APIFuture[SaveWeightsResponse]:
+        """Save the adapter as a MODEL package (``merge_weights`` adds a merged full model)."""
+        _warn_unsupported_args(_SAVE_TTL_CONSEQUENCE, ttl_seconds=ttl_seconds)
+        _warn_unsupported_args(_SAVE_NAME_CONSEQUENCE, name=name)
+        config: Dict[str, Any] = {}
+        if merge_weights:
+            config["mergeWeights"] = True
+        if description:
+            config["description"] = description
+        return self._submit(
+            {"saveWeights": config},
+            SaveWeightsResponse,
+            record_fn=self._cache_on_save(ModelPackageKind.MODEL),
+        )
+
+    async def save_weights_for_sampler_async(
+        self,
+        description: str = "",
+        merge_weights: bool = False,
+        *,
+        ttl_seconds: Optional[int] = None,
+        name: Optional[str] = None,
+    ) -> APIFuture[SaveWeightsResponse]:
+        return self.save_weights_for_sampler(
+            description=description,
+            merge_weights=merge_weights,
+            ttl_seconds=ttl_seconds,
+            name=name,
+        )
+
+    def save_state(
+        self,
+        description: str = "",
+        *,
+        ttl_seconds: Optional[int] = None,
+        overwrite: bool = False,
+        name: Optional[str] = None,
+    ) -> APIFuture[SaveStateResponse]:
+        """Save adapter + optimizer state as a CHECKPOINT package, resumable later."""
+        _warn_unsupported_args(_SAVE_TTL_CONSEQUENCE, ttl_seconds=ttl_seconds)
+        _warn_unsupported_args(_SAVE_OVERWRITE_CONSEQUENCE, overwrite=True if overwrite else None)
+        _warn_unsupported_args(_SAVE_NAME_CONSEQUENCE, name=name)
+        config: Dict[str, Any] = {}
+        if description:
+            config["description"] = description
+        return self._submit(
+            {"saveState": config},
+            SaveStateResponse,
+            record_fn=self._cache_on_save(ModelPackageKind.CHECKPOINT),
+        )
+
+    async def save_state_async(
+        self,
+        description: str = "",
+        *,
+        ttl_seconds: Optional[int] = None,
+        overwrite: bool = False,
+        name: Optional[str] = None,
+    ) -> APIFuture[SaveStateResponse]:
+        return self.save_state(
+            description=description, ttl_seconds=ttl_seconds, overwrite=overwrite, name=name
+        )
+
+    def load_state(self, model_package_arn: str) -> APIFuture[LoadStateResponse]:
+        """Restore the adapter weights from a package (the optimizer starts fresh)."""
+        return self._submit_load_state(model_package_arn, load_optimizer=False)
+
+    async def load_state_async(self, model_package_arn: str) -> APIFuture[LoadStateResponse]:
+        return self.load_state(model_package_arn)
+
+    def load_state_with_optimizer(self, model_package_arn: str) -> APIFuture[LoadStateResponse]:
+        """Restore the adapter weights and the AdamW state from a CHECKPOINT package."""
+        return self._submit_load_state(model_package_arn, load_optimizer=True)
+
+    async def load_state_with_optimizer_async(
+        self, model_package_arn: str
+    ) -> APIFuture[LoadStateResponse]:
+        return self.load_state_with_optimizer(model_package_arn)
+
+    def _submit_load_state(
+        self, model_package_arn: str, *, load_optimizer: bool
+    ) -> APIFuture[LoadStateResponse]:
+        config = {"modelPackageArn": model_package_arn, "loadOptimizer": load_optimizer}
+        return self._submit({"loadState": config}, LoadStateResponse)
+
+    def list_model_packages(
+        self,
+        *,
+        kind: "Optional[ModelPackageKind]" = None,
+        max_results: Optional[int] = None,
+    ) -> List[ModelPackageInfo]:
+        """Packages of this session's group, newest first (via the ServiceClient)."""
+        kwargs: Dict[str, Any] = {"model_package_group_arn": self._require_group()}
+        if kind is not None:
+            kwargs["kind"] = kind
+        if max_results is not None:
+            kwargs["max_results"] = max_results
+        return self._require_service_client().list_model_packages(**kwargs)  # type: ignore[no-any-return]
+
+    def get_latest_model_package(self, kind: ModelPackageKind) -> Optional[ModelPackageInfo]:
+        """The newest package of ``kind`` this client saved (answered locally, as the SDK does)."""
+        with self._cache_lock:
+            return self._latest_by_kind.get(kind)
+
+    def _cache_on_save(self, kind: ModelPackageKind) -> Callable[[Any], None]:
+        def _record(result: Any) -> None:
+            arn = result.model_package_arn
+            if arn:
+                with self._cache_lock:
+                    self._latest_by_kind[kind] = ModelPackageInfo(model_package_arn=arn, kind=kind)
+
+        return _record
+
+    def _require_group(self) -> str:
+        if not self._model_package_group_arn:
+            raise ValueError(
+                "This client has no model package group associated, so checkpoints "
+                "cannot be listed. Use ServiceClient.list_model_packages(...) with an "
+                "explicit model_package_group_arn instead."
+            )
+        return self._model_package_group_arn
+
+    def _require_service_client(self) -> Any:
+        if self._service_client is None:
+            raise ValueError(
+                "This client was not created by a ServiceClient, so checkpoint "
+                "lookups are unavailable. Use ServiceClient.list_model_packages(...) "
+                "directly."
+            )
+        return self._service_client
+
     def _submit(
         self,
         operation_config: Dict[str, Any],
@@ -205,6 +364,63 @@ class TrainingClient:
         return self._sequence_counter
 
     # -- sampling clients ------------------------------------------------------------------
+
+    def save_weights_and_get_sampling_client(
+        self,
+        description: str = "",
+        merge_weights: bool = False,
+        *,
+        name: Optional[str] = None,
+        retry_config: Optional[Any] = None,
+    ) -> SamplingClient:
+        """Save the weights (blocking), point this session's samplers at them, return one."""
+        result = self.save_weights_for_sampler(
+            description=description, merge_weights=merge_weights, name=name
+        ).result()
+        model_package_arn = result.model_package_arn
+        if not model_package_arn:
+            raise TrainingSessionError(
+                "The weights were saved but the service returned no checkpoint "
+                "ARN, so there is nothing to sample from. Retry the save, or "
+                "call save_weights_for_sampler() and inspect its result."
+            )
+        self._load_weights_for_sampling(model_package_arn)
+        return self.create_sampling_client(
+            model_package_arn=model_package_arn, retry_config=retry_config
+        )
+
+    async def save_weights_and_get_sampling_client_async(
+        self,
+        description: str = "",
+        merge_weights: bool = False,
+        *,
+        name: Optional[str] = None,
+        retry_config: Optional[Any] = None,
+    ) -> SamplingClient:
+        return await asyncio.to_thread(
+            self.save_weights_and_get_sampling_client,
+            description=description,
+            merge_weights=merge_weights,
+            name=name,
+            retry_config=retry_config,
+        )
+
+    def _load_weights_for_sampling(self, model_package_arn: str) -> LoadStateResponse:
+        """ExecuteSamplingOperation{loadWeightsForSampling}, sent from the caller's thread."""
+        config = {"loadWeightsForSampling": {"modelPackageArn": model_package_arn}}
+        response = call(
+            "ExecuteSamplingOperation",
+            lambda: self._runtime.execute_sampling_operation(
+                self.training_session_name, {"operationConfig": config}
+            ),
+        )
+        return operation_future(
+            self._runtime,
+            self.training_session_name,
+            "ExecuteSamplingOperation",
+            response["operationId"],
+            lambda r: LoadStateResponse._from_api(r.get("operationResult", {})),
+        ).result()
 
     def create_sampling_client(
         self, model_package_arn: str = "", *, retry_config: Optional[Any] = None

@@ -10,6 +10,9 @@
 - Gradients accumulate across ``forward_backward`` calls; ``step`` applies and zeroes them.
   With nothing accumulated, or with ``learningRate == 0``, the weights stay bit-identical
   (the update is skipped; gradients are still zeroed).
+- Checkpoints: ``named_state`` / ``load_named_state`` move the moments and step counts keyed
+  by parameter name (the checkpoint files' layout), so a restored optimizer resumes bit for
+  bit.
 """
 
 from __future__ import annotations
@@ -116,6 +119,15 @@ def clip_grads_(grads: list[Tensor], max_norm: float, total_norm: Tensor) -> Non
     torch._foreach_mul_(grads, coef.to(grads[0].device))
 
 
+@dataclass(frozen=True)
+class NamedMoments:
+    """One parameter's AdamW state: the step count and both moments (param-shaped)."""
+
+    step: int
+    exp_avg: Tensor
+    exp_avg_sq: Tensor
+
+
 def _make_adamw(groups: list[dict[str, Any]]) -> torch.optim.AdamW:
     try:
         return torch.optim.AdamW(groups, fused=True)
@@ -133,6 +145,9 @@ class LoraAdamW:
         self.params_a: list[torch.nn.Parameter] = [p for n, p in named if not is_lora_b(n)]
         self.params_b: list[torch.nn.Parameter] = [p for n, p in named if is_lora_b(n)]
         self.params: list[torch.nn.Parameter] = [p for _, p in named]
+        self.names: list[str] = [n for n, _ in named]
+        #: The hyperparameters of the last ``step`` call (``None`` before the first).
+        self.last_params: AdamParams | None = None
         groups = [
             {"params": self.params_a, "lr": 0.0, "name": "lora_A"},
             {"params": self.params_b, "lr": 0.0, "name": "lora_B"},
@@ -165,6 +180,7 @@ class LoraAdamW:
     def step(self, hp: AdamParams) -> dict[str, float]:
         """Clip, apply and zero the accumulated gradients; return the §2 metrics."""
         hp.check()
+        self.last_params = hp
         grads = self.grads()
         metrics = {"learning_rate": hp.learning_rate, "grad_norm": 0.0, "num_params_updated": 0.0}
         if not grads:  # nothing accumulated: complete, weights unchanged
@@ -192,4 +208,52 @@ class LoraAdamW:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` and drop accumulated gradients."""
         self.optimizer.load_state_dict(state)
+        self.zero_grad()
+
+    def named_state(self) -> dict[str, NamedMoments]:
+        """A copy of every parameter's AdamW state, keyed by parameter name.
+
+        Parameters that never took a step have no state and are left out.
+        """
+        out: dict[str, NamedMoments] = {}
+        for name, p in zip(self.names, self.params, strict=True):
+            state = self.optimizer.state.get(p)
+            if not state:
+                continue
+            out[name] = NamedMoments(
+                step=int(float(state["step"])),
+                exp_avg=state["exp_avg"].detach().clone(),
+                exp_avg_sq=state["exp_avg_sq"].detach().clone(),
+            )
+        return out
+
+    def load_named_state(
+        self, moments: Mapping[str, NamedMoments], last_params: AdamParams | None
+    ) -> None:
+        """Replace the whole AdamW state with ``moments`` (see :meth:`named_state`).
+
+        The caller has checked names and shapes. Goes through ``torch``'s own
+        ``load_state_dict``, so the step counters get the dtype and device this optimizer
+        (fused or not) uses. Drops accumulated gradients.
+        """
+        template = self.optimizer.state_dict()
+        index = {
+            id(p): i
+            for i, p in enumerate(p for g in self.optimizer.param_groups for p in g["params"])
+        }
+        state: dict[int, dict[str, Tensor]] = {}
+        for name, p in zip(self.names, self.params, strict=True):
+            m = moments.get(name)
+            if m is None:
+                continue
+            state[index[id(p)]] = {
+                # float32, as torch creates it (exact for any count below 2**24)
+                "step": torch.tensor(float(m.step), dtype=torch.float32),
+                "exp_avg": m.exp_avg.to(device=p.device, dtype=p.dtype, copy=True),
+                "exp_avg_sq": m.exp_avg_sq.to(device=p.device, dtype=p.dtype, copy=True),
+            }
+        self.optimizer.load_state_dict({"state": state, "param_groups": template["param_groups"]})
+        if last_params is not None:  # informational: every step sets its own
+            self._set_hyperparameters(last_params)
+        self.last_params = last_params
         self.zero_grad()

@@ -10,20 +10,40 @@ a half-applied update (engine_api threading contract).
 - Inputs are validated before any tensor reaches the model; an ``EngineInputError`` leaves
   no gradient behind.
 - ``sample`` / ``compute_logprobs`` with ``weights=None`` read the *base* model (adapter
-  disabled): samplers only ever see saved packages (local-semantics §3). Named packages come
-  with the checkpoint work; until then a non-None key is rejected.
+  disabled); with a package directory they read that package's adapter snapshot, never the
+  live training weights (local-semantics §3). Snapshots are loaded lazily and cached (LRU);
+  a batch swaps the snapshot into the adapter under the lock and restores the live tensors
+  bit for bit afterwards.
+- ``save_package`` / ``load_package`` (local-semantics §5, file formats in ``checkpoint``):
+  tensors are copied under the lock and written outside it; a load reads and checks every
+  file before anything live changes, then copies into the existing parameters so the
+  optimizer's references stay valid.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from localsession.engine.checkpoint import (
+    ADAPTER_WEIGHTS,
+    adapter_config_dict,
+    adapter_layout,
+    file_key,
+    merged_state_dict,
+    read_adapter,
+    read_optimizer,
+    write_adapter,
+    write_merged,
+    write_optimizer,
+)
 from localsession.engine.datums import (
     Batch,
     check_vocab,
@@ -43,6 +63,9 @@ from localsession.engine.model import LoadedModel, load_model
 from localsession.engine.optim import AdamParams, LoraAdamW
 from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
+
+#: How many package snapshots ``sample`` keeps loaded (CPU memory, per engine).
+SNAPSHOT_CACHE_SIZE = 8
 
 
 def _tensor_data(values: list[float]) -> dict[str, Any]:
@@ -64,6 +87,16 @@ class TorchEngine:
             self._loaded.pad_id,
             self._loaded.device,
         )
+        self._layout = adapter_layout(self._loaded.model)
+        #: live parameter name -> the trainable (LoRA) parameter, in model order
+        self._adapter: dict[str, torch.nn.Parameter] = {
+            name: p for name, p in self._loaded.model.named_parameters() if p.requires_grad
+        }
+        #: (path, inode, mtime_ns, size) of a package's adapter file -> name -> tensor (CPU)
+        self._snapshots: OrderedDict[tuple[str, int, int, int], dict[str, torch.Tensor]] = (
+            OrderedDict()
+        )
+        self._snapshot_lock = threading.Lock()
         self._closed = False
 
     # -- introspection (tests, checkpoints) ---------------------------------------------
@@ -178,13 +211,54 @@ class TorchEngine:
 
     # -- sampling -----------------------------------------------------------------------
 
-    def _base_weights(self, weights: str | None) -> AbstractContextManager[Any]:
-        if weights is not None:
-            raise EngineInputError(
-                f"weights {weights!r}: sampling from saved model packages is not supported "
-                "by this engine yet; sample with weights=None (the base model)"
-            )
-        return self._loaded.model.disable_adapter()  # type: ignore[no-any-return]
+    def _snapshot(self, weights: str | None) -> dict[str, torch.Tensor] | None:
+        """The adapter tensors of package ``weights`` (cached), or ``None`` for the base."""
+        if weights is None:
+            return None
+        path = Path(weights)
+        key: tuple[str, int, int, int] | None
+        try:
+            stat = (path / ADAPTER_WEIGHTS).stat()
+            key = (str(path.resolve()), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        except (OSError, ValueError):
+            key = None  # read_adapter below raises the package error
+        with self._snapshot_lock:
+            if key is not None and key in self._snapshots:
+                self._snapshots.move_to_end(key)
+                return self._snapshots[key]
+        tensors = read_adapter(path, self._layout)
+        snapshot = {
+            name: tensors[k].to(dtype=self._adapter[name].dtype)
+            for k, name in self._layout.names.items()
+        }
+        if key is not None:
+            with self._snapshot_lock:
+                self._snapshots[key] = snapshot
+                while len(self._snapshots) > SNAPSHOT_CACHE_SIZE:
+                    self._snapshots.popitem(last=False)
+        return snapshot
+
+    @contextmanager
+    def _use_weights(self, snapshot: dict[str, torch.Tensor] | None) -> Iterator[None]:
+        """Run with the base model (``None``) or with ``snapshot`` in the adapter.
+
+        The caller holds the lock. The live adapter tensors are stashed and copied back
+        bit for bit however the body ends. (peft's ``set_adapter`` is avoided: it flips
+        ``requires_grad``.)
+        """
+        if snapshot is None:
+            with self._loaded.model.disable_adapter():
+                yield
+            return
+        with torch.no_grad():
+            live = {name: p.detach().clone() for name, p in self._adapter.items()}
+            try:
+                for name, p in self._adapter.items():
+                    p.copy_(snapshot[name])
+                yield
+            finally:
+                for name, p in self._adapter.items():
+                    p.copy_(live[name])
 
     def _check_prompt(self, tokens: Sequence[Any], what: str) -> list[int]:
         if not isinstance(tokens, (list, tuple)) or not tokens:
@@ -224,7 +298,8 @@ class TorchEngine:
         checked = [self._check_request(i, r) for i, r in enumerate(requests)]
         if not checked:
             return []
-        with self._lock, self._base_weights(weights), torch.no_grad():
+        snapshot = self._snapshot(weights)
+        with self._lock, self._use_weights(snapshot), torch.no_grad():
             grouped = self._sampler.run(checked)
             responses: list[dict[str, Any]] = []
             for req, streams in zip(checked, grouped, strict=True):
@@ -250,9 +325,55 @@ class TorchEngine:
         """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
         self._check_open()
         ids = self._check_prompt(tokens, "`prompt`")
-        with self._lock, self._base_weights(weights), torch.no_grad():
+        snapshot = self._snapshot(weights)
+        with self._lock, self._use_weights(snapshot), torch.no_grad():
             values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)
         return [None, *values[1:]]
+
+    # -- packages -----------------------------------------------------------------------
+
+    def save_package(
+        self, directory: str, *, include_optimizer: bool, merge_weights: bool
+    ) -> None:
+        """Write the adapter (+ optimizer state, + merged model) into ``directory``."""
+        self._check_open()
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            adapter = {
+                file_key(name): p.detach().to("cpu", copy=True)
+                for name, p in self._adapter.items()
+            }
+            moments = self._optimizer.named_state() if include_optimizer else {}
+            last_params = self._optimizer.last_params
+            merged = merged_state_dict(self._loaded.model) if merge_weights else None
+        resolved = self._loaded.resolved
+        # a local directory or nothing: never a hub id that a loader might try to fetch
+        base_path = None if resolved.kind == "builtin" else resolved.target
+        write_adapter(target, adapter, adapter_config_dict(self._loaded.model, base_path))
+        if include_optimizer:
+            named = {file_key(name): m for name, m in moments.items()}
+            write_optimizer(target, named, last_params)
+        if merged is not None:
+            write_merged(target, self._loaded.model, merged, self._loaded.tokenizer)
+
+    def load_package(self, directory: str, *, load_optimizer: bool) -> None:
+        """Restore the adapter (and the AdamW state) from a package; zero gradients."""
+        self._check_open()
+        tensors = read_adapter(directory, self._layout)  # every check before any change
+        if load_optimizer:
+            moments, last_params = read_optimizer(directory, self._layout)
+        names = self._layout.names
+        with self._lock, torch.no_grad():
+            for key, name in names.items():
+                self._adapter[name].copy_(tensors[key])
+            if load_optimizer:
+                self._optimizer.load_named_state(
+                    {names[k]: m for k, m in moments.items()}, last_params
+                )
+            else:
+                self._optimizer = LoraAdamW(self._loaded.model.named_parameters())
+            self._optimizer.zero_grad()
 
     # -- misc ---------------------------------------------------------------------------
 
@@ -272,7 +393,8 @@ class TorchEngine:
             self._closed = True
             device = self._loaded.device
             self._optimizer.zero_grad()
-            del self._sampler, self._optimizer, self._loaded
+            self._snapshots.clear()
+            del self._sampler, self._optimizer, self._loaded, self._adapter
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()

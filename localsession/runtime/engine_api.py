@@ -89,8 +89,9 @@ class Engine(Protocol):
     def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
         """Run several sample requests against one set of weights as one batch.
 
-        ``weights`` is ``None`` for the base model, or a key an engine was given earlier
-        (saved packages; see the checkpoint issue). Returns one wire ``SampleResponse`` per
+        ``weights`` is ``None`` for the base model, or the directory of a saved package: the
+        engine samples that adapter snapshot (loaded lazily, cached), never the live training
+        weights. Returns one wire ``SampleResponse`` per
         request: ``{"sequences": [{"stopReason", "tokens", "logprobs"}], "promptLogprobs"?,
         "topkPromptLogprobs"?}``.
         """
@@ -98,6 +99,28 @@ class Engine(Protocol):
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
         """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
+        ...
+
+    def save_package(self, directory: str, *, include_optimizer: bool, merge_weights: bool) -> None:
+        """Write the current adapter into ``directory`` (an empty, private temporary dir).
+
+        Always: ``adapter_config.json`` + ``adapter_model.safetensors`` in the layout
+        ``peft.PeftModel.from_pretrained(base, directory)`` loads. With ``include_optimizer``:
+        ``optimizer.safetensors`` (AdamW moments) + ``optimizer.json`` (step count, last
+        hyperparameters). With ``merge_weights``: ``merged/``, a full model and its tokenizer
+        that ``AutoModelForCausalLM.from_pretrained`` loads on its own. No pickle. The
+        runtime renames the directory into place afterwards, so the engine never writes
+        anywhere else. Accumulated gradients are left as they are.
+        """
+        ...
+
+    def load_package(self, directory: str, *, load_optimizer: bool) -> None:
+        """Restore the adapter (and, with ``load_optimizer``, the AdamW state) from a package.
+
+        Zeroes accumulated gradients. Without ``load_optimizer`` the optimizer starts fresh.
+        The runtime has already checked base model and rank; a package the engine still
+        cannot load raises :class:`EngineInputError` with nothing changed.
+        """
         ...
 
     def get_tokenizer(self) -> Any:

@@ -188,8 +188,9 @@ def resolve_base_model(name: str) -> ResolvedModel:
         if resolved is None:
             raise ValueError(
                 _unknown_model_message(
-                    name, f" (it is mapped to {target!r}, which is not a built-in, a model "
-                    "directory, or a model in the local Hugging Face cache)"
+                    name,
+                    f" (it is mapped to {target!r}, which is not a built-in, a model "
+                    "directory, or a model in the local Hugging Face cache)",
                 )
             )
         return resolved

@@ -17,13 +17,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from localsession.runtime import errors, validate
 from localsession.runtime.engine_api import Engine, EngineSpec, SampleRequest
-from localsession.runtime.operations import TERMINAL, Operation
+from localsession.runtime.models import localsession_home
+from localsession.runtime.operations import COMPLETED, TERMINAL, Operation
+from localsession.runtime.registry import Registry
 from localsession.runtime.scheduler import SamplingScheduler, make_job
-from localsession.runtime.session import ACTIVE, DELETABLE, Session
+from localsession.runtime.session import ACTIVE, DELETABLE, PackageMismatch, Session
 
 DEFAULT_ACCOUNT = "000000000000"
 
@@ -52,6 +55,8 @@ class ServiceConfig:
     gap_timeout: float = 60.0
     #: Seconds of inactivity before a session becomes Expired; None = never.
     idle_timeout: float | None = None
+    #: State directory: the model-package registry lives under it (local-semantics §5).
+    home: Path = field(default_factory=localsession_home)
     engine_factory: Callable[[EngineSpec], Engine] = field(default=_default_engine_factory)
 
     @classmethod
@@ -78,6 +83,15 @@ class Service:
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._scheduler = SamplingScheduler()
+        self._registry: Registry | None = None
+
+    @property
+    def registry(self) -> Registry:
+        """The package registry, opened (and swept of interrupted writes) on first use."""
+        with self._lock:
+            if self._registry is None:
+                self._registry = Registry(self.config.home, self.config.region, self.config.account)
+            return self._registry
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -155,6 +169,7 @@ class Service:
                 strict=self.config.strict if strict is None else strict,
                 gap_timeout=self.config.gap_timeout,
                 engine_factory=self.config.engine_factory,
+                registry=lambda: self.registry,
             )
         return {"TrainingSessionArn": arn}
 
@@ -209,6 +224,75 @@ class Service:
             self._sessions.pop(session.name, None)
         return {}
 
+    # -- model registry --------------------------------------------------------------------
+
+    def list_model_packages(self, request: dict[str, Any]) -> dict[str, Any]:
+        """ListModelPackages, newest first, paginated by ``NextToken``."""
+        packages = self.registry.list(str(request.get("ModelPackageGroupName") or ""))
+        if request.get("SortOrder") == "Ascending":
+            packages.reverse()
+        start = int(request.get("NextToken") or 0)
+        limit = int(request.get("MaxResults") or 100)
+        body: dict[str, Any] = {
+            "ModelPackageSummaryList": [
+                {
+                    "ModelPackageArn": p.arn,
+                    "ModelPackageGroupName": p.group,
+                    "ModelPackageVersion": p.version,
+                    "CreationTime": p.created(),
+                    "ModelPackageDescription": p.description,
+                    "ModelPackageStatus": "Completed",
+                }
+                for p in packages[start : start + limit]
+            ]
+        }
+        if start + limit < len(packages):
+            body["NextToken"] = str(start + limit)
+        return body
+
+    def describe_model_package(self, request: dict[str, Any]) -> dict[str, Any]:
+        """DescribeModelPackage, with the fields the SDK reads (kind, base model, location)."""
+        arn = str(request.get("ModelPackageName") or "")
+        p = self.registry.get(arn)
+        return {
+            "ModelPackageName": p.group,
+            "ModelPackageGroupName": p.group,
+            "ModelPackageVersion": p.version,
+            "ModelPackageArn": p.arn,
+            "ModelPackageDescription": p.description,
+            "CreationTime": p.created(),
+            "ModelPackageStatus": "Completed",
+            "InferenceSpecification": {
+                "Containers": [
+                    {
+                        "IsCheckpoint": p.kind == "checkpoint",
+                        "BaseModel": {"HubContentName": p.base_model, "HubContentVersion": "1.0.0"},
+                        "ModelDataSource": {
+                            "S3DataSource": {
+                                "S3Uri": self.registry.path(arn).as_uri() + "/",
+                                "S3DataType": "S3Prefix",
+                            }
+                        },
+                    }
+                ]
+            },
+            "CustomerMetadataProperties": {
+                "LoraRank": str(p.lora_rank),
+                "LoraAlpha": str(p.lora_alpha),
+                "TrainingSession": p.session,
+            },
+        }
+
+    def delete_model_package(
+        self, request: dict[str, Any], *, delete_artifacts: bool = False
+    ) -> dict[str, Any]:
+        """DeleteModelPackage. In-process, ``delete_artifacts`` also removes the files;
+        otherwise they move to ``retained/``. Returns where they went and how many were
+        deleted (the in-process stand-in for the SDK's S3 step)."""
+        arn = str(request.get("ModelPackageName") or "")
+        kept, deleted = self.registry.delete(arn, keep_artifacts=not delete_artifacts)
+        return {"RetainedAt": kept.as_uri() + "/" if kept else None, "ObjectsDeleted": deleted}
+
     def list_base_models(self) -> list[str]:
         from localsession.runtime.models import list_base_models
 
@@ -230,7 +314,14 @@ class Service:
         session = self._session(name, runtime=True)
         session.require_accepting()
         kind, body, tokens = validate.sampling_request(request, session.strict)
-        weights = body.get("modelPackageArn") or None
+        weights = self._sampling_weights(session, body.get("modelPackageArn"))
+        op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
+        with session.cond:
+            session.ops[op.id] = op
+        if kind == "loadWeightsForSampling":
+            session.sampling_package = weights
+            op.finish(COMPLETED, result={})
+            return {"operationId": op.id}
         sample_request = None
         if kind == "sample":
             params = body["samplingParams"]
@@ -247,11 +338,20 @@ class Service:
                 include_prompt_logprobs=bool(body.get("includePromptLogprobs")),
                 topk_prompt_logprobs=body.get("topkPromptLogprobs"),
             )
-        op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
-        with session.cond:
-            session.ops[op.id] = op
         self._scheduler.submit(make_job(session, op, weights, sample_request, tokens))
         return {"operationId": op.id}
+
+    def _sampling_weights(self, session: Session, arn: str | None) -> str | None:
+        """Which weights a sampling op reads (local-semantics §3): the ARN's package, else
+        the session's ``loadWeightsForSampling`` package, else the base model (None)."""
+        if not arn:
+            return session.sampling_package
+        try:
+            return str(session.compatible_package(arn))
+        except PackageMismatch as exc:
+            raise errors.validation(str(exc)) from None
+        except errors.ServiceError as exc:
+            raise errors.not_found(exc.message, runtime=True) from None
 
     def _operation(self, name: str, operation_id: str) -> Operation:
         session = self._session(name, runtime=True)

@@ -13,11 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from localsession.runtime import errors
 from localsession.runtime.engine_api import Engine, EngineInputError, EngineSpec
+from localsession.runtime.models import resolve_base_model
 from localsession.runtime.operations import COMPLETED, FAILED, SKIPPED, Operation
+from localsession.runtime.registry import CHECKPOINT, MODEL, Registry
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +31,11 @@ ACTIVE = frozenset({CREATED, "Scheduled", RUNNING, BLOCKED})
 #: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
 NOT_STOPPABLE = frozenset({STOPPING, STOPPED, FAILED_S, "Deleting", "DeletionFailed"})
 DELETABLE = frozenset({STOPPED, FAILED_S, EXPIRED, "DeletionFailed"})
+DEFAULT_GROUP = "sagemaker-default"
+
+
+class PackageMismatch(Exception):
+    """A package whose base model or LoRA rank does not fit the session loading it."""
 
 
 def _now() -> datetime:
@@ -47,6 +55,7 @@ class Session:
         strict: bool,
         gap_timeout: float,
         engine_factory: Callable[[EngineSpec], Engine],
+        registry: Callable[[], Registry],
     ) -> None:
         self.name, self.arn, self.spec, self.details = name, arn, spec, details
         self.strict = strict
@@ -68,6 +77,9 @@ class Session:
         self._gap_since: float | None = None
         self.running_op: Operation | None = None
         self._engine_factory = engine_factory
+        self._registry = registry
+        #: The package ``loadWeightsForSampling`` pointed this session's samplers at.
+        self.sampling_package: str | None = None
         self._worker = threading.Thread(target=self._run, name=f"localsession-{name}", daemon=True)
         self._worker.start()
 
@@ -248,13 +260,65 @@ class Session:
             elif op.kind == "optimizerStep":
                 metrics = engine.optim_step(op.body["adamParamsConfig"])
                 op.finish(COMPLETED, result={"metrics": metrics})
+            elif op.kind in ("saveState", "saveWeights"):
+                arn = self._save(engine, op.kind, op.body)
+                op.finish(COMPLETED, result={"modelPackageArn": arn})
+            elif op.kind == "loadState":
+                path = self.compatible_package(op.body["modelPackageArn"])
+                engine.load_package(str(path), load_optimizer=bool(op.body["loadOptimizer"]))
+                op.finish(COMPLETED, result={})
             else:  # pragma: no cover - validate.py admits only the kinds above
                 op.finish(FAILED, error=f"Unsupported operation {op.kind}")
-        except EngineInputError as exc:
+        except (EngineInputError, PackageMismatch) as exc:
             op.finish(FAILED, error=str(exc))
+        except errors.ServiceError as exc:
+            op.finish(FAILED, error=exc.message)
         except Exception as exc:  # noqa: BLE001 - an op failure must not kill the worker
             logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
             op.finish(FAILED, error=f"Internal error while running {op.kind}: {exc!r}")
+
+    def _save(self, engine: Engine, kind: str, body: dict[str, Any]) -> str:
+        """Write a CHECKPOINT (saveState) or MODEL (saveWeights) package; return its ARN."""
+        checkpoint = kind == "saveState"
+        merged = bool(body.get("mergeWeights"))
+        info = self._registry().create(
+            self.details.get("ModelPackageGroupArn") or DEFAULT_GROUP,
+            kind=CHECKPOINT if checkpoint else MODEL,
+            base_model=self.spec.base_model,
+            lora_rank=self.spec.rank,
+            lora_alpha=self.spec.alpha,
+            description=body.get("description") or f"{kind} of training session {self.name}",
+            session=self.name,
+            merged=merged,
+            write=lambda tmp: engine.save_package(
+                str(tmp), include_optimizer=checkpoint, merge_weights=merged
+            ),
+        )
+        return info.arn
+
+    def compatible_package(self, arn: str) -> Path:
+        """The directory of package ``arn`` if its base model and rank fit this session."""
+        info = self._registry().get(arn)
+        try:
+            same_base = (
+                resolve_base_model(info.base_model).target
+                == resolve_base_model(self.spec.base_model).target
+            )
+        except ValueError:
+            same_base = False
+        if not same_base:
+            raise PackageMismatch(
+                f"Model package {arn} was trained on base model {info.base_model!r}, but this "
+                f"session runs {self.spec.base_model!r}. Load it into a session created on "
+                f"{info.base_model!r}."
+            )
+        if info.lora_rank != self.spec.rank:
+            raise PackageMismatch(
+                f"Model package {arn} holds a rank-{info.lora_rank} LoRA adapter, but this "
+                f"session's adapter has rank {self.spec.rank}. Create the session with "
+                f"rank={info.lora_rank} (create_training_client_from_state defaults to 32)."
+            )
+        return self._registry().path(arn)
 
     def add_sample_usage(self, prefill: int, decode: int) -> None:
         with self.cond:

@@ -16,9 +16,17 @@ import re
 from typing import Any, TypeGuard
 
 from localsession.runtime.errors import ServiceError, validation
+from localsession.runtime.registry import parse_arn
 
-TRAINING_OPS = ("forward", "forwardBackward", "optimizerStep")
-SAMPLING_OPS = ("sample", "computeLogprobs")
+TRAINING_OPS = (
+    "forward",
+    "forwardBackward",
+    "optimizerStep",
+    "saveWeights",
+    "saveState",
+    "loadState",
+)
+SAMPLING_OPS = ("sample", "computeLogprobs", "loadWeightsForSampling")
 LOSS_FNS = ("cross_entropy", "importance_sampling", "ppo", "cispo")
 LOSS_FN_INPUT_KEYS = (
     "target_tokens",
@@ -176,6 +184,14 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
         _datum_list(body, kind)
     elif kind == "optimizerStep":
         body = {"adamParamsConfig": _adam(body, strict)}
+    elif kind in ("saveWeights", "saveState"):
+        optional_str(body.get("description"), f"{kind}.description", 1024)
+        if kind == "saveWeights" and not isinstance(body.get("mergeWeights", False), bool):
+            raise validation("saveWeights.mergeWeights must be true or false")
+    elif kind == "loadState":
+        parse_arn(body.get("modelPackageArn"))
+        if not isinstance(body.get("loadOptimizer"), bool):
+            raise validation("loadState.loadOptimizer is required: true or false")
     return seq, token, kind, body
 
 
@@ -220,6 +236,9 @@ def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], l
     if not isinstance(request, dict):
         raise validation("the request body must be a JSON object")
     kind, body = one_member(request.get("operationConfig"), SAMPLING_OPS, "operationConfig")
+    if kind == "loadWeightsForSampling":
+        parse_arn(body.get("modelPackageArn"))
+        return kind, body, []
     tokens = model_input_tokens(body.get("prompt"), f"{kind}.prompt")
     if kind == "sample":
         n: Any = body.get("numSamples")
@@ -229,9 +248,8 @@ def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], l
         k: Any = body.get("topkPromptLogprobs")
         if k is not None and (not _is_int(k) or k < 0):
             raise validation("sample.topkPromptLogprobs must be an integer >= 0")
-    arn = body.get("modelPackageArn")
-    if arn is not None and not isinstance(arn, str):
-        raise validation(f"{kind}.modelPackageArn must be a string")
+    if body.get("modelPackageArn") is not None:
+        parse_arn(body["modelPackageArn"])
     return kind, body, tokens
 
 

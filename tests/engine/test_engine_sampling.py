@@ -213,9 +213,10 @@ def test_new_adapter_samples_like_base_and_training_keeps_base_sampling(
 
 
 def test_sampling_input_errors(tiny_engine: TorchEngine) -> None:
-    with pytest.raises(EngineInputError, match="not supported"):
+    # weights name a package directory (test_checkpoint covers real ones)
+    with pytest.raises(EngineInputError, match="no such package directory"):
         tiny_engine.sample("arn:aws:sagemaker:us-east-1:0:model-package/g/1", [req()])
-    with pytest.raises(EngineInputError, match="not supported"):
+    with pytest.raises(EngineInputError, match="no such package directory"):
         tiny_engine.compute_logprobs("pkg", PROMPT)
     with pytest.raises(EngineInputError, match="request 1: `prompt`"):
         tiny_engine.sample(None, [req(), req(prompt=[])])
