@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.localsession-installed
 SDK_STAMP := $(VENV)/.sagemaker-sdk-installed
 
-.PHONY: demo test test-slow lint typecheck check clean
+.PHONY: demo test test-slow bench lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,8 +32,11 @@ test: $(SDK_STAMP)
 test-slow: $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
 
+bench: $(STAMP)
+	for script in bench/bench_*.py; do HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done
+
 lint: $(STAMP)
-	$(PY) -m ruff check localsession tests examples
+	$(PY) -m ruff check localsession tests examples bench
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

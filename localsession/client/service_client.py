@@ -148,11 +148,14 @@ class ServiceClient:
             lambda: self._backend.describe_model_package({"ModelPackageName": model_package_arn}),
         )
 
+    def _container(self, model_package_arn: str) -> Dict[str, Any]:
+        """``InferenceSpecification.Containers[0]`` of a package (``{}`` if absent)."""
+        spec = self._describe_package(model_package_arn).get("InferenceSpecification") or {}
+        containers = spec.get("Containers") or [{}]
+        return containers[0] or {}
+
     def _package_kind(self, model_package_arn: str) -> ModelPackageKind:
-        containers = (
-            self._describe_package(model_package_arn).get("InferenceSpecification") or {}
-        ).get("Containers") or []
-        checkpoint = bool(containers and containers[0].get("IsCheckpoint"))
+        checkpoint = bool(self._container(model_package_arn).get("IsCheckpoint"))
         return ModelPackageKind.CHECKPOINT if checkpoint else ModelPackageKind.MODEL
 
     def list_model_packages(
@@ -232,10 +235,7 @@ class ServiceClient:
         )
 
     def _base_model_of(self, model_package_arn: str) -> str:
-        containers = (
-            self._describe_package(model_package_arn).get("InferenceSpecification") or {}
-        ).get("Containers") or []
-        name = ((containers[0].get("BaseModel") or {}) if containers else {}).get("HubContentName")
+        name = (self._container(model_package_arn).get("BaseModel") or {}).get("HubContentName")
         if not name:
             raise ValueError(
                 f"Model package {model_package_arn!r} carries no base-model reference "
