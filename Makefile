@@ -26,7 +26,7 @@ $(SDK_STAMP): $(STAMP)
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m localsession demo
 
-test: $(SDK_STAMP)
+test: $(SDK_STAMP) lint typecheck
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 test-slow: $(SDK_STAMP)
@@ -41,7 +41,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-check: lint typecheck test
+check: test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from localsession.runtime import errors, validate
 from localsession.runtime.engine_api import Engine, EngineSpec, SampleRequest
@@ -29,6 +29,7 @@ from localsession.runtime.scheduler import SamplingScheduler, make_job
 from localsession.runtime.session import ACTIVE, DELETABLE, PackageMismatch, Session
 
 DEFAULT_ACCOUNT = "000000000000"
+_Row = TypeVar("_Row")
 
 
 def _default_engine_factory(spec: EngineSpec) -> Engine:
@@ -73,6 +74,14 @@ class ServiceConfig:
         for key, value in overrides.items():
             setattr(config, key, value)
         return config
+
+
+def _page(rows: list[_Row], request: dict[str, Any]) -> tuple[list[_Row], str | None]:
+    """One page of a List* call: ``MaxResults`` rows from the offset in ``NextToken``."""
+    start = int(request.get("NextToken") or 0)
+    limit = int(request.get("MaxResults") or 100)
+    more = start + limit < len(rows)
+    return rows[start : start + limit], str(start + limit) if more else None
 
 
 class Service:
@@ -191,9 +200,7 @@ class Service:
             for s in sessions
             if (not contains or contains in s.name) and (not status or s.status == status)
         ]
-        start = int(request.get("NextToken") or 0)
-        limit = int(request.get("MaxResults") or 100)
-        page = rows[start : start + limit]
+        page, next_token = _page(rows, request)
         body: dict[str, Any] = {
             "TrainingSessionSummaries": [
                 {
@@ -206,8 +213,8 @@ class Service:
                 for s in page
             ]
         }
-        if start + limit < len(rows):
-            body["NextToken"] = str(start + limit)
+        if next_token:
+            body["NextToken"] = next_token
         return body
 
     def stop_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -231,8 +238,7 @@ class Service:
         packages = self.registry.list(str(request.get("ModelPackageGroupName") or ""))
         if request.get("SortOrder") == "Ascending":
             packages.reverse()
-        start = int(request.get("NextToken") or 0)
-        limit = int(request.get("MaxResults") or 100)
+        page, next_token = _page(packages, request)
         body: dict[str, Any] = {
             "ModelPackageSummaryList": [
                 {
@@ -243,11 +249,11 @@ class Service:
                     "ModelPackageDescription": p.description,
                     "ModelPackageStatus": "Completed",
                 }
-                for p in packages[start : start + limit]
+                for p in page
             ]
         }
-        if start + limit < len(packages):
-            body["NextToken"] = str(start + limit)
+        if next_token:
+            body["NextToken"] = next_token
         return body
 
     def describe_model_package(self, request: dict[str, Any]) -> dict[str, Any]:

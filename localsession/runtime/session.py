@@ -299,8 +299,10 @@ class Session:
     def compatible_package(self, arn: str) -> Path:
         """The directory of package ``arn`` if its base model and rank fit this session."""
         info = self._registry().get(arn)
+        # Equal names need no resolution (which reads the model map and the HF cache); this
+        # runs on every sampling request that names a package.
         try:
-            same_base = (
+            same_base = info.base_model == self.spec.base_model or (
                 resolve_base_model(info.base_model).target
                 == resolve_base_model(self.spec.base_model).target
             )
