@@ -128,6 +128,20 @@ def _ratio(lp: Tensor, sampler_lp: Tensor) -> Tensor:
     return torch.exp(lp - sampler_lp)
 
 
+def ppo_clipped_side(
+    log_ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float
+) -> Tensor:
+    """Where ppo takes the clipped term: ``clip(r)·A < r·A``, decided in log space. -> bool.
+
+    For A > 0 that is r > hi; for A < 0 it is r < lo; never for A = 0.
+    """
+    log_hi = math.log(clip_high)
+    log_lo = math.log(clip_low) if clip_low > 0 else -math.inf
+    return torch.where(
+        advantages > 0, log_ratio > log_hi, (advantages < 0) & (log_ratio < log_lo)
+    )
+
+
 def importance_sampling(
     lp: Tensor, sampler_lp: Tensor, advantages: Tensor, weights: Tensor
 ) -> Tensor:
@@ -143,11 +157,21 @@ def ppo(
     clip_low: float = 0.8,
     clip_high: float = 1.2,
 ) -> Tensor:
-    """ℓ = -w · min(r·A, clip(r, lo, hi)·A)."""
-    ratio = _ratio(lp, sampler_lp)
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(clip_low, clip_high) * advantages
-    return -weights * torch.minimum(unclipped, clipped)
+    """ℓ = -w · min(r·A, clip(r, lo, hi)·A).
+
+    Computed branch by branch: where the clipped term is the minimum it is the constant
+    ``bound·A`` (no gradient, as in the formula), and ``exp`` only ever sees the log-ratios
+    of the unclipped branch. So a huge ratio on the clipped side (``q`` far below ``lp``
+    with A > 0) gives a finite loss and a zero gradient instead of ``0·inf = NaN``.
+    """
+    log_ratio = lp - sampler_lp
+    clipped_side = ppo_clipped_side(log_ratio.detach(), advantages, clip_low, clip_high)
+    bound = torch.where(
+        advantages > 0, torch.full_like(lp, clip_high), torch.full_like(lp, clip_low)
+    )
+    ratio = torch.exp(torch.where(clipped_side, torch.zeros_like(log_ratio), log_ratio))
+    term = torch.where(clipped_side, bound * advantages, ratio * advantages)
+    return -weights * term
 
 
 def cispo(
@@ -195,15 +219,24 @@ def compute_loss(
     Metrics: ``loss`` (Σ ℓ), and for RL losses ``actor/pg_clipfrac`` (weighted fraction of
     positions where clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w);
     ``actor/kl_ref`` (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given. All finite.
+
+    Positions that cannot contribute (weight 0, or padding) have ``q`` replaced by ``lp``
+    (ratio 1) before the loss, so whatever a caller put there (a ``-1e4`` placeholder on
+    prompt tokens, say) can neither overflow ``exp`` nor leak a ``0·inf = NaN`` gradient.
     """
     check_loss_fn(loss_fn)
     w = inputs.weights
+    active = w != 0
+    if inputs.mask is not None:
+        active = active & inputs.mask
+        w = torch.where(inputs.mask, w, torch.zeros_like(w))
     if loss_fn == "cross_entropy":
         loss = cross_entropy(lp, w)
     else:
         if inputs.sampler_logprobs is None or inputs.advantages is None:
             raise EngineInputError(f"{loss_fn} needs `logprobs` and `advantages` inputs")
-        q, adv = inputs.sampler_logprobs, inputs.advantages
+        q = torch.where(active, inputs.sampler_logprobs, lp.detach())
+        adv = inputs.advantages
         if loss_fn == "importance_sampling":
             loss = importance_sampling(lp, q, adv, w)
         elif loss_fn == "ppo":
@@ -215,19 +248,19 @@ def compute_loss(
     metrics = {"loss": _finite(float(loss.detach().sum()))}
     with torch.no_grad():
         lp_d = lp.detach()
-        w_m = w if inputs.mask is None else torch.where(inputs.mask, w, torch.zeros_like(w))
         if loss_fn in RL_LOSSES:
             assert inputs.sampler_logprobs is not None and inputs.advantages is not None
             q, adv = inputs.sampler_logprobs, inputs.advantages
-            ratio = _ratio(lp_d, q)
+            log_ratio = lp_d - q
             if loss_fn == "ppo":
-                clipped = ((adv > 0) & (ratio > clip.high)) | ((adv < 0) & (ratio < clip.low))
+                clipped = ppo_clipped_side(log_ratio, adv, clip.low, clip.high)
             elif loss_fn == "cispo":
-                clipped = (ratio > clip.high) | (ratio < clip.low)
+                ratio = torch.exp(log_ratio)
+                clipped = ((ratio > clip.high) | (ratio < clip.low)) & (adv != 0)
             else:
-                clipped = torch.zeros_like(ratio, dtype=torch.bool)
-            metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w_m.dtype), w_m)
-            metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w_m)
+                clipped = torch.zeros_like(log_ratio, dtype=torch.bool)
+            metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w.dtype), w)
+            metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w)
         if inputs.ref_logprobs is not None:
-            metrics["actor/kl_ref"] = _weighted_mean(lp_d - inputs.ref_logprobs, w_m)
+            metrics["actor/kl_ref"] = _weighted_mean(lp_d - inputs.ref_logprobs, w)
     return loss, metrics

@@ -3,11 +3,13 @@
 Filters are pure functions over ``[S, V]`` logits with one parameter per row. The sampler
 decodes every (request, sample i) *stream* of a batch together: prompts are prefilled once per
 request (left padding + attention mask + position ids), the KV cache is fanned out to the
-request's ``num_samples`` streams, and each step feeds one token per live stream through the
-cache. Finished streams are dropped from the cache as they stop.
+request's ``num_samples`` streams, and each step feeds one token per stream through the
+cache. Finished streams stay in the batch, ignored, until a quarter of the rows are finished;
+then the cache is compacted once (one copy instead of one per finished stream).
 
-Per stream, a private ``torch.Generator`` seeded ``seed + i`` draws exactly one uniform per
-step (inverse-CDF sampling), so a stream's tokens never depend on what else is in the batch.
+Per stream, a private CPU ``torch.Generator`` seeded ``seed + i`` draws exactly one uniform
+per step while the stream is live (inverse-CDF sampling), so a stream's tokens never depend
+on what else is in the batch (and its draws are the same on every device).
 Generation stops at an EOS id or when a stop string appears in the decoded completion; the
 returned tokens include that last token. Reported logprobs are log-softmax(logits / T) of the
 chosen token before top-k / top-p (T = 0 is greedy and reports T = 1 values).
@@ -27,6 +29,11 @@ from localsession.engine.losses import token_logprobs
 from localsession.runtime.engine_api import SampleRequest
 
 _SEED_MOD = 2**63
+#: Uniforms drawn per generator call (see ``SampledStream.next_uniform``).
+DRAW_CHUNK = 32
+#: Finished streams stay in the batch (their outputs ignored) until this fraction of rows
+#: is finished; then the KV cache is compacted once, instead of once per finished stream.
+COMPACT_FRACTION = 0.25
 
 
 def apply_temperature(logits_SV: Tensor, temperature_S: Tensor) -> Tensor:
@@ -101,6 +108,14 @@ class SampledStream:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: str | None = None
+    _draws: list[float] = field(default_factory=list)
+
+    def next_uniform(self) -> float:
+        """The stream's next U[0, 1) draw. Drawn ``DRAW_CHUNK`` at a time: a CPU generator's
+        ``rand(n)`` yields exactly the values of ``n`` successive ``rand(1)`` calls."""
+        if not self._draws:
+            self._draws = torch.rand(DRAW_CHUNK, generator=self.generator).tolist()[::-1]
+        return self._draws.pop()
 
 
 def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
@@ -172,7 +187,9 @@ class BatchSampler:
         streams: list[SampledStream] = []
         for r, req in enumerate(requests):
             for i in range(req.num_samples):
-                gen = torch.Generator(device=self.device)
+                # CPU generators: the same stream on every device, and no per-stream kernel
+                # launch on a GPU (the draws move to the device in one copy per step).
+                gen = torch.Generator(device="cpu")
                 gen.manual_seed((req.seed + i) % _SEED_MOD)
                 streams.append(
                     SampledStream(r, len(req.prompt), req.temperature, req.top_k, req.top_p,
@@ -183,35 +200,36 @@ class BatchSampler:
             grouped[s.request].append(s)
             if s.max_tokens <= 0:
                 s.stop_reason = "length"
-        live = [s for s in streams if s.stop_reason is None]
-        if not live:
+        rows = [s for s in streams if s.stop_reason is None]  # the batch's rows, in order
+        if not rows:
             return grouped
-        # Prefill each request once, then fan the cache out to that request's live streams.
-        used = sorted({s.request for s in live})
+        # Prefill each request once, then fan the cache out to that request's streams.
+        used = sorted({s.request for s in rows})
         logits_RV, cache, mask_RL, last_R = self._prefill([requests[r].prompt for r in used])
         row_of = {r: k for k, r in enumerate(used)}
-        rows = torch.tensor([row_of[s.request] for s in live], device=self.device)
-        logits_SV, mask_SL, last_S = logits_RV[rows], mask_RL[rows], last_R[rows]
-        cache.batch_select_indices(rows)
-        temp_S = torch.tensor([s.temperature for s in live], device=self.device)
-        k_S = torch.tensor([s.top_k for s in live], device=self.device)
-        p_S = torch.tensor([s.top_p for s in live], device=self.device)
+        index = torch.tensor([row_of[s.request] for s in rows], device=self.device)
+        logits_SV, mask_SL, last_S = logits_RV[index], mask_RL[index], last_R[index]
+        cache.batch_select_indices(index)
+        temp_S = torch.tensor([s.temperature for s in rows], device=self.device)
+        k_S = torch.tensor([s.top_k for s in rows], device=self.device)
+        p_S = torch.tensor([s.top_p for s in rows], device=self.device)
         while True:
-            chosen_S, lp_S = self._choose(logits_SV, live, temp_S, k_S, p_S)
-            for s, token, lp in zip(live, chosen_S.tolist(), lp_S.tolist(), strict=True):
-                s.tokens.append(token)
-                s.logprobs.append(lp)
-                self._finish_check(s, token)
-            keep = [j for j, s in enumerate(live) if s.stop_reason is None]
+            chosen_S, lp_S = self._choose(logits_SV, rows, temp_S, k_S, p_S)
+            for s, token, lp in zip(rows, chosen_S.tolist(), lp_S.tolist(), strict=True):
+                if s.stop_reason is None:
+                    s.tokens.append(token)
+                    s.logprobs.append(lp)
+                    self._finish_check(s, token)
+            keep = [j for j, s in enumerate(rows) if s.stop_reason is None]
             if not keep:
                 return grouped
-            if len(keep) < len(live):
+            if len(rows) - len(keep) >= COMPACT_FRACTION * len(rows):
                 idx = torch.tensor(keep, device=self.device)
-                live = [live[j] for j in keep]
+                rows = [rows[j] for j in keep]
                 cache.batch_select_indices(idx)
                 chosen_S, mask_SL, last_S = chosen_S[idx], mask_SL[idx], last_S[idx]
                 temp_S, k_S, p_S = temp_S[idx], k_S[idx], p_S[idx]
-            mask_SL = torch.cat([mask_SL, mask_SL.new_ones(len(live), 1)], dim=1)
+            mask_SL = torch.cat([mask_SL, mask_SL.new_ones(len(rows), 1)], dim=1)
             last_S = last_S + 1
             logits_SV, cache = self._step(
                 input_ids=chosen_S.unsqueeze(-1),
@@ -221,9 +239,13 @@ class BatchSampler:
             )
 
     def _choose(
-        self, logits_SV: Tensor, live: list[SampledStream], temp_S: Tensor, k_S: Tensor, p_S: Tensor
+        self, logits_SV: Tensor, rows: list[SampledStream], temp_S: Tensor, k_S: Tensor, p_S: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Pick one token per live stream. -> (token ids [S], reported logprobs [S])."""
+        """Pick one token per row. -> (token ids [S], reported logprobs [S]).
+
+        Finished rows (still in the batch until the next compaction) draw nothing from their
+        generator; their picks are ignored.
+        """
         greedy_S = temp_S <= 0
         tempered_SV = apply_temperature(logits_SV, temp_S)
         logprobs_SV = torch.log_softmax(tempered_SV, dim=-1)  # before top-k / top-p (§3)
@@ -231,9 +253,11 @@ class BatchSampler:
             chosen_S = logits_SV.argmax(dim=-1)
         else:
             filtered_SV = top_p_filter(top_k_filter(tempered_SV, k_S), p_S)
-            u_S = torch.cat(
-                [torch.rand(1, generator=s.generator, device=self.device) for s in live]
-            )
+            draws = [
+                s.next_uniform() if s.stop_reason is None and s.temperature > 0 else 0.5
+                for s in rows
+            ]
+            u_S = torch.tensor(draws, dtype=torch.float32).to(self.device)
             chosen_S = torch.where(
                 greedy_S, logits_SV.argmax(dim=-1), sample_from_logits(filtered_SV, u_S)
             )

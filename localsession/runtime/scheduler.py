@@ -1,16 +1,28 @@
 """The sampling scheduler: batches concurrent sampling requests into one engine call.
 
 Requests queue up while the engine is busy; when it frees up, the scheduler takes everything
-waiting, groups it by (session, weights), and runs each group as one batch. So 32 concurrent
-``sample`` calls become one batched generation instead of 32 sequential ones
-(local-semantics §3, "Batching"). Each request keeps its own seeds, so batching never changes
-its tokens. Sampling never waits on a session's training queue.
+waiting, groups it by (session, weights), and runs each group as one batch: every stream
+(request × ``num_samples``) of the group shares the same batched, KV-cached decode steps
+(local-semantics §3, "Batching"). So 32 concurrent ``sample`` calls become one batched
+generation instead of 32 sequential ones.
+
+- **Gathering:** concurrent ``sample`` calls arrive a few hundred microseconds apart, so after
+  the first job the scheduler waits until the queue has been quiet for ``GATHER_QUIET_S``
+  (never longer than ``GATHER_MAX_S`` in all) before it takes a batch. A lone request pays
+  that quiet period (milliseconds) and nothing else.
+- **Isolation:** each stream keeps its own seeded generator, so batching never changes a
+  request's tokens. A batch that fails is re-run one request at a time, so a bad request
+  fails alone and never takes its batch-mates down with it.
+- **One thread:** every generation runs on the scheduler's single thread, one batch at a
+  time (parallel generation threads measured 2× slower than sequential on CPU). Sampling
+  never waits on a session's training queue.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -22,6 +34,10 @@ logger = logging.getLogger(__name__)
 
 #: Most sequences (requests × num_samples) decoded together in one batch.
 MAX_BATCH_SEQUENCES = 256
+#: A batch is taken once no new job has arrived for this long (seconds)...
+GATHER_QUIET_S = 0.005
+#: ...or once this long has passed since the scheduler woke for the first job.
+GATHER_MAX_S = 0.05
 
 
 @dataclass
@@ -36,7 +52,11 @@ class _Job:
 class SamplingScheduler:
     """One thread that drains queued sampling jobs in batches."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, gather_quiet_s: float = GATHER_QUIET_S, gather_max_s: float = GATHER_MAX_S
+    ) -> None:
+        #: Gathering window (module docstring); 0 takes whatever is queued at once.
+        self.gather_quiet_s, self.gather_max_s = gather_quiet_s, gather_max_s
         self._cond = threading.Condition()
         self._jobs: deque[_Job] = deque()
         self._closed = False
@@ -60,6 +80,10 @@ class SamplingScheduler:
                 self._cond.wait()
             if self._closed:
                 return None
+            if self._jobs[0].request is not None:
+                self._gather()
+            if self._closed:
+                return None
             first = self._jobs.popleft()
             batch = [first]
             if first.request is None:
@@ -77,6 +101,19 @@ class SamplingScheduler:
             self._jobs = keep
             return batch
 
+    def _gather(self) -> None:
+        """Let a burst of concurrent submits land (the caller holds ``_cond``)."""
+        deadline = time.monotonic() + self.gather_max_s
+        seen = len(self._jobs)
+        while not self._closed and self.gather_quiet_s > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(min(self.gather_quiet_s, remaining))
+            if len(self._jobs) == seen:
+                return  # quiet for a whole period (or only woken without new work)
+            seen = len(self._jobs)
+
     def _run(self) -> None:
         while (batch := self._take_batch()) is not None:
             live = [job for job in batch if self._start(job)]
@@ -92,6 +129,14 @@ class SamplingScheduler:
         return True
 
     def _execute(self, batch: list[_Job]) -> None:
+        """Run a batch; if it fails as a whole, run its requests one by one (isolation)."""
+        if not self._run_batch(batch, report_errors=len(batch) == 1):
+            for job in batch:
+                self._run_batch([job], report_errors=True)
+
+    def _run_batch(self, batch: list[_Job], *, report_errors: bool) -> bool:
+        """Run one batch and finish its ops; False (nothing finished) if it failed and
+        ``report_errors`` is off."""
         session = batch[0].session
         engine = session.engine
         assert engine is not None
@@ -101,18 +146,22 @@ class SamplingScheduler:
                 logprobs = engine.compute_logprobs(job.weights, job.tokens)
                 session.add_sample_usage(len(job.tokens), 0)
                 job.op.finish(COMPLETED, result={"logprobs": logprobs})
-                return
+                return True
             requests = [job.request for job in batch if job.request is not None]
             responses = engine.sample(batch[0].weights, requests)
         except EngineInputError as exc:
+            if not report_errors:
+                return False
             for job in batch:
                 job.op.finish(FAILED, error=str(exc))
-            return
+            return True
         except Exception as exc:  # noqa: BLE001 - one bad batch must not kill the scheduler
+            if not report_errors:
+                return False
             logger.exception("sampling batch of %d requests crashed", len(batch))
             for job in batch:
                 job.op.finish(FAILED, error=f"Internal error while sampling: {exc!r}")
-            return
+            return True
         for job, response in zip(batch, responses, strict=True):
             decoded = sum(len(s["tokens"]) for s in response["sequences"])
             prefill = len(job.tokens) * len(response["sequences"])
@@ -122,6 +171,7 @@ class SamplingScheduler:
                 )
             session.add_sample_usage(prefill, decoded)
             job.op.finish(COMPLETED, result=response)
+        return True
 
 
 def make_job(

@@ -1,0 +1,154 @@
+"""Batched concurrent sampling through the API vs one-at-a-time and vs raw ``generate``.
+
+For each built-in model (``localsession/tiny``, ``localsession/small``), one workload: 32
+prompts, each ``sample(num_samples=4)`` at T = 1 with ``max_tokens`` new tokens. Measured in
+one process, after a warm-up of every path:
+
+- **concurrent**: the 32 ``SamplingClient.sample`` calls issued back to back, then every
+  ``result()`` awaited (the scheduler batches them into shared decode steps);
+- **one-at-a-time**: the same 32 calls, each awaited before the next is issued;
+- **raw generate**: one ``model.generate`` call over the same 32 left-padded prompts with
+  ``num_return_sequences=4`` on the plain ``transformers`` model (no API, no LoRA wrapper).
+
+Throughput is generated tokens per second. Targets (issue "RL"): concurrent ≥ 5× the
+one-at-a-time throughput, and ≥ 0.8× the raw ``generate`` throughput. Prints a table (ours,
+baseline, ratio, target, pass/miss) and a one-line summary.
+
+Run: python bench/bench_sampling.py [--max-tokens 64] [--runs 3] [--models tiny small]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from localsession import SamplingClient, SamplingParams, ServiceClient  # noqa: E402
+from localsession.engine.builtin import EOS_ID, PAD_ID, build_builtin  # noqa: E402
+from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+
+N_PROMPTS = 32
+NUM_SAMPLES = 4
+ROLE = "arn:aws:iam::000000000000:role/bench"
+
+
+def prompts() -> list[list[int]]:
+    """32 byte-level prompts of varied length (BOS + text)."""
+    return [[257, *f"Q{i}: what is {i} + {3 * i % 17}? A:".encode()] for i in range(N_PROMPTS)]
+
+
+def best_of(fn: Callable[[], int], runs: int) -> tuple[float, int]:
+    """(median seconds, tokens of the last run) over ``runs`` calls of ``fn``."""
+    times, tokens = [], 0
+    for _ in range(runs):
+        started = time.perf_counter()
+        tokens = fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), tokens
+
+
+def api_paths(
+    sc: SamplingClient, max_tokens: int
+) -> tuple[Callable[[], int], Callable[[], int]]:
+    """(concurrent, one-at-a-time) workloads through the public API; each returns tokens."""
+
+    def params(i: int) -> SamplingParams:
+        return SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=1000 + i)
+
+    def concurrent() -> int:
+        futures = [
+            sc.sample(p, num_samples=NUM_SAMPLES, sampling_params=params(i))
+            for i, p in enumerate(prompts())
+        ]
+        return sum(len(s.tokens) for f in futures for s in f.result(timeout=600).sequences)
+
+    def sequential() -> int:
+        total = 0
+        for i, p in enumerate(prompts()):
+            out = sc.sample(p, num_samples=NUM_SAMPLES, sampling_params=params(i))
+            total += sum(len(s.tokens) for s in out.result(timeout=600).sequences)
+        return total
+
+    return concurrent, sequential
+
+
+def raw_generate(name: str, max_tokens: int) -> Callable[[], int]:
+    """One ``generate`` call over the whole workload on the plain base model."""
+    model, _ = build_builtin(name)
+    batch = prompts()
+    width = max(len(p) for p in batch)
+    ids_BL = torch.tensor([[PAD_ID] * (width - len(p)) + p for p in batch])
+    mask_BL = (ids_BL != PAD_ID).long()
+
+    def run() -> int:
+        with torch.no_grad():
+            out_NL = model.generate(
+                input_ids=ids_BL, attention_mask=mask_BL, do_sample=True, temperature=1.0,
+                top_k=0, top_p=1.0, max_new_tokens=max_tokens, num_return_sequences=NUM_SAMPLES,
+            )
+        is_eos_NL = out_NL[:, width:] == EOS_ID
+        # tokens up to and including the first EOS (generate pads the rest), else all
+        first_N = torch.where(is_eos_NL.any(-1), is_eos_NL.int().argmax(-1) + 1, is_eos_NL.shape[1])
+        return int(first_N.sum())
+
+    return run
+
+
+def bench_model(
+    name: str, max_tokens: int, runs: int, home: Path
+) -> list[tuple[str, float, float, float]]:
+    """Rows of (label, ours tok/s, baseline tok/s, target ratio) for one model."""
+    service = Service(ServiceConfig(home=home, max_sessions=2))
+    client = ServiceClient(role_arn=ROLE, backend=service, strict=False)  # max_tokens < 512
+    tc = client.create_lora_training_client(name, rank=8, alpha=16)
+    sc = tc.create_sampling_client()
+    concurrent, sequential = api_paths(sc, max_tokens)
+    generate = raw_generate(name, max_tokens)
+    for warm in (concurrent, sequential, generate):
+        warm()
+    t_conc, n_conc = best_of(concurrent, runs)
+    t_seq, n_seq = best_of(sequential, max(1, runs - 1))
+    t_gen, n_gen = best_of(generate, runs)
+    tc.stop()
+    service.close()
+    short = name.split("/")[-1]
+    ours = n_conc / t_conc
+    return [
+        (f"{short}: concurrent vs one-at-a-time", ours, n_seq / t_seq, 5.0),
+        (f"{short}: concurrent vs raw generate", ours, n_gen / t_gen, 0.8),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--models", nargs="+", default=["tiny", "small"])
+    args = parser.parse_args()
+    rows: list[tuple[str, float, float, float]] = []
+    with tempfile.TemporaryDirectory() as home:
+        for short in tqdm(args.models, desc="bench_sampling", unit="model"):
+            rows += bench_model(f"localsession/{short}", args.max_tokens, args.runs, Path(home))
+    print(f"{'comparison':38} {'ours tok/s':>11} {'base tok/s':>11} {'ratio':>7} {'target':>7}")
+    missed = []
+    for label, ours, base, target in rows:
+        ratio = ours / base
+        verdict = "pass" if ratio >= target else "miss"
+        if verdict == "miss":
+            missed.append(label)
+        print(f"{label:38} {ours:11.0f} {base:11.0f} {ratio:7.2f} {'>=' + str(target):>7} "
+              f"{verdict}")
+    print("pass" if not missed else f"miss: {'; '.join(missed)}")
+
+
+if __name__ == "__main__":
+    main()

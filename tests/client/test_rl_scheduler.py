@@ -1,0 +1,131 @@
+"""The sampling scheduler on its own, with a stub engine that answers at once: how it groups
+concurrent jobs, how fast a lone job runs, and that generation never runs on two threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.runtime.operations import COMPLETED, FAILED, Operation
+from localsession.runtime.scheduler import GATHER_MAX_S, SamplingScheduler, make_job
+
+GENERATING = threading.Lock()  # shared by every stub engine: held while one "generates"
+
+
+class StubEngine:
+    """Records each batch; fails any batch holding a request whose prompt starts with -1."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.batches: list[tuple[str | None, list[int]]] = []
+        self.delay = delay
+
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+        assert GENERATING.acquire(blocking=False), "two generations ran at once"
+        try:
+            self.batches.append((weights, [r.seed for r in requests]))
+            time.sleep(self.delay)
+            if any(r.prompt[0] == -1 for r in requests):
+                raise EngineInputError("prompt holds token id -1")
+            return [{"sequences": [{"stopReason": "length", "tokens": [r.seed],
+                                    "logprobs": [-1.0]}] * r.num_samples} for r in requests]
+        finally:
+            GENERATING.release()
+
+    def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
+        self.batches.append((weights, [-1]))
+        return [None] + [-1.0] * (len(tokens) - 1)
+
+
+class StubSession:
+    status = "Running"
+
+    def __init__(self, engine: StubEngine) -> None:
+        self.engine = engine
+
+    def add_sample_usage(self, prefill: int, decode: int) -> None:
+        pass
+
+
+@pytest.fixture
+def scheduler() -> Iterator[SamplingScheduler]:
+    sched = SamplingScheduler()
+    yield sched
+    sched.close()
+
+
+def submit(sched: SamplingScheduler, session: Any, seed: int, weights: str | None = None,
+           prompt: list[int] | None = None) -> Operation:
+    op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+    request = SampleRequest(prompt=prompt or [1, 2], num_samples=4, seed=seed)
+    sched.submit(make_job(session, op, weights, request, request.prompt))
+    return op
+
+
+def test_a_lone_request_runs_without_waiting_for_company(scheduler: SamplingScheduler) -> None:
+    session = StubSession(StubEngine())
+    for _ in range(3):
+        started = time.monotonic()
+        op = submit(scheduler, session, seed=1)
+        assert op.done.wait(5)
+        assert time.monotonic() - started < GATHER_MAX_S + 0.04
+    assert op.status == COMPLETED and op.result is not None
+    assert op.result["sequences"][0]["tokens"] == [1]
+
+
+def test_a_burst_of_submits_is_one_batch(scheduler: SamplingScheduler) -> None:
+    engine = StubEngine()
+    session = StubSession(engine)
+    ops = []
+    for i in range(32):
+        ops.append(submit(scheduler, session, seed=i))
+        time.sleep(0.0005)  # submits arrive a little apart, as from a Python loop
+    assert all(op.done.wait(5) for op in ops)
+    assert [seeds for _, seeds in engine.batches] == [list(range(32))]
+    assert [op.result["sequences"][0]["tokens"] for op in ops if op.result] == [
+        [i] for i in range(32)
+    ]
+
+
+def test_batches_group_by_weights_and_queue_while_busy(scheduler: SamplingScheduler) -> None:
+    engine = StubEngine(delay=0.2)
+    session = StubSession(engine)
+    first = submit(scheduler, session, seed=0)
+    time.sleep(0.1)  # the first batch is generating now; the rest queue behind it
+    ops = [submit(scheduler, session, seed=i, weights="pkg" if i % 2 else None)
+           for i in range(1, 7)]
+    assert first.done.wait(5) and all(op.done.wait(5) for op in ops)
+    # oldest job first: seed 1 (pkg) leads the second batch
+    assert engine.batches == [(None, [0]), ("pkg", [1, 3, 5]), (None, [2, 4, 6])]
+
+
+def test_a_failing_request_does_not_fail_its_batch(scheduler: SamplingScheduler) -> None:
+    engine = StubEngine()
+    session = StubSession(engine)
+    ops = [submit(scheduler, session, seed=i, prompt=[-1] if i == 2 else None) for i in range(4)]
+    assert all(op.done.wait(5) for op in ops)
+    assert [op.status for op in ops] == [COMPLETED, COMPLETED, FAILED, COMPLETED]
+    assert "-1" in (ops[2].error or "")
+    assert engine.batches[0][1] == [0, 1, 2, 3]  # tried together first, then one by one
+
+
+def test_sessions_never_generate_at_once(scheduler: SamplingScheduler) -> None:
+    sessions = [StubSession(StubEngine(delay=0.01)) for _ in range(3)]
+    ops: list[Operation] = []
+
+    def burst(session: StubSession) -> None:
+        for i in range(5):
+            ops.append(submit(scheduler, session, seed=i))
+
+    threads = [threading.Thread(target=burst, args=(s,)) for s in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ops) == 15 and all(op.done.wait(10) for op in ops)
+    assert all(op.status == COMPLETED for op in ops)  # a concurrent run would have failed

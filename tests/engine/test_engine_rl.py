@@ -1,0 +1,118 @@
+"""TorchEngine with the RL losses: split invariance, forward ≡ forward_backward, the
+``temperature`` input against a direct computation, and batch invariance of sampling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from localsession.engine.torch_engine import TorchEngine
+from localsession.runtime.engine_api import SampleRequest
+
+from .helpers import make_datum, random_tokens
+
+RL_LOSSES = ("importance_sampling", "ppo", "cispo")
+CONFIG = {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
+
+
+def rl_datums(seed: int, n: int = 8, length: int = 24) -> list[dict[str, Any]]:
+    """Datums whose `logprobs` are scattered around a plausible value (ratios ~0.5–2)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for tokens in random_tokens(n, length, seed=seed):
+        k = len(tokens)
+        out.append(make_datum(
+            tokens,
+            logprobs=(-5.6 + 1.4 * (torch.rand(k, generator=gen) - 0.5)).tolist(),
+            advantages=torch.randn(k, generator=gen).tolist(),
+            weights=[0.0] * 3 + torch.rand(k - 3, generator=gen).tolist(),
+            temperature=(0.5 + torch.rand(k, generator=gen)).tolist(),
+        ))
+    return out
+
+
+def grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("loss_fn", RL_LOSSES)
+def test_split_invariance(make_engine: Callable[..., TorchEngine], loss_fn: str) -> None:
+    """One call over 8 datums ≡ two calls over 4 + 4: losses add, gradients add."""
+    whole, split = make_engine(seed=3), make_engine(seed=3)
+    for engine in (whole, split):  # one identical step so LoRA B is non-zero
+        engine.forward_backward(rl_datums(50), "cross_entropy", None, backward=True)
+        engine.optim_step({"learningRate": 1e-2})
+    datums = rl_datums(seed=7)
+    r_all = whole.forward_backward(datums, loss_fn, CONFIG, backward=True)
+    r_a = split.forward_backward(datums[:4], loss_fn, CONFIG, backward=True)
+    r_b = split.forward_backward(datums[4:], loss_fn, CONFIG, backward=True)
+    assert r_all["metrics"]["loss"] == pytest.approx(
+        r_a["metrics"]["loss"] + r_b["metrics"]["loss"], rel=1e-5, abs=1e-6
+    )
+    for key in ("logprobs", "elementwise_loss"):
+        joined = [o[key]["data"] for o in r_a["lossFnOutputs"] + r_b["lossFnOutputs"]]
+        for row_all, row_split in zip(
+            [o[key]["data"] for o in r_all["lossFnOutputs"]], joined, strict=True
+        ):
+            assert row_all == pytest.approx(row_split, abs=1e-6)
+    assert 0 < r_all["metrics"]["actor/pg_clipfrac"] < 1 or loss_fn == "importance_sampling"
+    g_all, g_split = grads(whole), grads(split)
+    assert g_all.keys() == g_split.keys() and g_all
+    for name in g_all:
+        torch.testing.assert_close(g_all[name], g_split[name], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("loss_fn", RL_LOSSES)
+def test_forward_and_forward_backward_bit_identical(
+    make_engine: Callable[..., TorchEngine], loss_fn: str
+) -> None:
+    engine = make_engine()
+    datums = rl_datums(seed=11, n=3)
+    fwd = engine.forward(datums, loss_fn, CONFIG)
+    fb = engine.forward_backward(datums, loss_fn, CONFIG, backward=True)
+    assert fwd["lossFnOutputs"] == fb["lossFnOutputs"]  # exact float equality
+    assert fwd["metrics"] == fb["metrics"]
+    assert set(fwd["metrics"]) == {"loss", "global_token_num", "actor/pg_clipfrac",
+                                   "actor/ppo_kl"}
+
+
+def test_temperature_input_matches_direct_computation(
+    tiny_engine: TorchEngine, tiny_base: tuple[Any, Any]
+) -> None:
+    """lp[t] = log_softmax(logits[t] / T[t])[target[t]] on the base model (B = 0)."""
+    base, _ = tiny_base
+    tokens = random_tokens(1, 30, seed=4)[0]
+    temps = [0.3 + 0.1 * (t % 12) for t in range(len(tokens))]
+    out = tiny_engine.forward([make_datum(tokens, temperature=temps)], "cross_entropy", None)
+    got = torch.tensor(out["lossFnOutputs"][0]["logprobs"]["data"])
+    with torch.no_grad():
+        logits_TV = base(input_ids=torch.tensor([tokens])).logits[0].double()
+    targets = torch.tensor(tokens[1:] + [0])
+    expected = torch.stack([
+        torch.log_softmax(logits_TV[t] / temps[t], dim=-1)[targets[t]] for t in range(len(tokens))
+    ])
+    torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=0)
+    plain = tiny_engine.forward([make_datum(tokens)], "cross_entropy", None)
+    assert plain["lossFnOutputs"][0]["logprobs"]["data"] != out["lossFnOutputs"][0]["logprobs"][
+        "data"]
+
+
+def test_batch_invariance_with_31_others(tiny_engine: TorchEngine) -> None:
+    """A request's tokens and logprobs are the same alone and batched with 31 others."""
+    target = SampleRequest(prompt=[257, *b"The target request"], num_samples=4, max_tokens=24,
+                           temperature=0.8, top_p=0.95, seed=77)
+    others = [
+        SampleRequest(prompt=[257, *f"other prompt number {i} {'x' * (i % 9)}".encode()],
+                      num_samples=1 + i % 4, max_tokens=8 + i, temperature=0.5 + (i % 5) / 4,
+                      top_k=-1 if i % 3 else 20, seed=i)
+        for i in range(31)
+    ]
+    alone = tiny_engine.sample(None, [target])[0]
+    batched = tiny_engine.sample(None, [*others[:13], target, *others[13:]])[13]
+    for a, b in zip(alone["sequences"], batched["sequences"], strict=True):
+        assert a["tokens"] == b["tokens"] and a["stopReason"] == b["stopReason"]
+        torch.testing.assert_close(torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]),
+                                   atol=1e-5, rtol=0)
