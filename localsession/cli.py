@@ -1,4 +1,4 @@
-"""The ``localsession`` command line: ``demo``, ``models`` and ``packages list|show|delete``."""
+"""The ``localsession`` command line: ``demo``, ``serve``, ``models`` and ``packages``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--model", default="localsession/tiny")
     demo.add_argument("--steps", type=int, default=60)
     demo.add_argument("--learning-rate", type=float, default=5e-3)
+    _add_serve(commands)
     commands.add_parser("models", help="list the base models a session can start on")
     packages = commands.add_parser("packages", help="list, inspect and delete model packages")
     verbs = packages.add_subparsers(dest="verb", required=True)
@@ -29,6 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "packages":
         return _packages(args)
+    if args.command == "serve":
+        from localsession.server.serve import ServeOptions, serve
+
+        return serve(ServeOptions(**{k: v for k, v in vars(args).items() if k != "command"}))
 
     if args.command == "demo":
         from localsession.demo import run
@@ -40,6 +45,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in list_base_models():
         print(name)
     return 0
+
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from pathlib import Path
+
+    serve = commands.add_parser(
+        "serve", help="serve the SageMaker training-session API over HTTP for the real SDK"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
+    serve.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    serve.add_argument("--home", type=Path, help="state directory (default $LOCALSESSION_HOME)")
+    serve.add_argument("--relaxed", action="store_true", help="lift the service limits")
+    serve.add_argument(
+        "--model-map",
+        action="append",
+        default=[],
+        metavar="NAME=TARGET",
+        help="serve base model NAME (or Hub content name) with local model TARGET",
+    )
+    serve.add_argument("--max-sessions", type=int, help="concurrent session cap (default 4)")
+    serve.add_argument(
+        "--gap-timeout", type=float, help="seconds a sequence gap blocks (default 60)"
+    )
+    serve.add_argument(
+        "--lenient-sequence",
+        action="store_true",
+        help="count a refused op's sequence number as used instead of waiting on it",
+    )
+    serve.add_argument(
+        "--long-poll", type=float, default=15.0, help="seconds a result poll may be held"
+    )
 
 
 def _packages(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from botocore.exceptions import ClientError, ParamValidationError
+from botocore.exceptions import ParamValidationError
 
 from localsession.runtime.errors import ServiceError
 
@@ -52,11 +52,14 @@ class Backend(Protocol):
 
 
 def call(operation_name: str, fn: Callable[[], _R]) -> _R:
-    """Run a backend call, re-raising a service refusal as botocore's ``ClientError``."""
+    """Run a backend call, re-raising a service refusal as botocore would: a ``ClientError``
+    of the service's modelled class for the code (``ValidationException``, ...)."""
     try:
         return fn()
     except ServiceError as exc:
-        raise ClientError(
+        runtime = operation_name in _runtime_model().operation_names
+        error_class = _exceptions(RUNTIME if runtime else CONTROL_PLANE).from_code(exc.code)
+        raise error_class(
             {
                 "Error": {"Code": exc.code, "Message": exc.message},
                 "ResponseMetadata": {"HTTPStatusCode": exc.http_status},
@@ -65,11 +68,26 @@ def call(operation_name: str, fn: Callable[[], _R]) -> _R:
         ) from None
 
 
-@functools.lru_cache(maxsize=1)
-def _runtime_model() -> Any:
+RUNTIME, CONTROL_PLANE = "sagemakertrainingsessionruntime", "sagemaker"
+
+
+@functools.lru_cache(maxsize=2)
+def _service_model(service: str) -> Any:
     import botocore.session
 
-    return botocore.session.get_session().get_service_model("sagemakertrainingsessionruntime")
+    return botocore.session.get_session().get_service_model(service)
+
+
+def _runtime_model() -> Any:
+    return _service_model(RUNTIME)
+
+
+@functools.lru_cache(maxsize=2)
+def _exceptions(service: str) -> Any:
+    """botocore's per-service exception classes (``client.exceptions``), without a client."""
+    from botocore.errorfactory import ClientExceptionsFactory
+
+    return ClientExceptionsFactory().create_client_exceptions(_service_model(service))
 
 
 def check_params(operation_name: str, params: dict[str, Any]) -> None:

@@ -14,13 +14,19 @@ engine is imported. A name resolves, in order, through:
    ``models--org--name`` folder with a snapshot containing ``config.json``. Nothing is
    ever downloaded.
 
-Anything else raises ``ValueError`` listing the available models and how to map a name.
+Before those steps, a SageMaker Hub content ARN
+(``arn:aws:sagemaker:<region>:aws:hub-content/SageMakerPublicHub/Model/<name>/<version>``) is
+reduced to its ``<name>``, and a Hub content name (``localsession-tiny``, the form a model
+package's ``BaseModel.HubContentName`` and the local Hub use) is turned back into the model
+name it stands for. Anything else raises ``ValueError`` listing the available models and how
+to map a name.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -31,6 +37,10 @@ MODEL_MAP_ENV = "LOCALSESSION_MODEL_MAP"
 HOME_ENV = "LOCALSESSION_HOME"
 
 ModelKind = Literal["builtin", "local", "hf_cache"]
+
+_HUB_ARN_RE = re.compile(
+    r"^arn:aws[a-z-]*:sagemaker:[^:]*:[^:]*:hub-content/[^/]+/Model/(?P<name>[^/]+)(/[^/]+)?$"
+)
 
 
 @dataclass(frozen=True)
@@ -175,12 +185,35 @@ def _unknown_model_message(name: str, detail: str = "") -> str:
     )
 
 
+def hub_content_name(model: str) -> str:
+    """The Hub content name a model is published under locally: ``localsession/tiny`` →
+    ``localsession-tiny`` (Hub content names allow only letters, digits and hyphens)."""
+    return re.sub(r"[^a-zA-Z0-9]+", "-", model).strip("-")[:63]
+
+
+def canonical_model_name(base_model: str) -> str:
+    """The model name a session's ``base_model`` stands for.
+
+    A Hub content ARN is reduced to its content name; a Hub content name that is not itself
+    a known name becomes the listed model it stands for. Anything else is returned as is
+    (and resolved, or refused, by :func:`resolve_base_model`).
+    """
+    match = _HUB_ARN_RE.match(base_model)
+    name = match["name"] if match else base_model
+    known = list_base_models()
+    if name in known:
+        return name
+    return next((m for m in known if hub_content_name(m) == name), name)
+
+
 def resolve_base_model(name: str) -> ResolvedModel:
     """Resolve ``name`` through the map, the built-ins, local directories and the HF cache.
 
-    Raises ``ValueError`` (listing the available models and how to map one) when nothing
-    matches. Never downloads anything.
+    Hub content ARNs and names are accepted too (see the module docstring). Raises
+    ``ValueError`` (listing the available models and how to map one) when nothing matches.
+    Never downloads anything.
     """
+    name = canonical_model_name(name)
     mapping = model_map()
     if name in mapping:
         target = mapping[name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,8 @@ class Operation:
     started_at: float | None = None
     finished_at: float | None = None
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _callbacks: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _callbacks_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def start(self) -> None:
         self.status = IN_PROGRESS
@@ -61,6 +64,19 @@ class Operation:
         self.finished_at = time.monotonic()
         self.status = status
         self.done.set()
+        with self._callbacks_lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the op is terminal: now if it is, else from the thread
+        that finishes it (so it must be quick and thread-safe)."""
+        with self._callbacks_lock:
+            if not self.done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def response(self) -> dict[str, Any]:
         """The ``Get*OperationResult`` body for this op's current state."""

@@ -2,6 +2,7 @@
 
 Layout under ``$LOCALSESSION_HOME`` (default ``~/.localsession``; local-semantics §5)::
 
+    packages/<group>/group.json               a group made by CreateModelPackageGroup
     packages/<group>/<version>/package.json   the index entry (JSON)
     packages/<group>/<version>/...            the engine's files (safetensors + JSON)
     packages/.tmp/                            packages being written
@@ -39,6 +40,7 @@ _ARN_RE = re.compile(
 _GROUP_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 CHECKPOINT, MODEL = "checkpoint", "model"
 INDEX_FILE = "package.json"
+GROUP_FILE = "group.json"
 
 
 @dataclass
@@ -98,6 +100,46 @@ class Registry:
 
     def arn(self, group: str, version: int) -> str:
         return f"arn:aws:sagemaker:{self.region}:{self.account}:model-package/{group}/{version}"
+
+    def group_arn(self, group: str) -> str:
+        return f"arn:aws:sagemaker:{self.region}:{self.account}:model-package-group/{group}"
+
+    def create_group(self, group: str, description: str) -> dict[str, Any]:
+        """Record a group (CreateModelPackageGroup); ResourceInUse if it was already made.
+
+        Saves need no such call: a group comes into being with its first package.
+        """
+        group = group_name(group)
+        with self._group_lock(group):
+            index = self.root / group / GROUP_FILE
+            if index.is_file():
+                raise errors.resource_in_use(f"Model package group {group} already exists.")
+            entry = {
+                "ModelPackageGroupName": group,
+                "ModelPackageGroupArn": self.group_arn(group),
+                "ModelPackageGroupDescription": description,
+                "CreationTime": datetime.now(timezone.utc).isoformat(),
+                "ModelPackageGroupStatus": "Completed",
+            }
+            (self.root / group).mkdir(parents=True, exist_ok=True)
+            staging = index.with_name(f".{GROUP_FILE}.tmp")
+            _write_json(staging, entry)
+            os.rename(staging, index)
+        return entry
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        """DescribeModelPackageGroup: a created group, or one that holds packages."""
+        group = group_name(group)
+        index = self.root / group / GROUP_FILE
+        if index.is_file():
+            return dict(json.loads(index.read_text()))
+        if any(self._versions(group)):
+            return {
+                "ModelPackageGroupName": group,
+                "ModelPackageGroupArn": self.group_arn(group),
+                "ModelPackageGroupStatus": "Completed",
+            }
+        raise errors.not_found(f"Model package group {group} does not exist.", runtime=False)
 
     def path(self, arn: str) -> Path:
         group, version = parse_arn(arn)

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localsession.runtime import errors, validate
+from localsession.runtime import errors, hub, validate
 from localsession.runtime.engine_api import Engine, EngineSpec, SampleRequest
-from localsession.runtime.models import localsession_home
-from localsession.runtime.operations import COMPLETED, TERMINAL, Operation
+from localsession.runtime.faults import Faults
+from localsession.runtime.models import canonical_model_name, hub_content_name, localsession_home
+from localsession.runtime.operations import COMPLETED, FAILED, TERMINAL, Operation
 from localsession.runtime.registry import Registry
 from localsession.runtime.scheduler import SamplingScheduler, make_job
 from localsession.runtime.session import ACTIVE, DELETABLE, PackageMismatch, Session
@@ -54,6 +55,8 @@ class ServiceConfig:
     strict: bool = True
     #: Seconds a missing sequence number blocks later ops before it is recorded lost.
     gap_timeout: float = 60.0
+    #: Count a sequence number whose submit was refused (4xx) as used (``--lenient-sequence``).
+    lenient_sequence: bool = False
     #: Seconds of inactivity before a session becomes Expired; None = never.
     idle_timeout: float | None = None
     #: State directory: the model-package registry lives under it (local-semantics §5).
@@ -78,8 +81,12 @@ class ServiceConfig:
 
 def _page(rows: list[_Row], request: dict[str, Any]) -> tuple[list[_Row], str | None]:
     """One page of a List* call: ``MaxResults`` rows from the offset in ``NextToken``."""
-    start = int(request.get("NextToken") or 0)
-    limit = int(request.get("MaxResults") or 100)
+    limit, token = request.get("MaxResults", 100), request.get("NextToken") or "0"
+    if type(limit) is not int or not 1 <= limit <= 100:
+        raise errors.validation(f"MaxResults={limit!r} must be an integer in [1, 100]")
+    if not isinstance(token, str) or not token.isdigit():
+        raise errors.validation(f"NextToken {token!r} is not a token this service issued")
+    start = int(token)
     more = start + limit < len(rows)
     return rows[start : start + limit], str(start + limit) if more else None
 
@@ -93,6 +100,8 @@ class Service:
         self._sessions: dict[str, Session] = {}
         self._scheduler = SamplingScheduler()
         self._registry: Registry | None = None
+        #: Injected faults (runtime/faults.py): armed by tests, the fakes and the admin route.
+        self.faults = Faults()
 
     @property
     def registry(self) -> Registry:
@@ -143,6 +152,8 @@ class Service:
             self.resolve_base_model(base_model)
         except ValueError as exc:
             raise errors.validation(str(exc)) from None
+        # Sessions and their packages name the model, not the ARN or alias it was asked by.
+        model = canonical_model_name(base_model)
         arn = (
             f"arn:aws:sagemaker:{self.config.region}:{self.config.account}:training-session/{name}"
         )
@@ -159,7 +170,7 @@ class Service:
             )
             if key in request
         }
-        spec = EngineSpec(base_model=base_model, rank=rank, alpha=alpha)
+        spec = EngineSpec(base_model=model, rank=rank, alpha=alpha)
         with self._lock:
             if name in self._sessions:
                 raise errors.resource_in_use(f"Training session {name} already exists.")
@@ -179,6 +190,7 @@ class Service:
                 gap_timeout=self.config.gap_timeout,
                 engine_factory=self.config.engine_factory,
                 registry=lambda: self.registry,
+                faults=self.faults,
             )
         return {"TrainingSessionArn": arn}
 
@@ -220,6 +232,12 @@ class Service:
     def stop_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         self._session(request.get("TrainingSessionName"), runtime=False).stop()
         return {}
+
+    def expire_session(self, name: str) -> None:
+        """Expire a Running or Blocked session now, as its idle timeout would (queued training
+        ops finish Skipped; later runtime calls get ConflictException). For tests and the
+        admin route; a session in any other status is left as it is."""
+        self._session(name, runtime=False).expire()
 
     def delete_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         session = self._session(request.get("TrainingSessionName"), runtime=False)
@@ -272,7 +290,10 @@ class Service:
                 "Containers": [
                     {
                         "IsCheckpoint": p.kind == "checkpoint",
-                        "BaseModel": {"HubContentName": p.base_model, "HubContentVersion": "1.0.0"},
+                        "BaseModel": {
+                            "HubContentName": _hub_name_of(p.base_model),
+                            "HubContentVersion": hub.CONTENT_VERSION,
+                        },
                         "ModelDataSource": {
                             "S3DataSource": {
                                 "S3Uri": self.registry.path(arn).as_uri() + "/",
@@ -299,6 +320,24 @@ class Service:
         kept, deleted = self.registry.delete(arn, keep_artifacts=not delete_artifacts)
         return {"RetainedAt": kept.as_uri() + "/" if kept else None, "ObjectsDeleted": deleted}
 
+    def create_model_package_group(self, request: dict[str, Any]) -> dict[str, Any]:
+        entry = self.registry.create_group(
+            str(request.get("ModelPackageGroupName") or ""),
+            str(request.get("ModelPackageGroupDescription") or ""),
+        )
+        return {"ModelPackageGroupArn": entry["ModelPackageGroupArn"]}
+
+    def describe_model_package_group(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.registry.describe_group(str(request.get("ModelPackageGroupName") or ""))
+
+    # -- the local Hub (base models) --------------------------------------------------------
+
+    def list_hub_contents(self, request: dict[str, Any]) -> dict[str, Any]:
+        return hub.list_hub_contents(request, self.config.region)
+
+    def describe_hub_content(self, request: dict[str, Any]) -> dict[str, Any]:
+        return hub.describe_hub_content(request, self.config.region, self.config.home)
+
     def list_base_models(self) -> list[str]:
         from localsession.runtime.models import list_base_models
 
@@ -312,18 +351,36 @@ class Service:
     # -- runtime ---------------------------------------------------------------------------
 
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        if self.faults.armed:
+            self.faults.on_request()
         session = self._session(name, runtime=True)
-        seq, token, kind, body = validate.training_request(request, session.strict)
-        return {"operationId": session.submit_training(seq, token, kind, body)}
+        try:
+            seq, token, kind, body = validate.training_request(request, session.strict)
+            if self.faults.armed:
+                self.faults.on_submit(kind)
+            return {"operationId": session.submit_training(seq, token, kind, body)}
+        except errors.ServiceError as exc:
+            number = request.get("sequenceNumber")
+            refused = exc.http_status < 500 and exc.code != "ThrottlingException"  # 429 is retried
+            if self.config.lenient_sequence and refused and type(number) is int:
+                session.consume(number)
+            raise
 
     def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        if self.faults.armed:
+            self.faults.on_request()
         session = self._session(name, runtime=True)
         session.require_accepting()
         kind, body, tokens = validate.sampling_request(request, session.strict)
+        if self.faults.armed:
+            self.faults.on_submit(kind)
         weights = self._sampling_weights(session, body.get("modelPackageArn"))
         op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
         with session.cond:
             session.ops[op.id] = op
+        if self.faults.armed and (failure := self.faults.on_execute(kind)) is not None:
+            op.finish(FAILED, error=failure)  # an injected fault: the op ran and failed
+            return {"operationId": op.id}
         if kind == "loadWeightsForSampling":
             session.sampling_package = weights
             op.finish(COMPLETED, result={})
@@ -370,15 +427,24 @@ class Service:
         return op
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
+        if self.faults.armed:
+            self.faults.on_request()
         return self._operation(name, operation_id).response()
 
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
+        if self.faults.armed:
+            self.faults.on_request()
         return self._operation(name, operation_id).response()
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         """Block until an op is terminal or ``timeout`` passes; True if terminal."""
         op = self._operation(name, operation_id)
         return op.status in TERMINAL or op.done.wait(timeout)
+
+    def on_operation_done(self, name: str, operation_id: str, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the op is terminal (at once if it is), from the finishing
+        thread: the non-blocking form of :meth:`wait_operation`, for an event loop."""
+        self._operation(name, operation_id).add_done_callback(callback)
 
     def get_tokenizer(self, name: str) -> Any:
         """The tokenizer of a session's model (in-process only; the wire has no such call)."""
@@ -390,16 +456,29 @@ class Service:
             )
         return session.engine.get_tokenizer()
 
-    def close(self) -> None:
-        """Stop every session and the scheduler (for tests and server shutdown)."""
+    def reset(self) -> int:
+        """Stop and forget every session (the server's admin reset); return how many.
+        Model packages on disk are kept."""
         with self._lock:
-            sessions = list(self._sessions.values())
+            sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             if session.status in ACTIVE:
                 session.stop()
         for session in sessions:
             session.join(timeout=10.0)
+        return len(sessions)
+
+    def close(self) -> None:
+        """Stop every session and the scheduler (for tests and server shutdown)."""
+        self.reset()
         self._scheduler.close()
+
+
+def _hub_name_of(model: str) -> str:
+    """The ``BaseModel.HubContentName`` of a package: the model's Hub content name where that
+    names the model back (so the SDK can rebuild a Hub ARN from it), else the model name."""
+    name = hub_content_name(model)
+    return name if canonical_model_name(name) == model else model
 
 
 _default: Service | None = None

@@ -18,6 +18,7 @@ from typing import Any
 
 from localsession.runtime import errors
 from localsession.runtime.engine_api import Engine, EngineInputError, EngineSpec
+from localsession.runtime.faults import Faults
 from localsession.runtime.models import resolve_base_model
 from localsession.runtime.operations import COMPLETED, FAILED, SKIPPED, Operation
 from localsession.runtime.registry import CHECKPOINT, MODEL, Registry
@@ -56,6 +57,7 @@ class Session:
         gap_timeout: float,
         engine_factory: Callable[[EngineSpec], Engine],
         registry: Callable[[], Registry],
+        faults: Faults | None = None,
     ) -> None:
         self.name, self.arn, self.spec, self.details = name, arn, spec, details
         self.strict = strict
@@ -78,6 +80,7 @@ class Session:
         self.running_op: Operation | None = None
         self._engine_factory = engine_factory
         self._registry = registry
+        self._faults = faults
         #: The package ``loadWeightsForSampling`` pointed this session's samplers at.
         self.sampling_package: str | None = None
         self._worker = threading.Thread(target=self._run, name=f"localsession-{name}", daemon=True)
@@ -180,12 +183,24 @@ class Session:
             self.cond.notify_all()
             return op.id
 
+    def consume(self, seq: int) -> None:
+        """Record a number whose submit was refused as used, so nothing waits on it (the
+        server's lenient mode, local-semantics §4). A number already taken is left alone."""
+        with self.cond:
+            if seq >= self._next_seq and seq not in self._by_seq:
+                self._lost.add(seq)
+                self._last_received = max(self._last_received, seq)
+                self.cond.notify_all()
+
     def _next_op(self) -> Operation | None:
         """Wait for the op holding the next sequence number; None once the session ends."""
         with self.cond:
             while True:
                 if self.status not in (RUNNING, BLOCKED):
                     return None
+                if self._next_seq in self._lost:
+                    self._next_seq += 1
+                    continue
                 op = self._queued.pop(self._next_seq, None)
                 if op is not None:
                     self._next_seq += 1
@@ -245,6 +260,11 @@ class Session:
         engine.close()
 
     def _execute(self, engine: Engine, op: Operation) -> None:
+        if self._faults is not None and self._faults.armed:
+            failure = self._faults.on_execute(op.kind)
+            if failure is not None:  # an injected fault (runtime/faults.py): nothing changes
+                op.finish(FAILED, error=failure)
+                return
         try:
             if op.kind in ("forward", "forwardBackward"):
                 result = engine.forward_backward(

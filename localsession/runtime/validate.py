@@ -37,6 +37,8 @@ LOSS_FN_INPUT_KEYS = (
     "temperature",
 )
 
+LOSS_FN_CONFIG_RANGES = {"clip_low_threshold": (0.0, 1.0), "clip_high_threshold": (1.0, 10.0)}
+
 _TOKEN_RE = re.compile(r"^[a-zA-Z0-9-]{1,128}$")
 _SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 
@@ -113,13 +115,28 @@ def model_input_tokens(model_input: Any, where: str) -> list[int]:
     return tokens
 
 
+def _loss_fn_config(config: Any, op: str) -> None:
+    """Clip bounds only, each a number in its range (local-semantics §1)."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise validation(f"{op}.lossFnConfig must be an object like {{'clip_low_threshold': 0.8}}")
+    for key, value in config.items():
+        if key not in LOSS_FN_CONFIG_RANGES:
+            raise validation(
+                f"{op}.lossFnConfig has unknown key {key!r}; the keys are "
+                + " and ".join(LOSS_FN_CONFIG_RANGES)
+            )
+        lo, hi = LOSS_FN_CONFIG_RANGES[key]
+        if not _is_number(value) or not lo <= value <= hi:
+            raise validation(f"{op}.lossFnConfig.{key}={value!r} must be a number in [{lo}, {hi}]")
+
+
 def _datum_list(body: dict[str, Any], op: str) -> list[dict[str, Any]]:
     loss_fn = body.get("lossFnName")
     if loss_fn not in LOSS_FNS:
         raise validation(f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(LOSS_FNS)}")
-    config = body.get("lossFnConfig")
-    if config is not None and not isinstance(config, dict):
-        raise validation(f"{op}.lossFnConfig must be an object like {{'clip_low_threshold': 0.8}}")
+    _loss_fn_config(body.get("lossFnConfig"), op)
     datums = body.get("datumList")
     if not isinstance(datums, list) or not datums:
         raise validation(f"{op}.datumList must hold at least one datum")

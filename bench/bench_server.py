@@ -1,0 +1,142 @@
+"""The HTTP server under the unmodified SDK vs the in-process clients, in one process.
+
+Two rows (issue "`localsession serve`"):
+
+- **HTTP latency:** from the moment a training op finishes on the server to the moment the
+  SDK's ``result()`` returns it. The server runs on a thread of this process, so both instants
+  are read from the same monotonic clock. Without long-poll this is up to the SDK's 2 s poll
+  quantum; target ≤ 50 ms (median and max are printed).
+- **HTTP step:** the wall time of one GRPO step (sample K per prompt, ppo forward_backward,
+  optim_step, refresh the sampler) through the SDK over HTTP vs the same step through the
+  in-process clients on the same service. Target ≤ 1.3×.
+
+Run: python bench/bench_server.py [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import localsession as ls  # noqa: E402
+from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+from localsession.server.runner import ServerThread, client_env  # noqa: E402
+
+ROLE = "arn:aws:iam::123456789012:role/bench"
+GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/bench"
+MODEL = "localsession-tiny"
+PROMPTS = [[257, *b"Q: 1+1=? A: "], [257, *b"Q: 2+3=? A: "]]
+
+
+def _latest_finish(service: Service, session: str) -> float:
+    ops = service._session(session, runtime=True).ops.values()
+    return max(op.finished_at or 0.0 for op in ops)
+
+
+def http_latency_ms(service: Service, sdk: Any, ts: Any, runs: int) -> list[float]:
+    tokens = list(range(1, 257)) * 4  # a forward_backward that runs ~100 ms, polled meanwhile
+    batch = [
+        ts.Datum(
+            model_input=ts.ModelInput.from_ints(tokens[:-1]),
+            loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},
+        )
+    ] * 4
+    latencies = []
+    with sdk.create_lora_training_client(base_model=MODEL, rank=8) as tc:
+        tc.forward_backward(batch, "cross_entropy").result()  # warm
+        for _ in range(runs):
+            future = tc.forward_backward(batch, "cross_entropy")
+            future.result()
+            returned = time.monotonic()
+            latencies.append((returned - _latest_finish(service, tc.training_session_name)) * 1e3)
+    return latencies
+
+
+def grpo_step_seconds(client: Any, ts: Any, runs: int) -> float:
+    params = ts.SamplingParams(max_tokens=512, temperature=1.0, seed=3, stop=["\n", "."])
+    times = []
+    with client.create_lora_training_client(base_model=MODEL, rank=8) as tc:
+        sampler = tc.save_weights_and_get_sampling_client()
+        for _ in range(runs + 1):
+            started = time.perf_counter()
+            futures = [
+                sampler.sample(
+                    prompt=ts.ModelInput.from_ints(p), num_samples=4, sampling_params=params
+                )
+                for p in PROMPTS
+            ]
+            datums = []
+            for prompt, future in zip(PROMPTS, futures, strict=True):
+                for i, seq in enumerate(future.result().sequences):
+                    n, pad = len(seq.tokens), len(prompt) - 1
+                    datums.append(
+                        ts.Datum(
+                            model_input=ts.ModelInput.from_ints(prompt + seq.tokens[:-1]),
+                            loss_fn_inputs={
+                                "target_tokens": [0] * pad + list(seq.tokens),
+                                "weights": [0.0] * pad + [1.0] * n,
+                                "logprobs": [0.0] * pad + list(seq.logprobs),
+                                "advantages": [0.0] * pad + [1.0 if i % 2 else -1.0] * n,
+                            },
+                        )
+                    )
+            tc.forward_backward(datums, "ppo")
+            tc.optim_step(ts.AdamParams(learning_rate=1e-4)).result()
+            sampler = tc.save_weights_and_get_sampling_client()
+            times.append(time.perf_counter() - started)
+    return statistics.median(times[1:])  # the first step warms caches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    logging.getLogger("sagemaker").setLevel(logging.ERROR)  # the http:// endpoint warning
+    with tempfile.TemporaryDirectory() as home:
+        service = Service(ServiceConfig(home=Path(home), max_sessions=8))
+        with ServerThread(service) as url:
+            os.environ.update(client_env(url, "us-west-2"))
+            import sagemaker.train.training_session as ts
+
+            sdk = ts.ServiceClient(
+                role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path="s3://b/o"
+            )
+            local = ls.ServiceClient(
+                role_arn=ROLE, backend=service, model_package_group_arn=GROUP
+            )
+            latencies = http_latency_ms(service, sdk, ts, args.runs)
+            over_http = grpo_step_seconds(sdk, ts, args.runs)
+            in_process = grpo_step_seconds(local, ls, args.runs)
+        service.close()
+    p50, worst = statistics.median(latencies), max(latencies)
+    ratio = over_http / in_process
+    rows = [
+        ("HTTP latency p50 (ms)", f"{p50:.1f}", "—", "—", "≤ 50", p50 <= 50),
+        ("HTTP latency max (ms)", f"{worst:.1f}", "—", "—", "(info)", True),
+        (
+            "GRPO step, SDK over HTTP vs in-process (s)",
+            f"{over_http:.3f}",
+            f"{in_process:.3f}",
+            f"{ratio:.2f}×",
+            "≤ 1.3×",
+            ratio <= 1.3,
+        ),
+    ]
+    print("\nlocalsession serve vs in-process, localsession/tiny")
+    print(f"{'metric':<44}{'ours':>10}{'baseline':>10}{'ratio':>9}{'target':>9}")
+    for name, ours, base, r, target, _ in rows:
+        print(f"{name:<44}{ours:>10}{base:>10}{r:>9}{target:>9}")
+    missed = [row[0] for row in rows if not row[5]]
+    print("server: pass" if not missed else f"server: MISS ({', '.join(missed)})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Running the server: on a thread (tests, benchmarks, the conformance suite) or in the
+foreground (``localsession serve``), always on uvicorn and always on a socket bound first, so
+port 0 works and the URL is known before the first request."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import uvicorn
+
+from localsession.runtime.service import Service
+from localsession.server.app import create_app
+
+
+def client_env(url: str, region: str) -> dict[str, str]:
+    """The environment an unmodified SDK, boto3 or AWS CLI needs to talk to ``url``."""
+    return {
+        "SAGEMAKER_TRAINING_SESSION_ENDPOINT": url,
+        "SAGEMAKER_TRAINING_SESSION_RUNTIME_ENDPOINT": url,
+        "AWS_ENDPOINT_URL_SAGEMAKER": url,
+        "AWS_ENDPOINT_URL_SAGEMAKERTRAININGSESSIONRUNTIME": url,
+        "AWS_ACCESS_KEY_ID": "localsession",
+        "AWS_SECRET_ACCESS_KEY": "localsession",
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket; port 0 picks a free one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def make_server(service: Service, *, long_poll: float = 15.0, **config: Any) -> uvicorn.Server:
+    app = create_app(service, long_poll=long_poll)
+    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+    options.update(config)
+    return uvicorn.Server(uvicorn.Config(app, **options))
+
+
+class ServerThread:
+    """A server for ``service`` on a background thread: ``with ServerThread(s) as url: ...``."""
+
+    def __init__(
+        self, service: Service, host: str = "127.0.0.1", port: int = 0, long_poll: float = 15.0
+    ) -> None:
+        self.service = service
+        self._sock = bind(host, port)
+        self.url = url_of(self._sock)
+        self._server = make_server(service, long_poll=long_poll)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    def start(self) -> str:
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"the server on {self.url} failed to start")
+            threading.Event().wait(0.01)
+        return self.url
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10.0)
+        self._sock.close()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

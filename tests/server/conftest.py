@@ -1,0 +1,47 @@
+"""Servers on port 0 over a fresh home, and the unmodified SDK pointed at them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from localsession.runtime.service import Service, ServiceConfig
+from localsession.server.runner import ServerThread, client_env
+
+from .common import GROUP, REGION, ROLE, S3, Running
+
+
+def _start(tmp_path_factory: pytest.TempPathFactory, **config: Any) -> Iterator[Running]:
+    home = tmp_path_factory.mktemp("server-home")
+    service = Service(ServiceConfig(home=home, max_sessions=8, **config))
+    with ServerThread(service, long_poll=5.0) as url:
+        yield Running(url, service)
+    service.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """A strict server (every service limit on), as users run it by default."""
+    yield from _start(tmp_path_factory, gap_timeout=1.0)
+
+
+@pytest.fixture
+def sdk_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[Running], None]:
+    """Point the process's AWS environment at a server (undone after the test)."""
+
+    def point(running: Running) -> None:
+        for key, value in client_env(running.url, REGION).items():
+            monkeypatch.setenv(key, value)
+
+    return point
+
+
+@pytest.fixture
+def sdk(server: Running, sdk_env: Callable[[Running], None]) -> Any:
+    """The real SDK's ServiceClient, talking to ``server``."""
+    from sagemaker.train.training_session import ServiceClient
+
+    sdk_env(server)
+    return ServiceClient(role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path=S3)
