@@ -38,7 +38,7 @@ bench: $(STAMP)
 	for script in bench/bench_*.py; do HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done
 
 lint: $(STAMP)
-	$(PY) -m ruff check localsession tests examples bench
+	$(PY) -m ruff check localsession fakes tests examples bench
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

@@ -1,0 +1,33 @@
+"""Test doubles for unit-testing training loops written against the training-session SDK.
+
+``FakeServiceClient`` is a drop-in ``ServiceClient`` whose sessions run localsession's own
+runtime (futures, sequence order, errors and limits are the real ones) over a fake engine: a
+bigram model over 259 byte tokens that is instant, deterministic and exact (losses,
+gradients and optimizer steps are real numbers). On top of it a test can script samples
+(``fake.script``), inject faults (``fake.fail_next``, ``fake.throttle_next``, ...), read a log
+of every call (``fake.calls``) and drive a manual clock (``fake.advance()``). Importing this
+package does not import torch (that waits for the first ``FakeServiceClient``), and nothing
+in it ever imports transformers or peft. A pytest plugin with ready fixtures:
+``pytest -p fakes.pytest_plugin``; a usage guide: ``fakes/README.md``.
+"""
+
+from __future__ import annotations
+
+from fakes.calls import Call, CallLog
+from fakes.client import FakeServiceClient
+from fakes.script import Completion, PromptInfo, Script
+from fakes.service import FakeService
+from fakes.tokenizer import ByteTokenizer
+from localsession.runtime.faults import Faults
+
+__all__ = [
+    "ByteTokenizer",
+    "Call",
+    "CallLog",
+    "Completion",
+    "FakeService",
+    "FakeServiceClient",
+    "Faults",
+    "PromptInfo",
+    "Script",
+]

@@ -1,0 +1,278 @@
+"""The fake engine: the runtime's ``Engine`` protocol over the bigram model, instant and exact.
+
+Training uses the torch engine's own pure parts: ``datums.parse_datums`` (every input check,
+same messages), ``losses.compute_loss`` (the local-semantics §1 losses and metrics) and
+``optim.LoraAdamW`` (§2), so losses, gradients and ``optim_step`` are real numbers with the
+documented math; only the model differs (:mod:`fakes.model`). Sampling answers from the
+:class:`~fakes.script.Script` first and falls back to the model (:mod:`fakes.sampler`).
+Packages are safetensors + JSON that only the fake engine reads.
+
+In manual-clock mode each training call waits at :attr:`FakeEngine.gate` until the fake's
+clock lets it through (see :mod:`fakes.service`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import AbstractContextManager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from fakes.clock import Gate
+from fakes.model import BigramLora
+from fakes.sampler import compute_logprobs, sample_request
+from fakes.script import Script
+from fakes.tokenizer import PAD_ID, VOCAB_SIZE, ByteTokenizer
+from localsession.engine.datums import finite_or_raise, parse_datums
+from localsession.engine.losses import (
+    LossInputs,
+    check_loss_fn,
+    compute_loss,
+    parse_loss_config,
+    token_logprobs,
+)
+from localsession.engine.optim import AdamParams, LoraAdamW, NamedMoments
+from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
+
+FORMAT = "localsession-fakes-bigram/1"
+ADAPTER, META = "fake_adapter.safetensors", "fake_package.json"
+OPTIMIZER, OPTIMIZER_META, MERGED = (
+    "fake_optimizer.safetensors",
+    "fake_optimizer.json",
+    "fake_merged.safetensors",
+)
+
+
+class EngineKnobs:
+    """Engine-level faults the runtime cannot inject (shared by a fake's engines)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.truncate_logprobs = 0
+
+    def take_truncation(self) -> bool:
+        with self._lock:
+            if self.truncate_logprobs <= 0:
+                return False
+            self.truncate_logprobs -= 1
+            return True
+
+
+def _tensor_data(values: list[float]) -> dict[str, Any]:
+    return {"data": values, "dtype": "float32", "shape": [len(values)]}
+
+
+class FakeEngine:
+    """One session's fake model, optimizer and package snapshots."""
+
+    def __init__(
+        self,
+        spec: EngineSpec,
+        *,
+        script: Script | None = None,
+        knobs: EngineKnobs | None = None,
+        manual: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.model = BigramLora(spec)
+        self._optimizer: LoraAdamW | None = None  # made on first use (see `optimizer`)
+        self.script = script or Script()
+        self.knobs = knobs or EngineKnobs()
+        self.gate = Gate(manual)
+        self.tokenizer = ByteTokenizer()
+        self.lock = threading.Lock()
+        #: Optimizer steps applied so far (recorded in saved packages).
+        self.steps = 0
+        self._snapshots: dict[str, torch.Tensor] = {}
+
+    @property
+    def optimizer(self) -> LoraAdamW:
+        """The AdamW state, made on first use: building a torch optimizer imports
+        ``torch._dynamo`` (over a second), which a loop that never steps should not pay."""
+        if self._optimizer is None:
+            self._optimizer = LoraAdamW(self.model.named_parameters())
+        return self._optimizer
+
+    # -- training ------------------------------------------------------------------------
+
+    def forward_backward(
+        self,
+        datums: list[dict[str, Any]],
+        loss_fn: str,
+        loss_fn_config: dict[str, Any] | None,
+        *,
+        backward: bool,
+    ) -> dict[str, Any]:
+        self.gate.pass_through()
+        check_loss_fn(loss_fn)
+        clip = parse_loss_config(loss_fn, loss_fn_config)
+        if not datums:
+            return {"metrics": {"loss": 0.0, "global_token_num": 0.0}, "lossFnOutputs": []}
+        batch = parse_datums(datums, loss_fn, VOCAB_SIZE, PAD_ID, torch.device("cpu"))
+        grad: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
+        with self.lock, grad:
+            logits_BTV = self.model.logits(batch.tokens_BT)
+            lp_BT = token_logprobs(logits_BTV, batch.targets_BT, batch.temperature_BT)
+            inputs = LossInputs(
+                weights=batch.weights_BT,
+                sampler_logprobs=batch.logprobs_BT,
+                advantages=batch.advantages_BT,
+                ref_logprobs=batch.ref_log_prob_BT,
+                mask=batch.mask_BT,
+            )
+            loss_BT, metrics = compute_loss(loss_fn, lp_BT, inputs, clip)
+            total = loss_BT.sum()
+            finite_or_raise(float(total.detach()), "the loss")  # before any gradient
+            if backward:
+                total.backward()
+        metrics["global_token_num"] = float(batch.num_tokens)
+        lp_rows, loss_rows = lp_BT.detach().tolist(), loss_BT.detach().tolist()
+        outputs = [
+            {
+                "logprobs": _tensor_data(lp_rows[i][:n]),
+                "elementwise_loss": _tensor_data(loss_rows[i][:n]),
+            }
+            for i, n in enumerate(batch.lengths)
+        ]
+        return {"metrics": metrics, "lossFnOutputs": outputs}
+
+    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+        self.gate.pass_through()
+        hp = AdamParams.from_wire(adam_params)
+        with self.lock:
+            metrics = self.optimizer.step(hp)
+            self.steps += 1
+        return metrics
+
+    # -- sampling ------------------------------------------------------------------------
+
+    def _weights(self, weights: str | None) -> torch.Tensor:
+        """The [V, V] table a sampler reads: the base model, or a saved package's."""
+        if weights is None:
+            return self.model.base_VV
+        cached = self._snapshots.get(weights)
+        if cached is None:
+            adapter = self._read_adapter(Path(weights))
+            cached = self._snapshots[weights] = self.model.table(adapter)
+        return cached
+
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+        table_VV = self._weights(weights)
+        return [
+            sample_request(table_VV, req, self.script, f"request {i}")
+            for i, req in enumerate(requests)
+        ]
+
+    def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
+        values = compute_logprobs(self._weights(weights), tokens)
+        if self.knobs.take_truncation():  # injected: the sampler returns a short result
+            values = values[:-1]
+        return values
+
+    # -- packages ------------------------------------------------------------------------
+
+    def save_package(self, directory: str, *, include_optimizer: bool, merge_weights: bool) -> None:
+        self.gate.pass_through()
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        with self.lock:
+            adapter = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+            fresh = self._optimizer is None  # never stepped: no moments yet
+            moments = self.optimizer.named_state() if include_optimizer and not fresh else {}
+            last = None if fresh else self.optimizer.last_params
+            table = self.model.table() if merge_weights else None
+            steps = self.steps
+        meta = {
+            "format": FORMAT,
+            "base_model": self.spec.base_model,
+            "rank": self.spec.rank,
+            "alpha": self.spec.alpha,
+            "seed": self.spec.seed,
+            "optimizer_steps": steps,
+        }
+        save_file(adapter, str(target / ADAPTER))
+        (target / META).write_text(json.dumps(meta, indent=2))
+        if include_optimizer:
+            tensors = {}
+            for name, m in moments.items():
+                tensors[f"{name}.exp_avg"] = m.exp_avg
+                tensors[f"{name}.exp_avg_sq"] = m.exp_avg_sq
+            save_file(tensors, str(target / OPTIMIZER))
+            state = {
+                "steps": {name: m.step for name, m in moments.items()},
+                "last_params": asdict(last) if last is not None else None,
+            }
+            (target / OPTIMIZER_META).write_text(json.dumps(state, indent=2))
+        if table is not None:
+            save_file({"logits": table.contiguous()}, str(target / MERGED))
+
+    def _read_adapter(self, path: Path) -> dict[str, torch.Tensor]:
+        try:
+            meta = json.loads((path / META).read_text())
+            tensors = load_file(str(path / ADAPTER))
+        except (OSError, ValueError) as exc:
+            raise EngineInputError(
+                f"package at {path} was not written by the fake engine ({exc}); the fakes "
+                "load only packages their own sessions saved"
+            ) from None
+        if meta.get("format") != FORMAT:
+            raise EngineInputError(
+                f"package at {path} has format {meta.get('format')!r}, not {FORMAT}"
+            )
+        for name, p in self.model.named_parameters():
+            if name not in tensors or tensors[name].shape != p.shape:
+                raise EngineInputError(
+                    f"package at {path}: `{name}` is missing or has the wrong shape for a "
+                    f"rank-{self.spec.rank} adapter"
+                )
+        return tensors
+
+    def load_package(self, directory: str, *, load_optimizer: bool) -> None:
+        self.gate.pass_through()
+        path = Path(directory)
+        tensors = self._read_adapter(path)  # every check before any change
+        moments: dict[str, NamedMoments] = {}
+        last: AdamParams | None = None
+        if load_optimizer:
+            try:
+                state = json.loads((path / OPTIMIZER_META).read_text())
+                saved = load_file(str(path / OPTIMIZER))
+            except (OSError, ValueError):
+                raise EngineInputError(
+                    f"package at {path} holds no optimizer state; load it with load_state "
+                    "(without the optimizer), or save it with save_state"
+                ) from None
+            moments = {
+                name: NamedMoments(step, saved[f"{name}.exp_avg"], saved[f"{name}.exp_avg_sq"])
+                for name, step in state["steps"].items()
+            }
+            if state["last_params"] is not None:
+                last = AdamParams(**state["last_params"])
+        with self.lock, torch.no_grad():
+            for name, p in self.model.named_parameters():
+                p.copy_(tensors[name])
+            if load_optimizer:
+                self.optimizer.load_named_state(moments, last)
+            else:
+                self._optimizer = None  # a fresh optimizer on next use
+            for _, p in self.model.named_parameters():
+                p.grad = None
+
+    # -- misc ----------------------------------------------------------------------------
+
+    def table(self) -> torch.Tensor:
+        """The live [V, V] logit table (a detached copy): what ``forward`` computes with."""
+        with self.lock:
+            return self.model.table().clone()
+
+    def get_tokenizer(self) -> ByteTokenizer:
+        return self.tokenizer
+
+    def close(self) -> None:
+        self.gate.set_manual(False)
+        self._snapshots.clear()

@@ -1,0 +1,156 @@
+"""Sampling from a bigram table, with scripted completions first (local-semantics §3).
+
+A stream draws its tokens one at a time from ``table[previous token]``: temperature, then
+top-k, then top-p (the torch engine's own filters), with a private generator seeded
+``seed + i`` for sample i. It stops at ``<eos>`` or a stop string (the returned tokens include
+the token that ended it; ``stop_reason`` ``"stop"``) or at ``max_tokens`` (``"length"``).
+Reported logprobs are log-softmax(logits / T) of each token before filtering (T = 0: greedy,
+T = 1 values). Scripted completions get the same truncation and, unless scripted too, the
+same logprobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fakes.script import Completion, PromptInfo, Script
+from fakes.tokenizer import EOS_ID, VOCAB_SIZE, ByteTokenizer
+from localsession.engine.sampling import (
+    sample_from_logits,
+    top_k_filter,
+    top_p_filter,
+)
+from localsession.runtime.engine_api import EngineInputError, SampleRequest
+
+_TOKENIZER = ByteTokenizer()
+
+
+def check_tokens(tokens: list[int], what: str) -> list[int]:
+    if not tokens:
+        raise EngineInputError(f"{what} must be a non-empty list of token ids")
+    bad = [t for t in tokens if not isinstance(t, int) or not 0 <= t < VOCAB_SIZE]
+    if bad:
+        raise EngineInputError(
+            f"{what} holds token id {bad[0]}, outside the vocabulary [0, {VOCAB_SIZE})"
+        )
+    return tokens
+
+
+def _stop_reason(tokens: list[int], stop: tuple[str, ...], max_tokens: int) -> str | None:
+    """Why a stream whose last token is ``tokens[-1]`` ends there, or None to go on."""
+    if tokens[-1] == EOS_ID:
+        return "stop"
+    if stop and any(s and s in _TOKENIZER.decode(tokens) for s in stop):
+        return "stop"
+    if len(tokens) >= max_tokens:
+        return "length"
+    return None
+
+
+def _tempered_logprobs(
+    table_VV: Tensor, prevs: list[int], targets: list[int], temperature: float
+) -> list[float]:
+    """log-softmax(table[prev] / T)[target] per pair (T = 1 for greedy)."""
+    if not targets:
+        return []
+    t = temperature if temperature > 0 else 1.0
+    rows_NV = torch.log_softmax(table_VV[torch.tensor(prevs)] / t, dim=-1)
+    return rows_NV.gather(-1, torch.tensor(targets).unsqueeze(-1)).squeeze(-1).tolist()
+
+
+def _generate(table_VV: Tensor, req: SampleRequest, i: int) -> dict[str, Any]:
+    gen = torch.Generator().manual_seed((req.seed + i) % 2**63)
+    tokens: list[int] = []
+    prev, reason = req.prompt[-1], None if req.max_tokens > 0 else "length"
+    while reason is None:
+        if req.temperature <= 0:
+            token = int(table_VV[prev].argmax())
+        else:
+            tempered_1V = (table_VV[prev] / req.temperature).unsqueeze(0)
+            filtered_1V = top_p_filter(
+                top_k_filter(tempered_1V, torch.tensor([req.top_k])), torch.tensor([req.top_p])
+            )
+            token = int(sample_from_logits(filtered_1V, torch.rand(1, generator=gen))[0])
+        tokens.append(token)
+        prev, reason = token, _stop_reason(tokens, req.stop, req.max_tokens)
+    prevs = [req.prompt[-1], *tokens[:-1]]
+    logprobs = _tempered_logprobs(table_VV, prevs, tokens, req.temperature)
+    return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
+
+
+def _scripted(table_VV: Tensor, req: SampleRequest, completion: Completion) -> dict[str, Any]:
+    ids = completion.token_ids()
+    tokens: list[int] = []
+    reason = "length" if req.max_tokens <= 0 else None
+    for token in ids:
+        if reason is not None:
+            break
+        tokens.append(token)
+        reason = _stop_reason(tokens, req.stop, req.max_tokens)
+    if completion.logprobs is not None:
+        logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
+    else:
+        prevs = [req.prompt[-1], *tokens[:-1]]
+        logprobs = _tempered_logprobs(table_VV, prevs, tokens, req.temperature)
+    return {
+        "stopReason": reason or completion.stop_reason,
+        "tokens": tokens,
+        "logprobs": logprobs,
+    }
+
+
+def prompt_logprobs(
+    table_VV: Tensor, tokens: list[int], topk: int = 0
+) -> tuple[list[float], list[list[dict[str, Any]]]]:
+    """log p(tokens[t] | tokens[t-1]) at T = 1 (entry 0 is 0.0), and top-``topk`` per position."""
+    values = [0.0, *_tempered_logprobs(table_VV, tokens[:-1], tokens[1:], 1.0)]
+    top: list[list[dict[str, Any]]] = []
+    if topk > 0 and len(tokens) > 1:
+        rows = torch.log_softmax(table_VV[torch.tensor(tokens[:-1])], dim=-1)  # [L-1, V]
+        vals, ids = rows.topk(min(topk, VOCAB_SIZE), dim=-1)
+        top = [[]] + [
+            [{"tokenId": t, "logprob": v} for t, v in zip(r_ids, r_vals, strict=True)]
+            for r_ids, r_vals in zip(ids.tolist(), vals.tolist(), strict=True)
+        ]
+    return values, top
+
+
+def compute_logprobs(table_VV: Tensor, tokens: list[int]) -> list[float | None]:
+    """Per-token log p(tokens[i] | tokens[i-1]) at T = 1; entry 0 is None."""
+    values, _ = prompt_logprobs(table_VV, check_tokens(list(tokens), "`prompt`"))
+    return [None, *values[1:]]
+
+
+def sample_request(
+    table_VV: Tensor, req: SampleRequest, script: Script, what: str
+) -> dict[str, Any]:
+    """The wire ``SampleResponse`` for one request: scripted where the script answers."""
+    prompt = check_tokens(list(req.prompt), f"{what}: `prompt`")
+    info = PromptInfo(
+        tokens=tuple(prompt),
+        text=_TOKENIZER.decode(prompt, skip_special_tokens=True),
+        num_samples=req.num_samples,
+        max_tokens=req.max_tokens,
+        temperature=req.temperature,
+        seed=req.seed,
+    )
+    try:
+        scripted = script.resolve(info)
+    except Exception as exc:  # noqa: BLE001 - a broken policy fails the op, not the scheduler
+        raise EngineInputError(f"{what}: the script's policy raised {exc!r}") from exc
+    sequences = [
+        _generate(table_VV, req, i) if c is None else _scripted(table_VV, req, c)
+        for i, c in enumerate(scripted)
+    ]
+    response: dict[str, Any] = {"sequences": sequences}
+    topk = req.topk_prompt_logprobs or 0
+    if req.include_prompt_logprobs or topk > 0:
+        values, top = prompt_logprobs(table_VV, prompt, topk)
+        if req.include_prompt_logprobs:
+            response["promptLogprobs"] = values
+        if topk > 0:
+            response["topkPromptLogprobs"] = top
+    return response
