@@ -34,8 +34,8 @@ test: $(SDK_STAMP) lint typecheck
 test-slow: $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
 
-bench: $(STAMP)
-	for script in bench/bench_*.py; do HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done
+bench: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check localsession fakes tests examples bench

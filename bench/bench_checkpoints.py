@@ -7,47 +7,38 @@ Measures, on ``localsession/small`` with a rank-32 adapter after one training st
 
 each against the same work done by hand: ``safetensors.torch.save_file`` of the adapter and
 the AdamW moments, and ``load_file`` + ``copy_`` back. Targets (issue "Checkpoints"): save
-under 50 ms, load under 100 ms. Prints medians over the runs, ratios, and a pass/miss line.
+under 50 ms, load under 100 ms (the ratio to the hand-written baseline is shown for
+information). Medians over the runs, API and baseline interleaved.
 
-Run: python bench/bench_checkpoints.py [--runs 20]
+Run: python bench/bench_checkpoints.py [--smoke] [--runs 20]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
+import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
+from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E402
 from localsession import AdamParams, ServiceClient  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 
 
-def median_ms(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=20)
-    args = parser.parse_args()
+def collect(smoke: bool = False, runs: int = 20) -> list[Row]:
+    """The save and load rows (``smoke``: the tiny model, one repetition)."""
+    model_name = "localsession/tiny" if smoke else "localsession/small"
+    runs = 1 if smoke else runs
     with tempfile.TemporaryDirectory() as home:
         service = Service(ServiceConfig(home=Path(home)))
         client = ServiceClient(role_arn="arn:aws:iam::000000000000:role/bench", backend=service)
-        tc = client.create_lora_training_client("localsession/small", rank=32, alpha=64)
+        tc = client.create_lora_training_client(model_name, rank=32, alpha=64)
         tokens = list(range(1, 129))
         tc.forward_backward(
             [tokens], loss_fn_inputs={"target_tokens": tokens[1:] + [0], "weights": [1.0] * 128}
@@ -55,8 +46,6 @@ def main() -> None:
         tc.optim_step(AdamParams(learning_rate=1e-3)).result()
         arn = tc.save_state().result().model_package_arn
         assert arn is not None
-        api_save = median_ms(lambda: tc.save_state().result(), args.runs)
-        api_load = median_ms(lambda: tc.load_state_with_optimizer(arn).result(), args.runs)
 
         engine = service._session(tc.training_session_name, runtime=True).engine
         model = engine.model  # type: ignore[union-attr]
@@ -91,19 +80,35 @@ def main() -> None:
                     t.copy_(state[n])
 
         raw_save()
-        base_save, base_load = median_ms(raw_save, args.runs), median_ms(raw_load, args.runs)
+        times = interleaved(
+            {
+                "api save": lambda: tc.save_state().result(),
+                "raw save": raw_save,
+                "api load": lambda: tc.load_state_with_optimizer(arn).result(),
+                "raw load": raw_load,
+            },
+            runs,
+        )
         tc.stop()
         service.close()
 
-    rows = [
-        ("save_state", api_save, base_save, 50.0),
-        ("load_state_with_optimizer", api_load, base_load, 100.0),
-    ]
-    print(f"{'metric':28} {'ours ms':>9} {'raw ms':>9} {'ratio':>7} {'target':>10}")
-    for name, ours, raw, target in rows:
-        print(f"{name:28} {ours:9.1f} {raw:9.1f} {ours / raw:7.2f} {'<' + str(target) + ' ms':>10}")
-    missed = [name for name, ours, _, target in rows if ours >= target]
-    print("pass" if not missed else f"miss: {', '.join(missed)}")
+    short = model_name.split("/")[-1]
+    out = []
+    for label, key, limit in (("save_state", "save", 50.0), ("load_state_with_optimizer",
+                                                              "load", 100.0)):
+        ours, base = median(times[f"api {key}"]) * 1e3, median(times[f"raw {key}"]) * 1e3
+        out.append(
+            Row(f"checkpoint: {label}, {short} (ms)", ours, "ms", f"≤ {limit:g} ms",
+                ours <= limit, base, ours / base)
+        )
+    return out
+
+
+def main() -> None:
+    parser = bench_args(__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    emit(collect(args.smoke, args.runs), args, "checkpoints: API vs safetensors by hand")
 
 
 if __name__ == "__main__":

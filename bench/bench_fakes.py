@@ -8,12 +8,11 @@ Warm (median over ``--runs``, one process): the submit + ``result()`` round trip
 ``compute_logprobs``. Targets (issue "fakes"): cold import + first op under 3 s; warm ops
 under 5 ms each. There is no baseline to divide by, so it prints times and pass/miss.
 
-Run: python bench/bench_fakes.py [--runs 200] [--cold-runs 3]
+Run: python bench/bench_fakes.py [--smoke] [--runs 200] [--cold-runs 3]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -21,8 +20,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.common import Row, bench_args, emit  # noqa: E402
 
 COLD = """
 import json, time
@@ -45,10 +49,11 @@ print(json.dumps({"import": t1 - t0, "first_fb": t2 - t0, "first_step": t3 - t0}
 
 
 def cold(runs: int) -> dict[str, float]:
+    """Best-of-``runs`` cold timings (s), each in a fresh interpreter run from the repo."""
     best: dict[str, float] = {}
     for _ in range(runs):
         out = subprocess.run(
-            [sys.executable, "-c", COLD], capture_output=True, text=True, check=True
+            [sys.executable, "-c", COLD], capture_output=True, text=True, check=True, cwd=ROOT
         )
         for key, value in json.loads(out.stdout.strip().splitlines()[-1]).items():
             best[key] = min(best.get(key, float("inf")), value)
@@ -56,6 +61,7 @@ def cold(runs: int) -> dict[str, float]:
 
 
 def median_ms(fn: Callable[[], object], runs: int) -> float:
+    """Median milliseconds of ``runs`` calls, after one warm-up call."""
     fn()
     times = []
     for _ in range(runs):
@@ -66,6 +72,7 @@ def median_ms(fn: Callable[[], object], runs: int) -> float:
 
 
 def warm(runs: int) -> dict[str, float]:
+    """Median ms of each warm op's submit + ``result()`` round trip."""
     import fakes
     from localsession.types import AdamParams, Datum, ModelInput, SamplingParams
 
@@ -96,24 +103,32 @@ def warm(runs: int) -> dict[str, float]:
         }
 
 
+def collect(smoke: bool = False, runs: int = 200, cold_runs: int = 3) -> list[Row]:
+    """The cold-start and warm-op rows (``smoke``: one cold run, a few warm ones)."""
+    if smoke:
+        runs, cold_runs = 3, 1
+    c = cold(cold_runs)
+    rows = [
+        Row("fakes cold: import fakes (ms)", c["import"] * 1000, "ms", "< 3000 ms",
+            c["import"] < 3.0),
+        Row("fakes cold: import + first forward_backward (ms)", c["first_fb"] * 1000, "ms",
+            "< 3000 ms", c["first_fb"] < 3.0),
+        Row("fakes cold: ... + first optim_step (ms)", c["first_step"] * 1000, "ms",
+            "< 3000 ms", c["first_step"] < 3.0),
+    ]
+    rows += [
+        Row(f"fakes warm: {name} (ms)", ms, "ms", "< 5 ms", ms < 5.0)
+        for name, ms in warm(runs).items()
+    ]
+    return rows
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_args(__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--cold-runs", type=int, default=3)
     args = parser.parse_args()
-    rows: list[tuple[str, float, float]] = []
-    c = cold(args.cold_runs)
-    rows += [
-        ("cold: import fakes", c["import"] * 1000, 3000.0),
-        ("cold: import + first forward_backward", c["first_fb"] * 1000, 3000.0),
-        ("cold: ... + first optim_step", c["first_step"] * 1000, 3000.0),
-    ]
-    rows += [(f"warm: {name}", ms, 5.0) for name, ms in warm(args.runs).items()]
-    print(f"{'metric':40} {'ms':>9} {'target':>10}")
-    for name, ms, target in rows:
-        print(f"{name:40} {ms:9.2f} {'<' + format(target, 'g') + ' ms':>10}")
-    missed = [name for name, ms, target in rows if ms >= target]
-    print("pass" if not missed else f"miss: {', '.join(missed)}")
+    emit(collect(args.smoke, args.runs, args.cold_runs), args, "fakes: cold start and warm ops")
 
 
 if __name__ == "__main__":

@@ -11,27 +11,28 @@ one process, after a warm-up of every path:
   ``num_return_sequences=4`` on the plain ``transformers`` model (no API, no LoRA wrapper).
 
 Throughput is generated tokens per second. Targets (issue "RL"): concurrent ≥ 5× the
-one-at-a-time throughput, and ≥ 0.8× the raw ``generate`` throughput. Prints a table (ours,
-baseline, ratio, target, pass/miss) and a one-line summary.
+one-at-a-time throughput, and ≥ 0.8× the raw ``generate`` throughput. Medians over the runs.
 
-Run: python bench/bench_sampling.py [--max-tokens 64] [--runs 3] [--models tiny small]
+Run: python bench/bench_sampling.py [--smoke] [--max-tokens 64] [--runs 3] [--models tiny small]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from bench.common import Row, bench_args, emit  # noqa: E402
 from localsession import SamplingClient, SamplingParams, ServiceClient  # noqa: E402
 from localsession.engine.builtin import EOS_ID, PAD_ID, build_builtin  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
@@ -46,7 +47,7 @@ def prompts() -> list[list[int]]:
     return [[257, *f"Q{i}: what is {i} + {3 * i % 17}? A:".encode()] for i in range(N_PROMPTS)]
 
 
-def best_of(fn: Callable[[], int], runs: int) -> tuple[float, int]:
+def median_of(fn: Callable[[], int], runs: int) -> tuple[float, int]:
     """(median seconds, tokens of the last run) over ``runs`` calls of ``fn``."""
     times, tokens = [], 0
     for _ in range(runs):
@@ -103,10 +104,8 @@ def raw_generate(name: str, max_tokens: int) -> Callable[[], int]:
     return run
 
 
-def bench_model(
-    name: str, max_tokens: int, runs: int, home: Path
-) -> list[tuple[str, float, float, float]]:
-    """Rows of (label, ours tok/s, baseline tok/s, target ratio) for one model."""
+def bench_model(name: str, max_tokens: int, runs: int, home: Path) -> list[Row]:
+    """The two rows (vs one-at-a-time, vs raw generate) of one model."""
     service = Service(ServiceConfig(home=home, max_sessions=2))
     client = ServiceClient(role_arn=ROLE, backend=service, strict=False)  # max_tokens < 512
     tc = client.create_lora_training_client(name, rank=8, alpha=16)
@@ -115,39 +114,48 @@ def bench_model(
     generate = raw_generate(name, max_tokens)
     for warm in (concurrent, sequential, generate):
         warm()
-    t_conc, n_conc = best_of(concurrent, runs)
-    t_seq, n_seq = best_of(sequential, max(1, runs - 1))
-    t_gen, n_gen = best_of(generate, runs)
+    t_conc, n_conc = median_of(concurrent, runs)
+    t_seq, n_seq = median_of(sequential, max(1, runs - 1))
+    t_gen, n_gen = median_of(generate, runs)
     tc.stop()
     service.close()
     short = name.split("/")[-1]
     ours = n_conc / t_conc
-    return [
-        (f"{short}: concurrent vs one-at-a-time", ours, n_seq / t_seq, 5.0),
-        (f"{short}: concurrent vs raw generate", ours, n_gen / t_gen, 0.8),
-    ]
+    out = []
+    for label, base, target in (
+        ("concurrent vs one-at-a-time", n_seq / t_seq, 5.0),
+        ("concurrent vs raw generate", n_gen / t_gen, 0.8),
+    ):
+        ratio = ours / base
+        out.append(
+            Row(f"sampling 32×4, {short}: {label} (tok/s)", ours, "tok/s", f"≥ {target:g}×",
+                ratio >= target, base, ratio)
+        )
+    return out
+
+
+def collect(
+    smoke: bool = False, max_tokens: int = 64, runs: int = 3,
+    models: tuple[str, ...] = ("tiny", "small"),
+) -> list[Row]:
+    """Every row (``smoke``: tiny only, 4 new tokens, one repetition)."""
+    if smoke:
+        max_tokens, runs, models = 4, 1, ("tiny",)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as home:
+        for short in tqdm(models, desc="bench_sampling", unit="model", disable=smoke):
+            rows += bench_model(f"localsession/{short}", max_tokens, runs, Path(home))
+    return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = bench_args(__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=["tiny", "small"])
     args = parser.parse_args()
-    rows: list[tuple[str, float, float, float]] = []
-    with tempfile.TemporaryDirectory() as home:
-        for short in tqdm(args.models, desc="bench_sampling", unit="model"):
-            rows += bench_model(f"localsession/{short}", args.max_tokens, args.runs, Path(home))
-    print(f"{'comparison':38} {'ours tok/s':>11} {'base tok/s':>11} {'ratio':>7} {'target':>7}")
-    missed = []
-    for label, ours, base, target in rows:
-        ratio = ours / base
-        verdict = "pass" if ratio >= target else "miss"
-        if verdict == "miss":
-            missed.append(label)
-        print(f"{label:38} {ours:11.0f} {base:11.0f} {ratio:7.2f} {'>=' + str(target):>7} "
-              f"{verdict}")
-    print("pass" if not missed else f"miss: {'; '.join(missed)}")
+    rows = collect(args.smoke, args.max_tokens, args.runs, tuple(args.models))
+    emit(rows, args, "sampling: batched API vs one-at-a-time and vs raw generate")
 
 
 if __name__ == "__main__":

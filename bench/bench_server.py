@@ -10,23 +10,27 @@ Two rows (issue "`localsession serve`"):
   optim_step, refresh the sampler) through the SDK over HTTP vs the same step through the
   in-process clients on the same service. Target ≤ 1.3×.
 
-Run: python bench/bench_server.py [--runs 10]
+Run: python bench/bench_server.py [--smoke] [--runs 10]
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import localsession as ls  # noqa: E402
+from bench.common import Row, bench_args, emit  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 from localsession.server.runner import ServerThread, client_env  # noqa: E402
 
@@ -41,8 +45,11 @@ def _latest_finish(service: Service, session: str) -> float:
     return max(op.finished_at or 0.0 for op in ops)
 
 
-def http_latency_ms(service: Service, sdk: Any, ts: Any, runs: int) -> list[float]:
-    tokens = list(range(1, 257)) * 4  # a forward_backward that runs ~100 ms, polled meanwhile
+def http_latency_ms(
+    service: Service, sdk: Any, ts: Any, runs: int, repeat: int = 4
+) -> list[float]:
+    """Completion-to-``result()`` latencies (ms) of ``runs`` forward_backward calls."""
+    tokens = list(range(1, 257)) * repeat  # a forward_backward that runs ~100 ms, polled
     batch = [
         ts.Datum(
             model_input=ts.ModelInput.from_ints(tokens[:-1]),
@@ -61,6 +68,8 @@ def http_latency_ms(service: Service, sdk: Any, ts: Any, runs: int) -> list[floa
 
 
 def grpo_step_seconds(client: Any, ts: Any, runs: int) -> float:
+    """Median wall seconds of one GRPO step (sample, ppo forward_backward, optim_step,
+    refresh the sampler) through ``client``; the first step is a warm-up."""
     params = ts.SamplingParams(max_tokens=512, temperature=1.0, seed=3, stop=["\n", "."])
     times = []
     with client.create_lora_training_client(base_model=MODEL, rank=8) as tc:
@@ -95,47 +104,57 @@ def grpo_step_seconds(client: Any, ts: Any, runs: int) -> float:
     return statistics.median(times[1:])  # the first step warms caches
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=10)
-    args = parser.parse_args()
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block, then put the old values back."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def collect(smoke: bool = False, runs: int = 10) -> list[Row]:
+    """The HTTP latency and HTTP step rows (``smoke``: short ops, one repetition)."""
+    runs = 1 if smoke else runs
     logging.getLogger("sagemaker").setLevel(logging.ERROR)  # the http:// endpoint warning
     with tempfile.TemporaryDirectory() as home:
         service = Service(ServiceConfig(home=Path(home), max_sessions=8))
-        with ServerThread(service) as url:
-            os.environ.update(client_env(url, "us-west-2"))
-            import sagemaker.train.training_session as ts
+        try:
+            with ServerThread(service) as url, _environ(client_env(url, "us-west-2")):
+                import sagemaker.train.training_session as ts
 
-            sdk = ts.ServiceClient(
-                role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path="s3://b/o"
-            )
-            local = ls.ServiceClient(
-                role_arn=ROLE, backend=service, model_package_group_arn=GROUP
-            )
-            latencies = http_latency_ms(service, sdk, ts, args.runs)
-            over_http = grpo_step_seconds(sdk, ts, args.runs)
-            in_process = grpo_step_seconds(local, ls, args.runs)
-        service.close()
+                sdk = ts.ServiceClient(
+                    role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path="s3://b/o"
+                )
+                local = ls.ServiceClient(
+                    role_arn=ROLE, backend=service, model_package_group_arn=GROUP
+                )
+                latencies = http_latency_ms(service, sdk, ts, runs, repeat=1 if smoke else 4)
+                over_http = grpo_step_seconds(sdk, ts, runs)  # the SDK's maxTokens floor is 512
+                in_process = grpo_step_seconds(local, ls, runs)
+        finally:
+            service.close()
     p50, worst = statistics.median(latencies), max(latencies)
     ratio = over_http / in_process
-    rows = [
-        ("HTTP latency p50 (ms)", f"{p50:.1f}", "—", "—", "≤ 50", p50 <= 50),
-        ("HTTP latency max (ms)", f"{worst:.1f}", "—", "—", "(info)", True),
-        (
-            "GRPO step, SDK over HTTP vs in-process (s)",
-            f"{over_http:.3f}",
-            f"{in_process:.3f}",
-            f"{ratio:.2f}×",
-            "≤ 1.3×",
-            ratio <= 1.3,
-        ),
+    return [
+        Row("HTTP latency p50, completion to result() (ms)", p50, "ms", "≤ 50 ms", p50 <= 50),
+        Row("HTTP latency max (ms)", worst, "ms", "info", None),
+        Row("HTTP GRPO step, SDK over HTTP vs in-process (s)", over_http, "s", "≤ 1.3×",
+            ratio <= 1.3, in_process, ratio),
     ]
-    print("\nlocalsession serve vs in-process, localsession/tiny")
-    print(f"{'metric':<44}{'ours':>10}{'baseline':>10}{'ratio':>9}{'target':>9}")
-    for name, ours, base, r, target, _ in rows:
-        print(f"{name:<44}{ours:>10}{base:>10}{r:>9}{target:>9}")
-    missed = [row[0] for row in rows if not row[5]]
-    print("server: pass" if not missed else f"server: MISS ({', '.join(missed)})")
+
+
+def main() -> None:
+    parser = bench_args(__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    emit(collect(args.smoke, args.runs), args, "localsession serve vs in-process, tiny")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,12 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
-from localsession.engine.losses import ALLOWED_INPUT_KEYS, REQUIRED_INPUT_KEYS, check_loss_fn
+from localsession.engine.losses import (
+    ALLOWED_INPUT_KEYS,
+    REQUIRED_INPUT_KEYS,
+    LossInputs,
+    check_loss_fn,
+)
 from localsession.runtime.engine_api import EngineInputError
 
 
@@ -43,6 +48,36 @@ class Batch:
     def num_tokens(self) -> int:
         """Tokens processed (padding excluded)."""
         return sum(self.lengths)
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """Rows ``start:stop`` as a batch of their own, trimmed to their longest row."""
+        lengths = self.lengths[start:stop]
+        width = max(lengths)
+
+        def cut(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[start:stop, :width]
+
+        return Batch(
+            tokens_BT=self.tokens_BT[start:stop, :width],
+            targets_BT=self.targets_BT[start:stop, :width],
+            mask_BT=self.mask_BT[start:stop, :width],
+            weights_BT=self.weights_BT[start:stop, :width],
+            lengths=lengths,
+            advantages_BT=cut(self.advantages_BT),
+            logprobs_BT=cut(self.logprobs_BT),
+            ref_log_prob_BT=cut(self.ref_log_prob_BT),
+            temperature_BT=cut(self.temperature_BT),
+        )
+
+    def loss_inputs(self) -> LossInputs:
+        """The per-position inputs of ``losses.compute_loss``."""
+        return LossInputs(
+            weights=self.weights_BT,
+            sampler_logprobs=self.logprobs_BT,
+            advantages=self.advantages_BT,
+            ref_logprobs=self.ref_log_prob_BT,
+            mask=self.mask_BT,
+        )
 
 
 def _flatten(data: Any) -> Any:

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,12 +105,18 @@ def is_lora_b(name: str) -> bool:
 
 
 def global_grad_norm(grads: list[Tensor]) -> Tensor:
-    """The L2 norm of all gradients together (a 0-d tensor)."""
-    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
-    if get_total_norm is not None:
-        return get_total_norm(grads, norm_type=2.0, foreach=True)  # type: ignore[no-any-return]
-    norms = torch.stack([torch.linalg.vector_norm(g, 2.0) for g in grads])
-    return torch.linalg.vector_norm(norms, 2.0)
+    """The L2 norm of all gradients together (a 0-d tensor).
+
+    The computation of ``torch.nn.utils.get_total_norm(grads, 2.0, foreach=True)`` (per-tensor
+    norms, then the norm of those) without its per-call grouping by device and dtype: the
+    gradients of one engine share both.
+    """
+    norms: Sequence[Tensor]
+    if len({(g.device, g.dtype) for g in grads}) == 1 and hasattr(torch, "_foreach_norm"):
+        norms = torch._foreach_norm(grads, 2.0)
+    else:
+        norms = [torch.linalg.vector_norm(g, 2.0) for g in grads]
+    return torch.linalg.vector_norm(torch.stack(norms), 2.0)
 
 
 def clip_grads_(grads: list[Tensor], max_norm: float, total_norm: Tensor) -> None:
@@ -194,7 +200,17 @@ class LoraAdamW:
         if hp.grad_clip_norm is not None and hp.grad_clip_norm > 0:
             clip_grads_(grads, hp.grad_clip_norm, total_norm)
         self._set_hyperparameters(hp)
-        self.optimizer.step()
+        groups = self.optimizer.param_groups  # re-read: load_state_dict replaces them
+        if len(groups) > 1 and hp.lora_plus_lr_ratio in (None, 1.0):
+            # Equal hyperparameters in every group (no LoRA+): one fused update over all
+            # parameters instead of one per group. Adam is elementwise and its state is keyed
+            # by parameter, so the result is bit for bit the same.
+            one = {**groups[0], "params": [p for g in groups for p in g["params"]], "name": "all"}
+            self.optimizer.param_groups = [one]
+        try:
+            self.optimizer.step()
+        finally:
+            self.optimizer.param_groups = groups
         metrics["num_params_updated"] = float(
             sum(p.numel() for p in self.params if p.grad is not None)
         )

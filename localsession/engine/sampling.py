@@ -10,7 +10,8 @@ then the cache is compacted once (one copy instead of one per finished stream).
 Per stream, a private CPU ``torch.Generator`` seeded ``seed + i`` draws exactly one uniform
 per step while the stream is live (inverse-CDF sampling), so a stream's tokens never depend
 on what else is in the batch (and its draws are the same on every device).
-Generation stops at an EOS id or when a stop string appears in the decoded completion; the
+Generation stops at an EOS id or when a stop string appears in the decoded completion (special
+tokens decode to nothing there, so "<bos>" never completes the stop string "o"); the
 returned tokens include that last token. Reported logprobs are log-softmax(logits / T) of the
 chosen token before top-k / top-p (T = 0 is greedy and reports T = 1 values).
 """
@@ -151,14 +152,16 @@ class BatchSampler:
         self.device = device
         self.cache_kw, self.has_logits_to_keep = _forward_kwargs(model)
 
-    def _step(self, **kwargs: Any) -> tuple[Tensor, Any]:
-        """Run the model; return (last-position logits [S, V] in float32, the cache)."""
+    def _step(self, model: torch.nn.Module, **kwargs: Any) -> tuple[Tensor, Any]:
+        """Run ``model``; return (last-position logits [S, V] in float32, the cache)."""
         if self.has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        out = self.model(use_cache=True, **kwargs)
+        out = model(use_cache=True, **kwargs)
         return out["logits"][:, -1, :].float(), _output_cache(out)
 
-    def _prefill(self, prompts: Sequence[list[int]]) -> tuple[Tensor, Any, Tensor, Tensor]:
+    def _prefill(
+        self, model: torch.nn.Module, prompts: Sequence[list[int]]
+    ) -> tuple[Tensor, Any, Tensor, Tensor]:
         """Left-padded prefill. -> (logits [R, V], cache, attention mask [R, L], last pos [R])."""
         width = max(len(p) for p in prompts)
         ids = [[self.pad_id] * (width - len(p)) + p for p in prompts]
@@ -167,6 +170,7 @@ class BatchSampler:
         mask_RL = torch.tensor(mask, dtype=torch.long, device=self.device)
         pos_RL = (mask_RL.cumsum(-1) - 1).clamp_(min=0)
         logits_RV, cache = self._step(
+            model,
             input_ids=ids_RL, attention_mask=mask_RL, position_ids=pos_RL, **{self.cache_kw: None}
         )
         return logits_RV, cache, mask_RL, pos_RL[:, -1]
@@ -175,15 +179,24 @@ class BatchSampler:
         if token in self.eos_ids:
             stream.stop_reason = "stop"
         elif stream.stop and any(
-            s in self.tokenizer.decode(stream.tokens) for s in stream.stop if s
+            s in self.tokenizer.decode(stream.tokens, skip_special_tokens=True)
+            for s in stream.stop
+            if s
         ):
             stream.stop_reason = "stop"
         elif len(stream.tokens) >= stream.max_tokens:
             stream.stop_reason = "length"
 
     @torch.no_grad()
-    def run(self, requests: Sequence[SampleRequest]) -> list[list[SampledStream]]:
-        """Decode every stream of every request; returns the streams grouped per request."""
+    def run(
+        self, requests: Sequence[SampleRequest], model: torch.nn.Module | None = None
+    ) -> list[list[SampledStream]]:
+        """Decode every stream of every request; returns the streams grouped per request.
+
+        ``model`` (default: the sampler's own) is what decodes: the engine passes a plain,
+        adapter-merged copy of the same architecture (``merged.py``).
+        """
+        model = model if model is not None else self.model
         streams: list[SampledStream] = []
         for r, req in enumerate(requests):
             for i in range(req.num_samples):
@@ -205,7 +218,9 @@ class BatchSampler:
             return grouped
         # Prefill each request once, then fan the cache out to that request's streams.
         used = sorted({s.request for s in rows})
-        logits_RV, cache, mask_RL, last_R = self._prefill([requests[r].prompt for r in used])
+        logits_RV, cache, mask_RL, last_R = self._prefill(
+            model, [requests[r].prompt for r in used]
+        )
         row_of = {r: k for k, r in enumerate(used)}
         index = torch.tensor([row_of[s.request] for s in rows], device=self.device)
         logits_SV, mask_SL, last_S = logits_RV[index], mask_RL[index], last_R[index]
@@ -232,6 +247,7 @@ class BatchSampler:
             mask_SL = torch.cat([mask_SL, mask_SL.new_ones(len(rows), 1)], dim=1)
             last_S = last_S + 1
             logits_SV, cache = self._step(
+                model,
                 input_ids=chosen_S.unsqueeze(-1),
                 attention_mask=mask_SL,
                 position_ids=last_S.unsqueeze(-1),

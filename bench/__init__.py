@@ -1,0 +1,1 @@
+"""Benchmarks: ratios against plain torch + peft, printed as one table by ``make bench``."""

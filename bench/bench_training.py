@@ -1,0 +1,293 @@
+"""Training through the in-process API vs the same computation in raw torch + peft.
+
+Three measurements, each against a baseline run in the same process:
+
+- **training step** (``localsession/tiny`` and ``localsession/small``, 8×128 tokens): one
+  ``forward_backward(cross_entropy)`` + ``optim_step`` through the public client, the loss
+  read back, vs the loop a user would write by hand on the same model built from the same
+  config: peft LoRA with the same config (rank 32, alpha 64, every linear layer), a summed
+  cross-entropy, ``backward``, ``torch.optim.AdamW(fused=True)`` (``foreach`` where fused is
+  unsupported), ``zero_grad``. Both start each step from the same Python token lists. The
+  first step's losses are compared (both adapters start with B = 0, so both are the base
+  model): the two loops compute the same thing. Target: ≥ 0.90× raw tokens/s.
+- **per-op overhead** (tiny): 1×8-token ``forward_backward`` and ``optim_step``, submit to
+  ``result()``, vs the raw forward+backward and the raw fused AdamW step. The overhead at
+  quantile q is ``q(API latency) − q(raw latency)`` over interleaved runs (a quantile
+  difference: the machine's noise lands on both sides). Targets: p50 ≤ 0.5 ms, p99 ≤ 1 ms.
+- **scaling** (tiny, through the API): training tokens/s at 1×, 4× and 16× the 8×128 batch,
+  and sampling tokens/s at 1×, 4× and 16× a batch of 4 prompts × ``num_samples=4`` (32 new
+  tokens each). Stated growth: training is compute-bound on a CPU already at 1×, so
+  tokens/s must hold (each step ≥ 0.9× the previous size's rate); decoding 16 streams is
+  bound by per-step overhead, so sampling must grow ≥ 1.5× from 1× to 4×, and hold
+  (≥ 0.9×) from 4× to 16×. A superlinear cliff (time growing faster than the batch) reads
+  as a ratio below 0.9.
+
+Run: python bench/bench_training.py [--smoke] [--runs 10] [--overhead-runs 300]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import warnings
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from peft import LoraConfig, get_peft_model  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from bench.common import Row, bench_args, emit, interleaved, median, quantile  # noqa: E402
+from localsession import (  # noqa: E402
+    AdamParams,
+    Datum,
+    ModelInput,
+    SamplingClient,
+    SamplingParams,
+    ServiceClient,
+    TrainingClient,
+)
+from localsession.engine.builtin import build_builtin  # noqa: E402
+from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+
+ROLE = "arn:aws:iam::000000000000:role/bench"
+RANK, ALPHA = 32, 64
+LEARNING_RATE = 1e-4
+WEIGHT_DECAY = 0.01  # the SDK's AdamParams default, so both loops apply the same update
+
+
+def token_rows(batch: int, length: int, seed: int = 0) -> list[list[int]]:
+    """``batch`` rows of ``length + 1`` byte tokens (inputs are ``row[:-1]``, targets
+    ``row[1:]``)."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 256, (batch, length + 1), generator=gen)
+    return [[int(t) for t in row] for row in ids.tolist()]
+
+
+class RawLoop:
+    """The hand-written baseline: the built-in model + peft LoRA + fused AdamW."""
+
+    def __init__(self, name: str) -> None:
+        base, _ = build_builtin(name)
+        base.requires_grad_(False)
+        config = LoraConfig(
+            r=RANK, lora_alpha=ALPHA, target_modules="all-linear", lora_dropout=0.0,
+            bias="none", task_type="CAUSAL_LM",
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            self.model = get_peft_model(base, config)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        try:
+            self.optimizer = torch.optim.AdamW(
+                params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, fused=True
+            )
+        except (RuntimeError, ValueError, TypeError):  # no fused kernel on this device
+            self.optimizer = torch.optim.AdamW(
+                params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, foreach=True
+            )
+
+    def forward_backward(self, rows: list[list[int]]) -> float:
+        """Summed next-token cross-entropy; gradients accumulate. Returns the loss."""
+        ids_BT = torch.tensor(rows)
+        logits_BTV = self.model(input_ids=ids_BT[:, :-1], use_cache=False).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits_BTV.float().flatten(0, 1), ids_BT[:, 1:].flatten(), reduction="sum"
+        )
+        loss.backward()
+        return float(loss.detach())
+
+    def optim_step(self) -> None:
+        """Apply and drop the accumulated gradients."""
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self, rows: list[list[int]]) -> float:
+        """One training step; returns the loss."""
+        loss = self.forward_backward(rows)
+        self.optim_step()
+        return loss
+
+
+def datums(rows: list[list[int]]) -> list[Datum]:
+    """The same rows as SDK datums (targets shifted by one, every weight 1)."""
+    return [
+        Datum(
+            model_input=ModelInput.from_ints(row[:-1]),
+            loss_fn_inputs={"target_tokens": row[1:], "weights": [1.0] * (len(row) - 1)},
+        )
+        for row in rows
+    ]
+
+
+def api_step(tc: TrainingClient, rows: list[list[int]]) -> float:
+    """One step through the public client, as a user's loop writes it; returns the loss."""
+    fb = tc.forward_backward(datums(rows), "cross_entropy")
+    opt = tc.optim_step(AdamParams(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY))
+    loss = float(fb.result().metrics["loss"])
+    opt.result()
+    return loss
+
+
+def training_step_rows(
+    client: ServiceClient, short: str, runs: int, batch: int, length: int
+) -> list[Row]:
+    """The training-step row of one model (plus the first-step loss check)."""
+    name = f"localsession/{short}"
+    tc = client.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
+    raw = RawLoop(name)
+    rows = token_rows(batch, length)
+    ours_loss, raw_loss = api_step(tc, rows), raw.step(rows)
+    if abs(ours_loss - raw_loss) > 1e-3 * abs(raw_loss):
+        raise AssertionError(
+            f"{name}: first-step loss {ours_loss} through the API, {raw_loss} raw: the two "
+            "loops do not compute the same thing"
+        )
+    times = interleaved({"ours": lambda: api_step(tc, rows), "raw": lambda: raw.step(rows)}, runs)
+    tc.stop()
+    tokens = batch * length
+    ours, base = tokens / median(times["ours"]), tokens / median(times["raw"])
+    ratio = ours / base
+    return [
+        Row(f"training step {batch}×{length}, {short} (tok/s)", ours, "tok/s", "≥ 0.90×",
+            ratio >= 0.90, base, ratio)
+    ]
+
+
+def overhead_rows(client: ServiceClient, runs: int) -> list[Row]:
+    """p50/p99 of API latency minus raw latency for 1×8-token ops on tiny."""
+    name = "localsession/tiny"
+    tc = client.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
+    raw = RawLoop(name)
+    rows = token_rows(1, 8, seed=1)
+    one = datums(rows)
+    adam = AdamParams(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+    times = interleaved(
+        {
+            "api fb": lambda: tc.forward_backward(one, "cross_entropy").result(),
+            "api step": lambda: tc.optim_step(adam).result(),  # grads from the fb just before
+            "raw fb": lambda: raw.forward_backward(rows),
+            "raw step": raw.optim_step,
+        },
+        runs,
+        warmup=max(1, min(20, runs // 10)),
+    )
+    tc.stop()
+    out = []
+    for label, api, base in (
+        ("forward_backward 1×8", times["api fb"], times["raw fb"]),
+        ("optim_step", times["api step"], times["raw step"]),
+    ):
+        for q, limit in ((0.5, 0.5), (0.99, 1.0)):
+            over = (quantile(api, q) - quantile(base, q)) * 1e3
+            out.append(
+                Row(f"overhead p{round(q * 100)}: {label}, tiny (ms)", over, "ms",
+                    f"≤ {limit:g} ms", over <= limit, quantile(base, q) * 1e3)
+            )
+    return out
+
+
+def growth_rows(
+    what: str, unit_batch: str, rates: dict[int, float], first: float, later: float
+) -> list[Row]:
+    """Rows comparing the tokens/s at each scale with the previous scale's."""
+    scales = sorted(rates)
+    out = []
+    for prev, cur in zip(scales, scales[1:], strict=False):
+        need = first if prev == scales[0] else later
+        ratio = rates[cur] / rates[prev]
+        out.append(
+            Row(f"scaling: {what} tok/s at {cur}× vs {prev}× {unit_batch}", rates[cur],
+                "tok/s", f"≥ {need:.2f}×", ratio >= need, rates[prev], ratio)
+        )
+    return out
+
+
+class SampleWorkload:
+    """``n_prompts`` concurrent ``sample(num_samples=4)`` calls, all awaited; a call records
+    how many tokens came back in ``tokens``."""
+
+    def __init__(self, sampler: SamplingClient, n_prompts: int, max_tokens: int) -> None:
+        self.sampler, self.n_prompts, self.max_tokens = sampler, n_prompts, max_tokens
+        self.tokens = 0
+
+    def __call__(self) -> None:
+        futures = [
+            self.sampler.sample(
+                ModelInput.from_ints([257, *f"Q{i}: what is {i} + 2? A:".encode()]),
+                num_samples=4,
+                sampling_params=SamplingParams(max_tokens=self.max_tokens, seed=100 + i),
+            )
+            for i in range(self.n_prompts)
+        ]
+        self.tokens = sum(
+            len(s.tokens) for f in futures for s in f.result(timeout=600).sequences
+        )
+
+
+def scaling_rows(
+    client: ServiceClient, runs: int, scales: tuple[int, ...], batch: int, length: int,
+    prompts: int, max_tokens: int,
+) -> list[Row]:
+    """Training and sampling tokens/s at each scale of the base batch (tiny, via the API)."""
+    tc = client.create_lora_training_client("localsession/tiny", rank=RANK, alpha=ALPHA)
+    # Every scale in one round-robin, so a burst of load on the shared machine lands on all
+    # of them rather than on whichever scale was running.
+    rows = {scale: token_rows(batch * scale, length, seed=scale) for scale in scales}
+    times = interleaved(
+        {str(scale): partial(api_step, tc, rows[scale]) for scale in scales},
+        max(1, runs // 2),
+    )
+    train = {scale: batch * scale * length / median(times[str(scale)]) for scale in scales}
+    sampler = tc.create_sampling_client()
+    workloads = {scale: SampleWorkload(sampler, prompts * scale, max_tokens) for scale in scales}
+    times = interleaved({str(scale): workloads[scale] for scale in scales}, max(1, runs // 2))
+    sample = {scale: workloads[scale].tokens / median(times[str(scale)]) for scale in scales}
+    tc.stop()
+    return [
+        *growth_rows("training", f"{batch}×{length}", train, 0.9, 0.9),
+        *growth_rows("sampling", f"{prompts}×4 streams", sample, 1.5, 0.9),
+    ]
+
+
+def collect(smoke: bool = False, runs: int = 10, overhead_runs: int = 300) -> list[Row]:
+    """Every row of this script (``smoke``: tiny sizes, one repetition)."""
+    if smoke:
+        runs, overhead_runs = 1, 3
+    batch, length = (2, 16) if smoke else (8, 128)
+    models = ("tiny",) if smoke else ("tiny", "small")
+    out: list[Row] = []
+    with tempfile.TemporaryDirectory() as home:
+        service = Service(ServiceConfig(home=Path(home), max_sessions=4))
+        client = ServiceClient(role_arn=ROLE, backend=service, strict=False)
+        try:
+            steps: list[Any] = [
+                *(lambda s=short: training_step_rows(client, s, runs, batch, length)
+                  for short in models),
+                lambda: overhead_rows(client, overhead_runs),
+                lambda: scaling_rows(client, runs, (1, 2) if smoke else (1, 4, 16), batch,
+                                     length, 1 if smoke else 4, 4 if smoke else 32),
+            ]
+            for step in tqdm(steps, desc="bench_training", unit="part", disable=smoke):
+                out += step()
+        finally:
+            service.close()
+    return out
+
+
+def main() -> None:
+    parser = bench_args(__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--overhead-runs", type=int, default=300)
+    args = parser.parse_args()
+    rows = collect(args.smoke, args.runs, args.overhead_runs)
+    emit(rows, args, "training: API vs raw torch + peft")
+
+
+if __name__ == "__main__":
+    main()

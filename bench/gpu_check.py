@@ -1,0 +1,225 @@
+"""One prepared check for a CUDA machine: bf16 parity with the CPU, then throughput and MFU.
+
+1. **Parity.** Two engines on ``localsession/small`` with the same spec, one on the CPU in
+   float32 and one on CUDA in bfloat16 (``LOCALSESSION_DEVICE``), run the same
+   ``forward_backward(cross_entropy)`` + ``optim_step`` for ``--steps`` steps on a 4×64
+   batch. Stated tolerance (bf16 keeps 8 mantissa bits, ~0.4 % per value): each step's summed
+   loss within 2 % of the CPU's, and the per-token logprobs within 0.05 nats on average.
+2. **Throughput.** A ~0.5B-parameter Llama-style model built from a ``LlamaConfig`` (random
+   weights, nothing downloaded: hidden 1024, 26 layers, MLP 4096, 16 heads / 8 KV heads,
+   vocabulary 32000) with a rank-32 LoRA on every linear layer runs training steps of
+   ``--batch`` × ``--seq`` tokens through the engine, then one batched sampling call.
+   Prints tokens/s and MFU = achieved model FLOP/s ÷ the GPU's peak bf16 dense FLOP/s, with
+   model FLOPs per trained token = 4·N_frozen (forward + input-gradient backward through the
+   frozen base) + 6·N_lora + 12·layers·seq·hidden (attention scores and values, fwd + bwd).
+
+On a machine without CUDA it prints a skip line and exits 0, so it can run anywhere.
+
+Run: python bench/gpu_check.py [--steps 3] [--batch 8] [--seq 1024] [--peak-tflops X]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: Peak dense bf16 tensor-core FLOP/s by device-name fragment (vendor data sheets, SXM parts).
+PEAK_BF16_TFLOPS: dict[str, float] = {
+    "H200": 989.0,
+    "H100": 989.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10G": 125.0,
+    "A10": 125.0,
+    "RTX 4090": 165.0,
+    "B200": 2250.0,
+}
+LOSS_RTOL = 2e-2
+LOGPROB_ATOL = 5e-2
+
+
+def wire_datums(rows: list[list[int]]) -> list[dict[str, Any]]:
+    """Wire ``Datum`` dicts for next-token cross-entropy on each row."""
+    return [
+        {
+            "modelInput": {"chunks": [{"tokens": row[:-1]}]},
+            "lossFnInputs": {
+                "target_tokens": {"data": row[1:], "dtype": "int64"},
+                "weights": {"data": [1.0] * (len(row) - 1), "dtype": "float32"},
+            },
+        }
+        for row in rows
+    ]
+
+
+def token_rows(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    """Deterministic random token rows of ``length + 1`` ids below ``vocab``."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, length + 1), generator=gen).tolist()  # type: ignore[no-any-return]
+
+
+def parity(steps: int) -> bool:
+    """Check 1: CUDA/bf16 losses and logprobs against CPU/fp32; print and return the verdict."""
+    from localsession.engine.model import DEVICE_ENV
+    from localsession.engine.torch_engine import TorchEngine
+    from localsession.runtime.engine_api import EngineSpec
+
+    spec = EngineSpec("localsession/small", rank=32, alpha=64)
+    engines = {}
+    for device in ("cpu", "cuda"):
+        os.environ[DEVICE_ENV] = device
+        engines[device] = TorchEngine(spec)
+    os.environ.pop(DEVICE_ENV, None)
+    ok = True
+    for step in range(steps):
+        datums = wire_datums(token_rows(4, 64, 256, seed=step))
+        out = {
+            d: e.forward_backward(datums, "cross_entropy", None, backward=True)
+            for d, e in engines.items()
+        }
+        for e in engines.values():
+            e.optim_step({"learningRate": 1e-3})
+        cpu_loss, gpu_loss = (out[d]["metrics"]["loss"] for d in ("cpu", "cuda"))
+        rel = abs(gpu_loss - cpu_loss) / abs(cpu_loss)
+        diffs = [
+            abs(a - b)
+            for oc, og in zip(out["cpu"]["lossFnOutputs"], out["cuda"]["lossFnOutputs"],
+                              strict=True)
+            for a, b in zip(oc["logprobs"]["data"], og["logprobs"]["data"], strict=True)
+        ]
+        mean_diff = sum(diffs) / len(diffs)
+        good = rel <= LOSS_RTOL and mean_diff <= LOGPROB_ATOL
+        ok = ok and good
+        print(
+            f"parity step {step}: loss cpu/fp32 {cpu_loss:.4f}  cuda/bf16 {gpu_loss:.4f}  "
+            f"rel diff {rel:.2e} (≤ {LOSS_RTOL:g})  mean |Δ logprob| {mean_diff:.2e} nats "
+            f"(≤ {LOGPROB_ATOL:g}), max {max(diffs):.2e}  {'ok' if good else 'MISMATCH'}"
+        )
+    for e in engines.values():
+        e.close()
+    return ok
+
+
+def half_billion_engine() -> Any:
+    """A TorchEngine on a ~0.5B Llama-style model built from config, on CUDA in bf16."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from localsession.engine.builtin import build_tokenizer
+    from localsession.engine.model import LoadedModel, apply_lora
+    from localsession.engine.torch_engine import TorchEngine
+    from localsession.runtime.engine_api import EngineSpec
+    from localsession.runtime.models import ResolvedModel
+
+    config = LlamaConfig(
+        vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=26,
+        num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=4096,
+        tie_word_embeddings=False, pad_token_id=256, bos_token_id=257, eos_token_id=258,
+    )
+    device = torch.device("cuda")
+    with torch.device(device):
+        base: Any = LlamaForCausalLM(config)
+    base = base.to(dtype=torch.bfloat16)
+    base.eval()
+    spec = EngineSpec("gpu-check/llama-0.5b", rank=32, alpha=64)
+    model = apply_lora(base, spec.rank, spec.alpha, spec.seed)
+    loaded = LoadedModel(
+        model=model, tokenizer=build_tokenizer(), device=device, dtype=torch.bfloat16,
+        vocab_size=config.vocab_size, eos_ids=frozenset({258}), pad_id=256,
+        resolved=ResolvedModel(name=spec.base_model, kind="builtin", target=spec.base_model),
+    )
+    return TorchEngine(spec, loaded=loaded), config
+
+
+def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None) -> None:
+    """Check 2: training tokens/s and MFU, then sampling tokens/s, on the 0.5B model."""
+    import torch
+
+    from localsession.runtime.engine_api import SampleRequest
+
+    engine, config = half_billion_engine()
+    params = list(engine.model.named_parameters())
+    n_lora = sum(p.numel() for _, p in params if p.requires_grad)
+    n_frozen = sum(p.numel() for _, p in params if not p.requires_grad)
+    n_embed = config.vocab_size * config.hidden_size  # a lookup, not a matmul
+    print(f"model: {n_frozen / 1e9:.3f}B frozen + {n_lora / 1e6:.1f}M LoRA parameters")
+    datums = wire_datums(token_rows(batch, seq, config.vocab_size, seed=0))
+
+    def step() -> None:
+        engine.forward_backward(datums, "cross_entropy", None, backward=True)
+        engine.optim_step({"learningRate": 1e-4})
+
+    for _ in range(2):  # warm-up: kernels, allocator
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()  # each step reads its loss back, so it ends synchronised
+    torch.cuda.synchronize()
+    seconds = (time.perf_counter() - started) / steps
+    tokens_per_s = batch * seq / seconds
+    flops_per_token = (
+        4 * (n_frozen - n_embed) + 6 * n_lora
+        + 12 * config.num_hidden_layers * seq * config.hidden_size
+    )
+    achieved = tokens_per_s * flops_per_token
+    name = torch.cuda.get_device_name()
+    peak = peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    mfu = f"{100 * achieved / (peak * 1e12):.1f}% of {peak:g} TFLOP/s" if peak else (
+        "unknown peak (pass --peak-tflops)"
+    )
+    print(
+        f"training {batch}×{seq} on {name}: {seconds * 1e3:.1f} ms/step, "
+        f"{tokens_per_s:,.0f} tok/s, {achieved / 1e12:.1f} TFLOP/s, MFU {mfu}, "
+        f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+    )
+    requests = [
+        SampleRequest(prompt=row[:64], num_samples=4, max_tokens=128, seed=i)
+        for i, row in enumerate(token_rows(32, 64, 256, seed=1))
+    ]
+    engine.sample(None, requests[:2])  # warm-up
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    out = engine.sample(None, requests)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    generated = sum(len(s["tokens"]) for r in out for s in r["sequences"])
+    print(f"sampling 32×4 streams, ≤128 new tokens: {generated / seconds:,.0f} tok/s "
+          f"({seconds:.2f} s)")
+    engine.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run both checks on CUDA; print a skip line (and return 0) without one."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--steps", type=int, default=3, help="parity and timed steps")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--peak-tflops", type=float, default=None)
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_check: skip: no CUDA device (torch.cuda.is_available() is False); run it "
+              "on a GPU machine")
+        return 0
+    ok = parity(args.steps)
+    throughput(args.batch, args.seq, max(args.steps, 5), args.peak_tflops)
+    print(f"gpu_check: {'pass' if ok else 'MISS'}: bf16 parity "
+          f"{'within' if ok else 'outside'} tolerance")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Plain copies of the model for decoding: no LoRA wrappers, adapter merged into the weights.
+
+Decoding runs one token per stream per step, so on a small model its time goes to
+per-layer dispatch: an adapted linear layer costs three matmuls, an add and peft's wrapper
+logic instead of one matmul. The sampler therefore decodes with a *plain* model, a copy of
+the module tree in which every LoRA layer is replaced by its base layer:
+
+- for the base weights (``merge=False``) that base layer is the live, frozen module itself,
+  so the plain model shares every tensor and costs no memory, and its outputs are bit for bit
+  the adapter-disabled model's;
+- for an adapter snapshot (``merge=True``) each adapted layer gets a new weight
+  ``W + scaling · B @ A`` (peft's own ``get_delta_weight``), and every other tensor
+  (embeddings, norms, head) is shared. Logits then differ from the unmerged model by float
+  rounding only (~1e-6 in float32).
+
+Merging is done only in float32: in bfloat16 a small LoRA delta would be rounded away when
+added to ``W`` (8 mantissa bits), so half-precision engines keep decoding unmerged. The
+engine keeps one merged copy and re-merges it in place (:func:`remerge_`, a few small matmuls)
+when a batch asks for a different snapshot.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from peft.tuners.lora import LoraLayer
+
+from localsession.engine.checkpoint import ADAPTER_NAME
+
+#: Largest adapted-weight count (elements) for which a merged copy is made; above it the
+#: extra memory is not worth it and decoding stays unmerged.
+MERGE_MAX_ELEMENTS = 200_000_000
+
+
+def adapted_layers(peft_model: Any) -> dict[str, Any]:
+    """The LoRA layers of a peft model, by module name inside its base model."""
+    base = peft_model.get_base_model()
+    return {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+
+
+def can_merge(peft_model: Any, dtype: torch.dtype) -> bool:
+    """Whether :func:`plain_model` with ``merge=True`` is exact enough and cheap enough."""
+    if dtype != torch.float32:
+        return False
+    layers = adapted_layers(peft_model)
+    if any(getattr(m, "use_dora", {}).get(ADAPTER_NAME) for m in layers.values()):
+        return False
+    size = sum(m.get_base_layer().weight.numel() for m in layers.values())
+    return size <= MERGE_MAX_ELEMENTS
+
+
+@torch.no_grad()
+def plain_model(peft_model: Any, *, merge: bool) -> torch.nn.Module:
+    """The base model's module tree with each LoRA layer replaced by a plain base layer.
+
+    ``merge=False``: the live base layers themselves. ``merge=True``: copies of them whose
+    weight is ``W + delta`` for the adapter values the peft model holds *now* (the caller
+    swaps a snapshot in first). Every parameter and buffer not merged is shared, not copied.
+    """
+    base = peft_model.get_base_model()
+    layers = adapted_layers(peft_model)
+    memo: dict[int, Any] = {id(t): t for t in base.parameters()}
+    memo.update({id(t): t for t in base.buffers()})
+    plain: torch.nn.Module = copy.deepcopy(base, memo)
+    for name, layer in layers.items():
+        base_layer = layer.get_base_layer()
+        if merge:
+            replacement = copy.copy(base_layer)
+            replacement._parameters = dict(base_layer._parameters)
+            delta = layer.get_delta_weight(ADAPTER_NAME)
+            merged = base_layer.weight + delta.to(base_layer.weight.dtype)
+            replacement.weight = torch.nn.Parameter(merged, requires_grad=False)
+        else:
+            replacement = base_layer
+        plain.set_submodule(name, replacement)
+    plain.eval()
+    return plain
+
+
+@torch.no_grad()
+def remerge_(plain: torch.nn.Module, peft_model: Any) -> None:
+    """Rewrite the merged weights of ``plain`` (from ``plain_model(..., merge=True)``) for
+    the adapter values the peft model holds now; the same values a fresh build gives."""
+    for name, layer in adapted_layers(peft_model).items():
+        base_weight = layer.get_base_layer().weight
+        delta = layer.get_delta_weight(ADAPTER_NAME)
+        target: torch.Tensor = plain.get_submodule(name).weight  # type: ignore[assignment]
+        torch.add(base_weight, delta.to(base_weight.dtype), out=target)

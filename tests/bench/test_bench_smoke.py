@@ -1,0 +1,52 @@
+"""Smoke run of every benchmark at tiny sizes, so the bench scripts do not rot.
+
+Each ``bench/bench_*.py`` is imported and its ``collect(smoke=True)`` run once (tiny model,
+one repetition): it must finish and return well-formed rows. The numbers are not judged
+here (smoke sizes say nothing about performance); ``make bench`` does that.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.common import Row, render
+from bench.run_all import scripts
+
+BENCHES = [p.stem for p in scripts()]
+
+
+def test_every_bench_script_is_covered() -> None:
+    assert {"bench_training", "bench_sampling", "bench_checkpoints", "bench_server",
+            "bench_fakes"} <= set(BENCHES)
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_bench_smoke(name: str) -> None:
+    module = importlib.import_module(f"bench.{name}")
+    rows = module.collect(smoke=True)
+    assert rows, f"{name} returned no rows"
+    for row in rows:
+        assert isinstance(row, Row)
+        assert math.isfinite(row.ours), row
+        assert row.target, row
+        assert row == Row(**row.to_json())  # survives the JSON hand-off to run_all
+    table = render(rows)
+    assert all(row.metric in table for row in rows)
+    assert table.splitlines()[-1].startswith(("pass", "MISS"))
+
+
+def test_gpu_check_skips_cleanly_without_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: gpu_check runs for real (make bench on a GPU)")
+    module = importlib.import_module("bench.gpu_check")
+    assert module.main([]) == 0
+    assert "skip" in capsys.readouterr().out.lower()
+
+
+def test_bench_dir_is_where_run_all_looks() -> None:
+    assert all(Path(p).parent.name == "bench" for p in scripts())
