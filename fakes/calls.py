@@ -93,6 +93,8 @@ class Call:
     refusal: str | None = None
     op: Operation | None = field(default=None, repr=False)
     released: bool = False
+    #: Identifies a retry of this call's submit (the same session and request).
+    retry_key: tuple[str, str] = field(default=("", ""), repr=False)
 
     @property
     def method(self) -> str:

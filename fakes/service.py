@@ -6,11 +6,10 @@ Skipped ops, session states) is the real runtime's. This subclass only adds:
 - the fake engine (``engine_factory``) and any base-model name (the fake model is the same
   for all of them, seeded by the name);
 - the call log (:mod:`fakes.calls`);
-- the SDK's submit retry: a submit refused with ``ThrottlingException`` or
-  ``InternalServerException`` is sent again with the same sequence number and client token,
-  up to 150 attempts, as ``sagemaker.train.training_session`` does (sagemaker-sdk.md §4.1,
-  §6.6); the fakes skip the backoff sleeps. (The in-process client does not retry yet; when
-  it does, this moves there.)
+- no backoff sleeps: the client retries a throttled or 5xx-refused submit as the SDK does
+  (same sequence number and client token, up to 150 attempts), and the fake's
+  :meth:`~FakeService.backoff` returns at once; the call log counts those retries as
+  ``attempts`` of one call;
 - deterministic sampling: a ``sample`` without a seed gets the next seed of a counter;
 - one torch intra-op thread while the fake is open (``torch_threads=1``, restored by
   :meth:`close`): its tensors are tiny, and on a busy CI machine a multi-threaded torch
@@ -27,6 +26,7 @@ Skipped ops, session states) is the real runtime's. This subclass only adds:
 from __future__ import annotations
 
 import copy
+import json
 import tempfile
 import threading
 import time
@@ -90,6 +90,7 @@ class FakeService(Service):
         self._clock = threading.Condition()
         self._seed = 0
         self._by_operation: dict[str, Call] = {}
+        self._retrying: dict[tuple[str, str], Call] = {}
         from fakes.engine import EngineKnobs  # torch: imported with the first fake service
 
         self.knobs = EngineKnobs()
@@ -141,17 +142,30 @@ class FakeService(Service):
 
     # -- runtime calls: logged, retried as the SDK does ---------------------------------
 
+    def backoff(self, seconds: float) -> None:
+        """A client's wait before retrying a refused submit: none, in the fakes."""
+
+    def _record(self, name: str, kind: str, seq: int | None, body: Any, request: Any) -> Call:
+        """The call a request belongs to: a retry of a refused submit (same session, same
+        request, hence same sequence number and token) continues that call."""
+        key = (name, json.dumps(request, sort_keys=True, default=str))
+        retried = self._retrying.pop(key, None)
+        if retried is not None:
+            return retried
+        call = self.calls.record(name, kind, seq, body, request)
+        call.retry_key = key
+        return call
+
     def _submit(self, call: Call, send: Any) -> dict[str, Any]:
-        while True:
-            call.attempts += 1
-            try:
-                response: dict[str, Any] = send()
-                break
-            except ServiceError as exc:
-                if _retryable(exc) and call.attempts < SUBMIT_ATTEMPTS:
-                    continue
-                call.error_code, call.refusal = exc.code, exc.message
-                raise
+        call.attempts += 1
+        try:
+            response: dict[str, Any] = send()
+        except ServiceError as exc:
+            call.error_code, call.refusal = exc.code, exc.message
+            if _retryable(exc) and call.attempts < SUBMIT_ATTEMPTS:
+                self._retrying[call.retry_key] = call  # the client sends it again
+            raise
+        call.error_code = call.refusal = None
         call.operation_id = response["operationId"]
         call.op = self._operation(call.session, call.operation_id)
         self._by_operation[call.operation_id] = call
@@ -160,7 +174,7 @@ class FakeService(Service):
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         kind, body = _kind_of(request)
         seq = request.get("sequenceNumber")
-        call = self.calls.record(name, kind, seq if isinstance(seq, int) else None, body, request)
+        call = self._record(name, kind, seq if isinstance(seq, int) else None, body, request)
         return self._submit(
             call, lambda: super(FakeService, self).execute_training_operation(name, request)
         )
@@ -178,7 +192,7 @@ class FakeService(Service):
                     self._seed += 1
                     request["operationConfig"]["sample"]["samplingParams"]["seed"] = self._seed
                 body = request["operationConfig"]["sample"]
-        call = self.calls.record(name, kind, None, body, request)
+        call = self._record(name, kind, None, body, request)
         return self._submit(
             call, lambda: super(FakeService, self).execute_sampling_operation(name, request)
         )

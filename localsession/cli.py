@@ -76,6 +76,16 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument(
         "--long-poll", type=float, default=15.0, help="seconds a result poll may be held"
     )
+    serve.add_argument(
+        "--max-queued-ops",
+        type=int,
+        help="training ops a session may hold queued before submits are throttled (default 1024)",
+    )
+    serve.add_argument(
+        "--auth",
+        metavar="ACCESS_KEY:SECRET",
+        help="require AWS SigV4 requests signed with these credentials",
+    )
 
 
 def _packages(args: argparse.Namespace) -> int:

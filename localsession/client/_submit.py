@@ -2,10 +2,12 @@
 
 A submit runs in the caller's thread: botocore's client-side checks (strict mode), a JSON copy
 of the request (so later mutation of the caller's lists cannot change a queued op, as on the
-wire), then the backend call. Its outcome is stored in a ``concurrent.futures.Future`` and
-wrapped in the SDK's ``PendingAPIFuture``, so a refused submit surfaces at ``result()``, not at
-the call site, exactly as with the SDK. Polling wakes on completion instead of sleeping the
-SDK's 2 s interval.
+wire), then the backend call, retried as the SDK retries a submit (``ThrottlingException`` and
+5xx refusals, with the same sequence number and client token, up to 150 attempts, the jittered
+backoff slept by the backend's ``backoff``). Its outcome is stored in a
+``concurrent.futures.Future`` and wrapped in the SDK's ``PendingAPIFuture``, so a refused
+submit surfaces at ``result()``, not at the call site, exactly as with the SDK. Polling wakes
+on completion instead of sleeping the SDK's 2 s interval.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from localsession.client.backend import Backend, call, check_params
-from localsession.futures import APIFuture, PendingAPIFuture
+from localsession.futures import APIFuture, PendingAPIFuture, call_with_transient_retry
 
 _T = TypeVar("_T")
 
@@ -53,14 +55,15 @@ def submit(
         if strict:
             check_params(operation, {"trainingSessionName": session_name, **params})
         request = _wire_copy(params)
-        if operation == "ExecuteTrainingOperation":
-            response = call(
-                operation, lambda: backend.execute_training_operation(session_name, request)
-            )
-        else:
-            response = call(
-                operation, lambda: backend.execute_sampling_operation(session_name, request)
-            )
+        execute = (
+            backend.execute_training_operation
+            if operation == "ExecuteTrainingOperation"
+            else backend.execute_sampling_operation
+        )
+        response = call_with_transient_retry(
+            lambda: call(operation, lambda: execute(session_name, request)),
+            sleep_fn=backend.backoff,
+        )
         submitted.set_result(
             operation_future(backend, session_name, operation, response["operationId"], parse_fn)
         )

@@ -35,9 +35,12 @@ from localsession.runtime import errors
 
 _ARN_RE = re.compile(
     r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"model-package/(?P<group>[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})/(?P<version>[1-9]\d*)$"
+    r"model-package/(?P<group>[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})/(?P<version>[1-9]\d*)\Z"
 )
-_GROUP_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_GROUP_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
+_GROUP_ARN_RE = re.compile(
+    r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package-group/(?P<name>[^/]*)\Z"
+)
 CHECKPOINT, MODEL = "checkpoint", "model"
 INDEX_FILE = "package.json"
 GROUP_FILE = "group.json"
@@ -63,12 +66,15 @@ class PackageInfo:
         return datetime.fromisoformat(self.creation_time)
 
 
-def group_name(group: str) -> str:
-    """A group name from a name or a ``model-package-group`` ARN."""
-    name = group.rsplit("/", 1)[-1] if group.startswith("arn:") else group
-    if not _GROUP_RE.match(name):
+def group_name(group: Any, *, field: str = "model package group") -> str:
+    """A group name from a name or a ``model-package-group`` ARN, checked against the
+    service patterns before it names anything on disk."""
+    arn = _GROUP_ARN_RE.match(group) if isinstance(group, str) else None
+    name = arn["name"] if arn else group
+    if not isinstance(name, str) or not _GROUP_RE.match(name):
+        shown = group[:200] if isinstance(group, str) else group
         raise errors.validation(
-            f"model package group {group!r} is invalid: use a name of 1-63 letters, digits "
+            f"{field} {shown!r} is invalid: use a name of 1-63 letters, digits "
             "and hyphens, or an arn:aws:sagemaker:<region>:<account>:model-package-group/<name>"
         )
     return name
@@ -78,8 +84,9 @@ def parse_arn(arn: Any) -> tuple[str, int]:
     """(group, version) of a model-package ARN, or a ValidationException naming the form."""
     match = _ARN_RE.match(arn) if isinstance(arn, str) else None
     if match is None:
+        shown = arn[:200] if isinstance(arn, str) else arn
         raise errors.validation(
-            f"modelPackageArn {arn!r} is not a model package version ARN; expected "
+            f"modelPackageArn {shown!r} is not a model package version ARN; expected "
             "arn:aws:sagemaker:<region>:<account>:model-package/<group>/<version>"
         )
     return match["group"], int(match["version"])

@@ -10,6 +10,7 @@ server and the fakes all drive the same behaviour. It imports no torch: the engi
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import random
 import threading
@@ -20,16 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localsession.runtime import errors, hub, validate
+from localsession.runtime import chat, errors, hub, validate
 from localsession.runtime.engine_api import Engine, EngineSpec, SampleRequest
 from localsession.runtime.faults import Faults
 from localsession.runtime.models import canonical_model_name, hub_content_name, localsession_home
 from localsession.runtime.operations import COMPLETED, FAILED, TERMINAL, Operation
+from localsession.runtime.persist import SessionStore
 from localsession.runtime.registry import Registry
 from localsession.runtime.scheduler import SamplingScheduler, make_job
 from localsession.runtime.session import ACTIVE, DELETABLE, PackageMismatch, Session
 
 DEFAULT_ACCOUNT = "000000000000"
+logger = logging.getLogger(__name__)
 _Row = TypeVar("_Row")
 
 
@@ -62,6 +65,17 @@ class ServiceConfig:
     #: State directory: the model-package registry lives under it (local-semantics §5).
     home: Path = field(default_factory=localsession_home)
     engine_factory: Callable[[EngineSpec], Engine] = field(default=_default_engine_factory)
+    #: Training ops one session may hold queued; past it submits get ThrottlingException
+    #: (which the SDK retries). ``--max-queued-ops``.
+    max_queued_ops: int = 1024
+    #: Keep a record of every session under ``home/sessions`` and load them at start, so a
+    #: restarted server reports the sessions it lost as Failed (runtime/persist.py). The
+    #: server turns this on; in-process sessions end with their process.
+    persist_sessions: bool = False
+    #: Let ``BaseModelArn`` name a local directory or any resolvable name. A server turns
+    #: this off: remote callers may name only the listed models (or their Hub ARNs), never a
+    #: path on the server's disk.
+    local_model_paths: bool = True
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ServiceConfig:
@@ -84,7 +98,7 @@ def _page(rows: list[_Row], request: dict[str, Any]) -> tuple[list[_Row], str | 
     limit, token = request.get("MaxResults", 100), request.get("NextToken") or "0"
     if type(limit) is not int or not 1 <= limit <= 100:
         raise errors.validation(f"MaxResults={limit!r} must be an integer in [1, 100]")
-    if not isinstance(token, str) or not token.isdigit():
+    if not isinstance(token, str) or not (token.isascii() and token.isdigit()):
         raise errors.validation(f"NextToken {token!r} is not a token this service issued")
     start = int(token)
     more = start + limit < len(rows)
@@ -102,6 +116,21 @@ class Service:
         self._registry: Registry | None = None
         #: Injected faults (runtime/faults.py): armed by tests, the fakes and the admin route.
         self.faults = Faults()
+        self._store = SessionStore(self.config.home) if self.config.persist_sessions else None
+        if self._store is not None:
+            for record in self._store.load():
+                try:
+                    session = Session.restore(record, lambda: self.registry, self._persist)
+                except (KeyError, TypeError, ValueError) as exc:
+                    logger.warning("skipping session record %r: %r", record.get("name"), exc)
+                    continue
+                self._sessions[session.name] = session
+                self._store.save(session.record())
+
+    def _persist(self, session: Session) -> None:
+        """Record a session's new status (called under its lock; see runtime/persist.py)."""
+        if self._store is not None:
+            self._store.save(session.record())
 
     @property
     def registry(self) -> Registry:
@@ -139,6 +168,7 @@ class Service:
     ) -> dict[str, Any]:
         """CreateTrainingSession. ``strict`` overrides the service default for this session."""
         name = validate.session_name(request.get("TrainingSessionName"))
+        validate.create_request(request)
         lora = request.get("LoraConfig") or {}
         rank, alpha = lora.get("Rank"), lora.get("Alpha")
         if not isinstance(rank, int) or not 1 <= rank <= 256:
@@ -148,6 +178,13 @@ class Service:
         base_model = (request.get("ModelConfig") or {}).get("BaseModelArn")
         if not isinstance(base_model, str) or not base_model:
             raise errors.validation("ModelConfig.BaseModelArn is required")
+        if not self.config.local_model_paths and canonical_model_name(
+            base_model
+        ) not in self.list_base_models():
+            raise errors.validation(
+                f"ModelConfig.BaseModelArn {base_model[:300]!r} is not a model this server "
+                "serves; use a Hub content ARN or name from ListHubContents"
+            )
         try:
             self.resolve_base_model(base_model)
         except ValueError as exc:
@@ -191,7 +228,12 @@ class Service:
                 engine_factory=self.config.engine_factory,
                 registry=lambda: self.registry,
                 faults=self.faults,
+                max_queued=self.config.max_queued_ops,
+                on_change=self._persist,
             )
+            session = self._sessions[name]
+        with session.cond:
+            self._persist(session)
         return {"TrainingSessionArn": arn}
 
     def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +246,7 @@ class Service:
 
     def list_training_sessions(self, request: dict[str, Any]) -> dict[str, Any]:
         self._expire_idle()
+        validate.list_sessions_request(request)
         contains, status = request.get("NameContains"), request.get("StatusEquals")
         with self._lock:
             sessions = sorted(self._sessions.values(), key=lambda s: s.creation_time, reverse=True)
@@ -247,6 +290,8 @@ class Service:
             )
         with self._lock:
             self._sessions.pop(session.name, None)
+        if self._store is not None:
+            self._store.remove(session.name)
         return {}
 
     # -- model registry --------------------------------------------------------------------
@@ -404,6 +449,136 @@ class Service:
         self._scheduler.submit(make_job(session, op, weights, sample_request, tokens))
         return {"operationId": op.id}
 
+    # -- chat completions (SampleTrainingSession, /v1/chat/completions) ---------------------
+
+    def chat_prepare(
+        self, target: str, body: dict[str, Any], *, model_package: str | None = None
+    ) -> PreparedChat:
+        """Check an OpenAI chat-completions request and render its prompt (no sampling yet).
+
+        ``target`` is a session name or a model-package ARN (then any running session that
+        can load it samples it); ``model_package`` (the ``X-Amzn-SageMaker-Model-Package``
+        header) picks a checkpoint of the named session. Refusals raise here, before a
+        response (or a stream) starts.
+        """
+        session, weights = self._chat_target(target, model_package)
+        request = chat.parse_request(body)
+        tokenizer = self.get_tokenizer(session.name)
+        encoded = tokenizer.apply_chat_template(
+            request.messages, add_generation_prompt=True, tokenize=True
+        )
+        prompt = [int(t) for t in (encoded["input_ids"] if "input_ids" in encoded else encoded)]
+        return PreparedChat(request, target, session, weights, tokenizer, prompt)
+
+    def chat_run(self, prepared: PreparedChat) -> dict[str, Any]:
+        """Sample a prepared chat request (blocking) and return the ``chat.completion`` body.
+        Sampling goes through the scheduler, so it is batched with ``sample`` ops and counted
+        in the session's usage."""
+        request, session, weights = prepared.request, prepared.session, prepared.weights
+        tokenizer, prompt = prepared.tokenizer, prepared.prompt
+        seed = random.SystemRandom().randrange(2**31) if request.seed is None else request.seed
+        sampled = self._sample_now(
+            session,
+            weights,
+            SampleRequest(
+                prompt=prompt,
+                num_samples=request.n,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                seed=seed,
+                stop=request.stop,
+            ),
+        )
+        sequences = sampled["sequences"]
+        tops: list[list[list[tuple[str, float]]] | None] = [None] * len(sequences)
+        if request.top_logprobs:
+            decode_one = lambda t: tokenizer.decode([t])  # noqa: E731
+            for i, seq in enumerate(sequences):
+                scored = self._sample_now(
+                    session,
+                    weights,
+                    SampleRequest(
+                        prompt=prompt + seq["tokens"],
+                        max_tokens=1,
+                        temperature=0.0,
+                        topk_prompt_logprobs=request.top_logprobs,
+                    ),
+                )["topkPromptLogprobs"][len(prompt) :]
+                tops[i] = [
+                    [(decode_one(a["tokenId"]), float(a["logprob"])) for a in position]
+                    for position in scored
+                ]
+        choices = [
+            chat.Choice(
+                text=_chat_text(tokenizer, seq["tokens"], request.stop),
+                finish_reason="stop" if seq["stopReason"] == "stop" else "length",
+                tokens=seq["tokens"],
+                logprobs=seq["logprobs"],
+                top=top,
+            )
+            for seq, top in zip(sequences, tops, strict=True)
+        ]
+        decode = lambda ids: tokenizer.decode(ids)  # noqa: E731
+        return chat.completion(request, prepared.target, choices, len(prompt), decode)
+
+    def _chat_target(self, target: str, model_package: str | None) -> tuple[Session, str | None]:
+        """The session that samples a chat request, and which weights it reads."""
+        if not target.startswith("arn:"):
+            session = self._session(target, runtime=True)
+            session.require_accepting()
+            return session, self._sampling_weights(session, model_package)
+        with self._lock:
+            running = [s for s in self._sessions.values() if s.status in ACTIVE]
+        problems = []
+        for session in running:
+            try:
+                return session, str(session.compatible_package(target))
+            except (PackageMismatch, errors.ServiceError) as exc:
+                problems.append(str(exc))
+        raise errors.not_found(
+            f"No running session can sample model package {target}: start a session on its "
+            "base model with its LoRA rank, or name a session as the model."
+            + (f" ({problems[0]})" if problems else ""),
+            runtime=True,
+        )
+
+    def _sample_now(
+        self, session: Session, weights: str | None, request: SampleRequest
+    ) -> dict[str, Any]:
+        """Run one sample request through the scheduler and wait for its result."""
+        op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+        self._scheduler.submit(make_job(session, op, weights, request, request.prompt))
+        op.done.wait()
+        if op.status != COMPLETED or op.result is None:
+            raise errors.validation(f"sampling failed: {op.error}")
+        return op.result
+
+    def chat_models(self) -> list[dict[str, Any]]:
+        """``/v1/models``: the running sessions, then every model package, newest first."""
+        with self._lock:
+            sessions = [s for s in self._sessions.values() if s.status in ACTIVE]
+        rows = [
+            {
+                "id": s.name,
+                "object": "model",
+                "created": int(s.creation_time.timestamp()),
+                "owned_by": "localsession",
+            }
+            for s in sessions
+        ]
+        for group in self.registry.groups():
+            rows += [
+                {
+                    "id": p.arn,
+                    "object": "model",
+                    "created": int(p.created().timestamp()),
+                    "owned_by": "localsession",
+                }
+                for p in self.registry.list(group)
+            ]
+        return rows
+
     def _sampling_weights(self, session: Session, arn: str | None) -> str | None:
         """Which weights a sampling op reads (local-semantics §3): the ARN's package, else
         the session's ``loadWeightsForSampling`` package, else the base model (None)."""
@@ -446,6 +621,10 @@ class Service:
         thread: the non-blocking form of :meth:`wait_operation`, for an event loop."""
         self._operation(name, operation_id).add_done_callback(callback)
 
+    def backoff(self, seconds: float) -> None:
+        """How an in-process client waits before retrying a throttled request: real time."""
+        time.sleep(seconds)
+
     def get_tokenizer(self, name: str) -> Any:
         """The tokenizer of a session's model (in-process only; the wire has no such call)."""
         session = self._session(name, runtime=True)
@@ -456,9 +635,9 @@ class Service:
             )
         return session.engine.get_tokenizer()
 
-    def reset(self) -> int:
+    def reset(self, *, forget: bool = True) -> int:
         """Stop and forget every session (the server's admin reset); return how many.
-        Model packages on disk are kept."""
+        Model packages on disk are kept; so are session records when ``forget`` is False."""
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
@@ -466,12 +645,35 @@ class Service:
                 session.stop()
         for session in sessions:
             session.join(timeout=10.0)
+            if forget and self._store is not None:
+                self._store.remove(session.name)
         return len(sessions)
 
     def close(self) -> None:
-        """Stop every session and the scheduler (for tests and server shutdown)."""
-        self.reset()
+        """Stop every session and the scheduler (for tests and server shutdown); their
+        records stay, as Stopped, for the next service on this home."""
+        self.reset(forget=False)
         self._scheduler.close()
+
+
+@dataclass
+class PreparedChat:
+    """A checked chat request, bound to the session and weights that will sample it."""
+
+    request: chat.ChatRequest
+    target: str
+    session: Session
+    weights: str | None
+    tokenizer: Any
+    prompt: list[int]
+
+
+def _chat_text(tokenizer: Any, tokens: list[int], stop: tuple[str, ...]) -> str:
+    """A completion's text: special tokens dropped, cut before the first stop string
+    (OpenAI returns the text without the stop sequence; the tokens keep it)."""
+    text = str(tokenizer.decode(tokens, skip_special_tokens=True))
+    cuts = [text.find(s) for s in stop if s in text]
+    return text[: min(cuts)] if cuts else text
 
 
 def _hub_name_of(model: str) -> str:

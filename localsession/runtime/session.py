@@ -58,8 +58,15 @@ class Session:
         engine_factory: Callable[[EngineSpec], Engine],
         registry: Callable[[], Registry],
         faults: Faults | None = None,
+        max_queued: int | None = None,
+        on_change: Callable[[Session], None] | None = None,
+        start: bool = True,
     ) -> None:
         self.name, self.arn, self.spec, self.details = name, arn, spec, details
+        #: Training ops that may wait in the queue before submits are throttled (None: any).
+        self.max_queued = max_queued
+        #: Called (under ``cond``) after every status change: the service persists the record.
+        self._on_change = on_change
         self.strict = strict
         self.gap_timeout = gap_timeout
         self.status = CREATED
@@ -84,7 +91,67 @@ class Session:
         #: The package ``loadWeightsForSampling`` pointed this session's samplers at.
         self.sampling_package: str | None = None
         self._worker = threading.Thread(target=self._run, name=f"localsession-{name}", daemon=True)
-        self._worker.start()
+        if start:
+            self._worker.start()
+
+    @classmethod
+    def restore(
+        cls,
+        record: dict[str, Any],
+        registry: Callable[[], Registry],
+        on_change: Callable[[Session], None] | None = None,
+    ) -> Session:
+        """A terminal session rebuilt from its record (runtime/persist.py): no worker, no
+        engine; a session that was live when its server died comes back Failed."""
+        from localsession.runtime.persist import restored_status
+
+        spec = record["spec"]
+        session = cls(
+            record["name"],
+            record["arn"],
+            EngineSpec(spec["base_model"], int(spec["rank"]), int(spec["alpha"])),
+            dict(record.get("details") or {}),
+            strict=bool(record.get("strict", True)),
+            gap_timeout=0.0,
+            engine_factory=lambda spec: None,  # type: ignore[arg-type,return-value]
+            registry=registry,
+            on_change=on_change,
+            start=False,
+        )
+        session.status, session.error_details = restored_status(
+            record["status"], record.get("error_details")
+        )
+        session.creation_time = datetime.fromisoformat(record["creation_time"])
+        session.last_modified_time = datetime.fromisoformat(record["last_modified_time"])
+        if record.get("end_time"):
+            session.end_time = datetime.fromisoformat(record["end_time"])
+        elif session.status != record["status"]:
+            session.end_time = session.last_modified_time
+        session._last_received = int(record.get("last_received", 0))
+        session.usage.update(record.get("usage") or {})
+        return session
+
+    def record(self) -> dict[str, Any]:
+        """What runtime/persist.py keeps of this session (JSON-able)."""
+        with self.cond:
+            return {
+                "name": self.name,
+                "arn": self.arn,
+                "status": self.status,
+                "error_details": self.error_details,
+                "creation_time": self.creation_time.isoformat(),
+                "last_modified_time": self.last_modified_time.isoformat(),
+                "end_time": self.end_time.isoformat() if self.end_time else None,
+                "last_received": self._last_received,
+                "usage": dict(self.usage),
+                "spec": {
+                    "base_model": self.spec.base_model,
+                    "rank": self.spec.rank,
+                    "alpha": self.spec.alpha,
+                },
+                "strict": self.strict,
+                "details": self.details,
+            }
 
     # -- status --------------------------------------------------------------------------
 
@@ -96,6 +163,8 @@ class Session:
         if status in (STOPPED, FAILED_S, EXPIRED):
             self.end_time = self.last_modified_time
         self.cond.notify_all()
+        if self._on_change is not None:
+            self._on_change(self)
 
     def wait_until_started(self, timeout: float | None = None) -> str:
         """Block until the engine is loaded (Running) or loading failed; return the status."""
@@ -137,7 +206,8 @@ class Session:
 
     def join(self, timeout: float) -> None:
         """Wait for the worker to finish its current op and release the engine."""
-        self._worker.join(timeout)
+        if self._worker.ident is not None:  # a restored session never started one
+            self._worker.join(timeout)
 
     def expire(self) -> None:
         with self.cond:
@@ -174,6 +244,15 @@ class Session:
                 raise errors.validation(
                     f"sequenceNumber {seq} is behind this session's queue (next expected: "
                     f"{self._next_seq}); numbers increase by 1 per training op"
+                )
+            # The number the worker waits for is always let in, so a full queue of later
+            # numbers cannot wait forever on a throttled one.
+            full = self.max_queued is not None and len(self._queued) >= self.max_queued
+            if full and seq != self._next_seq:
+                raise errors.throttling(
+                    f"Training session {self.name} already has {len(self._queued)} training "
+                    f"operations queued (the limit is {self.max_queued}); retry once earlier "
+                    "ones finish, or raise the limit (--max-queued-ops)."
                 )
             op = Operation(kind=kind, body=body, seq=seq, client_token=token)
             self.ops[op.id] = op

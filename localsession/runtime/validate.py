@@ -16,7 +16,7 @@ import re
 from typing import Any, TypeGuard
 
 from localsession.runtime.errors import ServiceError, validation
-from localsession.runtime.registry import parse_arn
+from localsession.runtime.registry import group_name, parse_arn
 
 TRAINING_OPS = (
     "forward",
@@ -39,8 +39,8 @@ LOSS_FN_INPUT_KEYS = (
 
 LOSS_FN_CONFIG_RANGES = {"clip_low_threshold": (0.0, 1.0), "clip_high_threshold": (1.0, 10.0)}
 
-_TOKEN_RE = re.compile(r"^[a-zA-Z0-9-]{1,128}$")
-_SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_TOKEN_RE = re.compile(r"^[a-zA-Z0-9-]{1,128}\Z")
+_SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 
 #: (wire key, minimum, maximum, required) for AdamParamsConfig, per the service model.
 _ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = (
@@ -53,6 +53,95 @@ _ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = (
     ("loraPlusLrRatio", 1.0, 100.0, False),
 )
 ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weightDecay": 0.01}
+
+#: The members each request structure may carry, as the service model defines them. Anything
+#: else is refused, as botocore refuses it client-side (sagemaker-sdk.md §15.1); only the
+#: open maps and documents (``lossFnInputs`` keys, ``lossFnConfig``, ``data``) are free.
+MEMBERS: dict[str, frozenset[str]] = {
+    "ExecuteTrainingOperation": frozenset({"sequenceNumber", "clientToken", "operationConfig"}),
+    "ExecuteSamplingOperation": frozenset({"operationConfig"}),
+    "forward": frozenset({"lossFnName", "datumList", "lossFnConfig"}),
+    "forwardBackward": frozenset({"lossFnName", "datumList", "lossFnConfig"}),
+    "optimizerStep": frozenset({"adamParamsConfig"}),
+    "saveWeights": frozenset({"mergeWeights", "description"}),
+    "saveState": frozenset({"description"}),
+    "loadState": frozenset({"modelPackageArn", "loadOptimizer"}),
+    "Datum": frozenset({"modelInput", "lossFnInputs"}),
+    "ModelInput": frozenset({"chunks"}),
+    "EncodedTextChunk": frozenset({"tokens", "type"}),
+    "TensorData": frozenset({"data", "dtype", "shape"}),
+    "sample": frozenset(
+        {
+            "prompt",
+            "numSamples",
+            "samplingParams",
+            "includePromptLogprobs",
+            "topkPromptLogprobs",
+            "modelPackageArn",
+        }
+    ),
+    "computeLogprobs": frozenset({"prompt", "modelPackageArn"}),
+    "loadWeightsForSampling": frozenset({"modelPackageArn"}),
+    "CreateTrainingSession": frozenset(
+        {
+            "TrainingSessionName",
+            "ModelPackageGroupArn",
+            "LoraConfig",
+            "RoleArn",
+            "ModelConfig",
+            "OutputConfig",
+            "VpcConfig",
+            "Tags",
+        }
+    ),
+}
+
+
+_STATUSES = (
+    "Created", "Scheduled", "Running", "Blocked", "Stopping", "Stopped", "Failed", "Expired",
+    "Deleting", "DeletionFailed",
+)  # fmt: skip
+
+
+def list_sessions_request(request: dict[str, Any]) -> None:
+    """ListTrainingSessions filters: ``NameContains`` pattern and ``StatusEquals`` enum."""
+    contains = request.get("NameContains")
+    if contains is not None and (
+        not isinstance(contains, str) or not re.fullmatch(r"[a-zA-Z0-9-]{1,63}", contains)
+    ):
+        raise validation("NameContains must be 1-63 letters, digits and hyphens")
+    status = request.get("StatusEquals")
+    if status is not None and status not in _STATUSES:
+        raise validation(f"StatusEquals must be one of {', '.join(_STATUSES)}")
+
+
+def known_members(value: dict[str, Any], shape: str, where: str) -> None:
+    """Refuse a member the service model does not define for ``shape``."""
+    allowed = MEMBERS[shape]
+    for key in value:
+        if key not in allowed:
+            raise validation(
+                f"{where} has unknown member {str(key)[:100]!r}; {shape} takes only "
+                + ", ".join(sorted(allowed))
+            )
+
+
+def create_request(request: dict[str, Any]) -> None:
+    """CreateTrainingSession's members and the group it will save into (the name and
+    LoRA checks are the service's own)."""
+    known_members(request, "CreateTrainingSession", "CreateTrainingSession")
+    for key in ("LoraConfig", "ModelConfig", "OutputConfig", "VpcConfig"):
+        if key in request and not isinstance(request[key], dict):
+            raise validation(f"{key} must be an object")
+    lora = request.get("LoraConfig") or {}
+    for key in ("Rank", "Alpha"):
+        if not _is_int(lora.get(key)):
+            raise validation(f"LoraConfig.{key}={lora.get(key)!r} must be an integer")
+    group = request.get("ModelPackageGroupArn")
+    if group is not None:
+        if not isinstance(group, str):
+            raise validation("ModelPackageGroupArn must be a model-package-group ARN")
+        group_name(group, field="ModelPackageGroupArn")
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
@@ -97,6 +186,7 @@ def model_input_tokens(model_input: Any, where: str) -> list[int]:
     """Flatten a wire ModelInput into token ids, refusing malformed chunks."""
     if not isinstance(model_input, dict) or not isinstance(model_input.get("chunks"), list):
         raise validation(f"{where} must be {{'chunks': [{{'tokens': [...]}}]}}")
+    known_members(model_input, "ModelInput", where)
     chunks = model_input["chunks"]
     if not chunks:
         raise validation(f"{where} has no chunks; give it at least one chunk of token ids")
@@ -104,6 +194,7 @@ def model_input_tokens(model_input: Any, where: str) -> list[int]:
     for c, chunk in enumerate(chunks):
         if not isinstance(chunk, dict) or not isinstance(chunk.get("tokens"), list):
             raise validation(f"{where}.chunks[{c}] must be {{'tokens': [int, ...]}}")
+        known_members(chunk, "EncodedTextChunk", f"{where}.chunks[{c}]")
         if chunk.get("type", "encoded_text") != "encoded_text":
             raise validation(f"{where}.chunks[{c}].type must be 'encoded_text'")
         for tok in chunk["tokens"]:
@@ -133,6 +224,7 @@ def _loss_fn_config(config: Any, op: str) -> None:
 
 
 def _datum_list(body: dict[str, Any], op: str) -> list[dict[str, Any]]:
+    known_members(body, op, op)
     loss_fn = body.get("lossFnName")
     if loss_fn not in LOSS_FNS:
         raise validation(f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(LOSS_FNS)}")
@@ -143,6 +235,7 @@ def _datum_list(body: dict[str, Any], op: str) -> list[dict[str, Any]]:
     for i, datum in enumerate(datums):
         if not isinstance(datum, dict):
             raise validation(f"{op}.datumList[{i}] must be an object with modelInput")
+        known_members(datum, "Datum", f"{op}.datumList[{i}]")
         model_input_tokens(datum.get("modelInput"), f"{op}.datumList[{i}].modelInput")
         inputs = datum.get("lossFnInputs", {})
         if not isinstance(inputs, dict):
@@ -153,10 +246,20 @@ def _datum_list(body: dict[str, Any], op: str) -> list[dict[str, Any]]:
                     f"{op}.datumList[{i}].lossFnInputs[{key!r}] must be TensorData "
                     "{'data': [...], 'dtype': 'float32'}"
                 )
+            where = f"{op}.datumList[{i}].lossFnInputs[{key!r}]"
+            known_members(value, "TensorData", where)
+            if not isinstance(value.get("dtype", ""), str):
+                raise validation(f"{where}.dtype must be a string such as 'float32'")
+            shape = value.get("shape")
+            if shape is not None and not (
+                isinstance(shape, list) and all(_is_int(n) and n >= 0 for n in shape)
+            ):
+                raise validation(f"{where}.shape must be a list of integers >= 0")
     return datums
 
 
 def _adam(body: dict[str, Any], strict: bool) -> dict[str, float]:
+    known_members(body, "optimizerStep", "optimizerStep")
     params = body.get("adamParamsConfig")
     if not isinstance(params, dict):
         raise validation("optimizerStep.adamParamsConfig is required (learningRate at least)")
@@ -188,6 +291,7 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
     """Check an ExecuteTrainingOperation body; return (seq, token, op kind, normalised body)."""
     if not isinstance(request, dict):
         raise validation("the request body must be a JSON object")
+    known_members(request, "ExecuteTrainingOperation", "the request")
     seq: Any = request.get("sequenceNumber")
     if not _is_int(seq) or seq < 1:
         raise validation(f"sequenceNumber must be an integer >= 1, got {seq!r}")
@@ -201,7 +305,9 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
         _datum_list(body, kind)
     elif kind == "optimizerStep":
         body = {"adamParamsConfig": _adam(body, strict)}
-    elif kind in ("saveWeights", "saveState"):
+    elif kind in ("saveWeights", "saveState", "loadState"):
+        known_members(body, kind, kind)
+    if kind in ("saveWeights", "saveState"):
         optional_str(body.get("description"), f"{kind}.description", 1024)
         if kind == "saveWeights" and not isinstance(body.get("mergeWeights", False), bool):
             raise validation("saveWeights.mergeWeights must be true or false")
@@ -252,7 +358,9 @@ def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], l
     """Check an ExecuteSamplingOperation body; return (op kind, body, prompt tokens)."""
     if not isinstance(request, dict):
         raise validation("the request body must be a JSON object")
+    known_members(request, "ExecuteSamplingOperation", "the request")
     kind, body = one_member(request.get("operationConfig"), SAMPLING_OPS, "operationConfig")
+    known_members(body, kind, kind)
     if kind == "loadWeightsForSampling":
         parse_arn(body.get("modelPackageArn"))
         return kind, body, []
@@ -265,6 +373,8 @@ def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], l
         k: Any = body.get("topkPromptLogprobs")
         if k is not None and (not _is_int(k) or k < 0):
             raise validation("sample.topkPromptLogprobs must be an integer >= 0")
+        if not isinstance(body.get("includePromptLogprobs", False), bool):
+            raise validation("sample.includePromptLogprobs must be true or false")
     if body.get("modelPackageArn") is not None:
         parse_arn(body["modelPackageArn"])
     return kind, body, tokens

@@ -16,6 +16,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -23,7 +24,7 @@ from starlette.routing import Route
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
-from localsession.server import admin, wire
+from localsession.server import admin, auth, openai, wire
 
 #: Control-plane operations served on ``POST /`` (``X-Amz-Target: SageMaker.<Op>``).
 CONTROL_PLANE = (
@@ -40,9 +41,10 @@ CONTROL_PLANE = (
     "ListHubContents",
     "DescribeHubContent",
 )
-#: Bodies up to this size are accepted (the SDK's forwardBackward bodies reach tens of MB).
-MAX_BODY_BYTES = 256 * 1024 * 1024
-_LABEL_RE = re.compile(r"^[a-zA-Z0-9-]{1,64}$")
+#: Bodies up to this size are accepted (the SDK's forwardBackward bodies reach tens of MB);
+#: auth.RequestGuard enforces it on every route, also while a body streams in.
+MAX_BODY_BYTES = auth.MAX_BODY_BYTES
+_LABEL_RE = re.compile(r"^[a-zA-Z0-9-]{1,64}\Z")
 #: How long a Describe of a session still loading its model is held (the SDK reads for 60 s).
 START_WAIT_SECONDS = 30.0
 
@@ -54,12 +56,7 @@ def _snake(operation: str) -> str:
 async def _read_json(request: Request) -> dict[str, Any]:
     size = int(request.headers.get("content-length") or 0)
     if size > MAX_BODY_BYTES:
-        raise ServiceError(
-            "ValidationException",
-            f"request body of {size} bytes exceeds the {MAX_BODY_BYTES} byte limit; "
-            "send fewer datums per request",
-            413,
-        )
+        raise auth.too_large(size)
     raw = await request.body()
     return await run_in_threadpool(wire.parse_body, raw)
 
@@ -160,17 +157,22 @@ class Routes:
             pass
 
 
-def create_app(service: Service, *, long_poll: float = 15.0) -> Starlette:
-    """The ASGI app serving ``service``: both SageMaker services and ``/_localsession/``."""
+def create_app(
+    service: Service, *, long_poll: float = 15.0, credential: auth.Credential | None = None
+) -> Starlette:
+    """The ASGI app serving ``service``: both SageMaker services and ``/_localsession/``,
+    behind the body limit and, with ``credential``, SigV4 checks (server/auth.py)."""
     routes = Routes(service, long_poll)
     session = "/v1/training-sessions/{name}"
     return Starlette(
+        middleware=[Middleware(auth.RequestGuard, credential=credential)],
         routes=[
             Route("/", routes.control_plane, methods=["POST"]),
             Route(f"{session}/operations", routes.execute, methods=["POST"]),
             Route(f"{session}/operations/{{op}}", routes.result, methods=["GET"]),
             Route(f"{session}/sampling-operations", routes.execute, methods=["POST"]),
             Route(f"{session}/sampling-operations/{{op}}", routes.result, methods=["GET"]),
+            *openai.routes(service),
             *admin.routes(service),
         ]
     )

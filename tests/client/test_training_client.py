@@ -188,3 +188,23 @@ def test_mapped_name_runs_unchanged(client: ServiceClient, monkeypatch: pytest.M
     with client.create_lora_training_client("openai/gpt-oss-20b", rank=4, alpha=8) as tc:
         assert tc.get_tokenizer().vocab_size >= 256
         assert tc.forward(BATCH).result(timeout=60).metrics["loss"] > 0
+
+
+def test_throttled_and_5xx_submits_are_retried_as_the_sdk_does(
+    client: ServiceClient, service: Service
+) -> None:
+    """The SDK resends a ThrottlingException/5xx-refused submit with the same sequence number
+    (sagemaker-sdk.md §6.6); a 4xx refusal is not retried and surfaces at result()."""
+    with client.create_lora_training_client(MODEL, rank=4, alpha=8) as tc:
+        service.faults.throttle_next(2)
+        first = tc.forward_backward(BATCH).result(timeout=60)
+        service.faults.fail_next("optimizerStep", at="submit", code="InternalServerException")
+        tc.optim_step(AdamParams(learning_rate=1e-3)).result(timeout=60)
+        assert service.faults.pending()["throttle"] == 0 and not service.faults.armed
+        service.faults.fail_next("forwardBackward", at="submit", code="ConflictException")
+        with pytest.raises(ClientError) as refused:
+            tc.forward_backward(BATCH).result(timeout=60)
+        assert refused.value.response["Error"]["Code"] == "ConflictException"
+        # The retried ops ran once each: the step changed the loss of the same batch.
+        second = tc.forward(BATCH).result(timeout=60)
+        assert second.metrics["loss"] != first.metrics["loss"]

@@ -174,3 +174,13 @@ def test_differential_in_process_and_http_are_bit_identical(sdk: Any, server: Ru
     over_http = _differential_loop(sdk, _ts())
     in_process = _differential_loop(local, ls)
     assert over_http == in_process
+
+
+def test_base_models_from_the_hub_and_the_tokenizer(sdk: Any) -> None:
+    """list_base_models() scans the local Hub; an id it returns is a valid base_model, and the
+    SDK's get_tokenizer() loads the tokenizer from the Hub document, offline."""
+    ids = sdk.list_base_models()
+    tiny = [i for i in ids if i.rstrip("/").endswith("localsession-tiny")]
+    assert len(tiny) == 1, ids
+    with sdk.create_lora_training_client(base_model=tiny[0], rank=4) as tc:
+        assert tc.get_tokenizer().encode("hi") == [257, 104, 105]  # BOS, 'h', 'i'
