@@ -38,7 +38,7 @@ bench: $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
 
 lint: $(STAMP)
-	$(PY) -m ruff check localsession fakes tests examples bench
+	$(PY) -m ruff check localsession fakes conformance tests examples bench
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

@@ -1,4 +1,5 @@
-"""The ``localsession`` command line: ``demo``, ``serve``, ``models`` and ``packages``."""
+"""The ``localsession`` command line: ``demo``, ``serve``, ``models``, ``packages``,
+``conformance`` and ``conformance-table``."""
 
 from __future__ import annotations
 
@@ -27,7 +28,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     delete.add_argument(
         "--delete-artifacts", action="store_true", help="also delete its files (else kept)"
     )
-    args = parser.parse_args(argv)
+    from conformance.run import add_commands
+
+    add_commands(commands)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "conformance":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "conformance":
+        from conformance.run import run_suite
+
+        return run_suite(args.backend, args.report, args.slow, extra)
+    if args.command == "conformance-table":
+        from conformance.run import render
+
+        return render(args.reports, args.output)
     if args.command == "packages":
         return _packages(args)
     if args.command == "serve":

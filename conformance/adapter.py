@@ -1,0 +1,83 @@
+"""The backend adapter the suite talks to: a client factory, capabilities and limits.
+
+A backend is whatever produces the SDK's public surface (``ServiceClient`` and the types).
+:class:`Backend` bundles what the suite needs to drive it and nothing else, so anyone can
+write one for their own server: see ``conformance/README.md`` ("Your own backend").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot run here (no credentials, no server...): every test is skipped
+    with this message as the reason."""
+
+
+def byte_decode(tokens: list[int]) -> str:
+    """Text of byte-tokenizer tokens (ids < 256 are bytes; PAD/BOS/EOS decode to nothing)."""
+    return bytes(t for t in tokens if 0 <= t < 256).decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Numbers the suite sizes its inputs and tolerances by."""
+
+    #: The smallest ``max_tokens`` the client accepts (512 through botocore).
+    min_max_tokens: int = 512
+    #: Concurrent sessions the backend allows (None: unknown; quota tests skip).
+    max_sessions: int | None = None
+    #: Seconds a missing sequence number blocks later ops (local-semantics §4).
+    gap_timeout_s: float = 60.0
+    #: Seconds any one ``result()`` may take before the test fails.
+    op_timeout_s: float = 120.0
+    #: Largest mean squared difference between sampler and trainer logprobs.
+    logprob_mse: float = 1e-6
+    #: Absolute tolerance when comparing logprobs computed by two code paths.
+    logprob_atol: float = 1e-4
+    #: LoRA rank the suite creates sessions with.
+    rank: int = 4
+    #: Learning rate the suite trains with (inside the service range (0, 0.01]).
+    learning_rate: float = 5e-3
+
+
+@dataclass
+class Backend:
+    """One backend under test.
+
+    ``service_client()`` returns a ServiceClient (the SDK's, or a drop-in) that the suite
+    may call freely; ``strict_client()`` one that enforces the service limits (None when the
+    backend cannot give one). ``ts`` is the module whose public names the suite uses
+    (``sagemaker.train.training_session`` or ``localsession``).
+    """
+
+    name: str
+    version: str
+    ts: ModuleType
+    base_model: str
+    service_client: Callable[[], Any]
+    capabilities: frozenset[str] = frozenset()
+    limits: Limits = field(default_factory=Limits)
+    strict_client: Callable[[], Any] | None = None
+    #: Text of a token list (for stop strings; None: tests that need it skip). The tiny
+    #: models' byte tokenizer by default.
+    decode: Callable[[list[int]], str] | None = byte_decode
+    #: The model's end-of-sequence token id, if known.
+    eos_token_id: int | None = 258
+    #: A prompt of valid token ids for this model (BOS + a few bytes by default).
+    prompt: tuple[int, ...] = (257, 104, 101, 108, 108, 111)
+    #: ``BillableTokenUsage`` of a session by name (capability ``accounting.tokens``).
+    billable_usage: Callable[[str], dict[str, int]] | None = None
+    #: Known divergences: lines ``<test id>  # reason`` (see plugin.read_xfail_file).
+    xfail_file: Path | None = None
+    close: Callable[[], None] = lambda: None
+    #: Free-form facts recorded in the report (server URL, region, ...).
+    details: dict[str, str] = field(default_factory=dict)
+
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities

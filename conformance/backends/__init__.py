@@ -1,0 +1,60 @@
+"""Built-in backends, chosen by ``--backend``: ``inprocess``, ``http``, ``http=URL``,
+``fakes``, ``remote``, or ``import:package.module:factory`` for anyone's own adapter.
+
+Each ``make_*`` returns a :class:`~conformance.adapter.Backend` (or raises
+:class:`~conformance.adapter.BackendUnavailable`); its known divergences live next to it in
+``<name>.xfail``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conformance.adapter import Backend
+
+HERE = Path(__file__).parent
+ROLE = "arn:aws:iam::123456789012:role/conformance"
+REGION = "us-west-2"
+GROUP = f"arn:aws:sagemaker:{REGION}:123456789012:model-package-group/conformance"
+S3 = "s3://conformance-bucket/out"
+
+
+def xfail_file(name: str) -> Path | None:
+    path = HERE / f"{name}.xfail"
+    return path if path.exists() else None
+
+
+def make_backend(spec: str, options: dict[str, Any]) -> Backend:
+    """The backend ``spec`` names; ``options`` are the plugin's command-line settings."""
+    kind, _, arg = spec.partition("=")
+    if spec.startswith("import:"):
+        module, _, attr = spec[len("import:") :].partition(":")
+        factory: Callable[[dict[str, Any]], Backend] = getattr(
+            importlib.import_module(module), attr or "make_backend"
+        )
+        return factory(options)
+    if kind == "inprocess":
+        from conformance.backends.inprocess import make_inprocess
+
+        return make_inprocess(options)
+    if kind == "fakes":
+        from conformance.backends.fakes import make_fakes
+
+        return make_fakes(options)
+    if kind == "http":
+        from conformance.backends.http import make_http
+
+        return make_http(options, url=arg or None)
+    if kind == "remote":
+        from conformance.backends.remote import make_remote
+
+        return make_remote(options)
+    import pytest
+
+    raise pytest.UsageError(
+        f"--backend={spec!r}: use inprocess, http, http=URL, fakes, remote or "
+        "import:package.module:factory"
+    )

@@ -1,0 +1,46 @@
+"""``--backend=fakes``: ``fakes.FakeServiceClient`` (the real runtime, a fake bigram engine)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+from conformance.adapter import Backend, Limits
+from conformance.backends import GROUP, xfail_file
+from conformance.capabilities import CAPABILITIES
+
+MAX_SESSIONS = 4
+
+
+def fakes_backend(name: str, service: Any, *, xfail: str | None = None) -> Backend:
+    """A backend over a ``fakes.FakeService`` (also used by the self-check's broken fakes)."""
+    import localsession
+    from fakes import FakeServiceClient
+
+    def client(strict: bool) -> Any:
+        return FakeServiceClient(service=service, strict=strict, model_package_group_arn=GROUP)
+
+    def usage(session: str) -> dict[str, int]:
+        detail = service.describe_training_session({"TrainingSessionName": session})
+        return dict(detail["TrainingSessionDetail"]["BillableTokenUsage"])
+
+    return Backend(
+        name=name,
+        version=importlib.metadata.version("localsession"),
+        ts=localsession,
+        base_model="localsession/tiny",  # any name: the fake model is the same for all
+        service_client=lambda: client(False),
+        strict_client=lambda: client(True),
+        capabilities=frozenset(CAPABILITIES),
+        limits=Limits(min_max_tokens=1, max_sessions=MAX_SESSIONS, gap_timeout_s=0.0),
+        billable_usage=usage,
+        xfail_file=xfail_file(xfail or name),
+        close=service.close,
+        details={"model": "fakes bigram engine"},
+    )
+
+
+def make_fakes(options: dict[str, Any]) -> Backend:
+    from fakes import FakeService
+
+    return fakes_backend("fakes", FakeService(strict=False, max_sessions=MAX_SESSIONS))

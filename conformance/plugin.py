@@ -1,0 +1,250 @@
+"""The pytest plugin: ``pytest -p conformance.plugin --backend=... [conformance/suite]``.
+
+- ``--backend`` picks the backend (see :mod:`conformance.backends`); the session-scoped
+  ``backend`` fixture yields its :class:`~conformance.adapter.Backend`.
+- ``@pytest.mark.requires("capability", ...)`` skips a test, naming the capability, on a
+  backend that does not declare it. An unknown capability name stops the run.
+- The backend's xfail file (``--xfail-file`` overrides it) marks known divergences as strict
+  xfails; an entry naming a test that does not exist stops the run.
+- ``--conformance-report out.json`` writes the backend's name, version, capabilities and every
+  test's outcome (:mod:`conformance.report`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.adapter import Backend, BackendUnavailable
+from conformance.capabilities import CAPABILITIES, check_names
+from conformance.report import Recorder
+
+_BACKEND = pytest.StashKey[Backend]()
+_UNAVAILABLE = pytest.StashKey[str]()
+_RECORDER = pytest.StashKey[Recorder]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "training-session conformance suite")
+    group.addoption(
+        "--backend",
+        default="inprocess",
+        help="inprocess | http | http=URL | fakes | remote | import:module:factory",
+    )
+    group.addoption(
+        "--capabilities",
+        help="comma-separated capabilities to declare instead of the backend's own "
+        "('all' or 'none' also work)",
+    )
+    group.addoption(
+        "--drop-capability",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="treat the backend as not declaring NAME (repeatable)",
+    )
+    group.addoption("--xfail-file", type=Path, help="known divergences, instead of the backend's")
+    group.addoption("--base-model", help="base model to create sessions on")
+    group.addoption("--conformance-report", type=Path, metavar="OUT.json", help="write a report")
+    for key in ("region", "role", "base-model", "group", "s3"):
+        group.addoption(f"--remote-{key}", help=f"remote backend: {key} (or CONFORMANCE_* env)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "requires(*capabilities): needs these backend capabilities (else skipped)"
+    )
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    recorder = Recorder()
+    config.stash[_RECORDER] = recorder
+    config.pluginmanager.register(recorder, "conformance-recorder")  # collects every report
+
+
+def _options(config: pytest.Config) -> dict[str, Any]:
+    declared = config.getoption("--capabilities")
+    capabilities: frozenset[str] | None = None
+    if declared is not None:
+        names = {n.strip() for n in declared.split(",") if n.strip()}
+        if names == {"all"}:
+            names = set(CAPABILITIES)
+        elif names == {"none"}:
+            names = set()
+        check_names(names, "--capabilities")
+        capabilities = frozenset(names)
+    return {
+        "capabilities": capabilities,
+        "xfail_file": config.getoption("--xfail-file"),
+        "base_model": config.getoption("--remote-base-model") or config.getoption("--base-model"),
+        "region": config.getoption("--remote-region"),
+        "role": config.getoption("--remote-role"),
+        "group": config.getoption("--remote-group"),
+        "s3": config.getoption("--remote-s3"),
+    }
+
+
+def _start_backend(config: pytest.Config) -> Backend | None:
+    if _BACKEND in config.stash:
+        return config.stash[_BACKEND]
+    if _UNAVAILABLE in config.stash:
+        return None
+    from conformance.backends import make_backend
+
+    options = _options(config)
+    dropped = config.getoption("--drop-capability")
+    check_names(dropped, "--drop-capability")
+    try:
+        backend = make_backend(config.getoption("--backend"), options)
+    except BackendUnavailable as exc:
+        config.stash[_UNAVAILABLE] = str(exc)
+        return None
+    check_names(backend.capabilities, f"backend {backend.name!r} declares")
+    if options["capabilities"] is not None:
+        backend.capabilities = options["capabilities"]
+    backend.capabilities = backend.capabilities - set(dropped)
+    if options["xfail_file"] is not None:
+        backend.xfail_file = options["xfail_file"]
+    if options["base_model"] and not config.getoption("--remote-base-model"):
+        backend.base_model = options["base_model"]
+    config.stash[_BACKEND] = backend
+    return backend
+
+
+def read_xfail_file(path: Path) -> dict[str, str]:
+    """``{test id: reason}`` from lines ``test_file.py::test_name[param]  # reason``."""
+    entries: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        test_id, _, reason = line.partition("#")
+        if "::" not in test_id:
+            raise pytest.UsageError(f"{path}:{number}: expected `file.py::test  # reason`")
+        entries[test_id.strip()] = reason.strip() or "known divergence"
+    return entries
+
+
+def suite_id(item: pytest.Item) -> str:
+    """An item's id relative to the suite: ``test_file.py::test_name[param]``."""
+    return f"{Path(str(item.path)).name}::{item.nodeid.split('::', 1)[1]}"
+
+
+def _required(item: pytest.Item) -> list[str]:
+    return [name for mark in item.iter_markers("requires") for name in mark.args]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    suite = [item for item in items if "backend" in getattr(item, "fixturenames", ())]
+    for item in suite:
+        check_names(_required(item), f"{item.nodeid}: @pytest.mark.requires")
+    if not suite:
+        return
+    backend = _start_backend(config)
+    if backend is None:
+        reason = f"backend unavailable: {config.stash[_UNAVAILABLE]}"
+        for item in suite:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        return
+    for item in suite:
+        missing = [name for name in _required(item) if not backend.has(name)]
+        if missing:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"backend {backend.name} does not declare capability "
+                    + ", ".join(repr(m) for m in missing)
+                )
+            )
+    if backend.xfail_file is not None:
+        _apply_xfails(backend.xfail_file, suite)
+
+
+def _apply_xfails(path: Path, suite: list[pytest.Item]) -> None:
+    entries = read_xfail_file(path)
+    by_id = {suite_id(item): item for item in suite}
+    files = {key.split("::", 1)[0] for key in by_id}
+    for test_id, reason in entries.items():
+        item = by_id.get(test_id)
+        if item is None:
+            if test_id.split("::", 1)[0] in files:
+                raise pytest.UsageError(f"{path}: {test_id!r} names no test of the suite")
+            continue
+        item.add_marker(pytest.mark.xfail(reason=f"known divergence: {reason}", strict=True))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    out = config.getoption("--conformance-report")
+    backend = config.stash.get(_BACKEND, None)
+    if out is not None:
+        config.stash[_RECORDER].write(
+            out,
+            backend,
+            spec=config.getoption("--backend"),
+            unavailable=config.stash.get(_UNAVAILABLE, None),
+        )
+    if backend is not None:
+        backend.close()
+        del config.stash[_BACKEND]
+
+
+# -- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """The backend under test."""
+    found = _start_backend(request.config)
+    if found is None:
+        pytest.skip(f"backend unavailable: {request.config.stash[_UNAVAILABLE]}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def ts(backend: Backend) -> Any:
+    """The public API module of the backend (``sagemaker.train.training_session`` or a
+    drop-in with the same 36 names)."""
+    return backend.ts
+
+
+@pytest.fixture(scope="session")
+def service_client(backend: Backend) -> Any:
+    return backend.service_client()
+
+
+@pytest.fixture
+def new_training_client(backend: Backend, service_client: Any) -> Iterator[Callable[..., Any]]:
+    """A factory for training clients on the backend's base model; every one is stopped at
+    teardown. Keyword arguments go to ``create_lora_training_client``."""
+    made: list[Any] = []
+
+    def make(client: Any = None, **kwargs: Any) -> Any:
+        kwargs.setdefault("rank", backend.limits.rank)
+        kwargs.setdefault("alpha", 2 * kwargs["rank"])
+        tc = (client or service_client).create_lora_training_client(backend.base_model, **kwargs)
+        made.append(tc)
+        return tc
+
+    yield make
+    for tc in made:
+        try:
+            tc.stop()
+        except Exception:  # noqa: BLE001 - a test may have stopped or deleted it already
+            pass
+
+
+@pytest.fixture
+def training_client(new_training_client: Callable[..., Any]) -> Any:
+    """A fresh training session, stopped at teardown."""
+    return new_training_client()
+
+
+@pytest.fixture(scope="module")
+def shared_training_client(backend: Backend, service_client: Any) -> Iterator[Any]:
+    """One session for a module's read-only tests (forward, sampling from the base model,
+    calls refused at the call site); never trained, saved or loaded."""
+    rank = backend.limits.rank
+    tc = service_client.create_lora_training_client(backend.base_model, rank=rank, alpha=2 * rank)
+    yield tc
+    tc.stop()
