@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.localsession-installed
 SDK_STAMP := $(VENV)/.sagemaker-sdk-installed
 
-.PHONY: demo test test-slow bench lint typecheck check clean
+.PHONY: demo examples test test-slow bench lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ $(SDK_STAMP): $(STAMP)
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m localsession demo
+
+# Every example, full length, one after another (each writes runs/<name>-<time>/).
+examples: $(STAMP)
+	for script in sft_chat grpo_math code_rl preference distillation; do \
+		HF_HUB_OFFLINE=1 $(PY) examples/$$script.py || exit 1; done
 
 test: $(SDK_STAMP) lint typecheck
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q

@@ -1,4 +1,4 @@
-"""The ``localsession`` command line: ``demo``, ``serve``, ``models``, ``packages``,
+"""The ``localsession`` command line: ``demo``, ``plot``, ``serve``, ``models``, ``packages``,
 ``conformance`` and ``conformance-table``."""
 
 from __future__ import annotations
@@ -11,10 +11,17 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localsession", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run a real SFT loop on a built-in model")
+    demo = commands.add_parser(
+        "demo", help="run the math SFT -> GRPO loop (examples/grpo_math.py) on a built-in model"
+    )
     demo.add_argument("--model", default="localsession/tiny")
-    demo.add_argument("--steps", type=int, default=60)
-    demo.add_argument("--learning-rate", type=float, default=5e-3)
+    demo.add_argument("--steps", type=int, help="GRPO steps (40), or SFT steps with --sft (60)")
+    demo.add_argument("--learning-rate", type=float)
+    demo.add_argument("--run-dir", help="where metrics.jsonl and the plot go")
+    demo.add_argument("--sft", action="store_true", help="the short SFT-only demo instead")
+    plot = commands.add_parser("plot", help="draw a run directory's metrics.jsonl as a PNG")
+    plot.add_argument("run_dir", help="a run directory holding metrics.jsonl")
+    plot.add_argument("--out", help="PNG path (default RUN_DIR/metrics.png)")
     _add_serve(commands)
     commands.add_parser("models", help="list the base models a session can start on")
     packages = commands.add_parser("packages", help="list, inspect and delete model packages")
@@ -50,10 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(ServeOptions(**{k: v for k, v in vars(args).items() if k != "command"}))
 
     if args.command == "demo":
-        from localsession.demo import run
+        from localsession.demo import cli
 
-        result = run(args.model, args.steps, args.learning_rate)
-        return 0 if result.loss_after < result.loss_before else 1
+        return cli(args)
+    if args.command == "plot":
+        from localsession.plot import cli as plot_cli
+
+        return plot_cli(args.run_dir, args.out)
     from localsession.runtime.models import list_base_models
 
     for name in list_base_models():

@@ -1,0 +1,84 @@
+"""Arithmetic word problems in the GSM8K answer format, generated locally from templates.
+
+A problem is one short sentence with two single-digit numbers and an operation (buying adds,
+selling takes away), so that a byte-level model of half a million parameters can learn it in
+CPU minutes. The reference solution shows the working, then the answer line, as GSM8K does::
+
+    Q: Ana has 7 pears and sold 5. How many pears now?
+    A: 7 - 5 = 2
+       #### 2
+
+``parse_answer`` reads the number on the ``####`` line that ends the response; ``math_reward``
+is 1 for the right number and 0 otherwise (a missing, malformed or trailing-text answer line
+scores 0, so a policy cannot pad its answer).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+# Every question has the same layout, with names and things of one length each, so the two
+# numbers sit at fixed offsets: a two-layer model can then find them by position. (With
+# free-length words and several layouts the tiny model tops out near 35% after SFT.)
+NAMES = ["Ana", "Ben", "Cam", "Dee", "Eli", "Fay", "Gus", "Hal", "Ivy", "Kim", "Lea", "Max"]
+THINGS = ["pears", "cards", "coins", "books", "plums", "limes", "rocks", "bells", "shoes"]
+ADD = ["{n} has {a} {t} and buys {b}. How many {t} now?"]
+SUB = ["{n} has {a} {t} and sold {b}. How many {t} now?"]
+_ANSWER = re.compile(r"####\s*(-?\d+)\s*$")  # the answer line ends the response
+
+
+@dataclass(frozen=True)
+class MathProblem:
+    question: str
+    a: int
+    b: int
+    op: str  # "+" or "-"
+
+    @property
+    def answer(self) -> int:
+        return self.a + self.b if self.op == "+" else self.a - self.b
+
+    @property
+    def solution(self) -> str:
+        """The reference response: the working, then the GSM8K answer line."""
+        return f"{self.a} {self.op} {self.b} = {self.answer}\n#### {self.answer}"
+
+
+def make_problem(rng: random.Random, top: int = 9) -> MathProblem:
+    """One problem whose operands and answer lie in 1..``top`` (single digits by default)."""
+    op = rng.choice("+-")
+    if op == "+":
+        a = rng.randint(1, top - 1)
+        b = rng.randint(1, top - a)
+    else:
+        a = rng.randint(2, top)
+        b = rng.randint(1, a - 1)
+    template = rng.choice(ADD if op == "+" else SUB)
+    question = template.format(n=rng.choice(NAMES), t=rng.choice(THINGS), a=a, b=b)
+    return MathProblem(question, a, b, op)
+
+
+def make_split(seed: int, n_train: int, n_test: int) -> tuple[list[MathProblem], list[MathProblem]]:
+    """Disjoint train and held-out problems (held-out questions never appear in training)."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    out: list[MathProblem] = []
+    while len(out) < n_train + n_test:
+        p = make_problem(rng)
+        if p.question not in seen:
+            seen.add(p.question)
+            out.append(p)
+    return out[:n_train], out[n_train:]
+
+
+def parse_answer(text: str) -> int | None:
+    """The integer on the final ``#### <n>`` line, or None when the response does not end so."""
+    found = _ANSWER.search(text)
+    return int(found.group(1)) if found else None
+
+
+def math_reward(text: str, problem: MathProblem) -> float:
+    """1.0 for the right final number, else 0.0."""
+    return 1.0 if parse_answer(text) == problem.answer else 0.0

@@ -1,0 +1,137 @@
+"""Unit tests of the examples' shared pieces: answer parsing, rewards, grading, datums."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+from common import loop  # noqa: E402
+from common.code_tasks import (  # noqa: E402
+    NO_CODE_REWARD,
+    TOOL_CALL,
+    code_block,
+    extract_code,
+    grade,
+    make_tasks,
+    tool_feedback,
+    wrong_solution,
+)
+from common.math_tasks import make_split, math_reward, parse_answer  # noqa: E402
+from common.preference_data import make_pairs  # noqa: E402
+
+from localsession.engine.builtin import build_tokenizer  # noqa: E402
+
+
+def test_math_answers_parse_only_from_a_final_answer_line() -> None:
+    assert parse_answer("3 + 4 = 7\n#### 7") == 7
+    assert parse_answer("#### 12\n") == 12
+    assert parse_answer("#### 7 and more text") is None
+    assert parse_answer("7") is None
+    train, test = make_split(0, 200, 50)
+    assert not {p.question for p in train} & {p.question for p in test}
+    for p in train + test:
+        assert 0 <= p.answer <= 9 and math_reward(p.solution, p) == 1.0
+        assert math_reward(p.solution.replace(f"#### {p.answer}", "#### 99"), p) == 0.0
+
+
+def test_code_rewards_pass_fail_and_no_code() -> None:
+    task = make_tasks(0, 1)[0]
+    assert grade(task.solution, task)[0] == 1.0
+    reward, result = grade(wrong_solution(task, random.Random(0)), task)
+    assert reward == 0.0 and result is not None and "expected" in tool_feedback(result)
+    assert grade("def f(x): return x", task) == (NO_CODE_REWARD, None)
+    assert extract_code(f"text\n{code_block('a = 1')}\n{TOOL_CALL}") == "a = 1\n"
+    hang = code_block("def f(x):\n    while True:\n        pass")
+    reward, result = grade(hang, task)
+    assert reward == 0.0 and tool_feedback(result) == "the program did not finish"
+
+
+def test_trajectory_datum_trains_sampled_tokens_only() -> None:
+    code_rl = pytest.importorskip("code_rl")
+    traj = code_rl.Trajectory(
+        segments=[([1, 2, 3], [-0.1, -0.2, -0.3]), ([9, 9], None), ([4], [-0.4])]
+    )
+    datum = code_rl.trajectory_datum([257, 7, 8], traj, advantage=0.5)
+    inputs = datum.loss_fn_inputs
+    assert datum.model_input.to_ints() == [257, 7, 8, 1, 2, 3, 9, 9]
+    assert inputs["target_tokens"].data == [7, 8, 1, 2, 3, 9, 9, 4]
+    assert inputs["weights"].data == [0, 0, 1, 1, 1, 0, 0, 1]
+    assert inputs["advantages"].data == [0, 0, 0.5, 0.5, 0.5, 0, 0, 0.5]
+    assert inputs["logprobs"].data == [0, 0, -0.1, -0.2, -0.3, 0, 0, -0.4]
+
+
+def test_two_turn_warm_start_renders_the_tool_turn_in_the_chat_format() -> None:
+    code_rl = pytest.importorskip("code_rl")
+    tok = build_tokenizer()
+    task = make_tasks(0, 1)[0]
+    datum = code_rl.warm_start_datum(tok, task, True, random.Random(0))
+    text = tok.decode(datum.model_input.to_ints() + datum.loss_fn_inputs["target_tokens"].data[-1:])
+    assert text.count("<|assistant|>\n") == 2 and "<|tool|>\ncheck_solution: " in text
+    assert TOOL_CALL in text and text.endswith(task.solution + "<eos>")
+
+
+def test_rl_datum_passes_the_sampling_temperature() -> None:
+    datum = loop.rl_datum([257, 1], [2, 3], [-1.0, -2.0], [0.5, 0.5], temperature=0.7)
+    assert datum.loss_fn_inputs["temperature"].data == [0.7] * 3
+    assert "temperature" not in loop.rl_datum([257, 1], [2], [-1.0], [1.0]).loss_fn_inputs
+    assert loop.group_advantages([1.0, 0.0, 1.0, 0.0]) == pytest.approx([1, -1, 1, -1], abs=1e-5)
+
+
+def test_preference_pairs_hold_the_same_bytes_and_held_out_subjects() -> None:
+    train, test = make_pairs(0, 100, 20)
+    for pair in train + test:
+        assert sorted(pair.chosen) == sorted(pair.rejected) and pair.chosen != pair.rejected
+    subject = lambda p: p.chosen.split(" ")[1]  # noqa: E731
+    assert not {subject(p) for p in train} & {subject(p) for p in test}
+
+
+class _Done:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def result(self, timeout: float | None = None) -> object:
+        return self.value
+
+
+class _ScriptedSampler:
+    """Answers every request with the same scripted completions (one right, the rest not)."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    def sample(self, prompt: list[int], num_samples: int, params: object) -> _Done:
+        from localsession import SampledSequence, SampleResponse
+
+        seqs = [
+            SampledSequence(
+                stop_reason="stop",
+                tokens=list(text.encode()) + [258],
+                logprobs=[-1.0] * (len(text.encode()) + 1),
+            )
+            for text in self.texts[:num_samples]
+        ]
+        return _Done(SampleResponse(sequences=seqs))
+
+
+def test_grpo_step_trains_on_groups_with_signal(relaxed: object) -> None:
+    """grpo_math's step on a real session: mixed groups train with ppo, all-equal ones skip."""
+    grpo_math = pytest.importorskip("grpo_math")
+    problems = make_split(0, 2, 0)[0]
+    right = problems[0].solution
+    svc = loop.Service(relaxed, relaxed=True)
+    with relaxed.create_lora_training_client("localsession/tiny", rank=4, alpha=8) as tc:  # type: ignore[attr-defined]
+        tok = tc.get_tokenizer()
+        sampler = _ScriptedSampler([right, "1 + 1 = 2\n#### 99", "junk", "#### 0 trailing"])
+        metrics = grpo_math.grpo_step(svc, tc, sampler, tok, problems[:1], 4, 0, 1e-3, 1.0)
+        assert metrics["reward"] == 0.25 and metrics["groups_used"] == 1.0
+        assert {"loss", "kl_sample_train", "clipfrac", "grad_norm", "train_tokens"} <= set(metrics)
+        assert metrics["kl_sample_train"] != 0.0  # scripted logprobs are not the policy's
+        flat = grpo_math.grpo_step(
+            svc, tc, _ScriptedSampler(["junk"] * 4), tok, problems[:1], 4, 0, 1e-3, 1.0
+        )
+        assert flat["groups_used"] == 0.0 and "loss" not in flat
