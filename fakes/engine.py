@@ -28,9 +28,8 @@ from fakes.model import BigramLora
 from fakes.sampler import compute_logprobs, sample_request
 from fakes.script import Script
 from fakes.tokenizer import PAD_ID, VOCAB_SIZE, ByteTokenizer
-from localsession.engine.datums import finite_or_raise, parse_datums
+from localsession.engine.datums import finite_or_raise, fwd_result, parse_datums
 from localsession.engine.losses import (
-    LossInputs,
     check_loss_fn,
     compute_loss,
     parse_loss_config,
@@ -61,10 +60,6 @@ class EngineKnobs:
                 return False
             self.truncate_logprobs -= 1
             return True
-
-
-def _tensor_data(values: list[float]) -> dict[str, Any]:
-    return {"data": values, "dtype": "float32", "shape": [len(values)]}
 
 
 class FakeEngine:
@@ -118,28 +113,12 @@ class FakeEngine:
         with self.lock, grad:
             logits_BTV = self.model.logits(batch.tokens_BT)
             lp_BT = token_logprobs(logits_BTV, batch.targets_BT, batch.temperature_BT)
-            inputs = LossInputs(
-                weights=batch.weights_BT,
-                sampler_logprobs=batch.logprobs_BT,
-                advantages=batch.advantages_BT,
-                ref_logprobs=batch.ref_log_prob_BT,
-                mask=batch.mask_BT,
-            )
-            loss_BT, metrics = compute_loss(loss_fn, lp_BT, inputs, clip)
+            loss_BT, metrics = compute_loss(loss_fn, lp_BT, batch.loss_inputs(), clip)
             total = loss_BT.sum()
             finite_or_raise(float(total.detach()), "the loss")  # before any gradient
             if backward:
                 total.backward()
-        metrics["global_token_num"] = float(batch.num_tokens)
-        lp_rows, loss_rows = lp_BT.detach().tolist(), loss_BT.detach().tolist()
-        outputs = [
-            {
-                "logprobs": _tensor_data(lp_rows[i][:n]),
-                "elementwise_loss": _tensor_data(loss_rows[i][:n]),
-            }
-            for i, n in enumerate(batch.lengths)
-        ]
-        return {"metrics": metrics, "lossFnOutputs": outputs}
+        return fwd_result(batch, lp_BT, loss_BT, metrics)
 
     def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
         self.gate.pass_through()

@@ -20,6 +20,7 @@ from typing import Any
 from conformance.adapter import Backend, BackendUnavailable, Limits
 from conformance.backends import GROUP, REGION, ROLE, S3, xfail_file
 from conformance.capabilities import CAPABILITIES
+from localsession.server.runner import client_env
 
 MAX_SESSIONS = 4
 GAP_TIMEOUT = 1.0
@@ -27,18 +28,12 @@ START_TIMEOUT = 120.0
 
 
 def sdk_env(url: str, region: str) -> dict[str, str]:
-    """What the unmodified SDK (and boto3) need to talk to ``url`` (sagemaker-sdk.md §16.1)."""
-    return {
-        "SAGEMAKER_TRAINING_SESSION_ENDPOINT": url,
-        "SAGEMAKER_TRAINING_SESSION_RUNTIME_ENDPOINT": url,
-        "AWS_ENDPOINT_URL_SAGEMAKER": url,
-        "AWS_ENDPOINT_URL_SAGEMAKERTRAININGSESSIONRUNTIME": url,
-        "AWS_ACCESS_KEY_ID": os.environ.get("CONFORMANCE_ACCESS_KEY_ID", "conformance"),
-        "AWS_SECRET_ACCESS_KEY": os.environ.get("CONFORMANCE_SECRET_ACCESS_KEY", "conformance"),
-        "AWS_REGION": region,
-        "AWS_DEFAULT_REGION": region,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
+    """What the unmodified SDK (and boto3) need to talk to ``url`` (sagemaker-sdk.md §16.1),
+    with credentials from ``CONFORMANCE_ACCESS_KEY_ID``/``_SECRET_ACCESS_KEY`` when set."""
+    env = client_env(url, region)
+    env["AWS_ACCESS_KEY_ID"] = os.environ.get("CONFORMANCE_ACCESS_KEY_ID", "conformance")
+    env["AWS_SECRET_ACCESS_KEY"] = os.environ.get("CONFORMANCE_SECRET_ACCESS_KEY", "conformance")
+    return env
 
 
 def start_server(home: str) -> tuple[subprocess.Popen[str], str]:

@@ -238,3 +238,22 @@ def finite_or_raise(value: float, what: str) -> float:
             "values (the ratio exp(lp - logprobs) overflowed)"
         )
     return value
+
+
+def fwd_result(
+    batch: Batch, lp_BT: Tensor, loss_BT: Tensor, metrics: dict[str, float]
+) -> dict[str, Any]:
+    """The wire ``FwdResult`` of a batch: its metrics (plus ``global_token_num``) and, per
+    datum, its unpadded ``logprobs`` and ``elementwise_loss`` as float32 TensorData."""
+    metrics["global_token_num"] = float(batch.num_tokens)
+    lp_rows = lp_BT.detach().float().cpu().tolist()  # [B, T]
+    loss_rows = loss_BT.detach().float().cpu().tolist()  # [B, T]
+
+    def tensor_data(values: list[float]) -> dict[str, Any]:
+        return {"data": values, "dtype": "float32", "shape": [len(values)]}
+
+    outputs = [
+        {"logprobs": tensor_data(lp_rows[i][:n]), "elementwise_loss": tensor_data(loss_rows[i][:n])}
+        for i, n in enumerate(batch.lengths)
+    ]
+    return {"metrics": metrics, "lossFnOutputs": outputs}

@@ -50,6 +50,7 @@ from localsession.engine.datums import (
     Batch,
     check_vocab,
     finite_or_raise,
+    fwd_result,
     int_tensor,
     parse_datums,
 )
@@ -70,10 +71,6 @@ from localsession.runtime.engine_api import EngineInputError, EngineSpec, Sample
 CHUNK_TOKENS = 4096
 #: How many package snapshots ``sample`` keeps loaded (CPU memory, per engine).
 SNAPSHOT_CACHE_SIZE = 8
-
-
-def _tensor_data(values: list[float]) -> dict[str, Any]:
-    return {"data": values, "dtype": "float32", "shape": [len(values)]}
 
 
 class TorchEngine:
@@ -189,17 +186,7 @@ class TorchEngine:
             finite_or_raise(float(total.detach()), "the loss")  # before any gradient is added
             if backward:
                 total.backward()
-        metrics["global_token_num"] = float(batch.num_tokens)
-        lp_rows = lp_BT.detach().float().cpu().tolist()
-        loss_rows = loss_BT.detach().float().cpu().tolist()
-        outputs = [
-            {
-                "logprobs": _tensor_data(lp_rows[i][:n]),
-                "elementwise_loss": _tensor_data(loss_rows[i][:n]),
-            }
-            for i, n in enumerate(batch.lengths)
-        ]
-        return {"metrics": metrics, "lossFnOutputs": outputs}
+        return fwd_result(batch, lp_BT, loss_BT, metrics)
 
     def _chunk_rows(self, batch: Batch) -> int:
         """Rows per micro-batch: all of them, except on a CPU when the padded batch holds
