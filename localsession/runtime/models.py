@@ -200,6 +200,8 @@ def canonical_model_name(base_model: str) -> str:
     """
     match = _HUB_ARN_RE.match(base_model)
     name = match["name"] if match else base_model
+    if name in BUILTIN_MODELS or name in model_map():
+        return name  # the common case, without scanning the HF cache
     known = list_base_models()
     if name in known:
         return name

@@ -93,16 +93,21 @@ class ServiceConfig:
         return config
 
 
-def _page(rows: list[_Row], request: dict[str, Any]) -> tuple[list[_Row], str | None]:
-    """One page of a List* call: ``MaxResults`` rows from the offset in ``NextToken``."""
+def _page(
+    rows: list[_Row], request: dict[str, Any], key: str, summary: Callable[[_Row], dict[str, Any]]
+) -> dict[str, Any]:
+    """One page of a List* call: the summaries of ``MaxResults`` rows from the offset in
+    ``NextToken`` under ``key``, and the ``NextToken`` of the next page if there is one."""
     limit, token = request.get("MaxResults", 100), request.get("NextToken") or "0"
     if type(limit) is not int or not 1 <= limit <= 100:
         raise errors.validation(f"MaxResults={limit!r} must be an integer in [1, 100]")
     if not isinstance(token, str) or not (token.isascii() and token.isdigit()):
         raise errors.validation(f"NextToken {token!r} is not a token this service issued")
     start = int(token)
-    more = start + limit < len(rows)
-    return rows[start : start + limit], str(start + limit) if more else None
+    body: dict[str, Any] = {key: [summary(row) for row in rows[start : start + limit]]}
+    if start + limit < len(rows):
+        body["NextToken"] = str(start + limit)
+    return body
 
 
 class Service:
@@ -255,22 +260,18 @@ class Service:
             for s in sessions
             if (not contains or contains in s.name) and (not status or s.status == status)
         ]
-        page, next_token = _page(rows, request)
-        body: dict[str, Any] = {
-            "TrainingSessionSummaries": [
-                {
-                    "TrainingSessionArn": s.arn,
-                    "TrainingSessionName": s.name,
-                    "TrainingSessionStatus": s.status,
-                    "CreationTime": s.creation_time,
-                    "LastModifiedTime": s.last_modified_time,
-                }
-                for s in page
-            ]
-        }
-        if next_token:
-            body["NextToken"] = next_token
-        return body
+        return _page(
+            rows,
+            request,
+            "TrainingSessionSummaries",
+            lambda s: {
+                "TrainingSessionArn": s.arn,
+                "TrainingSessionName": s.name,
+                "TrainingSessionStatus": s.status,
+                "CreationTime": s.creation_time,
+                "LastModifiedTime": s.last_modified_time,
+            },
+        )
 
     def stop_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         self._session(request.get("TrainingSessionName"), runtime=False).stop()
@@ -301,23 +302,19 @@ class Service:
         packages = self.registry.list(str(request.get("ModelPackageGroupName") or ""))
         if request.get("SortOrder") == "Ascending":
             packages.reverse()
-        page, next_token = _page(packages, request)
-        body: dict[str, Any] = {
-            "ModelPackageSummaryList": [
-                {
-                    "ModelPackageArn": p.arn,
-                    "ModelPackageGroupName": p.group,
-                    "ModelPackageVersion": p.version,
-                    "CreationTime": p.created(),
-                    "ModelPackageDescription": p.description,
-                    "ModelPackageStatus": "Completed",
-                }
-                for p in page
-            ]
-        }
-        if next_token:
-            body["NextToken"] = next_token
-        return body
+        return _page(
+            packages,
+            request,
+            "ModelPackageSummaryList",
+            lambda p: {
+                "ModelPackageArn": p.arn,
+                "ModelPackageGroupName": p.group,
+                "ModelPackageVersion": p.version,
+                "CreationTime": p.created(),
+                "ModelPackageDescription": p.description,
+                "ModelPackageStatus": "Completed",
+            },
+        )
 
     def describe_model_package(self, request: dict[str, Any]) -> dict[str, Any]:
         """DescribeModelPackage, with the fields the SDK reads (kind, base model, location)."""
