@@ -1,46 +1,102 @@
-"""The ``localsession`` command line: ``demo``, ``plot``, ``serve``, ``models``, ``packages``,
-``conformance`` and ``conformance-table``."""
+"""The ``localsession`` command line.
+
+Each command imports what it needs only when it runs: ``localsession --help`` loads neither
+torch nor the conformance suite. A configuration mistake (an unusable home, a bad model map, a
+port in use) prints one line, ``localsession <command>: error: ...``, and exits 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from localsession._version import __version__
+from localsession.runtime.home import ConfigError
+
+DESCRIPTION = """\
+An emulator of Amazon SageMaker's training-session API on this machine.
+
+  demo               fine-tune the built-in model: SFT warm start, then GRPO on math
+  serve              serve the API over HTTP, for the unmodified SDK, boto3 and OpenAI
+  models             list the base models a session can start on
+  packages           list, show, delete and prune saved model packages
+  plot               draw a run directory's metrics as a PNG
+  conformance        check a backend against the spec (a pytest suite)
+  conformance-table  render conformance reports as a markdown table
+
+State (model packages, session records, models.json) lives in $LOCALSESSION_HOME,
+default ~/.localsession. Run `localsession COMMAND --help` for a command's options."""
+
+CONFORMANCE_EPILOG = """\
+Any other option is passed to pytest, for example:
+  -k EXPR, -x, -q, -v          select tests, stop at the first failure, verbosity
+  --capabilities A,B|all|none  declare these capabilities instead of the backend's own
+  --drop-capability NAME       treat the backend as not declaring NAME (repeatable)
+  --xfail-file FILE            known divergences, instead of the backend's own file
+  --base-model NAME            the base model sessions are created on
+  --remote-region R, --remote-role ARN, --remote-base-model NAME, --remote-group ARN,
+  --remote-s3 URI              settings of --backend=remote (or CONFORMANCE_* variables)
+A backend that cannot be started (for example remote without AWS credentials) fails the run.
+See conformance/README.md."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="localsession", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser(
-        "demo", help="run the math SFT -> GRPO loop (examples/grpo_math.py) on a built-in model"
+def _parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="localsession", description=DESCRIPTION, formatter_class=raw
     )
-    demo.add_argument("--model", default="localsession/tiny")
+    parser.add_argument("--version", action="version", version=f"localsession {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = commands.add_parser(
+        "demo",
+        help="fine-tune the built-in model: SFT warm start, then GRPO on math problems",
+        description="Run the math loop on a built-in model: a short SFT warm start, then GRPO "
+        "(examples/grpo_math.py). Writes metrics.jsonl (and a plot with matplotlib) to the "
+        "run directory.",
+    )
+    demo.add_argument(
+        "--model", default="localsession/tiny", help="base model (default: %(default)s)"
+    )
     demo.add_argument("--steps", type=int, help="GRPO steps (40), or SFT steps with --sft (60)")
-    demo.add_argument("--learning-rate", type=float)
+    demo.add_argument("--learning-rate", type=float, help="the Adam learning rate")
     demo.add_argument("--run-dir", help="where metrics.jsonl and the plot go")
     demo.add_argument("--sft", action="store_true", help="the short SFT-only demo instead")
-    plot = commands.add_parser("plot", help="draw a run directory's metrics.jsonl as a PNG")
+    plot = commands.add_parser(
+        "plot",
+        help="draw a run directory's metrics.jsonl as a PNG",
+        description="Draw the curves in RUN_DIR/metrics.jsonl as a PNG (needs matplotlib: "
+        "pip install -e '.[plot]').",
+    )
     plot.add_argument("run_dir", help="a run directory holding metrics.jsonl")
     plot.add_argument("--out", help="PNG path (default RUN_DIR/metrics.png)")
     _add_serve(commands)
-    commands.add_parser("models", help="list the base models a session can start on")
-    packages = commands.add_parser("packages", help="list, inspect and delete model packages")
-    verbs = packages.add_subparsers(dest="verb", required=True)
-    listing = verbs.add_parser("list", help="packages, newest first")
-    listing.add_argument("--group", help="only this model package group (name or ARN)")
-    listing.add_argument("--kind", choices=["checkpoint", "model"])
-    verbs.add_parser("show", help="one package as JSON").add_argument("arn")
-    delete = verbs.add_parser("delete", help="delete a package")
-    delete.add_argument("arn")
-    delete.add_argument(
-        "--delete-artifacts", action="store_true", help="also delete its files (else kept)"
+    commands.add_parser(
+        "models",
+        help="list the base models a session can start on",
+        description="List the base models: the built-ins, the model map "
+        "($LOCALSESSION_MODEL_MAP and $LOCALSESSION_HOME/models.json), then models in the "
+        "local Hugging Face cache. Reads only; creates nothing.",
     )
-    from conformance.run import add_commands
+    _add_packages(commands)
+    _add_conformance(commands)
+    return parser
 
-    add_commands(commands)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "conformance":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return _dispatch(args, extra)
+    except ConfigError as exc:
+        print(f"localsession {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "conformance":
         from conformance.run import run_suite
 
@@ -50,12 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return render(args.reports, args.output)
     if args.command == "packages":
-        return _packages(args)
+        from localsession.packages_cli import run_packages
+
+        return run_packages(args)
     if args.command == "serve":
         from localsession.server.serve import ServeOptions, serve
 
         return serve(ServeOptions(**{k: v for k, v in vars(args).items() if k != "command"}))
-
     if args.command == "demo":
         from localsession.demo import cli
 
@@ -66,31 +123,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return plot_cli(args.run_dir, args.out)
     from localsession.runtime.models import list_base_models
 
-    for name in list_base_models():
+    try:
+        names = list_base_models()
+    except ValueError as exc:  # a malformed model map: one line naming it
+        print(f"localsession models: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    for name in names:
         print(name)
     return 0
 
 
 def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from pathlib import Path
-
     serve = commands.add_parser(
-        "serve", help="serve the SageMaker training-session API over HTTP for the real SDK"
+        "serve",
+        help="serve the training-session API over HTTP for the unmodified SDK",
+        description="Serve the SageMaker training-session API (control plane, runtime, Hub, "
+        "model registry) and OpenAI chat completions over HTTP, in the foreground, until "
+        "Ctrl-C. Prints the environment variables that point the SDK, boto3 or the AWS CLI "
+        "here, then logs one line per request. One server per home: a second server on the "
+        "same home refuses to start.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
-    serve.add_argument("--port", type=int, default=8080, help="0 picks a free port")
-    serve.add_argument("--home", type=Path, help="state directory (default $LOCALSESSION_HOME)")
-    serve.add_argument("--relaxed", action="store_true", help="lift the service limits")
+    serve.add_argument(
+        "--port", type=int, default=8080, help="port (default 8080); 0 picks a free one"
+    )
+    serve.add_argument(
+        "--home",
+        type=Path,
+        help="state directory (default $LOCALSESSION_HOME, else ~/.localsession)",
+    )
+    serve.add_argument(
+        "--relaxed", action="store_true", help="lift the service limits (e.g. max_tokens >= 512)"
+    )
     serve.add_argument(
         "--model-map",
         action="append",
         default=[],
         metavar="NAME=TARGET",
-        help="serve base model NAME (or Hub content name) with local model TARGET",
+        help="serve base model NAME (a service model id) with TARGET: a built-in, a model "
+        "directory, or a model in the local Hugging Face cache (repeatable)",
     )
     serve.add_argument("--max-sessions", type=int, help="concurrent session cap (default 4)")
     serve.add_argument(
-        "--gap-timeout", type=float, help="seconds a sequence gap blocks (default 60)"
+        "--gap-timeout",
+        type=float,
+        help="seconds a missing sequence number blocks later ops (default 60)",
     )
     serve.add_argument(
         "--lenient-sequence",
@@ -98,7 +175,10 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="count a refused op's sequence number as used instead of waiting on it",
     )
     serve.add_argument(
-        "--long-poll", type=float, default=15.0, help="seconds a result poll may be held"
+        "--long-poll",
+        type=float,
+        default=15.0,
+        help="seconds a result poll may be held (default 15)",
     )
     serve.add_argument(
         "--max-queued-ops",
@@ -110,52 +190,81 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="ACCESS_KEY:SECRET",
         help="require AWS SigV4 requests signed with these credentials",
     )
+    serve.add_argument("--quiet", action="store_true", help="no per-request log lines")
 
 
-def _packages(args: argparse.Namespace) -> int:
-    """``packages list|show|delete``, through the same registry operations as the clients."""
-    import json
+def _add_packages(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    packages = commands.add_parser(
+        "packages",
+        help="list, show, delete and prune saved model packages",
+        description="Manage the model packages that save_state() and save_weights_for_sampler() "
+        "wrote under $LOCALSESSION_HOME/packages.",
+    )
+    verbs = packages.add_subparsers(dest="verb", required=True, metavar="VERB")
+    listing = verbs.add_parser(
+        "list",
+        help="packages, newest first",
+        description="One package per line, newest first: "
+        "ARN, kind, base model, creation time, description. Reads only; creates nothing.",
+    )
+    listing.add_argument("--group", help="only this model package group (name or ARN)")
+    listing.add_argument("--kind", choices=["checkpoint", "model"], help="only this kind")
+    show = verbs.add_parser("show", help="one package as JSON", description="Describe one package.")
+    show.add_argument("arn", help="the model package ARN")
+    delete = verbs.add_parser(
+        "delete",
+        help="delete a package",
+        description="Delete one package. Without "
+        "--delete-artifacts its files move to $LOCALSESSION_HOME/retained/.",
+    )
+    delete.add_argument("arn", help="the model package ARN")
+    delete.add_argument(
+        "--delete-artifacts", action="store_true", help="also delete its files (else kept)"
+    )
+    prune = verbs.add_parser(
+        "prune",
+        help="delete old packages and their files (a dry run unless --yes)",
+        description="Delete the packages outside what you keep, files included. Keeps the "
+        "newest N of each group (--keep-latest) and/or packages newer than an age "
+        "(--older-than selects what may go). A dry run that lists what would go, unless --yes.",
+        epilog="Examples:\n  localsession packages prune --keep-latest 2\n"
+        "  localsession packages prune --group my-run --older-than 7d --yes",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prune.add_argument("--group", action="append", help="only this group (repeatable)")
+    prune.add_argument("--kind", choices=["checkpoint", "model"], help="only this kind")
+    prune.add_argument(
+        "--keep-latest", type=int, metavar="N", help="keep the newest N packages of each group"
+    )
+    prune.add_argument(
+        "--older-than", metavar="AGE", help="only packages older than AGE: 90s, 30m, 12h, 7d"
+    )
+    prune.add_argument("--yes", action="store_true", help="delete; without it, only list")
 
-    from localsession.runtime.errors import ServiceError
-    from localsession.runtime.service import Service
 
-    service = Service()
-    try:
-        if args.verb == "list":
-            groups = [args.group] if args.group else service.registry.groups()
-            for group in groups:
-                for p in service.registry.list(group):
-                    if args.kind is None or p.kind == args.kind:
-                        print(
-                            f"{p.arn}\t{p.kind}\t{p.base_model}\t{p.creation_time}\t{p.description}"
-                        )
-        elif args.verb == "show":
-            print(
-                json.dumps(
-                    service.describe_model_package({"ModelPackageName": args.arn}),
-                    indent=2,
-                    default=str,
-                )
-            )
-        else:
-            result = service.delete_model_package(
-                {"ModelPackageName": args.arn}, delete_artifacts=args.delete_artifacts
-            )
-            kept = result["RetainedAt"]
-            print(
-                f"deleted {args.arn}"
-                + (
-                    f"; files kept at {kept}"
-                    if kept
-                    else f"; {result['ObjectsDeleted']} files deleted"
-                )
-            )
-    except ServiceError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
-    finally:
-        service.close()
-    return 0
+def _add_conformance(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    run = commands.add_parser(
+        "conformance",
+        help="run the conformance suite against a backend (other options go to pytest)",
+        description="Run the conformance suite (a pytest suite of the public API) against a "
+        "backend and exit with pytest's status.",
+        epilog=CONFORMANCE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--backend",
+        default="inprocess",
+        help="inprocess (default) | http | http=URL | fakes | remote | import:module:factory",
+    )
+    run.add_argument("--report", type=Path, help="write the JSON report here")
+    run.add_argument("--slow", action="store_true", help="also run the slow tests")
+    table = commands.add_parser(
+        "conformance-table",
+        help="render conformance reports as a markdown table",
+        description="Render JSON reports from `conformance --report` as one markdown table.",
+    )
+    table.add_argument("reports", nargs="+", type=Path, help="JSON report files")
+    table.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
 
 
 if __name__ == "__main__":

@@ -14,12 +14,22 @@ Restored sessions hold no model and take no work (runtime calls answer ConflictE
 they stay describable and listable, and can be deleted. The engine state itself (weights,
 optimizer) is not kept here: that is what checkpoints (``save_state``) are for.
 
+Several processes may share one home (in-process services with records turned on; a server
+takes the whole home, runtime/home.py). Each record names its **owner**, a token for the
+process that wrote it, and each owner holds an ``flock`` on ``sessions/.owners/<token>.lock``
+for its whole life. A service loading the records skips those whose owner still holds its
+lock (another live process's sessions, not its to restore or mark Failed); the kernel drops
+the lock when the owner dies, however it dies, and only then are its live sessions restored as
+Failed. Records of this same process (a service restarted in-process) are restored as before.
+
 Session names are validated against the service pattern before they reach this module, so a
 record's file name never leaves ``sessions/``; records whose name does not match are skipped.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -41,6 +51,58 @@ RESTART_MESSAGE = (
 )
 
 
+OWNERS = ".owners"
+_TOKEN_RE = re.compile(r"^[0-9]{1,10}-[0-9a-f]{12}\Z")
+#: This process's owner token and the lock files it holds, per sessions directory.
+_owner: tuple[int, str] | None = None
+_held: dict[Path, int] = {}
+_owner_lock = threading.Lock()
+
+
+def owner_token() -> str:
+    """This process's owner token: its PID and a random part (PIDs are reused; forks differ)."""
+    global _owner
+    with _owner_lock:
+        if _owner is None or _owner[0] != os.getpid():
+            _owner = (os.getpid(), f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+            _held.clear()  # a forked child holds none of its parent's locks
+        return _owner[1]
+
+
+def _hold(root: Path, token: str) -> None:
+    """Take (once per process and directory) this process's owner lock under ``root``."""
+    with _owner_lock:
+        if root in _held:
+            return
+        folder = root / OWNERS
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / f"{token}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh token: never contended
+        _held[root] = fd
+
+
+def owner_alive(root: Path, token: str) -> bool:
+    """Whether the process behind ``token`` still runs (holds its lock); a dead owner's lock
+    file is removed."""
+    if not _TOKEN_RE.match(token):  # records are data: never let one name a path
+        return False
+    path = root / OWNERS / f"{token}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return True
+        raise
+    finally:
+        os.close(fd)
+    path.unlink(missing_ok=True)  # we held it, so its owner is gone
+    return False
+
+
 def restored_status(status: str, error: str | None) -> tuple[str, str | None]:
     """The (status, ErrorDetails) a session recorded as ``status`` has after a restart."""
     if status in LIVE:
@@ -56,6 +118,7 @@ class SessionStore:
     def __init__(self, home: Path) -> None:
         self.root = home / "sessions"
         self._lock = threading.Lock()
+        self.owner = owner_token()
 
     def _path(self, name: str) -> Path:
         if not _NAME_RE.match(name):  # never reached with a validated name; a last guard
@@ -65,9 +128,11 @@ class SessionStore:
     def save(self, record: dict[str, Any]) -> None:
         """Write one session's record atomically (readers see the old or the new one)."""
         target = self._path(str(record["name"]))
-        staging = self.root / f".{record['name']}.{uuid.uuid4().hex}.tmp"
+        staging = self.root / f".{record['name']}.{self.owner}.{uuid.uuid4().hex}.tmp"
+        record = {**record, "owner": self.owner}
         try:
             self.root.mkdir(parents=True, exist_ok=True)
+            _hold(self.root, self.owner)
             with open(staging, "w") as handle:
                 json.dump(record, handle, default=str)
                 handle.flush()
@@ -82,15 +147,23 @@ class SessionStore:
         with self._lock:
             self._path(name).unlink(missing_ok=True)
 
+    def _in_flight(self, staging: str) -> bool:
+        """Whether a ``.<name>.<owner>.<hex>.tmp`` write may still be renamed into place."""
+        parts = staging[1 : -len(".tmp")].split(".")
+        if len(parts) != 3:
+            return False
+        return parts[1] == self.owner or owner_alive(self.root, parts[1])
+
     def load(self) -> list[dict[str, Any]]:
-        """Every readable record (oldest first); interrupted writes are swept, corrupt
-        records skipped with a warning."""
+        """Every readable record not owned by another live process (oldest first);
+        interrupted writes are swept, corrupt records skipped with a warning."""
         if not self.root.is_dir():
             return []
         records = []
         for path in sorted(self.root.iterdir()):
             if path.name.endswith(".tmp"):
-                path.unlink(missing_ok=True)  # a write a crash interrupted
+                if not self._in_flight(path.name):
+                    path.unlink(missing_ok=True)  # a write a crash interrupted
                 continue
             if path.suffix != ".json" or not _NAME_RE.match(path.stem):
                 continue
@@ -101,5 +174,8 @@ class SessionStore:
             except (OSError, ValueError) as exc:
                 logger.warning("skipping unreadable session record %s: %s", path, exc)
                 continue
+            owner = record.pop("owner", None)
+            if isinstance(owner, str) and owner != self.owner and owner_alive(self.root, owner):
+                continue  # a session of another running process sharing this home
             records.append(record)
         return sorted(records, key=lambda r: str(r.get("creation_time", "")))

@@ -1,17 +1,29 @@
-"""The foreground server behind ``localsession serve``: configure, print how to connect,
+"""The foreground server behind ``localsession serve``: check the configuration and lock the
+home (server/startup.py, runtime/home.py), print how to connect,
 serve until Ctrl-C, then stop every session cleanly."""
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localsession.runtime.home import HomeError, HomeLock, require_writable
+from localsession.runtime.models import HOME_ENV, MODEL_MAP_ENV, localsession_home
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
-from localsession.server.runner import bind, client_env, make_server, url_of
+from localsession.server.runner import client_env, make_server, url_of
+from localsession.server.startup import (
+    RequestLog,
+    StartupError,
+    bind_or_explain,
+    check_model_map,
+    check_model_map_flags,
+)
 
 
 @dataclass
@@ -28,6 +40,8 @@ class ServeOptions:
     max_queued_ops: int | None = None
     #: ``ACCESS_KEY:SECRET``: require SigV4 requests signed with it (server/auth.py).
     auth: str | None = None
+    #: No per-request log lines (``--quiet``); warnings and errors still print.
+    quiet: bool = False
 
 
 def is_loopback(host: str) -> bool:
@@ -60,14 +74,21 @@ def warn_if_exposed(host: str, authenticated: bool) -> None:
     )
 
 
-def build_service(options: ServeOptions) -> Service:
-    """The service a server runs, from the command line over ``LOCALSESSION_*`` defaults."""
+def configure_environment(options: ServeOptions, home: Path) -> None:
+    """Point name resolution at this server's home and model map.
+
+    ``runtime/models.py`` reads ``$LOCALSESSION_HOME/models.json`` and
+    ``$LOCALSESSION_MODEL_MAP``; the server sets both, so ``--home DIR`` reads
+    ``DIR/models.json`` and ``--model-map`` entries are seen everywhere a name is resolved.
+    """
+    os.environ[HOME_ENV] = str(home)
     if options.model_map:
-        for entry in options.model_map:
-            if "=" not in entry:
-                raise SystemExit(f"--model-map {entry!r}: expected NAME=TARGET")
-        current = os.environ.get("LOCALSESSION_MODEL_MAP", "")
-        os.environ["LOCALSESSION_MODEL_MAP"] = ",".join(filter(None, [current, *options.model_map]))
+        current = os.environ.get(MODEL_MAP_ENV, "")
+        os.environ[MODEL_MAP_ENV] = ",".join(filter(None, [current, *options.model_map]))
+
+
+def build_service(options: ServeOptions, home: Path | None = None) -> Service:
+    """The service a server runs, from the command line over ``LOCALSESSION_*`` defaults."""
     overrides: dict[str, object] = {
         "strict": not options.relaxed,
         "lenient_sequence": options.lenient_sequence,
@@ -78,8 +99,8 @@ def build_service(options: ServeOptions) -> Service:
     }
     if options.max_queued_ops is not None:
         overrides["max_queued_ops"] = options.max_queued_ops
-    if options.home is not None:
-        overrides["home"] = options.home.expanduser()
+    if home is not None or options.home is not None:
+        overrides["home"] = home or Path(str(options.home)).expanduser()
     if options.max_sessions is not None:
         overrides["max_sessions"] = options.max_sessions
     if options.gap_timeout is not None:
@@ -87,14 +108,43 @@ def build_service(options: ServeOptions) -> Service:
     return Service(ServiceConfig.from_env(**overrides))
 
 
-def serve(options: ServeOptions) -> int:
+def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Credential | None]:
+    """Check the configuration, lock the home, bind the port, then build the service.
+
+    Raises :class:`StartupError` (one line naming the fix) before anything is served, and
+    before the service loads, or rewrites, the home's session records.
+    """
     try:
         credential = Credential.parse(options.auth) if options.auth else None
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+        raise StartupError(str(exc)) from None
+    check_model_map_flags(options.model_map)
+    home = (options.home.expanduser() if options.home else localsession_home()).absolute()
+    lock = HomeLock(home)
+    try:
+        require_writable(home)
+        lock.acquire()
+    except HomeError as exc:
+        raise StartupError(str(exc)) from None
+    try:
+        configure_environment(options, home)
+        check_model_map(options.model_map, home)
+        sock = bind_or_explain(options.host, options.port)
+    except BaseException:
+        lock.release()
+        raise
+    try:
+        service = build_service(options, home)
+    except BaseException:
+        sock.close()
+        lock.release()
+        raise
+    return service, sock, lock, credential
+
+
+def serve(options: ServeOptions) -> int:
+    service, sock, lock, credential = start(options)
     warn_if_exposed(options.host, credential is not None)
-    service = build_service(options)
-    sock = bind(options.host, options.port)
     url = url_of(sock)
     print(f"localsession serving on {url} (home {service.config.home}); Ctrl-C stops it")
     print("# point the SageMaker SDK, boto3 or the AWS CLI here:")
@@ -104,7 +154,9 @@ def serve(options: ServeOptions) -> int:
         env["AWS_SECRET_ACCESS_KEY"] = "<the SECRET given to --auth>"
     for key, value in env.items():
         print(f"export {key}={value}")
+    _log_requests(quiet=options.quiet)
     server = make_server(service, long_poll=options.long_poll, credential=credential)
+    server.config.app = RequestLog(server.config.app)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -112,5 +164,16 @@ def serve(options: ServeOptions) -> int:
     finally:
         service.close()
         sock.close()
-        print("localsession server stopped")
+        lock.release()
+        print("localsession server stopped", flush=True)
     return 0
+
+
+def _log_requests(*, quiet: bool) -> None:
+    """One line per request on stderr at INFO (startup.RequestLog), unless ``--quiet``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    log = logging.getLogger("localsession.server")
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    log.propagate = False

@@ -1,0 +1,1 @@
+"""Tests of the ``localsession`` command line, run as a user runs it: subprocesses."""

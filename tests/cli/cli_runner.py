@@ -1,0 +1,101 @@
+"""Run ``python -m localsession ...`` as a user would, over a home of the test's choosing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cli_env(home: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **extra}
+    env.pop("LOCALSESSION_MODEL_MAP", None)
+    if home is not None:
+        env["LOCALSESSION_HOME"] = str(home)
+    return env
+
+
+def run_cli(
+    *args: str, home: Path | None = None, timeout: float = 60, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "localsession", *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(home, **extra),
+        timeout=timeout,
+    )
+
+
+def one_error_line(done: subprocess.CompletedProcess[str], command: str) -> str:
+    """The single stderr line of a refused start, checked for the CLI's error form."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"localsession {command}: error: "), lines[0]
+    return lines[0]
+
+
+class Serving:
+    """A ``localsession serve --port 0`` subprocess, up once its banner and exports printed."""
+
+    def __init__(self, home: Path, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "localsession", "serve", "--port", "0", "--home", str(home)]
+            + list(args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+        )
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline()
+        if not first.startswith("localsession serving on "):
+            self.proc.kill()
+            raise AssertionError(f"no banner: {first!r} {self.proc.communicate()}")
+        self.url = first.split()[3]
+        self.env: dict[str, str] = {}
+        while len(self.env) < 9:
+            line = self.proc.stdout.readline()
+            if line.startswith("export "):
+                key, _, value = line[len("export ") :].strip().partition("=")
+                self.env[key] = value
+
+    def stop(self) -> tuple[str, str]:
+        """Ctrl-C, then the rest of stdout and stderr."""
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            out, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+        return out, err
+
+    def __enter__(self) -> Serving:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def control_plane(url: str, operation: str, body: dict[str, object]) -> dict[str, object]:
+    """One json-1.1 control-plane call (``X-Amz-Target: SageMaker.<operation>``)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        url + "/",
+        data=json.dumps(body).encode(),
+        headers={
+            "X-Amz-Target": f"SageMaker.{operation}",
+            "Content-Type": "application/x-amz-json-1.1",
+        },
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.loads(response.read()))
