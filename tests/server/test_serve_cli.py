@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,8 @@ def test_serve_prints_exports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
         assert proc.returncode == 0, out
         assert "localsession server stopped" in out
         assert "Traceback" not in out
+        # One INFO line per request: method, operation, status, milliseconds.
+        assert re.search(r"\d\d:\d\d:\d\d GET /_localsession/health 200 \d+\.\d ms\n", out), out
     finally:
         if proc.poll() is None:
             proc.kill()
