@@ -173,8 +173,21 @@ def _apply_xfails(path: Path, suite: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xfail(reason=f"known divergence: {reason}", strict=True))
 
 
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Say, last and in red, that an unavailable backend means nothing was checked."""
+    if _UNAVAILABLE in config.stash:
+        terminalreporter.write_line(
+            f"FAILED: backend unavailable: {config.stash[_UNAVAILABLE]}; no conformance test "
+            "ran, so the run fails",
+            red=True,
+            bold=True,
+        )
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
+    if _UNAVAILABLE in config.stash:  # every test skipped is not a pass: fail the run
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     out = config.getoption("--conformance-report")
     backend = config.stash.get(_BACKEND, None)
     if out is not None:

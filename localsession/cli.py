@@ -18,14 +18,6 @@ from localsession.runtime.home import ConfigError
 DESCRIPTION = """\
 An emulator of Amazon SageMaker's training-session API on this machine.
 
-  demo               fine-tune the built-in model: SFT warm start, then GRPO on math
-  serve              serve the API over HTTP, for the unmodified SDK, boto3 and OpenAI
-  models             list the base models a session can start on
-  packages           list, show, delete and prune saved model packages
-  plot               draw a run directory's metrics as a PNG
-  conformance        check a backend against the spec (a pytest suite)
-  conformance-table  render conformance reports as a markdown table
-
 State (model packages, session records, models.json) lives in $LOCALSESSION_HOME,
 default ~/.localsession. Run `localsession COMMAND --help` for a command's options."""
 
@@ -48,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="localsession", description=DESCRIPTION, formatter_class=raw
     )
     parser.add_argument("--version", action="version", version=f"localsession {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="one of:"
+    )
     demo = commands.add_parser(
         "demo",
         help="fine-tune the built-in model: SFT warm start, then GRPO on math problems",
@@ -200,7 +194,7 @@ def _add_packages(commands: argparse._SubParsersAction) -> None:  # type: ignore
         description="Manage the model packages that save_state() and save_weights_for_sampler() "
         "wrote under $LOCALSESSION_HOME/packages.",
     )
-    verbs = packages.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs = packages.add_subparsers(dest="verb", required=True, metavar="VERB", help="one of:")
     listing = verbs.add_parser(
         "list",
         help="packages, newest first",

@@ -1,5 +1,6 @@
 """The plugin's rules: capability skips name the capability, misspellings stop the run, the
-xfail file is checked, an unavailable backend skips everything, the CLI wrapper runs."""
+xfail file is checked, an unavailable backend skips everything and fails the run, the CLI
+wrapper runs."""
 
 from __future__ import annotations
 
@@ -63,13 +64,14 @@ def test_xfail_file_marks_strict_xfails(tmp_path: Path) -> None:
     assert "XPASS(strict)" in done.stdout
 
 
-def test_remote_without_configuration_skips_everything(tmp_path: Path) -> None:
+def test_remote_without_configuration_fails_the_run(tmp_path: Path) -> None:
     report = tmp_path / "remote.json"
     args = suite_command(
         "remote", f"--conformance-report={report}", paths=[SUITE / "test_surface.py"]
     )
     done = run(args)
-    assert done.returncode in (0, 5), done.stdout
+    assert done.returncode == 1, done.stdout  # unreachable is not green
+    assert "FAILED: backend unavailable: remote backend" in done.stdout
     body = json.loads(report.read_text())
     assert body["backend"]["unavailable"]
     assert {t["outcome"] for t in body["tests"]} == {"skipped"}
