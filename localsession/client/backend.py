@@ -104,4 +104,10 @@ def check_params(operation_name: str, params: dict[str, Any]) -> None:
     shape = _runtime_model().operation_model(operation_name).input_shape
     report = ParamValidator().validate(params, shape)
     if report.has_errors():
-        raise ParamValidationError(report=report.generate_report())
+        text = report.generate_report()
+        if "maxTokens, value" in text and "valid min value" in text:  # the 512 floor
+            text += (
+                "\nThe service minimum applies in strict mode; for shorter local runs use "
+                "ServiceClient(..., strict=False) or `localsession serve --relaxed`."
+            )
+        raise ParamValidationError(report=text)

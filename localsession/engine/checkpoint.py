@@ -23,6 +23,8 @@ problem and the fix; callers copy into live state only after a reader returned.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -308,6 +310,21 @@ def write_merged(directory: Path, model: Any, state: dict[str, Tensor], tokenize
     target = directory / MERGED_DIR
     target.mkdir(parents=True, exist_ok=True)
     base = model.get_base_model()
-    base.save_pretrained(str(target), state_dict=state)  # safetensors by default
+    with _quiet_transformers():  # no stray "Writing model shards" bar inside a user's loop
+        base.save_pretrained(str(target), state_dict=state)  # safetensors by default
     tokenizer.save_pretrained(str(target))
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' progress bars off for the block, then as they were."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 

@@ -25,7 +25,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from localsession.engine.builtin import build_builtin
-from localsession.runtime.engine_api import EngineSpec
+from localsession.runtime.engine_api import EngineConfigError, EngineSpec
 from localsession.runtime.models import ResolvedModel, resolve_base_model
 
 DEVICE_ENV = "LOCALSESSION_DEVICE"
@@ -51,9 +51,11 @@ def pick_device() -> tuple[torch.device, torch.dtype]:
     if choice == "cpu":
         return torch.device("cpu"), torch.float32
     if choice not in ("", "cuda"):
-        raise ValueError(f"{DEVICE_ENV}={choice!r}: expected 'cpu' or 'cuda'")
+        raise EngineConfigError(f"{DEVICE_ENV}={choice!r}: expected 'cpu' or 'cuda' (or unset)")
     if choice == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"{DEVICE_ENV}=cuda but torch sees no CUDA device")
+        raise EngineConfigError(
+            f"{DEVICE_ENV}=cuda but torch sees no CUDA device; unset it or set it to 'cpu'"
+        )
     if torch.cuda.is_available():
         return torch.device("cuda"), torch.bfloat16
     return torch.device("cpu"), torch.float32

@@ -15,6 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+class EngineConfigError(Exception):
+    """The engine cannot start because of a setting, e.g. ``LOCALSESSION_DEVICE``.
+
+    The message names the setting and its fix; the session fails with it, and it is logged
+    as one line, without a traceback.
+    """
+
+
 class EngineInputError(Exception):
     """An operation's inputs are well-formed on the wire but cannot be run.
 

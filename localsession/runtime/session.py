@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession.runtime import errors
-from localsession.runtime.engine_api import Engine, EngineInputError, EngineSpec
+from localsession.runtime.engine_api import Engine, EngineConfigError, EngineInputError, EngineSpec
 from localsession.runtime.faults import Faults
 from localsession.runtime.models import resolve_base_model
 from localsession.runtime.operations import COMPLETED, FAILED, SKIPPED, Operation
@@ -298,12 +298,19 @@ class Session:
                 if waited >= self.gap_timeout:
                     first = min(self._queued)
                     self._lost.update(range(self._next_seq, first))
+                    missing = (
+                        f"operation number {self._next_seq}"
+                        if first - 1 == self._next_seq
+                        else f"operation numbers {self._next_seq}-{first - 1}"
+                    )
                     logger.warning(
-                        "session %s: sequence numbers %d..%d never arrived within %.0fs; "
-                        "recorded as lost",
+                        "session %s: %s never arrived, most likely a request refused (for "
+                        "example by validation) after the SDK had numbered it. Later operations "
+                        "waited %.0fs for it and now run in order; nothing is wrong with them. "
+                        "(`localsession serve --lenient-sequence` stops a refused request from "
+                        "holding up the ones after it.)",
                         self.name,
-                        self._next_seq,
-                        first - 1,
+                        missing,
                         self.gap_timeout,
                     )
                     self._next_seq = first
@@ -319,6 +326,11 @@ class Session:
     def _run(self) -> None:
         try:
             engine = self._engine_factory(self.spec)
+        except EngineConfigError as exc:  # a setting to fix: its message says it all
+            logger.error("session %s: the model failed to load: %s", self.name, exc)
+            with self.cond:
+                self._set_status(FAILED_S, f"The base model failed to load: {exc}")
+            return
         except Exception as exc:  # noqa: BLE001 - reported through the session status
             logger.exception("session %s: the model failed to load", self.name)
             with self.cond:
@@ -372,6 +384,20 @@ class Session:
             op.finish(FAILED, error=str(exc))
         except errors.ServiceError as exc:
             op.finish(FAILED, error=exc.message)
+        except OSError as exc:
+            if op.kind not in ("saveState", "saveWeights"):
+                logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
+                op.finish(FAILED, error=f"Internal error while running {op.kind}: {exc!r}")
+                return
+            # A package the registry could not write: name the file and the fix.
+            where = f"{exc.filename}: " if exc.filename else ""
+            logger.error("session %s: %s op %s failed: %s", self.name, op.kind, op.id, exc)
+            op.finish(
+                FAILED,
+                error=f"{op.kind} failed: {where}{exc.strerror or exc}. The model package "
+                "registry lives under LOCALSESSION_HOME (default ~/.localsession); make it "
+                "writable or point LOCALSESSION_HOME at a writable directory.",
+            )
         except Exception as exc:  # noqa: BLE001 - an op failure must not kill the worker
             logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
             op.finish(FAILED, error=f"Internal error while running {op.kind}: {exc!r}")
