@@ -3,6 +3,8 @@
 
 PYTHON ?= python3
 VENV ?= .venv
+# A wheel index for torch where none is installed, e.g. https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.localsession-installed
 SDK_STAMP := $(VENV)/.sagemaker-sdk-installed
@@ -12,10 +14,14 @@ SDK_STAMP := $(VENV)/.sagemaker-sdk-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# Install torch 2.13.0 first where none is present: an unpinned torch pulls a multi-GB
-	# CUDA build. An existing torch (CUDA or not) is kept; pyproject's range admits it.
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# An existing torch (CUDA build or not) is kept; pyproject's range admits it. Where none is
+	# present, torch 2.13.0 is installed: from PyPI on Linux that is the CUDA build, with its
+	# nvidia-* wheels (several GB). For the CPU build (~200 MB) pass
+	# TORCH_INDEX=https://download.pytorch.org/whl/cpu, or install it into $(VENV) first.
+	$(PY) -c "import torch" 2>/dev/null || { \
+		echo "installing torch==2.13.0$(if $(TORCH_INDEX), from $(TORCH_INDEX), (on Linux: the CUDA build, several GB))"; \
+		$(PY) -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); }
+	$(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
 # The real SDK, for the parity and server tests: sagemaker-core (its Hub client) and boto3,
@@ -50,5 +56,7 @@ typecheck: $(STAMP)
 
 check: test
 
+# Everything the setup and the runs made: the virtualenv, caches, runs/ (example and demo
+# output) and the egg-info. Your $$LOCALSESSION_HOME (default ~/.localsession) is left alone.
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache runs *.egg-info
