@@ -45,6 +45,11 @@ def parse_args(
     parser.add_argument("--smoke", action="store_true", help="a few tiny steps, for CI")
     parser.add_argument("--run-dir", type=Path, default=None, help="default runs/<name>-<time>")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--keep-packages",
+        action="store_true",
+        help="keep the run's model packages (RUN_DIR/localsession-home); deleted at exit otherwise",
+    )
     if extra is not None:
         extra(parser)
     args = parser.parse_args(argv)
@@ -57,8 +62,16 @@ def run_dir_for(args: argparse.Namespace, name: str) -> Path:
     """The run directory: ``--run-dir``, else ``runs/<name>-<YYYYmmdd-HHMMSS>``."""
     path = args.run_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     path.mkdir(parents=True, exist_ok=True)
-    # Keep this run's model packages with the run (a localsession setting; ignored elsewhere).
-    os.environ.setdefault("LOCALSESSION_HOME", str(path.resolve() / "localsession-home"))
+    # Keep this run's model packages with the run (a localsession setting; ignored elsewhere),
+    # and delete them when the run ends unless --keep-packages (a GRPO run saves every step).
+    home = path.resolve() / "localsession-home"
+    if "LOCALSESSION_HOME" not in os.environ:
+        os.environ["LOCALSESSION_HOME"] = str(home)
+        if not getattr(args, "keep_packages", False):
+            import atexit
+            import shutil
+
+            atexit.register(shutil.rmtree, home, ignore_errors=True)
     return path
 
 
