@@ -43,7 +43,8 @@ def test_every_file_a_readme_names_exists(readme: Path) -> None:
 def _snippet() -> str:
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Using it") :]
-    return section[section.index("```python\n") + 10 : section.index("\n```")]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("\n```", start)]
 
 
 @pytest.mark.slow
