@@ -92,7 +92,8 @@ def _prune(service: Service, args: argparse.Namespace) -> int:
             service.delete_model_package({"ModelPackageName": package.arn}, delete_artifacts=True)
         verb = "deleted" if args.yes else "would delete"
         print(f"{verb}\t{package.arn}\t{package.kind}\t{package.creation_time}")
-    summary = f"{len(decided.delete)} of {len(packages)} packages ({mb:.1f} MB)"
+    selected = len(decided.delete) + len(decided.keep)
+    summary = f"{len(decided.delete)} of {selected} selected packages ({mb:.1f} MB)"
     if args.yes:
         print(f"pruned {summary}; kept {len(decided.keep)}", file=sys.stderr)
     else:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 
 def cli_env(home: Path | None = None, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **extra}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("LOCALSESSION_MODEL_MAP", None)
+    env.update(extra)
     if home is not None:
         env["LOCALSESSION_HOME"] = str(home)
     return env

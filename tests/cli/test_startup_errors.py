@@ -73,3 +73,18 @@ def test_a_port_in_use_is_named_with_the_fix(tmp_path: Path) -> None:
 def test_a_malformed_auth_value_is_one_line(tmp_path: Path) -> None:
     done = run_cli("serve", "--port", "0", "--home", str(tmp_path), "--auth", "no-colon")
     assert "ACCESS_KEY:SECRET" in one_error_line(done, "serve")
+
+
+def test_a_malformed_environment_model_map_is_one_line(tmp_path: Path) -> None:
+    bad = {"LOCALSESSION_MODEL_MAP": "openai/gpt-oss-20b"}
+    line = one_error_line(run_cli("serve", "--port", "0", "--home", str(tmp_path), **bad), "serve")
+    assert "LOCALSESSION_MODEL_MAP" in line and "'openai/gpt-oss-20b' is not NAME=TARGET" in line
+    line = one_error_line(run_cli("models", home=tmp_path, **bad), "models")
+    assert "LOCALSESSION_MODEL_MAP" in line and "NAME=TARGET" in line
+
+
+def test_packages_on_a_home_that_cannot_exist_say_so_without_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    done = run_cli("packages", "list", home=tmp_path / "a-file" / "home")
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"no model packages under {tmp_path / 'a-file' / 'home'}"
