@@ -1,31 +1,14 @@
 """``localsession conformance`` and ``localsession conformance-table``: run the suite against
-a backend, and render reports as a markdown compatibility table."""
+a backend, and render reports as a markdown compatibility table. The options are declared in
+``localsession/cli.py``, which imports this module only when one of these commands runs."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 SUITE = Path(__file__).parent / "suite"
-
-
-def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    run = commands.add_parser(
-        "conformance",
-        help="run the conformance suite against a backend (extra arguments go to pytest)",
-    )
-    run.add_argument(
-        "--backend", default="inprocess", help="inprocess | http | http=URL | fakes | remote"
-    )
-    run.add_argument("--report", type=Path, help="write the JSON report here")
-    run.add_argument("--slow", action="store_true", help="also run the slow tests")
-    table = commands.add_parser(
-        "conformance-table", help="render conformance reports as a markdown table"
-    )
-    table.add_argument("reports", nargs="+", type=Path)
-    table.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
 
 
 def run_suite(backend: str, report: Path | None, slow: bool, extra: Sequence[str]) -> int:

@@ -99,8 +99,9 @@ def build_service(options: ServeOptions, home: Path | None = None) -> Service:
     }
     if options.max_queued_ops is not None:
         overrides["max_queued_ops"] = options.max_queued_ops
-    if home is not None or options.home is not None:
-        overrides["home"] = home or Path(str(options.home)).expanduser()
+    chosen = home if home is not None else options.home
+    if chosen is not None:
+        overrides["home"] = Path(chosen).expanduser()
     if options.max_sessions is not None:
         overrides["max_sessions"] = options.max_sessions
     if options.gap_timeout is not None:
