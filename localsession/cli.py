@@ -34,6 +34,13 @@ A backend that cannot be started (for example remote without AWS credentials) fa
 See conformance/README.md."""
 
 
+def _wrap(text: str) -> str:
+    """A description for the raw formatters (which keep the epilog's examples as written)."""
+    import textwrap
+
+    return textwrap.fill(text, 88)
+
+
 def _parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -218,9 +225,11 @@ def _add_packages(commands: argparse._SubParsersAction) -> None:  # type: ignore
     prune = verbs.add_parser(
         "prune",
         help="delete old packages and their files (a dry run unless --yes)",
-        description="Delete the packages outside what you keep, files included. Keeps the "
-        "newest N of each group (--keep-latest) and/or packages newer than an age "
-        "(--older-than selects what may go). A dry run that lists what would go, unless --yes.",
+        description=_wrap(
+            "Delete the packages outside what you keep, files included: the newest N of each "
+            "group stay (--keep-latest), and/or only packages older than AGE may go "
+            "(--older-than). A dry run that lists what would go, unless --yes."
+        ),
         epilog="Examples:\n  localsession packages prune --keep-latest 2\n"
         "  localsession packages prune --group my-run --older-than 7d --yes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -240,8 +249,10 @@ def _add_conformance(commands: argparse._SubParsersAction) -> None:  # type: ign
     run = commands.add_parser(
         "conformance",
         help="run the conformance suite against a backend (other options go to pytest)",
-        description="Run the conformance suite (a pytest suite of the public API) against a "
-        "backend and exit with pytest's status.",
+        description=_wrap(
+            "Run the conformance suite (a pytest suite of the public API) against a backend "
+            "and exit with pytest's status."
+        ),
         epilog=CONFORMANCE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
