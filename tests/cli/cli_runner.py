@@ -18,7 +18,7 @@ def cli_env(home: Path | None = None, **extra: str) -> dict[str, str]:
 
 
 def run_cli(
-    *args: str, home: Path | None = None, timeout: float = 60, **extra: str
+    *args: str, home: Path | None = None, timeout: float = 180, **extra: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "localsession", *args],
