@@ -1,0 +1,60 @@
+"""The launch post's GRPO loop through the unmodified SDK inside ``localsession.mock()``:
+no sockets, and bit-identical to the same loop against ``localsession serve``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import localsession
+
+from . import blog
+from .conftest import no_sockets
+
+MAP = {"openai/gpt-oss-20b": "localsession/tiny"}
+#: The blog names the model by its id; the Hub publishes ids once the catalog work (issue 16,
+#: divergence 1) lands. Until then the id form fails the same way in the mock and over HTTP,
+#: and the Hub content name of the mapped model exercises the same path.
+BY_ID = pytest.param(
+    "openai/gpt-oss-20b",
+    marks=pytest.mark.xfail(
+        reason="the local Hub does not publish model ids yet (issue 16.1)", strict=False
+    ),
+)
+
+
+@pytest.mark.parametrize("base_model", [BY_ID, "openai-gpt-oss-20b"])
+def test_blog_grpo_in_the_mock_equals_serve(base_model: str, serve_env: Any) -> None:
+    with no_sockets(), localsession.mock(model_map=MAP):
+        in_mock = blog.grpo(base_model)
+    over_http = serve_env(lambda: blog.grpo(base_model), MAP)
+    assert len(in_mock["tokens"]) == 2 * len(blog.QUESTIONS) * 4
+    assert all(m["loss"] == m["loss"] for m in in_mock["metrics"])  # finite, not NaN
+    assert in_mock == over_http
+
+
+def test_blog_loop_with_every_socket_refused(socket_guard: None) -> None:
+    """Only the real SDK is imported by the loop; connect() fails for the whole test."""
+    with localsession.mock(model_map=MAP) as m:
+        seen = blog.grpo("openai-gpt-oss-20b", steps=1, group=2)
+        assert m.service.list_training_sessions({})["TrainingSessionSummaries"]
+    assert seen["tokens"] and seen["metrics"][0]["loss"] == seen["metrics"][0]["loss"]
+
+
+def test_plain_boto3_clients_in_the_mock(socket_guard: None) -> None:
+    import boto3
+
+    with localsession.mock() as m:
+        sm = boto3.client("sagemaker")
+        runtime = boto3.client("sagemakertrainingsessionruntime")
+        names = [c["HubContentName"] for c in sm.list_hub_contents(
+            HubName="SageMakerPublicHub", HubContentType="Model"
+        )["HubContentSummaries"]]
+        assert "localsession-tiny" in names
+        assert sm.meta.endpoint_url == m.url == runtime.meta.endpoint_url
+        with pytest.raises(sm.exceptions.ResourceNotFound):
+            sm.describe_training_session(TrainingSessionName="nope")
+        with pytest.raises(runtime.exceptions.ClientError) as err:
+            runtime.get_training_operation_result(trainingSessionName="nope", operationId="x")
+        assert err.value.response["Error"]["Code"] == "ResourceNotFoundException"
