@@ -16,6 +16,7 @@ are gone after it exits, also after an exception.
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import itertools
 import os
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 import unittest
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -43,6 +45,21 @@ def _moto_active() -> bool:
     models = sys.modules.get("moto.core.models")
     stubber = getattr(models, "botocore_stubber", None)
     return bool(getattr(stubber, "enabled", False))
+
+
+def _join_shut_down_executors(timeout: float = 2.0) -> None:
+    """Wait for the worker threads of thread pools already shut down (the SDK's submit loops
+    close their executors when their clients are collected; the threads exit a moment
+    later), so the mock's exit leaves no thread of that work behind."""
+    import concurrent.futures.thread as pool
+
+    for thread in threading.enumerate():
+        if getattr(thread, "_target", None) is not pool._worker:
+            continue
+        ref = thread._args[0]  # type: ignore[attr-defined]
+        executor = ref() if isinstance(ref, weakref.ref) else None
+        if executor is None or getattr(executor, "_shutdown", False):
+            thread.join(timeout)
 
 
 class Mock:
@@ -83,6 +100,8 @@ class Mock:
         self.region = region
         self._manual = manual
         self.host = ""
+        #: The thread that started it: clients made on that thread are bound to it.
+        self.thread = 0
         self._lock = threading.Lock()
         self._service: Any = None
         self._bridge: Any = None
@@ -178,6 +197,7 @@ class Mock:
             from localsession.server.app import create_app
 
             number = next(_ids)
+            self.thread = threading.get_ident()
             self.host = f"mock-{number}-{os.getpid()}{hooks.HOST_SUFFIX}"
             try:
                 if self._home_option is None:
@@ -201,6 +221,11 @@ class Mock:
 
     def _teardown(self) -> None:
         """Undo everything :meth:`start` did, in reverse, whatever state it reached."""
+        if any(t.name.startswith("sagemaker-training-") for t in threading.enumerate()):
+            # SDK clients nobody holds any more stop their sessions and join their submit
+            # threads when collected: let that happen while the mock still answers.
+            gc.collect()
+        _join_shut_down_executors()
         hooks.deactivate(self)
         service, bridge = self._service, self._bridge
         self._service = self._bridge = None

@@ -1,11 +1,18 @@
 """Process-wide state of the mocks: which are live, the botocore hook, and the environment.
 
-Every live mock has its own endpoint host (``https://<id>.localsession.invalid``). One
-``before-send`` handler, :func:`dispatch`, is registered with botocore while any mock is live
-(in ``botocore.handlers.BUILTIN_HANDLERS``, so every session created meanwhile gets it, and
-on boto3's default session if one already exists); it answers requests addressed to a live
-mock's host (or a bucket sub-domain of it) and passes on everything else. A client built
-inside a mock keeps talking to that mock, whichever mock is innermost later.
+Every live mock has its own endpoint host (``https://<id>.localsession.invalid``). While any
+mock is live, botocore gets two handlers (in ``botocore.handlers.BUILTIN_HANDLERS``, so every
+session created meanwhile has them, and on boto3's default session if one already exists):
+
+- ``creating-client-class``: a client whose endpoint is a mock's is bound, as it is made, to
+  the innermost mock *of the thread that makes it* (else the process's innermost), through
+  a ``before-send`` handler on that client alone. The endpoint variables are process-wide,
+  so this is what keeps mocks on several threads apart;
+- ``before-send`` (:func:`dispatch`): a request no bound handler answered, addressed to a
+  live mock's host (or a bucket sub-domain of it), goes to that mock; anything else passes
+  on (to moto, or the network).
+
+A client keeps talking to the mock it was bound to, whichever mock is innermost later.
 
 The environment (endpoint overrides, dummy credentials, home, model map, offline Hugging
 Face) is the innermost live mock's. The variables the first mock found are saved, and the
@@ -15,9 +22,11 @@ any order, leave nothing behind.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -31,6 +40,7 @@ class Target(Protocol):
 
     host: str
     model_map: dict[str, str]
+    thread: int
 
     def environment(self) -> dict[str, str | None]: ...
 
@@ -55,17 +65,64 @@ def _owner(url: str) -> Target | None:
     return None
 
 
+def _is_mock_host(url: str) -> bool:
+    return str(urlsplit(url).hostname or "").lower().endswith(HOST_SUFFIX)
+
+
+def _exited(request: Any, kwargs: dict[str, Any]) -> Any:
+    from localsession.mocking.transport import gone
+
+    return gone(getattr(request, "url", ""), str(kwargs.get("event_name", "")))
+
+
+def _for_this_thread() -> Target | None:
+    me = threading.get_ident()
+    with _lock:
+        mine = [t for t in _live if t.thread == me]
+        return mine[-1] if mine else (_live[-1] if _live else None)
+
+
+def _bound_send(ref: weakref.ReferenceType[Any], request: Any, **kwargs: Any) -> Any:
+    target = ref()
+    with _lock:
+        alive = target is not None and target in _live
+    request.localsession_answered = True
+    if not alive:
+        return _exited(request, kwargs)
+    return target.answer(request, str(kwargs.get("event_name", "")))  # type: ignore[union-attr]
+
+
+class _Bound:
+    """Mixed into botocore client classes while a mock is live: see the module doc."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        meta = self.meta  # type: ignore[attr-defined]
+        target = _for_this_thread() if _is_mock_host(meta.endpoint_url) else None
+        if target is not None:
+            meta.events.register_first(
+                "before-send",
+                functools.partial(_bound_send, weakref.ref(target)),
+                unique_id=f"{_UNIQUE_ID}-bound",
+            )
+
+
+def bind_clients(base_classes: list[type], **kwargs: Any) -> None:
+    """botocore ``creating-client-class``: add :class:`_Bound` to every client class."""
+    if _Bound not in base_classes:
+        base_classes.insert(0, _Bound)
+
+
 def dispatch(request: Any, **kwargs: Any) -> Any:
     """botocore ``before-send``: a live mock's response, or None to let others answer."""
+    if getattr(request, "localsession_answered", False):
+        return None  # the client's own bound handler answered it
     url = getattr(request, "url", "")
     target = _owner(url)
     if target is not None:
         return target.answer(request, str(kwargs.get("event_name", "")))
-    if urlsplit(url).hostname and str(urlsplit(url).hostname).endswith(HOST_SUFFIX):
-        raise RuntimeError(
-            f"{url}: this client was made inside a localsession.mock() that has exited; "
-            "make clients inside the `with localsession.mock():` block that uses them"
-        )
+    if _is_mock_host(url):
+        return _exited(request, kwargs)
     return None
 
 
@@ -76,10 +133,14 @@ def _install_hook() -> None:
     global _default_session
     from botocore import handlers
 
+    handlers.BUILTIN_HANDLERS.append(("creating-client-class", bind_clients))
     handlers.BUILTIN_HANDLERS.append(("before-send", dispatch))
     boto3 = sys.modules.get("boto3")
     session = getattr(boto3, "DEFAULT_SESSION", None) if boto3 is not None else None
-    if session is not None:  # made before the mock: it lacks the builtin handler
+    if session is not None:  # made before the mock: it lacks the builtin handlers
+        session._session.register(
+            "creating-client-class", bind_clients, unique_id=f"{_UNIQUE_ID}-class"
+        )
         session._session.register("before-send", dispatch, unique_id=_UNIQUE_ID)
         _default_session = session
 
@@ -88,8 +149,12 @@ def _remove_hook() -> None:
     global _default_session
     from botocore import handlers
 
-    handlers.BUILTIN_HANDLERS[:] = [h for h in handlers.BUILTIN_HANDLERS if h[1] is not dispatch]
+    ours = (dispatch, bind_clients)
+    handlers.BUILTIN_HANDLERS[:] = [h for h in handlers.BUILTIN_HANDLERS if h[1] not in ours]
     if _default_session is not None:
+        _default_session._session.unregister(
+            "creating-client-class", bind_clients, unique_id=f"{_UNIQUE_ID}-class"
+        )
         _default_session._session.unregister("before-send", dispatch, unique_id=_UNIQUE_ID)
         _default_session = None
 
@@ -97,7 +162,7 @@ def _remove_hook() -> None:
 def hook_installed() -> bool:
     from botocore import handlers
 
-    return any(h[1] is dispatch for h in handlers.BUILTIN_HANDLERS)
+    return any(h[1] in (dispatch, bind_clients) for h in handlers.BUILTIN_HANDLERS)
 
 
 # -- environment ----------------------------------------------------------------------------

@@ -174,3 +174,25 @@ class AsgiBridge:
         for worker in list(threading.enumerate()):
             if getattr(worker, "loop", None) is self._loop and worker is not self._thread:
                 worker.join(timeout=10.0)
+
+
+def gone(url: str, event_name: str) -> Any:
+    """The answer to a request for a mock that has exited: its sessions no longer exist, so
+    the service's not-found error (which the SDK's automatic stop of a forgotten client
+    takes quietly), naming what happened and what to do."""
+    from botocore.awsrequest import AWSResponse
+
+    from localsession.runtime import errors
+    from localsession.server import wire
+
+    service = event_name.split(".")[1] if event_name.count(".") >= 2 else ""
+    runtime = service != "sagemaker"
+    error = errors.not_found(
+        f"{url}: the localsession.mock() this client was made in has exited, and its "
+        "sessions with it; make clients inside the `with localsession.mock():` block that "
+        "uses them",
+        runtime=runtime,
+    )
+    response = wire.error(error, "rest-json" if runtime else "json")
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in response.raw_headers}
+    return AWSResponse(url, response.status_code, headers, _RawBody(bytes(response.body)))
