@@ -8,9 +8,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import localsession
+from mock_blog import GROUP, ROLE, S3
 
-from .blog import GROUP, ROLE, S3
+import localsession
 
 MODEL = "localsession-tiny"
 
@@ -45,7 +45,9 @@ def _catalogue() -> list[tuple[str, str, str]]:
             text = re.sub(r"/\S*/serve-home", "<HOME>", text)
             if os.environ.get("LOCALSESSION_HOME"):
                 text = text.replace(os.environ["LOCALSESSION_HOME"], "<HOME>")
-            text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<ID>", text)
+            text = re.sub(
+                r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<ID>", text
+            )
             seen.append((label, type(exc).__name__, text))
         else:
             seen.append((label, "no error", ""))
@@ -76,7 +78,9 @@ def _catalogue() -> list[tuple[str, str, str]]:
     attempt("lr negative", lambda: tc.optim_step(AdamParams(learning_rate=-1e-3)).result())
     attempt("beta out of range", lambda: tc.optim_step(AdamParams(beta1=1.5)).result())
     tc.stop()
-    attempt("forward_backward after stop", lambda: tc.forward_backward(batch, "cross_entropy").result())
+    attempt(
+        "forward_backward after stop", lambda: tc.forward_backward(batch, "cross_entropy").result()
+    )
     attempt("optim_step after stop", lambda: tc.optim_step(AdamParams()).result())
     attempt(
         "sample after stop",

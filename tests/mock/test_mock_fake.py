@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mock_blog import GROUP, ROLE, S3
 
 import localsession
-
-from .blog import GROUP, ROLE, S3
 
 QUESTION = "What is 2 + 3?"
 

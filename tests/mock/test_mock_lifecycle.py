@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mock_blog import GROUP, ROLE, S3
 
 import localsession
 from localsession.mocking import hooks
-
-from .blog import GROUP, ROLE, S3
 
 ENDPOINT = "SAGEMAKER_TRAINING_SESSION_ENDPOINT"
 
@@ -82,7 +81,9 @@ def test_the_mocks_threads_end_even_with_a_client_left_running() -> None:
     del held
 
 
-def test_given_home_is_kept_and_env_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_given_home_is_kept_and_env_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(ENDPOINT, "https://user.example")
     monkeypatch.setenv("AWS_PROFILE", "someone")
     monkeypatch.delenv("LOCALSESSION_MODEL_MAP", raising=False)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from mock_blog import GROUP, ROLE, S3
 
 import localsession
-
-from .blog import GROUP, ROLE, S3
 
 moto = pytest.importorskip("moto")
 

@@ -13,7 +13,7 @@ pytest_plugins = ("pytester",)
 
 PLUGIN = "localsession.mocking.pytest_plugin"
 
-USER_TEST = '''
+USER_TEST = """
 import pytest
 from sagemaker.train.training_session import AdamParams, ServiceClient
 
@@ -31,7 +31,7 @@ def test_my_loop(localsession_mock):
 
 def test_default_engine_options(localsession_mock):
     assert localsession_mock.engine == "torch"
-'''
+"""
 
 
 def _entry_point_installed() -> bool:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import mock_blog as blog
 import pytest
+from mock_support import no_sockets
 
 import localsession
-
-from . import blog
-from .conftest import no_sockets
 
 MAP = {"openai/gpt-oss-20b": "localsession/tiny"}
 #: The blog names the model by its id; the Hub publishes ids once the catalog work (issue 16,
@@ -48,9 +47,12 @@ def test_plain_boto3_clients_in_the_mock(socket_guard: None) -> None:
     with localsession.mock() as m:
         sm = boto3.client("sagemaker")
         runtime = boto3.client("sagemakertrainingsessionruntime")
-        names = [c["HubContentName"] for c in sm.list_hub_contents(
-            HubName="SageMakerPublicHub", HubContentType="Model"
-        )["HubContentSummaries"]]
+        names = [
+            c["HubContentName"]
+            for c in sm.list_hub_contents(HubName="SageMakerPublicHub", HubContentType="Model")[
+                "HubContentSummaries"
+            ]
+        ]
         assert "localsession-tiny" in names
         assert sm.meta.endpoint_url == m.url == runtime.meta.endpoint_url
         with pytest.raises(sm.exceptions.ResourceNotFound):

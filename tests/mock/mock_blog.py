@@ -34,9 +34,7 @@ def grpo(base_model: str = BASE_MODEL, steps: int = 2, group: int = 4) -> dict[s
         ServiceClient,
     )
 
-    service_client = ServiceClient(
-        role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path=S3
-    )
+    service_client = ServiceClient(role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path=S3)
     seen: dict[str, Any] = {"tokens": [], "logprobs": [], "metrics": [], "optim": []}
     with service_client.create_lora_training_client(base_model=base_model, rank=8) as tc:
         tokenizer = tc.get_tokenizer()
