@@ -284,7 +284,7 @@ class Mock:
                 test.addCleanup(mock.stop)
                 original(test)
 
-            cls.setUp = set_up  # type: ignore[method-assign]
+            cls.setUp = set_up  # type: ignore[method-assign,assignment]
             return cls
         for name, value in list(vars(cls).items()):
             if name.startswith("test") and inspect.isfunction(value):

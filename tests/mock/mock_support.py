@@ -21,7 +21,7 @@ def no_sockets() -> Iterator[None]:
         raise SocketUsed(f"a socket tried to connect to {args!r} inside the mock")
 
     original = socket.socket.connect, socket.socket.connect_ex
-    socket.socket.connect = refuse  # type: ignore[method-assign]
+    socket.socket.connect = refuse  # type: ignore[method-assign,assignment]
     socket.socket.connect_ex = refuse  # type: ignore[method-assign,assignment]
     try:
         yield

@@ -3,7 +3,6 @@ and the ``pytest11`` entry point that makes it available after ``pip install``."
 
 from __future__ import annotations
 
-import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -47,10 +46,7 @@ def test_fixture_in_a_subprocess(pytester: pytest.Pytester) -> None:
 
 
 def test_entry_point_is_declared() -> None:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        pytest.skip("tomllib needs Python 3.11")
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     points = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["pytest11"]
     assert points == {"localsession": PLUGIN}
