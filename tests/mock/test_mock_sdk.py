@@ -3,6 +3,7 @@ no sockets, and bit-identical to the same loop against ``localsession serve``.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import mock_blog as blog
@@ -60,3 +61,52 @@ def test_plain_boto3_clients_in_the_mock(socket_guard: None) -> None:
         with pytest.raises(runtime.exceptions.ClientError) as err:
             runtime.get_training_operation_result(trainingSessionName="nope", operationId="x")
         assert err.value.response["Error"]["Code"] == "ResourceNotFoundException"
+
+
+def test_s3_requests_reach_the_mock_in_process(socket_guard: None) -> None:
+    """S3 calls for the mock's endpoint go to the same app, path-style (as against serve);
+    whatever the app answers, nothing leaves the process."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    seen: list[str] = []
+    with localsession.mock(engine="fake") as m:
+        s3 = boto3.client("s3")
+        url = m.url
+        assert s3.meta.endpoint_url == url
+        s3.meta.events.register("before-send", lambda request, **_: seen.append(request.url))
+        try:
+            s3.list_objects_v2(Bucket="bucket", Prefix="out/")
+        except ClientError as exc:  # no S3 routes in this server yet: the app's 404
+            assert exc.response["ResponseMetadata"]["HTTPStatusCode"] in (403, 404)
+    assert seen and seen[0].startswith(f"{url}/bucket?list-type=2")
+
+
+def test_get_tokenizer_for_every_listed_model_leaves_the_hf_cache_alone(
+    socket_guard: None,
+) -> None:
+    from huggingface_hub import constants
+    from sagemaker.train.training_session import ServiceClient
+
+    cache = Path(constants.HF_HUB_CACHE)
+
+    def snapshot() -> list[tuple[str, float]]:
+        if not cache.is_dir():
+            return []
+        return sorted((str(p), p.stat().st_mtime) for p in cache.rglob("*"))
+
+    before = snapshot()
+    with localsession.mock(engine="fake", model_map=MAP) as m:
+        svc = ServiceClient(
+            role_arn=blog.ROLE, model_package_group_arn=blog.GROUP, s3_output_path=blog.S3
+        )
+        listed = svc.list_base_models()
+        names = [
+            c["HubContentName"] for c in m.service.list_hub_contents({})["HubContentSummaries"]
+        ]
+        assert {"localsession-tiny", "localsession-small", "openai-gpt-oss-20b"} <= set(names)
+        assert len(listed) >= 2
+        for name in names:
+            with svc.create_lora_training_client(name, rank=4) as tc:
+                assert tc.get_tokenizer().encode("hi")[-2:] == [104, 105], name
+    assert snapshot() == before
