@@ -215,3 +215,20 @@ class DecoratedTestCase(unittest.TestCase):
 
 def test_outside_the_decorated_class_nothing_is_live() -> None:
     assert hooks.live() == [] and ENDPOINT not in os.environ
+
+
+def test_imports_stay_light() -> None:
+    """``import localsession`` (which offers ``localsession.mock``) and the pytest plugin load
+    neither torch nor the server stack; a mock imports them when it starts."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, localsession, localsession.mocking.pytest_plugin\n"
+        "assert callable(localsession.mock)\n"
+        "heavy = ('torch', 'transformers', 'starlette', 'uvicorn', 'localsession.server',\n"
+        "         'fakes')\n"
+        "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
