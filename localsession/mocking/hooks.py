@@ -176,11 +176,14 @@ _IMPORT_TIME: dict[str, list[tuple[str, str, Callable[[str | None], Any]]]] = {
         ("huggingface_hub.constants", "HF_HUB_CACHE", lambda v: v),
         ("huggingface_hub.constants", "HUGGINGFACE_HUB_CACHE", lambda v: v),
     ],
+    "HF_HOME": [("huggingface_hub.constants", "HF_HOME", lambda v: v)],
 }
 
 
 def _apply(env: dict[str, str | None]) -> None:
     """Set the innermost mock's variables (None unsets); remember what to restore."""
+    if env.get("HF_HOME") and "HF_HUB_CACHE" not in env:  # the hub cache lives under it
+        env = {**env, "HF_HUB_CACHE": os.path.join(str(env["HF_HOME"]), "hub")}
     for key, value in env.items():
         if key not in _saved_env:
             _saved_env[key] = os.environ.get(key)
