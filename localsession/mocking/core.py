@@ -35,6 +35,10 @@ from localsession.mocking import hooks
 Engine = Literal["torch", "fake"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 _ids = itertools.count(1)
+#: First imports of the server stack and the fakes happen under it: mocks started on several
+#: threads at once would otherwise compile those modules concurrently, which CPython 3.11
+#: (with an import hook that parses source, such as pytest's assertion rewriting) can fail.
+_import_lock = threading.Lock()
 #: The server's default long-poll (``localsession serve --long-poll``), so results arrive as
 #: they do over HTTP.
 LONG_POLL_S = 15.0
@@ -144,7 +148,8 @@ class Mock:
 
     def _build_service(self) -> Any:
         if self.engine == "fake":
-            from fakes.service import FakeService  # torch: only for engine="fake"
+            with _import_lock:
+                from fakes.service import FakeService  # torch: only for engine="fake"
 
             service = FakeService(home=self.home, strict=self.strict, manual=self._manual)
             service.config.region = self.region
@@ -193,8 +198,10 @@ class Mock:
                 raise RuntimeError(
                     "this localsession.mock() is already active; nest a new localsession.mock()"
                 )
-            from localsession.mocking.transport import AsgiBridge
-            from localsession.server.app import create_app
+            with _import_lock:
+                from localsession.mocking.transport import AsgiBridge
+                from localsession.server import runner  # noqa: F401 - client_env, below
+                from localsession.server.app import create_app
 
             number = next(_ids)
             self.thread = threading.get_ident()

@@ -25,7 +25,11 @@ def reward(text: str) -> float:
     return sum(c.isalpha() for c in text) / max(1, len(text))
 
 
-def grpo(base_model: str = BASE_MODEL, steps: int = 2, group: int = 4) -> dict[str, Any]:
+def grpo(
+    base_model: str = BASE_MODEL, steps: int = 2, group: int = 4, concurrent: bool = True
+) -> dict[str, Any]:
+    """The loop; ``concurrent=False`` waits for each prompt's samples before sending the next
+    (one request per sampling batch, so the batch composition cannot vary with timing)."""
     from sagemaker.train.training_session import (
         AdamParams,
         Datum,
@@ -43,12 +47,15 @@ def grpo(base_model: str = BASE_MODEL, steps: int = 2, group: int = 4) -> dict[s
         sampler = tc.save_weights_and_get_sampling_client()
         for step in range(steps):
             params = SamplingParams(max_tokens=512, temperature=1.0, seed=100 + step, stop=STOP)
-            futures = [
-                sampler.sample(
-                    prompt=ModelInput.from_ints(p), num_samples=group, sampling_params=params
+            futures = []
+            for p in prompts:
+                futures.append(
+                    sampler.sample(
+                        prompt=ModelInput.from_ints(p), num_samples=group, sampling_params=params
+                    )
                 )
-                for p in prompts
-            ]
+                if not concurrent:
+                    futures[-1].result()
             datums = []
             for prompt, future in zip(prompts, futures, strict=True):
                 sequences = future.result().sequences

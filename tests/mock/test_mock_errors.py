@@ -105,6 +105,7 @@ def _catalogue() -> list[tuple[str, str, str]]:
             prompt=prompt, num_samples=1, sampling_params=SamplingParams(max_tokens=512)
         ).result(),
     )
+    other.stop()  # already stopped by the service: the SDK absorbs it
     attempt(
         "describe an unknown session",
         lambda: boto3.client("sagemaker").describe_training_session(TrainingSessionName="nope"),

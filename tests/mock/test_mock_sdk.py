@@ -26,12 +26,30 @@ BY_ID = pytest.param(
 
 @pytest.mark.parametrize("base_model", [BY_ID, "openai-gpt-oss-20b"])
 def test_blog_grpo_in_the_mock_equals_serve(base_model: str, serve_env: Any) -> None:
+    """Bit for bit. Each prompt's samples are awaited before the next is sent, so both runs
+    batch the same requests (see the next test for why that matters)."""
     with no_sockets(), localsession.mock(model_map=MAP):
-        in_mock = blog.grpo(base_model)
-    over_http = serve_env(lambda: blog.grpo(base_model), MAP)
+        in_mock = blog.grpo(base_model, concurrent=False)
+    over_http = serve_env(lambda: blog.grpo(base_model, concurrent=False), MAP)
     assert len(in_mock["tokens"]) == 2 * len(blog.QUESTIONS) * 4
     assert all(m["loss"] == m["loss"] for m in in_mock["metrics"])  # finite, not NaN
     assert in_mock == over_http
+
+
+def test_blog_grpo_all_in_flight_matches_serve(serve_env: Any) -> None:
+    """The blog's shape, every sample request in flight at once. The runtime batches
+    requests that arrive within milliseconds of each other, and a batch's logprobs can differ
+    in the last float bit with its composition (so two runs of the same carrier can too):
+    tokens are exact, floats agree to 1e-5."""
+    with no_sockets(), localsession.mock(model_map=MAP):
+        in_mock = blog.grpo("openai-gpt-oss-20b")
+    over_http = serve_env(lambda: blog.grpo("openai-gpt-oss-20b"), MAP)
+    assert in_mock["tokens"] == over_http["tokens"] and in_mock["arn"] == over_http["arn"]
+    for mine, theirs in zip(in_mock["logprobs"], over_http["logprobs"], strict=True):
+        assert mine == pytest.approx(theirs, abs=1e-5)
+    for mine, theirs in zip(in_mock["metrics"], over_http["metrics"], strict=True):
+        assert mine.keys() == theirs.keys()
+        assert list(mine.values()) == pytest.approx(list(theirs.values()), rel=1e-4, abs=1e-5)
 
 
 def test_blog_loop_with_every_socket_refused(socket_guard: None) -> None:
