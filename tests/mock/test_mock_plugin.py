@@ -41,7 +41,9 @@ def test_fixture_in_a_subprocess(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user_loop=USER_TEST)
     # Installed (pip install -e .): the entry point loads the plugin; else name it.
     load = [] if _entry_point_installed() else ["-p", PLUGIN]
-    result = pytester.runpytest_subprocess(*load, "-p", "no:cacheprovider", "-q")
+    result = pytester.runpytest_subprocess(
+        *load, "-p", "no:cacheprovider", "-q", "-o", "faulthandler_timeout=120"
+    )
     result.assert_outcomes(passed=2)
 
 
