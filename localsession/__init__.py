@@ -28,6 +28,7 @@ from localsession.exceptions import (
     is_retryable,
 )
 from localsession.futures import APIFuture, RequestStatus
+from localsession.mocking import mock as mock  # not in __all__: the SDK has no such name
 from localsession.types import (
     AdamParams,
     Datum,

@@ -1,0 +1,44 @@
+"""Shared fixtures for the mock's tests: a socket guard and a `localsession serve` to compare."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mock_support import no_sockets
+
+
+@pytest.fixture
+def socket_guard() -> Iterator[None]:
+    """No socket may connect for the whole test."""
+    with no_sockets():
+        yield
+
+
+@pytest.fixture
+def serve_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any]:
+    """Run ``fn`` against a real ``localsession serve`` (uvicorn on port 0, built exactly as the
+    CLI builds it), with the SDK pointed at it through the printed exports."""
+    from localsession.server.runner import ServerThread, client_env
+    from localsession.server.serve import ServeOptions, build_service
+
+    def run(fn: Callable[[], Any], model_map: dict[str, str], strict: bool = True) -> Any:
+        with monkeypatch.context() as patch:
+            patch.setenv("LOCALSESSION_MODEL_MAP", "")
+            options = ServeOptions(
+                home=tmp_path / "serve-home",
+                relaxed=not strict,
+                model_map=[f"{k}={v}" for k, v in model_map.items()],
+            )
+            service = build_service(options)
+            try:
+                with ServerThread(service, long_poll=options.long_poll) as url:
+                    for key, value in client_env(url, service.config.region).items():
+                        patch.setenv(key, value)
+                    return fn()
+            finally:
+                service.close()
+
+    return run
