@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from localsession.engine.checkpoint import (
+    ADAPTER_NAME,
     ADAPTER_WEIGHTS,
     adapter_config_dict,
     adapter_layout,
@@ -42,6 +43,7 @@ from localsession.engine.checkpoint import (
     merged_state_dict,
     read_adapter,
     read_optimizer,
+    read_sampling_adapter,
     write_adapter,
     write_merged,
     write_optimizer,
@@ -61,7 +63,7 @@ from localsession.engine.losses import (
     parse_loss_config,
     token_logprobs,
 )
-from localsession.engine.merged import can_merge, plain_model, remerge_
+from localsession.engine.merged import adapted_layers, can_merge, plain_model, remerge_
 from localsession.engine.model import LoadedModel, load_model
 from localsession.engine.optim import AdamParams, LoraAdamW
 from localsession.engine.sampling import BatchSampler, prompt_logprobs
@@ -71,6 +73,13 @@ from localsession.runtime.engine_api import EngineInputError, EngineSpec, Sample
 CHUNK_TOKENS = 4096
 #: How many package snapshots ``sample`` keeps loaded (CPU memory, per engine).
 SNAPSHOT_CACHE_SIZE = 8
+
+
+class ForeignSnapshot(dict[str, torch.Tensor]):
+    """A package adapter of another rank or alpha than the session's (``sample`` reads any):
+    its own tensors (on the model's device and dtype) and its own LoRA ``scaling``."""
+
+    scaling: float
 
 
 class TorchEngine:
@@ -263,11 +272,19 @@ class TorchEngine:
             if key is not None and key in self._snapshots:
                 self._snapshots.move_to_end(key)
                 return self._snapshots[key]
-        tensors = read_adapter(path, self._layout)
-        snapshot = {
-            name: tensors[k].to(dtype=self._adapter[name].dtype)
-            for k, name in self._layout.names.items()
-        }
+        tensors, scaling = read_sampling_adapter(path, self._layout)
+        snapshot: dict[str, torch.Tensor]
+        if scaling is None:
+            snapshot = {
+                name: tensors[k].to(dtype=self._adapter[name].dtype)
+                for k, name in self._layout.names.items()
+            }
+        else:  # swapped in whole by _use_weights: on the parameter's device already
+            snapshot = ForeignSnapshot(
+                (name, tensors[k].to(self._adapter[name].device, self._adapter[name].dtype))
+                for k, name in self._layout.names.items()
+            )
+            snapshot.scaling = scaling
         if key is not None:
             with self._snapshot_lock:
                 self._snapshots[key] = snapshot
@@ -287,6 +304,10 @@ class TorchEngine:
             with self._loaded.model.disable_adapter():
                 yield
             return
+        if isinstance(snapshot, ForeignSnapshot):
+            with self._foreign_weights(snapshot):
+                yield
+            return
         with torch.no_grad():
             live = {name: p.detach().clone() for name, p in self._adapter.items()}
             try:
@@ -296,6 +317,26 @@ class TorchEngine:
             finally:
                 for name, p in self._adapter.items():
                     p.copy_(live[name])
+
+    @contextmanager
+    def _foreign_weights(self, snapshot: ForeignSnapshot) -> Iterator[None]:
+        """Run with a package of another rank/alpha in the adapter: each LoRA parameter's
+        storage is swapped for the package's tensor (shapes may differ) and every LoRA layer
+        takes its scale; the live storage and scales come back however the body ends."""
+        layers = adapted_layers(self._loaded.model)
+        live = {name: p.data for name, p in self._adapter.items()}
+        scales = {name: layer.scaling[ADAPTER_NAME] for name, layer in layers.items()}
+        try:
+            for name, p in self._adapter.items():
+                p.data = snapshot[name]
+            for layer in layers.values():
+                layer.scaling[ADAPTER_NAME] = snapshot.scaling
+            yield
+        finally:
+            for name, p in self._adapter.items():
+                p.data = live[name]
+            for name, layer in layers.items():
+                layer.scaling[ADAPTER_NAME] = scales[name]
 
     def _check_prompt(self, tokens: Sequence[Any], what: str) -> list[int]:
         if not isinstance(tokens, (list, tuple)) or not tokens:
