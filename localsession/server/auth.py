@@ -168,14 +168,18 @@ def verify_sigv4(
     # S3 signs paths unnormalised and its payload as the x-amz-content-sha256 header says,
     # which must then be the body's hash (or UNSIGNED-PAYLOAD, which leaves it unsigned).
     s3 = match["service"] == "s3"
-    declared = (values.get("x-amz-content-sha256") or [""])[0]
-    if s3 and declared != UNSIGNED_PAYLOAD and declared != hashlib.sha256(body).hexdigest():
+    sent = values.get("x-amz-content-sha256")
+    declared = sent[0] if sent else None
+    if (
+        s3
+        and declared is not None
+        and declared != UNSIGNED_PAYLOAD
+        and declared != hashlib.sha256(body).hexdigest()
+    ):
         raise _forbidden(
             "XAmzContentSHA256Mismatch",
             "The provided 'x-amz-content-sha256' header does not match what was computed.",
         )
-    if s3 and "x-amz-content-sha256" in values:
-        request.headers["X-Amz-Content-SHA256"] = declared
     signer = (S3SigV4Auth if s3 else SigV4Auth)(
         Credentials(credential.access_key, credential.secret_key),
         match["service"],

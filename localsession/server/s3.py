@@ -79,8 +79,8 @@ class S3Response:
             return handle.read(length)
 
 
-def _xml(tag: str, children: list[ElementTree.Element]) -> bytes:
-    root = ElementTree.Element(tag, xmlns=NAMESPACE)
+def _xml(tag: str, children: list[ElementTree.Element], *, namespace: bool = True) -> bytes:
+    root = ElementTree.Element(tag, xmlns=NAMESPACE) if namespace else ElementTree.Element(tag)
     root.extend(children)
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root)
 
@@ -115,6 +115,7 @@ def error_response(exc: ServiceError, resource: str, *, head: bool = False) -> S
             _leaf("Resource", resource),
             _leaf("RequestId", headers["x-amz-request-id"]),
         ],
+        namespace=False,  # S3's errors carry none
     )
     return S3Response(exc.http_status, headers, body)
 

@@ -265,8 +265,11 @@ def test_signed_requests_pass_and_others_are_refused(
         cp_other.list_training_sessions()
     assert _code(other) == ("UnrecognizedClientException", 403)
 
-    # Unsigned: no Authorization header at all, on every route (admin included).
-    for method, path in (("POST", "/"), ("GET", "/_localsession/health"), ("POST", "/v1/x")):
+    # Unsigned: no Authorization header at all, on every route (admin included) but the
+    # health probe, which says nothing else.
+    assert secured.request("GET", "/_localsession/health")[::2] == (200, {"status": "ok"})
+    for method, path in (("POST", "/"), ("POST", "/_localsession/reset"), ("POST", "/v1/x"),
+                         ("GET", "/s3/bucket")):
         status, headers, body = secured.request(
             method, path, b"{}", {"X-Amz-Target": "SageMaker.ListTrainingSessions"}
         )
