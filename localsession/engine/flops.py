@@ -1,21 +1,20 @@
 """Throughput metrics of a training pass: ``estimated_flops``, ``promised_flops``, ``mfu``.
 
-The names are the SDK's (``ForwardBackwardOutput.metrics``), in the units of the RL stacks
-they come from: TFLOP/s.
+The names are the SDK's (``ForwardBackwardOutput.metrics``); units are FLOPs and FLOP/s.
 
-- ``estimated_flops``: the pass's model FLOPs over its compute time. Model FLOPs follow the
-  usual dense-transformer count: ``2·N`` per token for the matmuls of the ``N`` non-embedding
-  parameters (the LM head included), plus ``4·L·d·s`` per token of a length-``s`` sequence
-  for attention scores and values (``L`` layers, width ``d``); a backward pass costs twice
-  the forward, so ``forward_backward`` counts three times the forward.
-- ``promised_flops``: the device's peak for the engine's dtype: from a table of known GPUs
-  (dense bf16 tensor-core peak), else measured once per process as the best of a few large
-  matmuls in that dtype on that device.
-- ``mfu``: ``estimated_flops / promised_flops``, in (0, 1] (capped at 1: a measured peak is
-  a lower bound on the true one).
+- ``estimated_flops``: the pass's model FLOPs, from the parameter count and the tokens
+  processed, by the usual dense-transformer count: ``2·N`` per token for the matmuls of the
+  ``N`` non-embedding parameters (the LM head included), plus ``4·L·d·s`` per token of a
+  length-``s`` sequence for attention scores and values (``L`` layers, width ``d``); a
+  backward pass costs twice the forward, so ``forward_backward`` counts three forwards.
+- ``promised_flops``: the device's peak FLOP/s for the engine's dtype: from a table of known
+  GPUs (dense bf16 tensor-core peak), else measured once per process as the best of a few
+  large matmuls in that dtype on that device.
+- ``mfu``: ``estimated_flops / (promised_flops × elapsed seconds)`` of the pass's compute,
+  in (0, 1] (capped at 1: a measured peak is a lower bound on the true one).
 
-They describe one op (a rate and a ratio), so the SDK's datum-weighted fold of a chunked
-batch averages them, as it does every per-op quantity.
+The SDK folds a chunked batch's values of these by a datum-weighted mean (it knows only
+``global_token_num`` as a count), so after its fold they describe an average chunk.
 """
 
 from __future__ import annotations
@@ -71,8 +70,8 @@ def count_params(model: Any) -> tuple[int, int, int]:
     return int(params), layers, width
 
 
-def peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
-    """The device's peak TFLOP/s for ``dtype`` (table, else measured once and cached)."""
+def peak_flops(device: torch.device, dtype: torch.dtype) -> float:
+    """The device's peak FLOP/s for ``dtype`` (table, else measured once and cached)."""
     key = (str(device), str(dtype))
     with _peaks_lock:
         if key in _peaks:
@@ -80,7 +79,8 @@ def peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
         peak = None
         if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
             name = torch.cuda.get_device_name(device)
-            peak = next((v for sub, v in KNOWN_PEAKS_TFLOPS if sub in name), None)
+            tflops = next((v for sub, v in KNOWN_PEAKS_TFLOPS if sub in name), None)
+            peak = tflops * 1e12 if tflops is not None else None
         if peak is None:
             peak = _measure(device, dtype)
         _peaks[key] = peak
@@ -88,7 +88,7 @@ def peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
 
 
 def _measure(device: torch.device, dtype: torch.dtype) -> float:
-    """Best TFLOP/s of a few ``n×n @ n×n`` matmuls (one warm-up)."""
+    """Best FLOP/s of a few ``n×n @ n×n`` matmuls (one warm-up)."""
     n = _MEASURE_SIZE.get(device.type, 1024)
     gen = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
@@ -103,14 +103,14 @@ def _measure(device: torch.device, dtype: torch.dtype) -> float:
             torch.cuda.synchronize(device)
         if i:  # the first run warms up
             best = min(best, time.perf_counter() - start)
-    return 2.0 * n**3 / max(best, 1e-9) / 1e12
+    return 2.0 * n**3 / max(best, 1e-9)
 
 
 def throughput_metrics(flops: float, seconds: float, peak: float) -> dict[str, float]:
-    """``estimated_flops``, ``promised_flops`` (TFLOP/s) and ``mfu`` for one pass."""
-    achieved = flops / max(seconds, 1e-9) / 1e12
+    """``estimated_flops`` (FLOPs), ``promised_flops`` (FLOP/s) and ``mfu`` for one pass
+    of ``flops`` that computed for ``seconds``."""
     return {
-        "estimated_flops": achieved,
+        "estimated_flops": flops,
         "promised_flops": peak,
-        "mfu": min(1.0, achieved / peak) if peak > 0 else 0.0,
+        "mfu": min(1.0, flops / (peak * max(seconds, 1e-9))) if peak > 0 else 0.0,
     }

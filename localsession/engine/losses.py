@@ -15,11 +15,10 @@ Every loss function returns the elementwise ℓ (same shape as its inputs); the 
 (reduction = plain sum, no normalisation, so splitting a batch across calls is exact). Nothing
 here touches a model; ``token_logprobs`` turns logits into ``lp``.
 
-The *reported* numbers are per-datum means, as the SDK reads them (it folds a chunked batch's
-metrics by a datum-count-weighted mean): ``loss`` is the mean over datums of each datum's
-Σ ℓ, and each ``actor/*`` diagnostic is the mean over datums of the datum's own value
-(:func:`datum_metrics`). So the metrics of a batch equal the SDK's fold of its chunks, while
-the gradient stays the plain sum.
+The reported ``loss`` is a per-datum mean, as the SDK reads it (it folds a chunked batch's
+``loss`` by a datum-count-weighted mean): the mean over datums of each datum's Σ ℓ, so the
+``loss`` of a batch equals the SDK's fold of its chunks, while the gradient stays the plain
+sum. Each datum's own diagnostics come from :func:`datum_metrics`.
 """
 
 from __future__ import annotations
@@ -204,6 +203,15 @@ class LossInputs:
     mask: Tensor | None = None  # bool; False at padding positions
 
 
+def _weighted_mean(values: Tensor, weights: Tensor) -> float:
+    total_w = float(weights.sum())
+    if total_w == 0.0:
+        return 0.0
+    terms = torch.where(weights != 0, weights * values, torch.zeros_like(values))
+    out = float(terms.sum()) / total_w
+    return out if math.isfinite(out) else 0.0
+
+
 def _finite(value: float) -> float:
     return value if math.isfinite(value) else 0.0
 
@@ -228,7 +236,7 @@ def datum_metrics(
 ) -> dict[str, list[float]]:
     """Each datum's (row's) diagnostics, under the SDK's ``actor/*`` names:
 
-    - ``actor/pg_loss`` (RL losses): the datum's Σ ℓ;
+    - ``actor/pg_loss``: the datum's Σ ℓ;
     - ``actor/pg_clipfrac`` (RL losses): Σ w·[clipping changed the term] / Σ w;
     - ``actor/ppo_kl`` (RL losses): Σ w·(q − lp) / Σ w;
     - ``actor/kl_ref`` (when ``ref_logprobs`` is given): Σ w·(lp − ref) / Σ w.
@@ -240,7 +248,8 @@ def datum_metrics(
     w_BT = _rows(inputs.weights)
     if inputs.mask is not None:
         w_BT = torch.where(_rows(inputs.mask), w_BT, torch.zeros_like(w_BT))
-    out: dict[str, list[float]] = {}
+    pg_loss_B = torch.nan_to_num(loss_BT.sum(-1), nan=0.0, posinf=0.0, neginf=0.0)
+    out: dict[str, list[float]] = {"actor/pg_loss": pg_loss_B.tolist()}
     if loss_fn in RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
@@ -252,8 +261,6 @@ def datum_metrics(
             clipped_BT = ((ratio_BT > clip.high) | (ratio_BT < clip.low)) & (adv_BT != 0)
         else:
             clipped_BT = torch.zeros_like(log_ratio_BT, dtype=torch.bool)
-        pg_loss_B = torch.nan_to_num(loss_BT.sum(-1), nan=0.0, posinf=0.0, neginf=0.0)
-        out["actor/pg_loss"] = pg_loss_B.tolist()
         out["actor/pg_clipfrac"] = _row_weighted_mean(clipped_BT.to(w_BT.dtype), w_BT).tolist()
         out["actor/ppo_kl"] = _row_weighted_mean(q_BT - lp_BT, w_BT).tolist()
     if inputs.ref_logprobs is not None:
@@ -270,10 +277,12 @@ def compute_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """Elementwise ℓ (zero at masked positions) and the §1 metrics for one batch.
 
-    Metrics, each a mean over datums (rows; a 1-D input is one datum): ``loss`` (each
-    datum's Σ ℓ), and the :func:`datum_metrics` diagnostics (``actor/pg_loss``,
-    ``actor/pg_clipfrac``, ``actor/ppo_kl`` for RL losses; ``actor/kl_ref`` with
-    ``ref_logprobs``). All finite. The gradient of ``ℓ.sum()`` is the plain sum.
+    Metrics: ``loss`` and ``actor/pg_loss``, the mean over datums (rows; a 1-D input is one
+    datum) of each datum's Σ ℓ; for RL losses ``actor/pg_clipfrac`` (weighted fraction of
+    positions where clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w);
+    ``actor/kl_ref`` (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given; the last
+    three over the whole batch's tokens. All finite. The gradient of ``ℓ.sum()`` is the
+    plain sum.
 
     Positions that cannot contribute (weight 0, or padding) have ``q`` replaced by ``lp``
     (ratio 1) before the loss, so whatever a caller put there (a ``-1e4`` placeholder on
@@ -300,9 +309,24 @@ def compute_loss(
             loss = cispo(lp, q, adv, w, clip.low, clip.high)
     if inputs.mask is not None:
         loss = torch.where(inputs.mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
-    rows = _rows(loss.detach()).shape[0]
     datum_loss = _rows(loss.detach()).sum(-1).tolist()
-    metrics = {"loss": _mean(datum_loss) if rows else 0.0}
-    for key, values in datum_metrics(loss_fn, lp, loss, inputs, clip).items():
-        metrics[key] = _mean(values)
+    metrics = {"loss": _mean(datum_loss)}
+    metrics["actor/pg_loss"] = metrics["loss"]
+    with torch.no_grad():
+        lp_d = lp.detach()
+        if loss_fn in RL_LOSSES:
+            assert inputs.sampler_logprobs is not None and inputs.advantages is not None
+            q, adv = inputs.sampler_logprobs, inputs.advantages
+            log_ratio = lp_d - q
+            if loss_fn == "ppo":
+                clipped = ppo_clipped_side(log_ratio, adv, clip.low, clip.high)
+            elif loss_fn == "cispo":
+                ratio = torch.exp(log_ratio)
+                clipped = ((ratio > clip.high) | (ratio < clip.low)) & (adv != 0)
+            else:
+                clipped = torch.zeros_like(log_ratio, dtype=torch.bool)
+            metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w.dtype), w)
+            metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w)
+        if inputs.ref_logprobs is not None:
+            metrics["actor/kl_ref"] = _weighted_mean(lp_d - inputs.ref_logprobs, w)
     return loss, metrics

@@ -57,7 +57,7 @@ from localsession.engine.datums import (
     int_tensor,
     parse_datums,
 )
-from localsession.engine.flops import count_params, model_flops, peak_tflops, throughput_metrics
+from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
 from localsession.engine.losses import (
     ClipConfig,
     check_loss_fn,
@@ -188,7 +188,7 @@ class TorchEngine:
             seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         params, layers, width = self._shape
         flops = model_flops(params, layers, width, batch.lengths, backward=backward)
-        peak = peak_tflops(self._loaded.device, self._loaded.dtype)
+        peak = peak_flops(self._loaded.device, self._loaded.dtype)
         result["metrics"].update(throughput_metrics(flops, seconds, peak))
         return result
 
@@ -213,11 +213,12 @@ class TorchEngine:
             if backward:
                 total.backward()
         values = datum_metrics(loss_fn, lp_BT, loss_BT, batch.loss_inputs(), clip)
-        if backward:  # the SDK keeps the last chunk's: the accumulated gradient's norm
-            grads = [p.grad for p in self._adapter.values() if p.grad is not None]
-            norm = float(global_grad_norm(grads)) if grads else 0.0
-            metrics["actor/grad_norm"] = norm
-            values["actor/grad_norm"] = [norm] * len(batch.lengths)
+        # the norm of the gradient accumulated so far (this pass's included): the SDK keeps
+        # the last chunk's, which is then the whole batch's
+        grads = [p.grad for p in self._adapter.values() if p.grad is not None]
+        norm = float(global_grad_norm(grads)) if grads else 0.0
+        metrics["actor/grad_norm"] = norm
+        values["actor/grad_norm"] = [norm] * len(batch.lengths)
         return fwd_result(batch, lp_BT, loss_BT, metrics, values)
 
     def _chunk_rows(self, batch: Batch) -> int:
