@@ -228,7 +228,7 @@ class ServiceClient:
         return ModelPackageDeletion(
             model_package_arn=model_package_arn,
             model_package_deleted=True,
-            s3_uri=kept,
+            s3_uri=resp.get("S3Uri") or kept,  # where the artifacts are (were), in S3 terms
             objects_deleted=int(resp.get("ObjectsDeleted") or 0),
             artifacts_retained=kept is not None,
             retained_reason="delete_artifacts was not set" if kept else None,

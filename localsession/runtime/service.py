@@ -363,10 +363,15 @@ class Service:
     ) -> dict[str, Any]:
         """DeleteModelPackage. In-process, ``delete_artifacts`` also removes the files;
         otherwise they move to ``retained/``. Returns where they went and how many were
-        deleted (the in-process stand-in for the SDK's S3 step)."""
+        deleted (the in-process stand-in for the SDK's S3 step), and its ``S3Uri``."""
         arn = str(request.get("ModelPackageName") or "")
+        location = self.registry.get(arn).location()
         kept, deleted = self.registry.delete(arn, keep_artifacts=not delete_artifacts)
-        return {"RetainedAt": kept.as_uri() + "/" if kept else None, "ObjectsDeleted": deleted}
+        return {
+            "RetainedAt": kept.as_uri() + "/" if kept else None,
+            "ObjectsDeleted": deleted,
+            "S3Uri": location,
+        }
 
     def create_model_package_group(
         self, request: dict[str, Any], *, region: str | None = None
