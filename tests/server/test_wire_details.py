@@ -164,3 +164,24 @@ def _swallow(request: urllib.request.Request) -> None:
         urllib.request.urlopen(request, timeout=10).read()
     except urllib.error.HTTPError:
         pass
+
+
+def test_over_long_sequences_fail_the_op_naming_limit_and_length(sdk: Any) -> None:
+    """Item 8 through the unmodified SDK: the op fails; the session keeps working."""
+    import sagemaker.train.training_session as ts
+
+    long_prompt = [257] + [97] * 1999  # 2000 tokens: with max_tokens=512, 2512 > 2048
+    datum = ts.Datum(model_input=ts.ModelInput.from_ints([97] * 2049),
+                     loss_fn_inputs={"target_tokens": [97] * 2049, "weights": [1.0] * 2049})
+    with sdk.create_lora_training_client(base_model=MODEL, rank=4, alpha=8) as tc:
+        sampler = tc.create_sampling_client()
+        with pytest.raises(Exception, match=r"2512.*2048") as sampled:
+            sampler.sample(long_prompt, sampling_params=ts.SamplingParams(max_tokens=512)).result()
+        assert "max_tokens=512" in str(sampled.value)
+        with pytest.raises(Exception, match=r"datum 0: .*2049 tokens.*2048"):
+            tc.forward_backward([datum], "cross_entropy").result()
+        with pytest.raises(Exception, match=r"2049 tokens.*2048"):
+            sampler.compute_logprobs([97] * 2049).result()
+        ok = ts.Datum(model_input=ts.ModelInput.from_ints([97] * 16),
+                      loss_fn_inputs={"target_tokens": [97] * 16, "weights": [1.0] * 16})
+        assert tc.forward_backward([ok], "cross_entropy").result().metrics["loss"] > 0
