@@ -224,9 +224,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             batch = [warm_start_datum(tok, t, args.two_turn, rng) for t in rng.sample(train, 16)]
             fb = tc.forward_backward(batch, "cross_entropy")
             tc.optim_step(AdamParams(learning_rate=3e-3))
-            log.log(
-                step, phase="sft", loss=loop.loss_per_token(fb.result().metrics["loss"], batch)
-            )
+            log.log(step, phase="sft", loss=loop.loss_per_token(fb.result().metrics["loss"], batch))
         sampler, version = tc.save_weights_and_get_sampling_client(), 0
         before = evaluate(svc, sampler, tok, held_out, args.two_turn, pool)
         log.log(0, phase="rl", eval_pass_rate=before)

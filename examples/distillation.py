@@ -67,9 +67,7 @@ def train_teacher(svc: loop.Service, args: Any, train: list, steps: int, log: An
         ]
         fb = tc.forward_backward(batch, "cross_entropy")
         tc.optim_step(AdamParams(learning_rate=3e-3))
-        log.log(
-            step, phase="teacher", loss=loop.loss_per_token(fb.result().metrics["loss"], batch)
-        )
+        log.log(step, phase="teacher", loss=loop.loss_per_token(fb.result().metrics["loss"], batch))
     return tc, tc.save_weights_and_get_sampling_client()
 
 

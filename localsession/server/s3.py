@@ -272,8 +272,12 @@ def _delete_objects(store: Artifacts, request: S3Request) -> S3Response:
 
 
 def _list_buckets(store: Artifacts) -> S3Response:
-    buckets = sorted({info.location().removeprefix("s3://").partition("/")[0]
-                      for info, _ in store.registry.artifact_dirs()})
+    buckets = sorted(
+        {
+            info.location().removeprefix("s3://").partition("/")[0]
+            for info, _ in store.registry.artifact_dirs()
+        }
+    )
     entries = [
         _node("Bucket", _leaf("Name", name), _leaf("CreationDate", "1970-01-01T00:00:00.000Z"))
         for name in buckets
@@ -294,8 +298,10 @@ def handle(store: Artifacts, request: S3Request) -> S3Response:
             if method == "GET":
                 return _list_buckets(store)
         elif has_key and method in ("GET", "HEAD"):
-            return _get_object(store, S3Request(method, request.bucket, request.key,
-                                                request.query, request.headers))
+            return _get_object(
+                store,
+                S3Request(method, request.bucket, request.key, request.query, request.headers),
+            )
         elif has_key and method == "DELETE":
             store.delete(request.bucket, request.key)
             return S3Response(204, _base_headers())

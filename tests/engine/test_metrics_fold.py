@@ -34,13 +34,15 @@ def _datums(n: int, seed: int) -> list[dict[str, Any]]:
         k = 3 + i % 5
         tokens = torch.randint(0, 256, (k,), generator=gen).tolist()
         sampler = (-5.5 + 2.0 * (torch.rand(k, generator=gen) - 0.5)).tolist()
-        out.append(make_datum(
-            tokens,
-            logprobs=sampler,
-            advantages=torch.randn(k, generator=gen).tolist(),
-            weights=[0.0] + torch.rand(k - 1, generator=gen).tolist(),
-            ref_log_prob=[v + 0.1 for v in sampler],
-        ))
+        out.append(
+            make_datum(
+                tokens,
+                logprobs=sampler,
+                advantages=torch.randn(k, generator=gen).tolist(),
+                weights=[0.0] + torch.rand(k - 1, generator=gen).tolist(),
+                ref_log_prob=[v + 0.1 for v in sampler],
+            )
+        )
     return out
 
 
@@ -54,8 +56,15 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
 ) -> None:
     datums = _datums(1100, seed=1)
     if loss_fn == "cross_entropy":
-        datums = [{**d, "lossFnInputs": {k: v for k, v in d["lossFnInputs"].items()
-                                         if k in ("target_tokens", "weights")}} for d in datums]
+        datums = [
+            {
+                **d,
+                "lossFnInputs": {
+                    k: v for k, v in d["lossFnInputs"].items() if k in ("target_tokens", "weights")
+                },
+            }
+            for d in datums
+        ]
     whole_engine, chunk_engine = make_engine(seed=5), make_engine(seed=5)
     for engine in (whole_engine, chunk_engine):  # one identical step: LoRA B non-zero
         engine.forward_backward(datums[:8], "cross_entropy", None, backward=True)
@@ -76,8 +85,9 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
     for key in FOLDED:
         assert folded.metrics[key] == pytest.approx(got[key], rel=1e-5, abs=1e-6), key
     assert got["actor/pg_loss"] == got["loss"]
-    assert got["global_token_num"] == sum(len(d["modelInput"]["chunks"][0]["tokens"])
-                                          for d in datums)
+    assert got["global_token_num"] == sum(
+        len(d["modelInput"]["chunks"][0]["tokens"]) for d in datums
+    )
     # loss is the per-datum mean of each datum's summed loss
     sums = [sum(o["elementwise_loss"]["data"]) for o in whole["lossFnOutputs"]]
     assert got["loss"] == pytest.approx(sum(sums) / len(sums), rel=1e-5)
@@ -89,8 +99,9 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
     assert set(whole["lossFnOutputs"][0]) == {"logprobs", "elementwise_loss"} | actor
     # per-datum outputs line up with the SDK's concatenation, actor/* keys included
     assert len(folded.loss_fn_outputs) == len(whole["lossFnOutputs"]) == 1100
-    for mine, theirs in zip(whole["lossFnOutputs"][::97], folded.loss_fn_outputs[::97],
-                            strict=True):
+    for mine, theirs in zip(
+        whole["lossFnOutputs"][::97], folded.loss_fn_outputs[::97], strict=True
+    ):
         assert set(mine) == set(theirs)
         for key in set(mine) - {"actor/grad_norm"}:  # a chunk's norm is its own, partial
             assert mine[key]["data"] == pytest.approx(theirs[key]["data"], abs=1e-5), key
@@ -106,7 +117,8 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
     lengths = [len(d["modelInput"]["chunks"][0]["tokens"]) for d in datums]
     config = base.config
     forward = 2 * params * sum(lengths) + 4 * config.num_hidden_layers * config.hidden_size * sum(
-        n * n for n in lengths)
+        n * n for n in lengths
+    )
     assert flops == pytest.approx(3 * forward, rel=1e-9)
     assert mfu >= flops / (peak * wall) * 0.999  # its elapsed time is inside the wall time
 
@@ -125,8 +137,9 @@ def test_over_long_inputs_fail_naming_the_limit_and_the_length(
 
     with pytest.raises(EngineInputError, match=rf"{limit - 10 + 11}.* {limit}"):
         tiny_engine.sample(None, [SampleRequest(prompt=[1] * (limit - 10), max_tokens=11)])
-    done = tiny_engine.sample(None, [SampleRequest(prompt=[1] * (limit - 10), max_tokens=10,
-                                                   temperature=0.0)])
+    done = tiny_engine.sample(
+        None, [SampleRequest(prompt=[1] * (limit - 10), max_tokens=10, temperature=0.0)]
+    )
     assert len(done[0]["sequences"][0]["tokens"]) <= 10
     with pytest.raises(EngineInputError, match=rf"{limit + 1} tokens.* {limit}"):
         tiny_engine.compute_logprobs(None, long)

@@ -63,13 +63,18 @@ def test_a_sampler_reads_a_package_of_any_rank_and_alpha(
     base = sampler.compute_logprobs(None, tokens)
     assert max(abs(a - b) for a, b in zip(got[1:], base[1:], strict=True)) > 1e-3  # trained
 
-    request = SampleRequest(prompt=PROMPT, max_tokens=12, temperature=0.0, seed=0,
-                            include_prompt_logprobs=True)
+    request = SampleRequest(
+        prompt=PROMPT, max_tokens=12, temperature=0.0, seed=0, include_prompt_logprobs=True
+    )
     mine = sampler.sample(package, [request])[0]
     theirs = saver.sample(package, [request])[0]
     assert mine["sequences"][0]["tokens"] == theirs["sequences"][0]["tokens"]
-    torch.testing.assert_close(torch.tensor(mine["promptLogprobs"][1:]),
-                               torch.tensor(expected[: len(PROMPT) - 1]), atol=2e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(mine["promptLogprobs"][1:]),
+        torch.tensor(expected[: len(PROMPT) - 1]),
+        atol=2e-5,
+        rtol=0,
+    )
 
     # the sampler's own adapter and scale are untouched, bit for bit
     after = sampler.adapter_state_dict()

@@ -268,8 +268,12 @@ def test_signed_requests_pass_and_others_are_refused(
     # Unsigned: no Authorization header at all, on every route (admin included) but the
     # health probe, which says nothing else.
     assert secured.request("GET", "/_localsession/health")[::2] == (200, {"status": "ok"})
-    for method, path in (("POST", "/"), ("POST", "/_localsession/reset"), ("POST", "/v1/x"),
-                         ("GET", "/s3/bucket")):
+    for method, path in (
+        ("POST", "/"),
+        ("POST", "/_localsession/reset"),
+        ("POST", "/v1/x"),
+        ("GET", "/s3/bucket"),
+    ):
         status, headers, body = secured.request(
             method, path, b"{}", {"X-Amz-Target": "SageMaker.ListTrainingSessions"}
         )

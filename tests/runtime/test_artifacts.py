@@ -16,8 +16,12 @@ from localsession.runtime.errors import ServiceError
 from localsession.runtime.registry import DEFAULT_S3_PREFIX, Registry, package_s3_uri
 from localsession.server.s3 import S3Request, handle
 
-FILES = {"adapter_model.safetensors": b"A" * 300, "adapter_config.json": b"{}",
-         "merged/config.json": b'{"x": 1}', "merged/model.safetensors": bytes(range(256)) * 9}
+FILES = {
+    "adapter_model.safetensors": b"A" * 300,
+    "adapter_config.json": b"{}",
+    "merged/config.json": b'{"x": 1}',
+    "merged/model.safetensors": bytes(range(256)) * 9,
+}
 
 
 def _write(folder: Path) -> None:
@@ -26,23 +30,37 @@ def _write(folder: Path) -> None:
         (folder / name).write_bytes(data)
 
 
-def _save(registry: Registry, output: str | None, session: str = "s1", region: str | None = None
-          ) -> str:
-    info = registry.create("grp", kind="model", base_model="m", lora_rank=4, lora_alpha=8,
-                           description="", session=session, merged=True, write=_write,
-                           region=region, s3_output_path=output)
+def _save(
+    registry: Registry, output: str | None, session: str = "s1", region: str | None = None
+) -> str:
+    info = registry.create(
+        "grp",
+        kind="model",
+        base_model="m",
+        lora_rank=4,
+        lora_alpha=8,
+        description="",
+        session=session,
+        merged=True,
+        write=_write,
+        region=region,
+        s3_output_path=output,
+    )
     return info.arn
 
 
-@pytest.mark.parametrize(("output", "expected"), [
-    ("s3://bucket/out", "s3://bucket/out/s1/grp/3/"),
-    ("s3://bucket/out/", "s3://bucket/out/s1/grp/3/"),
-    ("s3://bucket//a//b/", "s3://bucket/a/b/s1/grp/3/"),
-    ("s3://bucket", "s3://bucket/s1/grp/3/"),
-    ("file:///tmp/x", f"{DEFAULT_S3_PREFIX}/grp/3/"),
-    ("s3:///no-bucket", f"{DEFAULT_S3_PREFIX}/grp/3/"),
-    (None, f"{DEFAULT_S3_PREFIX}/grp/3/"),
-])
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ("s3://bucket/out", "s3://bucket/out/s1/grp/3/"),
+        ("s3://bucket/out/", "s3://bucket/out/s1/grp/3/"),
+        ("s3://bucket//a//b/", "s3://bucket/a/b/s1/grp/3/"),
+        ("s3://bucket", "s3://bucket/s1/grp/3/"),
+        ("file:///tmp/x", f"{DEFAULT_S3_PREFIX}/grp/3/"),
+        ("s3:///no-bucket", f"{DEFAULT_S3_PREFIX}/grp/3/"),
+        (None, f"{DEFAULT_S3_PREFIX}/grp/3/"),
+    ],
+)
 def test_package_uris_lie_under_the_output_path(output: str | None, expected: str) -> None:
     assert package_s3_uri(output, "s1", "grp", 3) == expected
 
@@ -54,7 +72,8 @@ def test_arns_take_the_callers_region(tmp_path: Path) -> None:
     assert arn.startswith("arn:aws:sagemaker:eu-west-3:000000000000:model-package/grp/2")
     assert registry.get(arn).arn == arn
     assert registry.create_group("made", "", "ap-south-1")["ModelPackageGroupArn"].startswith(
-        "arn:aws:sagemaker:ap-south-1:")
+        "arn:aws:sagemaker:ap-south-1:"
+    )
 
 
 def test_list_head_get_and_delete(tmp_path: Path) -> None:
@@ -65,7 +84,7 @@ def test_list_head_get_and_delete(tmp_path: Path) -> None:
     page = store.list("bkt", prefix)
     assert [o.key for o in page.objects] == sorted(prefix + k for k in FILES)
     for obj in page.objects:
-        data = FILES[obj.key[len(prefix):]]
+        data = FILES[obj.key[len(prefix) :]]
         assert obj.size == len(data) and obj.etag == f'"{hashlib.md5(data).hexdigest()}"'
     assert store.list("bkt", "out/s1/").objects == page.objects  # a shorter prefix
     assert store.list("bkt", "out/s1/grp/1/merged/x").objects == []
@@ -79,8 +98,14 @@ def test_list_head_get_and_delete(tmp_path: Path) -> None:
     assert folded.common_prefixes == [prefix + "merged/"] and len(folded.objects) == 2
     assert store.head("bkt", prefix + "merged/config.json").size == len(FILES["merged/config.json"])
 
-    for bad in (prefix + "package.json", prefix + "../1/adapter_config.json", prefix,
-                prefix + "merged", prefix + "merged//config.json", "out/s1/grp/1"):
+    for bad in (
+        prefix + "package.json",
+        prefix + "../1/adapter_config.json",
+        prefix,
+        prefix + "merged",
+        prefix + "merged//config.json",
+        "out/s1/grp/1",
+    ):
         with pytest.raises(ServiceError) as err:
             store.head("bkt", bad)
         assert (err.value.code, err.value.http_status) == ("NoSuchKey", 404), bad
@@ -120,14 +145,18 @@ def test_the_protocol_handler_without_http(tmp_path: Path) -> None:
     key = "out/s1/grp/1/merged/model.safetensors"
     got = handle(store, S3Request("GET", "bkt", key, headers={"range": "bytes=-5"}))
     assert got.status == 206 and got.content() == FILES["merged/model.safetensors"][-5:]
-    listed = handle(store, S3Request("GET", "bkt", query={"list-type": "2", "prefix": "out/",
-                                                          "encoding-type": "url"}))
+    listed = handle(
+        store,
+        S3Request("GET", "bkt", query={"list-type": "2", "prefix": "out/", "encoding-type": "url"}),
+    )
     assert listed.status == 200 and listed.body.count(b"<Contents>") == len(FILES)
     for request, code in [
         (S3Request("GET", "bkt", query={"list-type": "1"}), b"NotImplemented"),
         (S3Request("GET", "bkt", query={"list-type": "2", "max-keys": "x"}), b"InvalidArgument"),
-        (S3Request("GET", "bkt", query={"list-type": "2", "encoding-type": "b64"}),
-         b"InvalidArgument"),
+        (
+            S3Request("GET", "bkt", query={"list-type": "2", "encoding-type": "b64"}),
+            b"InvalidArgument",
+        ),
         (S3Request("POST", "bkt", query={"delete": ""}, body=b"<Delete/>"), b"MalformedXML"),
         (S3Request("POST", "bkt", query={"delete": ""}, body=b"<Nope/>"), b"MalformedXML"),
         (S3Request("GET", "bkt", key, headers={"range": "bytes=99999-"}), b"InvalidRange"),

@@ -70,7 +70,7 @@ def test_a_merged_package_lists_and_downloads_byte_identically(
     listed = _list_all(s3, bucket, prefix)
     assert [o["Key"] for o in listed] == [prefix + k for k in on_disk]
     for obj in listed:
-        data = on_disk[obj["Key"][len(prefix):]]
+        data = on_disk[obj["Key"][len(prefix) :]]
         assert obj["Size"] == len(data)
         assert obj["ETag"] == f'"{hashlib.md5(data).hexdigest()}"'
     # two keys a page: the continuation tokens walk the same keys
@@ -79,7 +79,7 @@ def test_a_merged_package_lists_and_downloads_byte_identically(
     # a delimiter folds merged/ into one common prefix
     top = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, Delimiter="/")
     assert [p["Prefix"] for p in top["CommonPrefixes"]] == [prefix + "merged/"]
-    assert all("/" not in o["Key"][len(prefix):] for o in top["Contents"])
+    assert all("/" not in o["Key"][len(prefix) :] for o in top["Contents"])
 
     for key, data in on_disk.items():
         assert s3.get_object(Bucket=bucket, Key=prefix + key)["Body"].read() == data
@@ -120,8 +120,9 @@ def test_delete_artifacts_through_the_sdk_removes_the_files(
     listed = _list_all(s3, kept_bucket, kept_prefix)
     assert [o["Key"] for o in listed] == [kept_prefix + k for k in kept_files]
     # ...until the user deletes them with plain S3 calls
-    s3.delete_objects(Bucket=kept_bucket,
-                      Delete={"Objects": [{"Key": o["Key"]} for o in listed], "Quiet": True})
+    s3.delete_objects(
+        Bucket=kept_bucket, Delete={"Objects": [{"Key": o["Key"]} for o in listed], "Quiet": True}
+    )
     assert _list_all(s3, kept_bucket, kept_prefix) == []
     assert not any((server.service.config.home / "retained").glob("g-*"))
 

@@ -36,9 +36,12 @@ def local_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
 def _packages(svc: Any, ts: Any) -> dict[tuple[int, int], tuple[str, str, list[float | None]]]:
     """Per (rank, alpha): a MODEL and a CHECKPOINT package of one trained step, and the
     saving session's own logprobs of TEXT under that adapter."""
-    batch = [ts.Datum(model_input=ts.ModelInput.from_ints(TEXT[:-1]),
-                      loss_fn_inputs={"target_tokens": TEXT[1:],
-                                      "weights": [1.0] * (len(TEXT) - 1)})]
+    batch = [
+        ts.Datum(
+            model_input=ts.ModelInput.from_ints(TEXT[:-1]),
+            loss_fn_inputs={"target_tokens": TEXT[1:], "weights": [1.0] * (len(TEXT) - 1)},
+        )
+    ]
     out = {}
     for rank, alpha in SAVED:
         with svc.create_lora_training_client(base_model=MODEL, rank=rank, alpha=alpha) as tc:
@@ -74,8 +77,7 @@ def _check_both_forms(svc: Any, ts: Any) -> None:
                     assert len(sampled.result().sequences) == 2
             # the TrainingClient form: a rank-16 session names each package per request
             for arn in (model, checkpoint):
-                _close(other.create_sampling_client(arn).compute_logprobs(TEXT).result(),
-                       expected)
+                _close(other.create_sampling_client(arn).compute_logprobs(TEXT).result(), expected)
 
 
 def test_both_forms_over_the_wire(sdk: Any) -> None:
@@ -87,8 +89,9 @@ def test_both_forms_over_the_wire(sdk: Any) -> None:
 def test_both_forms_in_process(local_service: Service) -> None:
     import localsession as ls
 
-    svc = LocalServiceClient(role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path=S3,
-                             backend=local_service)
+    svc = LocalServiceClient(
+        role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path=S3, backend=local_service
+    )
     _check_both_forms(svc, ls)
     # like the SDK, the implicit sampling session is rank 32, alpha 64 whatever the package's
     arn = next(iter(_packages(svc, ls).values()))[0]

@@ -37,15 +37,17 @@ def test_arns_name_the_sdk_clients_region(sdk: Any, server: Running) -> None:
 
     region = "eu-central-1"
     group = GROUP.replace("us-west-2", region)
-    client = ts.ServiceClient(region=region, role_arn=ROLE, model_package_group_arn=group,
-                              s3_output_path=S3)
+    client = ts.ServiceClient(
+        region=region, role_arn=ROLE, model_package_group_arn=group, s3_output_path=S3
+    )
     with client.create_lora_training_client(base_model=MODEL, rank=4, alpha=8) as tc:
         arn = tc.save_state().result().model_package_arn
         name = tc.training_session_name
     assert arn.startswith(f"arn:aws:sagemaker:{region}:"), arn
     detail = server.service.describe_training_session({"TrainingSessionName": name})
     assert detail["TrainingSessionDetail"]["TrainingSessionArn"].startswith(
-        f"arn:aws:sagemaker:{region}:")
+        f"arn:aws:sagemaker:{region}:"
+    )
     cp = boto3.client("sagemaker", region_name="ap-south-1")
     made = cp.create_model_package_group(ModelPackageGroupName="regional-group")
     assert made["ModelPackageGroupArn"].startswith("arn:aws:sagemaker:ap-south-1:")
@@ -64,11 +66,16 @@ def test_arns_name_the_in_process_clients_region(tmp_path: Path) -> None:
         assert arn.startswith("arn:aws:sagemaker:sa-east-1:000000000000:model-package/")
         detail = service.describe_training_session({"TrainingSessionName": name})
         assert detail["TrainingSessionDetail"]["TrainingSessionArn"].startswith(
-            "arn:aws:sagemaker:sa-east-1:")
+            "arn:aws:sagemaker:sa-east-1:"
+        )
         assert ":sa-east-1:" in detail["TrainingSessionDetail"]["ModelPackageGroupArn"]
         # and its package is still found, listed and sampled from any client
-        assert client.list_model_packages(model_package_group_arn="sagemaker-default",
-                                          max_results=5)[0].model_package_arn == arn
+        assert (
+            client.list_model_packages(model_package_group_arn="sagemaker-default", max_results=5)[
+                0
+            ].model_package_arn
+            == arn
+        )
     finally:
         service.close()
 
@@ -79,8 +86,11 @@ def test_malformed_session_names_are_validation_errors(
 ) -> None:
     sdk_env(server)
     cp = boto3.client("sagemaker")
-    for call in (cp.describe_training_session, cp.stop_training_session,
-                 cp.delete_training_session):
+    for call in (
+        cp.describe_training_session,
+        cp.stop_training_session,
+        cp.delete_training_session,
+    ):
         with pytest.raises(ClientError) as err:
             call(TrainingSessionName=name)
         assert _code(err) == ("ValidationException", 400), (call, name)
@@ -171,8 +181,10 @@ def test_over_long_sequences_fail_the_op_naming_limit_and_length(sdk: Any) -> No
     import sagemaker.train.training_session as ts
 
     long_prompt = [257] + [97] * 1999  # 2000 tokens: with max_tokens=512, 2512 > 2048
-    datum = ts.Datum(model_input=ts.ModelInput.from_ints([97] * 2049),
-                     loss_fn_inputs={"target_tokens": [97] * 2049, "weights": [1.0] * 2049})
+    datum = ts.Datum(
+        model_input=ts.ModelInput.from_ints([97] * 2049),
+        loss_fn_inputs={"target_tokens": [97] * 2049, "weights": [1.0] * 2049},
+    )
     with sdk.create_lora_training_client(base_model=MODEL, rank=4, alpha=8) as tc:
         sampler = tc.create_sampling_client()
         with pytest.raises(Exception, match=r"2512.*2048") as sampled:
@@ -182,6 +194,8 @@ def test_over_long_sequences_fail_the_op_naming_limit_and_length(sdk: Any) -> No
             tc.forward_backward([datum], "cross_entropy").result()
         with pytest.raises(Exception, match=r"2049 tokens.*2048"):
             sampler.compute_logprobs([97] * 2049).result()
-        ok = ts.Datum(model_input=ts.ModelInput.from_ints([97] * 16),
-                      loss_fn_inputs={"target_tokens": [97] * 16, "weights": [1.0] * 16})
+        ok = ts.Datum(
+            model_input=ts.ModelInput.from_ints([97] * 16),
+            loss_fn_inputs={"target_tokens": [97] * 16, "weights": [1.0] * 16},
+        )
         assert tc.forward_backward([ok], "cross_entropy").result().metrics["loss"] > 0
