@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import os
+import shutil
+import subprocess
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from localsession.runtime.registry import INDEX_FILE, RETAINED_FILE
+from localsession.server.runner import client_env
 
 from .common import S3, Running
 
@@ -156,3 +160,26 @@ def test_s3_bad_input(sdk: Any, s3: Any, server: Running) -> None:
     conn.request("PUT", f"/s3/{bucket}/x", body=b"data")
     answer = conn.getresponse()
     assert answer.status == 405 or b"NotImplemented" in answer.read()
+
+
+@pytest.mark.skipif(shutil.which("aws") is None, reason="the AWS CLI is not installed")
+def test_the_aws_cli_copies_a_merged_model(sdk: Any, server: Running, tmp_path: Path) -> None:
+    """``aws s3 ls`` / ``aws s3 cp --recursive`` with the printed exports, as a user would."""
+    with sdk.create_lora_training_client(base_model=MODEL, rank=4, alpha=8) as tc:
+        arn = tc.save_weights_for_sampler(merge_weights=True).result().model_package_arn
+    uri, _, _ = _location(sdk, arn)
+    env = {**os.environ, **client_env(server.url, "us-west-2")}
+    listed = subprocess.run(
+        ["aws", "s3", "ls", "--recursive", uri], env=env, capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    merged = _files(server.service.registry.path(arn) / "merged")
+    assert sum("/merged/" in line for line in listed.stdout.splitlines()) == len(merged)
+    copied = subprocess.run(
+        ["aws", "s3", "cp", "--recursive", uri + "merged/", str(tmp_path / "model")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert _files(tmp_path / "model") == merged
