@@ -43,6 +43,7 @@ from typing import Any
 from botocore.auth import SIGV4_TIMESTAMP, UNSIGNED_PAYLOAD, S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localsession.runtime.errors import ServiceError
@@ -216,7 +217,10 @@ class RequestGuard:
             if self.credential is not None:
                 self._authorize(scope, headers, body)
         except ServiceError as exc:
-            response = wire.error(exc, protocol)
+            if scope["path"] == "/s3" or scope["path"].startswith("/s3/"):
+                response = _s3_refusal(exc, scope)
+            else:
+                response = wire.error(exc, protocol)
             if exc.http_status == 413:
                 response.headers["connection"] = "close"
             await response(scope, receive, send)
@@ -253,6 +257,29 @@ class RequestGuard:
             headers,
             body,
         )
+
+
+#: The codes S3 answers the same refusals with.
+_S3_CODES = {
+    "MissingAuthenticationTokenException": "AccessDenied",
+    "IncompleteSignatureException": "AuthorizationHeaderMalformed",
+    "UnrecognizedClientException": "InvalidAccessKeyId",
+    "InvalidSignatureException": "SignatureDoesNotMatch",
+    "ValidationException": "EntityTooLarge",
+}
+
+
+def _s3_refusal(exc: ServiceError, scope: Scope) -> Response:
+    """A refusal of an S3 request, in S3's XML error shape (server/s3.py)."""
+    from localsession.server import s3
+
+    code = _S3_CODES.get(exc.code, exc.code) if exc.http_status in (403, 413) else exc.code
+    answer = s3.error_response(
+        ServiceError(code, exc.message, exc.http_status),
+        scope["path"].removeprefix(s3.PREFIX) or "/",
+        head=scope["method"] == "HEAD",
+    )
+    return Response(answer.body, answer.status, answer.headers)
 
 
 def _content_length(headers: list[tuple[str, str]]) -> int | None:
