@@ -126,10 +126,11 @@ def datums(rows: list[list[int]]) -> list[Datum]:
 
 
 def api_step(tc: TrainingClient, rows: list[list[int]]) -> float:
-    """One step through the public client, as a user's loop writes it; returns the loss."""
+    """One step through the public client, as a user's loop writes it; returns the summed
+    loss (the service reports the mean over datums of each datum's sum)."""
     fb = tc.forward_backward(datums(rows), "cross_entropy")
     opt = tc.optim_step(AdamParams(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY))
-    loss = float(fb.result().metrics["loss"])
+    loss = float(fb.result().metrics["loss"]) * len(rows)
     opt.result()
     return loss
 

@@ -17,7 +17,8 @@ CAPABILITIES: dict[str, str] = {
     "`elementwise_loss`, one per position",
     "loss.formulas": "§1 per-token losses: cross_entropy, importance_sampling, ppo, cispo, "
     "with absolute clip bounds (defaults ppo 0.8/1.2, cispo 0.0/4.0)",
-    "loss.sum_reduction": "§1 the `loss` metric is the plain sum over positions and datums",
+    "loss.sum_reduction": "§1 gradients are the plain sum over positions and datums; the `loss` "
+    "metric is the mean over datums of each datum's summed loss",
     "loss.rl_metrics": "§1 RL losses report `actor/pg_clipfrac` and `actor/ppo_kl`",
     "loss.temperature_input": "§1 a per-token `temperature` input tempers the trainer's logits",
     "forward.bit_exact": "§1 forward and forward_backward logprobs agree bit for bit",

@@ -224,9 +224,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             batch = [warm_start_datum(tok, t, args.two_turn, rng) for t in rng.sample(train, 16)]
             fb = tc.forward_backward(batch, "cross_entropy")
             tc.optim_step(AdamParams(learning_rate=3e-3))
-            log.log(
-                step, phase="sft", loss=fb.result().metrics["loss"] / loop.weighted_tokens(batch)
-            )
+            log.log(step, phase="sft", loss=loop.loss_per_token(fb.result().metrics["loss"], batch))
         sampler, version = tc.save_weights_and_get_sampling_client(), 0
         before = evaluate(svc, sampler, tok, held_out, args.two_turn, pool)
         log.log(0, phase="rl", eval_pass_rate=before)
@@ -251,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             step_started = time.perf_counter()
             top_up()
             used, requeued, lags, trajs_all, fbs, n_train_tokens = 0, 0, [], [], [], 0
+            fb_sizes: list[int] = []  # datums per forward_backward, to undo its mean
             while used < groups:
                 g = pending.popleft()
                 if version - g.version > args.max_lag:  # too stale: requeue the task
@@ -272,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     ]
                     n_train_tokens += loop.batch_tokens(datums)
                     fbs.append(tc.forward_backward(datums, "cispo"))
+                    fb_sizes.append(len(datums))
                 top_up()
             opt = tc.optim_step(AdamParams(learning_rate=args.learning_rate))
             results = [f.result() for f in fbs]
@@ -291,7 +291,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "tokens_per_s": n_train_tokens / (time.perf_counter() - step_started),
             }
             if results:
-                metrics["loss"] = sum(r.metrics["loss"] for r in results) / max(1, n_train_tokens)
+                # each op reports the mean over its datums of their summed loss
+                summed = sum(r.metrics["loss"] * k for r, k in zip(results, fb_sizes, strict=True))
+                metrics["loss"] = summed / max(1, n_train_tokens)
                 metrics["kl_sample_train"] = sum(
                     r.metrics.get("actor/ppo_kl", 0.0) for r in results
                 ) / len(results)

@@ -67,9 +67,7 @@ def train_teacher(svc: loop.Service, args: Any, train: list, steps: int, log: An
         ]
         fb = tc.forward_backward(batch, "cross_entropy")
         tc.optim_step(AdamParams(learning_rate=3e-3))
-        log.log(
-            step, phase="teacher", loss=fb.result().metrics["loss"] / loop.weighted_tokens(batch)
-        )
+        log.log(step, phase="teacher", loss=loop.loss_per_token(fb.result().metrics["loss"], batch))
     return tc, tc.save_weights_and_get_sampling_client()
 
 
@@ -150,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 student = tc.save_weights_and_get_sampling_client()
                 metrics = {
                     "reverse_kl": gaps / max(1, n_sampled),
-                    "loss": out.metrics["loss"] / loop.weighted_tokens(datums),
+                    "loss": loop.loss_per_token(out.metrics["loss"], datums),
                     "kl_sample_train": out.metrics.get("actor/ppo_kl", 0.0),
                     "sampled_tokens": n_sampled,
                     "train_tokens": loop.batch_tokens(datums),

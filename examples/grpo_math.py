@@ -95,7 +95,7 @@ def warm_start(
         started = time.perf_counter()
         fb = tc.forward_backward(batch, "cross_entropy")
         tc.optim_step(AdamParams(learning_rate=3e-3))
-        loss = fb.result().metrics["loss"] / loop.weighted_tokens(batch)
+        loss = loop.loss_per_token(fb.result().metrics["loss"], batch)
         seconds = time.perf_counter() - started
         log.log(step, phase="sft", loss=loss, train_tokens_per_s=loop.batch_tokens(batch) / seconds)
 
@@ -145,7 +145,7 @@ def grpo_step(
         fb = tc.forward_backward(datums, "ppo")
         opt = tc.optim_step(AdamParams(learning_rate=lr))
         out = fb.result()
-        metrics["loss"] = out.metrics["loss"] / loop.weighted_tokens(datums)
+        metrics["loss"] = loop.loss_per_token(out.metrics["loss"], datums)
         metrics["kl_sample_train"] = out.metrics.get("actor/ppo_kl", 0.0)
         metrics["clipfrac"] = out.metrics.get("actor/pg_clipfrac", 0.0)
         metrics["grad_norm"] = opt.result().metrics.get("grad_norm", 0.0)

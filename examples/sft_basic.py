@@ -39,7 +39,8 @@ def main() -> None:
                     },
                 )
             )
-        n = sum(sum(d.loss_fn_inputs["weights"].data) for d in batch)  # tokens the loss sums
+        # tokens per datum the loss counts (it is reported as a mean over datums)
+        n = sum(sum(d.loss_fn_inputs["weights"].data) for d in batch) / len(batch)
         for step in range(100):
             fb = tc.forward_backward(batch, loss_fn="cross_entropy")
             tc.optim_step(AdamParams(learning_rate=5e-3))

@@ -50,7 +50,7 @@ def chat_datum(tok: Any, question: str, answer: str) -> Datum:
 def held_out_loss(tc: Any, batch: list[Datum]) -> float:
     """Loss per answer token on the held-out set (``forward``: no gradient)."""
     out = tc.forward(batch, "cross_entropy").result()
-    return float(out.metrics["loss"]) / loop.weighted_tokens(batch)
+    return loop.loss_per_token(float(out.metrics["loss"]), batch)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             opt.result()
             trained_tokens += int(metrics.get("global_token_num", loop.batch_tokens(batch)))
             record: dict[str, float] = {
-                "loss": metrics["loss"] / loop.weighted_tokens(batch),
+                "loss": loop.loss_per_token(metrics["loss"], batch),
                 "tokens_per_s": loop.batch_tokens(batch) / (time.perf_counter() - step_started),
                 "train_tokens": trained_tokens,
             }

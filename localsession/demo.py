@@ -66,11 +66,11 @@ def chat_datum(tokenizer: object, question: str, answer: str) -> Datum:
 def per_token_loss(tc: object, batch: list[Datum]) -> float:
     """Mean loss per weighted token, from ``forward`` (no gradient)."""
     out = tc.forward(batch, loss_fn="cross_entropy").result()  # type: ignore[attr-defined]
-    return float(out.metrics["loss"]) / answer_tokens(batch)
+    return float(out.metrics["loss"]) * len(batch) / answer_tokens(batch)  # a per-datum mean
 
 
 def answer_tokens(batch: list[Datum]) -> float:
-    """The number of tokens the loss counts (the weights' sum); the loss is a plain sum."""
+    """The number of tokens the loss counts (the weights' sum)."""
     total = 0.0
     for datum in batch:
         assert datum.loss_fn_inputs is not None
@@ -95,7 +95,8 @@ def run(
         for _ in bar:
             fb = tc.forward_backward(train, loss_fn="cross_entropy")
             tc.optim_step(AdamParams(learning_rate=learning_rate))
-            bar.set_postfix(loss=f"{fb.result().metrics['loss'] / answer_tokens(train):.3f}")
+            loss = fb.result().metrics["loss"] * len(train) / answer_tokens(train)
+            bar.set_postfix(loss=f"{loss:.3f}")
         seconds = time.perf_counter() - started
         loss_after = per_token_loss(tc, train)
         held_after = per_token_loss(tc, held_out)

@@ -82,7 +82,8 @@ def test_rl_loss_closed_form_with_default_clips(
         got = output(out, "elementwise_loss")[d]
         assert got == pytest.approx(expected, rel=1e-4, abs=1e-5), (loss_fn, d)
         total += sum(expected)
-    assert out.metrics["loss"] == pytest.approx(total, rel=1e-4, abs=1e-5)
+    # reported: the mean over datums of each datum's summed loss
+    assert out.metrics["loss"] == pytest.approx(total / len(datums), rel=1e-4, abs=1e-5)
 
 
 @pytest.mark.requires("loss.outputs", "loss.formulas", "loss.sum_reduction")
@@ -100,7 +101,7 @@ def test_clip_thresholds_are_absolute_ratio_bounds(
         for d, lp in enumerate(logprobs(out))
         for i in range(len(lp))
     )
-    assert out.metrics["loss"] == pytest.approx(expected, rel=1e-4, abs=1e-5)
+    assert out.metrics["loss"] == pytest.approx(expected / len(datums), rel=1e-4, abs=1e-5)
 
 
 @pytest.mark.requires("loss.rl_metrics", "loss.outputs")

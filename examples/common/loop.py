@@ -177,6 +177,12 @@ def weighted_tokens(batch: Sequence[Datum]) -> float:
     return total
 
 
+def loss_per_token(loss: float, batch: Sequence[Datum]) -> float:
+    """A batch's loss per weighted token, from its reported ``loss`` (the mean over datums of
+    each datum's summed loss, as the service reports it)."""
+    return loss * len(batch) / weighted_tokens(batch)
+
+
 def batch_tokens(batch: Sequence[Datum]) -> int:
     return sum(d.model_input.length for d in batch if d.model_input is not None)
 

@@ -228,7 +228,7 @@ class ServiceClient:
         return ModelPackageDeletion(
             model_package_arn=model_package_arn,
             model_package_deleted=True,
-            s3_uri=kept,
+            s3_uri=resp.get("S3Uri") or kept,  # where the artifacts are (were), in S3 terms
             objects_deleted=int(resp.get("ObjectsDeleted") or 0),
             artifacts_retained=kept is not None,
             retained_reason="delete_artifacts was not set" if kept else None,
@@ -358,19 +358,12 @@ class ServiceClient:
         if bool(base_model) == bool(model_package_arn):
             raise ValueError("Specify exactly one of base_model or model_package_arn.")
         if model_package_arn:
-            # Per-request ARN, no loadWeightsForSampling (SDK §3.2). The session's rank is the
-            # package's, so the runtime's compatibility check passes (the SDK cannot choose).
-            package = self._describe_package(model_package_arn)
-            rank = int((package.get("CustomerMetadataProperties") or {}).get("LoraRank", 0))
+            # Per-request ARN, no loadWeightsForSampling (SDK §3.2); like the SDK, the session
+            # is rank 32, alpha 64 whatever the package's (the engine samples it with its own).
             base_model = self._base_model_of(model_package_arn)
         name = self._generate_session_name()
         assert base_model is not None
-        self._create_session(
-            name,
-            base_model,
-            rank=rank if model_package_arn and rank else DEFAULT_LORA_RANK,
-            alpha=DEFAULT_LORA_ALPHA,
-        )
+        self._create_session(name, base_model, rank=DEFAULT_LORA_RANK, alpha=DEFAULT_LORA_ALPHA)
         return SamplingClient(
             training_session_name=name,
             runtime=self._backend,
@@ -421,7 +414,9 @@ class ServiceClient:
             request["VpcConfig"] = vpc._to_api()
         call(
             "CreateTrainingSession",
-            lambda: self._backend.create_training_session(request, strict=self._strict),
+            lambda: self._backend.create_training_session(
+                request, strict=self._strict, region=self._region
+            ),
         )
         try:
             self._wait_until_running(name)

@@ -190,6 +190,48 @@ def read_adapter(directory: str | Path, layout: AdapterLayout) -> dict[str, Tens
     return tensors
 
 
+def adapter_scaling(rank: int, alpha: float, use_rslora: bool) -> float:
+    """peft's LoRA scale: ``alpha / r`` (``alpha / sqrt(r)`` with rsLoRA)."""
+    return float(alpha) / (float(rank) ** 0.5 if use_rslora else float(rank))
+
+
+def read_sampling_adapter(
+    directory: str | Path, layout: AdapterLayout
+) -> tuple[dict[str, Tensor], float | None]:
+    """A package's adapter for *sampling*, at whatever rank and alpha it was saved with.
+
+    Returns ``(tensors by file key, None)`` when the package fits ``layout`` exactly (what
+    :func:`read_adapter` returns), else ``(tensors, scaling)``: the same modules, with each
+    ``lora_A`` of shape ``[r', in]`` and ``lora_B`` of shape ``[out, r']`` for the package's
+    own rank ``r'``, and the scale its own ``adapter_config.json`` gives.
+    """
+    path = Path(directory)
+    fix = "sample a package saved from a session on the same base model"
+    config = _read_json(path, ADAPTER_CONFIG, fix) if path.is_dir() else {}
+    rank, alpha = config.get("r"), config.get("lora_alpha")
+    rslora = bool(config.get("use_rslora", False))
+    if not path.is_dir() or (
+        rank == layout.rank
+        and isinstance(alpha, (int, float))
+        and float(alpha) == layout.alpha
+        and rslora == layout.use_rslora
+    ):
+        return read_adapter(directory, layout), None
+    if type(rank) is not int or rank < 1 or not isinstance(alpha, (int, float)) or alpha <= 0:
+        raise _error(directory, f"adapter_config.json has r={rank!r}, lora_alpha={alpha!r}", fix)
+    tensors = _read_tensors(path, ADAPTER_WEIGHTS, fix)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for key, shape in layout.shapes.items():
+        if ".lora_A." in key and len(shape) == 2:
+            shapes[key] = (rank, shape[1])  # [r', in]
+        elif ".lora_B." in key and len(shape) == 2:
+            shapes[key] = (shape[0], rank)  # [out, r']
+        else:
+            shapes[key] = shape
+    _check_tensors(path, ADAPTER_WEIGHTS, tensors, shapes)
+    return tensors, adapter_scaling(rank, float(alpha), rslora)
+
+
 # -- the optimizer ---------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ finite; token ids (input and targets) are integers inside the vocabulary; temper
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,15 +160,27 @@ def _input_tensor(datum: int, key: str, value: Any, length: int) -> Tensor:
 
 
 def parse_datums(
-    datums: Sequence[Any], loss_fn: str, vocab_size: int, pad_id: int, device: torch.device
+    datums: Sequence[Any],
+    loss_fn: str,
+    vocab_size: int,
+    pad_id: int,
+    device: torch.device,
+    *,
+    max_length: int | None = None,
 ) -> Batch:
-    """Validate wire datums for ``loss_fn`` and pad them into one batch on ``device``."""
+    """Validate wire datums for ``loss_fn`` and pad them into one batch on ``device``.
+    A datum longer than ``max_length`` (the model's maximum positions) is refused."""
     check_loss_fn(loss_fn)
     required = REQUIRED_INPUT_KEYS[loss_fn]
     tokens_list: list[Tensor] = []
     columns: dict[str, list[Tensor | None]] = {key: [] for key in ALLOWED_INPUT_KEYS}
     for i, datum in enumerate(datums):
         ids = int_tensor(datum_tokens(datum, i), f"datum {i}: `modelInput` tokens")
+        if max_length is not None and ids.numel() > max_length:
+            raise EngineInputError(
+                f"datum {i}: `modelInput` has {ids.numel()} tokens, past the model's maximum "
+                f"context length of {max_length}; shorten or split it"
+            )
         check_vocab(ids, vocab_size, f"datum {i}: `modelInput`")
         inputs = datum.get("lossFnInputs") or {}
         if not isinstance(inputs, dict):
@@ -241,10 +253,15 @@ def finite_or_raise(value: float, what: str) -> float:
 
 
 def fwd_result(
-    batch: Batch, lp_BT: Tensor, loss_BT: Tensor, metrics: dict[str, float]
+    batch: Batch,
+    lp_BT: Tensor,
+    loss_BT: Tensor,
+    metrics: dict[str, float],
+    datum_values: Mapping[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """The wire ``FwdResult`` of a batch: its metrics (plus ``global_token_num``) and, per
-    datum, its unpadded ``logprobs`` and ``elementwise_loss`` as float32 TensorData."""
+    datum, its unpadded ``logprobs`` and ``elementwise_loss`` as float32 TensorData, plus
+    each ``datum_values[key][i]`` (the ``actor/*`` diagnostics) as a one-value TensorData."""
     metrics["global_token_num"] = float(batch.num_tokens)
     lp_rows = lp_BT.detach().float().cpu().tolist()  # [B, T]
     loss_rows = loss_BT.detach().float().cpu().tolist()  # [B, T]
@@ -256,4 +273,7 @@ def fwd_result(
         {"logprobs": tensor_data(lp_rows[i][:n]), "elementwise_loss": tensor_data(loss_rows[i][:n])}
         for i, n in enumerate(batch.lengths)
     ]
+    for key, values in (datum_values or {}).items():
+        for output, value in zip(outputs, values, strict=True):
+            output[key] = tensor_data([value])
     return {"metrics": metrics, "lossFnOutputs": outputs}

@@ -14,6 +14,11 @@ weights, ``q`` = the sampler's ``logprobs`` input, ``A`` = ``advantages``, ``w``
 Every loss function returns the elementwise ℓ (same shape as its inputs); the caller sums
 (reduction = plain sum, no normalisation, so splitting a batch across calls is exact). Nothing
 here touches a model; ``token_logprobs`` turns logits into ``lp``.
+
+The reported ``loss`` is a per-datum mean, as the SDK reads it (it folds a chunked batch's
+``loss`` by a datum-count-weighted mean): the mean over datums of each datum's Σ ℓ, so the
+``loss`` of a batch equals the SDK's fold of its chunks, while the gradient stays the plain
+sum. Each datum's own diagnostics come from :func:`datum_metrics`.
 """
 
 from __future__ import annotations
@@ -211,14 +216,73 @@ def _finite(value: float) -> float:
     return value if math.isfinite(value) else 0.0
 
 
+def _rows(x: Tensor) -> Tensor:
+    """``[B, T]`` as is; a 1-D ``[T]`` as one datum ``[1, T]``."""
+    return x.unsqueeze(0) if x.dim() == 1 else x
+
+
+def _row_weighted_mean(values_BT: Tensor, w_BT: Tensor) -> Tensor:
+    """Per row: Σ w·v / Σ w over positions with w ≠ 0 (0 for a row of zero weights). -> [B]"""
+    terms_BT = torch.where(w_BT != 0, w_BT * values_BT, torch.zeros_like(values_BT))
+    total_B = w_BT.sum(-1)
+    safe_B = torch.where(total_B != 0, total_B, torch.ones_like(total_B))
+    out_B = torch.where(total_B != 0, terms_BT.sum(-1) / safe_B, torch.zeros_like(total_B))
+    return torch.nan_to_num(out_B, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@torch.no_grad()
+def datum_metrics(
+    loss_fn: str, lp: Tensor, loss: Tensor, inputs: LossInputs, clip: ClipConfig
+) -> dict[str, list[float]]:
+    """Each datum's (row's) diagnostics, under the SDK's ``actor/*`` names:
+
+    - ``actor/pg_loss``: the datum's Σ ℓ;
+    - ``actor/pg_clipfrac`` (RL losses): Σ w·[clipping changed the term] / Σ w;
+    - ``actor/ppo_kl`` (RL losses): Σ w·(q − lp) / Σ w;
+    - ``actor/kl_ref`` (when ``ref_logprobs`` is given): Σ w·(lp − ref) / Σ w.
+
+    ``lp`` and ``loss`` are ``[B, T]`` (or one datum's ``[T]``); ``loss`` is the elementwise ℓ
+    :func:`compute_loss` returned. Every value is finite.
+    """
+    lp_BT, loss_BT = _rows(lp.detach()), _rows(loss.detach())
+    w_BT = _rows(inputs.weights)
+    if inputs.mask is not None:
+        w_BT = torch.where(_rows(inputs.mask), w_BT, torch.zeros_like(w_BT))
+    pg_loss_B = torch.nan_to_num(loss_BT.sum(-1), nan=0.0, posinf=0.0, neginf=0.0)
+    out: dict[str, list[float]] = {"actor/pg_loss": pg_loss_B.tolist()}
+    if loss_fn in RL_LOSSES:
+        assert inputs.sampler_logprobs is not None and inputs.advantages is not None
+        q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
+        log_ratio_BT = lp_BT - q_BT
+        if loss_fn == "ppo":
+            clipped_BT = ppo_clipped_side(log_ratio_BT, adv_BT, clip.low, clip.high)
+        elif loss_fn == "cispo":
+            ratio_BT = torch.exp(log_ratio_BT)
+            clipped_BT = ((ratio_BT > clip.high) | (ratio_BT < clip.low)) & (adv_BT != 0)
+        else:
+            clipped_BT = torch.zeros_like(log_ratio_BT, dtype=torch.bool)
+        out["actor/pg_clipfrac"] = _row_weighted_mean(clipped_BT.to(w_BT.dtype), w_BT).tolist()
+        out["actor/ppo_kl"] = _row_weighted_mean(q_BT - lp_BT, w_BT).tolist()
+    if inputs.ref_logprobs is not None:
+        out["actor/kl_ref"] = _row_weighted_mean(lp_BT - _rows(inputs.ref_logprobs), w_BT).tolist()
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return _finite(math.fsum(values) / len(values)) if values else 0.0
+
+
 def compute_loss(
     loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig
 ) -> tuple[Tensor, dict[str, float]]:
     """Elementwise ℓ (zero at masked positions) and the §1 metrics for one batch.
 
-    Metrics: ``loss`` (Σ ℓ), and for RL losses ``actor/pg_clipfrac`` (weighted fraction of
+    Metrics: ``loss`` and ``actor/pg_loss``, the mean over datums (rows; a 1-D input is one
+    datum) of each datum's Σ ℓ; for RL losses ``actor/pg_clipfrac`` (weighted fraction of
     positions where clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w);
-    ``actor/kl_ref`` (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given. All finite.
+    ``actor/kl_ref`` (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given; the last
+    three over the whole batch's tokens. All finite. The gradient of ``ℓ.sum()`` is the
+    plain sum.
 
     Positions that cannot contribute (weight 0, or padding) have ``q`` replaced by ``lp``
     (ratio 1) before the loss, so whatever a caller put there (a ``-1e4`` placeholder on
@@ -245,7 +309,9 @@ def compute_loss(
             loss = cispo(lp, q, adv, w, clip.low, clip.high)
     if inputs.mask is not None:
         loss = torch.where(inputs.mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
-    metrics = {"loss": _finite(float(loss.detach().sum()))}
+    datum_loss = _rows(loss.detach()).sum(-1).tolist()
+    metrics = {"loss": _mean(datum_loss)}
+    metrics["actor/pg_loss"] = metrics["loss"]
     with torch.no_grad():
         lp_d = lp.detach()
         if loss_fn in RL_LOSSES:

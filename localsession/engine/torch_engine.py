@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 
 from localsession.engine.checkpoint import (
+    ADAPTER_NAME,
     ADAPTER_WEIGHTS,
     adapter_config_dict,
     adapter_layout,
@@ -42,6 +44,7 @@ from localsession.engine.checkpoint import (
     merged_state_dict,
     read_adapter,
     read_optimizer,
+    read_sampling_adapter,
     write_adapter,
     write_merged,
     write_optimizer,
@@ -54,16 +57,18 @@ from localsession.engine.datums import (
     int_tensor,
     parse_datums,
 )
+from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
 from localsession.engine.losses import (
     ClipConfig,
     check_loss_fn,
     compute_loss,
+    datum_metrics,
     parse_loss_config,
     token_logprobs,
 )
-from localsession.engine.merged import can_merge, plain_model, remerge_
+from localsession.engine.merged import adapted_layers, can_merge, plain_model, remerge_
 from localsession.engine.model import LoadedModel, load_model
-from localsession.engine.optim import AdamParams, LoraAdamW
+from localsession.engine.optim import AdamParams, LoraAdamW, global_grad_norm
 from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
 
@@ -71,6 +76,13 @@ from localsession.runtime.engine_api import EngineInputError, EngineSpec, Sample
 CHUNK_TOKENS = 4096
 #: How many package snapshots ``sample`` keeps loaded (CPU memory, per engine).
 SNAPSHOT_CACHE_SIZE = 8
+
+
+class ForeignSnapshot(dict[str, torch.Tensor]):
+    """A package adapter of another rank or alpha than the session's (``sample`` reads any):
+    its own tensors (on the model's device and dtype) and its own LoRA ``scaling``."""
+
+    scaling: float
 
 
 class TorchEngine:
@@ -101,6 +113,12 @@ class TorchEngine:
         #: Decoding models (merged.py): the plain base model, and the latest snapshot with
         #: its merged copy. Built lazily under the lock.
         self._can_merge = can_merge(self._loaded.model, self._loaded.dtype)
+        #: The most positions the model takes (``max_position_embeddings``; None: unknown).
+        self.max_positions: int | None = (
+            int(getattr(self._loaded.model.config, "max_position_embeddings", 0) or 0) or None
+        )
+        #: (non-embedding parameters, layers, width) for the FLOP count (flops.py)
+        self._shape = count_params(self._loaded.model)
         self._plain_base: torch.nn.Module | None = None
         self._merged: tuple[dict[str, torch.Tensor], torch.nn.Module] | None = None
         self._closed = False
@@ -158,13 +176,21 @@ class TorchEngine:
         if not datums:
             return {"metrics": {"loss": 0.0, "global_token_num": 0.0}, "lossFnOutputs": []}
         batch = parse_datums(
-            datums, loss_fn, self._loaded.vocab_size, self._loaded.pad_id, self._loaded.device
+            datums, loss_fn, self._loaded.vocab_size, self._loaded.pad_id, self._loaded.device,
+            max_length=self.max_positions,
         )
         grad_mode: AbstractContextManager[Any] = (
             torch.enable_grad() if backward else torch.no_grad()
         )
         with self._lock, grad_mode:
-            return self._loss_step(batch, loss_fn, clip, backward)
+            start = time.perf_counter()
+            result = self._loss_step(batch, loss_fn, clip, backward)
+            seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
+        params, layers, width = self._shape
+        flops = model_flops(params, layers, width, batch.lengths, backward=backward)
+        peak = peak_flops(self._loaded.device, self._loaded.dtype)
+        result["metrics"].update(throughput_metrics(flops, seconds, peak))
+        return result
 
     def forward(
         self, datums: list[dict[str, Any]], loss_fn: str, loss_fn_config: dict[str, Any] | None
@@ -186,7 +212,14 @@ class TorchEngine:
             finite_or_raise(float(total.detach()), "the loss")  # before any gradient is added
             if backward:
                 total.backward()
-        return fwd_result(batch, lp_BT, loss_BT, metrics)
+        values = datum_metrics(loss_fn, lp_BT, loss_BT, batch.loss_inputs(), clip)
+        # the norm of the gradient accumulated so far (this pass's included): the SDK keeps
+        # the last chunk's, which is then the whole batch's
+        grads = [p.grad for p in self._adapter.values() if p.grad is not None]
+        norm = float(global_grad_norm(grads)) if grads else 0.0
+        metrics["actor/grad_norm"] = norm
+        values["actor/grad_norm"] = [norm] * len(batch.lengths)
+        return fwd_result(batch, lp_BT, loss_BT, metrics, values)
 
     def _chunk_rows(self, batch: Batch) -> int:
         """Rows per micro-batch: all of them, except on a CPU when the padded batch holds
@@ -263,11 +296,19 @@ class TorchEngine:
             if key is not None and key in self._snapshots:
                 self._snapshots.move_to_end(key)
                 return self._snapshots[key]
-        tensors = read_adapter(path, self._layout)
-        snapshot = {
-            name: tensors[k].to(dtype=self._adapter[name].dtype)
-            for k, name in self._layout.names.items()
-        }
+        tensors, scaling = read_sampling_adapter(path, self._layout)
+        snapshot: dict[str, torch.Tensor]
+        if scaling is None:
+            snapshot = {
+                name: tensors[k].to(dtype=self._adapter[name].dtype)
+                for k, name in self._layout.names.items()
+            }
+        else:  # swapped in whole by _use_weights: on the parameter's device already
+            snapshot = ForeignSnapshot(
+                (name, tensors[k].to(self._adapter[name].device, self._adapter[name].dtype))
+                for k, name in self._layout.names.items()
+            )
+            snapshot.scaling = scaling
         if key is not None:
             with self._snapshot_lock:
                 self._snapshots[key] = snapshot
@@ -287,6 +328,10 @@ class TorchEngine:
             with self._loaded.model.disable_adapter():
                 yield
             return
+        if isinstance(snapshot, ForeignSnapshot):
+            with self._foreign_weights(snapshot):
+                yield
+            return
         with torch.no_grad():
             live = {name: p.detach().clone() for name, p in self._adapter.items()}
             try:
@@ -296,6 +341,26 @@ class TorchEngine:
             finally:
                 for name, p in self._adapter.items():
                     p.copy_(live[name])
+
+    @contextmanager
+    def _foreign_weights(self, snapshot: ForeignSnapshot) -> Iterator[None]:
+        """Run with a package of another rank/alpha in the adapter: each LoRA parameter's
+        storage is swapped for the package's tensor (shapes may differ) and every LoRA layer
+        takes its scale; the live storage and scales come back however the body ends."""
+        layers = adapted_layers(self._loaded.model)
+        live = {name: p.data for name, p in self._adapter.items()}
+        scales = {name: layer.scaling[ADAPTER_NAME] for name, layer in layers.items()}
+        try:
+            for name, p in self._adapter.items():
+                p.data = snapshot[name]
+            for layer in layers.values():
+                layer.scaling[ADAPTER_NAME] = snapshot.scaling
+            yield
+        finally:
+            for name, p in self._adapter.items():
+                p.data = live[name]
+            for name, layer in layers.items():
+                layer.scaling[ADAPTER_NAME] = scales[name]
 
     def _check_prompt(self, tokens: Sequence[Any], what: str) -> list[int]:
         if not isinstance(tokens, (list, tuple)) or not tokens:
@@ -316,6 +381,13 @@ class TorchEngine:
             problems.append(f"`temperature` must be >= 0, got {req.temperature}")
         if not 0 < req.top_p <= 1:
             problems.append(f"`top_p` must be in (0, 1], got {req.top_p}")
+        limit = self.max_positions
+        if limit is not None and len(prompt) + max(req.max_tokens, 0) > limit:
+            problems.append(
+                f"the prompt's {len(prompt)} tokens plus max_tokens={req.max_tokens} make "
+                f"{len(prompt) + req.max_tokens} positions, past the model's maximum context "
+                f"length of {limit}; shorten the prompt or lower max_tokens"
+            )
         if problems:
             raise EngineInputError(f"{what}: " + "; ".join(problems))
         if prompt == req.prompt:
@@ -393,6 +465,11 @@ class TorchEngine:
         """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
         self._check_open()
         ids = self._check_prompt(tokens, "`prompt`")
+        if self.max_positions is not None and len(ids) > self.max_positions:
+            raise EngineInputError(
+                f"`prompt` has {len(ids)} tokens, past the model's maximum context length of "
+                f"{self.max_positions}; shorten it"
+            )
         snapshot = self._snapshot(weights)
         with self._lock, self._use_weights(snapshot), torch.no_grad():
             values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)

@@ -6,7 +6,12 @@ Layout under ``$LOCALSESSION_HOME`` (default ``~/.localsession``; local-semantic
     packages/<group>/<version>/package.json   the index entry (JSON)
     packages/<group>/<version>/...            the engine's files (safetensors + JSON)
     packages/.tmp/                            packages being written
-    retained/<group>-<version>/               artifacts kept by delete_model_package
+    retained/<group>-<version>-<id>/          artifacts kept by delete_model_package
+                                              (``retained.json`` says what they were)
+
+Every package has an ``s3://`` URI (``PackageInfo.s3_uri``, under its session's
+``S3OutputPath``): the S3 view of its files (runtime/artifacts.py) that ``serve`` answers S3
+calls with. Retained artifacts keep their URI, as objects left in S3 would.
 
 A package is written whole into ``.tmp`` (engine files, then ``package.json``), then renamed
 to its version directory in one atomic ``rename``. A directory without ``package.json`` is
@@ -44,6 +49,10 @@ _GROUP_ARN_RE = re.compile(
 CHECKPOINT, MODEL = "checkpoint", "model"
 INDEX_FILE = "package.json"
 GROUP_FILE = "group.json"
+RETAINED_FILE = "retained.json"
+#: Where packages saved without an ``s3://`` output path (or before packages had URIs) live
+#: in S3 terms: ``s3://localsession/packages/<group>/<version>/``.
+DEFAULT_S3_PREFIX = "s3://localsession/packages"
 
 
 @dataclass
@@ -61,9 +70,29 @@ class PackageInfo:
     description: str
     session: str
     merged: bool = False
+    #: The package's location in S3 terms, ending in ``/`` ("" in packages saved before
+    #: packages had URIs: :meth:`location` then gives the default one).
+    s3_uri: str = ""
 
     def created(self) -> datetime:
         return datetime.fromisoformat(self.creation_time)
+
+    def location(self) -> str:
+        """The package's ``s3://`` URI (a prefix, ending in ``/``)."""
+        return self.s3_uri or f"{DEFAULT_S3_PREFIX}/{self.group}/{self.version}/"
+
+
+def package_s3_uri(output_path: Any, session: str, group: str, version: int) -> str:
+    """Where a session's package lives under its ``S3OutputPath``:
+    ``<path>/<session>/<group>/<version>/``, or under :data:`DEFAULT_S3_PREFIX` when the path
+    is not an ``s3://bucket/...`` URI."""
+    if isinstance(output_path, str) and output_path.startswith("s3://"):
+        bucket, _, key = output_path[len("s3://") :].partition("/")
+        if bucket and "/" not in bucket:
+            key = "/".join(part for part in key.split("/") if part)
+            base = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
+            return f"{base}/{session}/{group}/{version}/"
+    return f"{DEFAULT_S3_PREFIX}/{group}/{version}/"
 
 
 def group_name(group: Any, *, field: str = "model package group") -> str:
@@ -105,13 +134,18 @@ class Registry:
         for stale in self._tmp.iterdir():  # writes a crash interrupted
             shutil.rmtree(stale, ignore_errors=True)
 
-    def arn(self, group: str, version: int) -> str:
-        return f"arn:aws:sagemaker:{self.region}:{self.account}:model-package/{group}/{version}"
+    def arn(self, group: str, version: int, region: str | None = None) -> str:
+        """A package version's ARN, in ``region`` (default: the registry's)."""
+        where = region or self.region
+        return f"arn:aws:sagemaker:{where}:{self.account}:model-package/{group}/{version}"
 
-    def group_arn(self, group: str) -> str:
-        return f"arn:aws:sagemaker:{self.region}:{self.account}:model-package-group/{group}"
+    def group_arn(self, group: str, region: str | None = None) -> str:
+        where = region or self.region
+        return f"arn:aws:sagemaker:{where}:{self.account}:model-package-group/{group}"
 
-    def create_group(self, group: str, description: str) -> dict[str, Any]:
+    def create_group(
+        self, group: str, description: str, region: str | None = None
+    ) -> dict[str, Any]:
         """Record a group (CreateModelPackageGroup); ResourceInUse if it was already made.
 
         Saves need no such call: a group comes into being with its first package.
@@ -123,7 +157,7 @@ class Registry:
                 raise errors.resource_in_use(f"Model package group {group} already exists.")
             entry = {
                 "ModelPackageGroupName": group,
-                "ModelPackageGroupArn": self.group_arn(group),
+                "ModelPackageGroupArn": self.group_arn(group, region),
                 "ModelPackageGroupDescription": description,
                 "CreationTime": datetime.now(timezone.utc).isoformat(),
                 "ModelPackageGroupStatus": "Completed",
@@ -174,8 +208,12 @@ class Registry:
         session: str,
         merged: bool,
         write: Callable[[Path], None],
+        region: str | None = None,
+        s3_output_path: str | None = None,
     ) -> PackageInfo:
-        """Write a new version of ``group``: ``write(tmp_dir)`` fills it, then one rename."""
+        """Write a new version of ``group``: ``write(tmp_dir)`` fills it, then one rename.
+        Its ARN names ``region`` (default the registry's); its S3 URI lies under
+        ``s3_output_path`` (:func:`package_s3_uri`)."""
         group = group_name(group)
         staging = self._tmp / uuid.uuid4().hex
         staging.mkdir()
@@ -184,7 +222,7 @@ class Registry:
             with self._group_lock(group):
                 version = 1 + max((v for v in self._versions(group)), default=0)
                 info = PackageInfo(
-                    arn=self.arn(group, version),
+                    arn=self.arn(group, version, region),
                     group=group,
                     version=version,
                     kind=kind,
@@ -195,6 +233,7 @@ class Registry:
                     description=description,
                     session=session,
                     merged=merged,
+                    s3_uri=package_s3_uri(s3_output_path, session, group, version),
                 )
                 _write_json(staging / INDEX_FILE, asdict(info))
                 (self.root / group).mkdir(parents=True, exist_ok=True)
@@ -219,7 +258,7 @@ class Registry:
             data = json.loads(index.read_text())
         except FileNotFoundError:
             raise errors.not_found(f"Model package {arn} does not exist.", runtime=False) from None
-        return PackageInfo(**data)
+        return _info(data)
 
     def groups(self) -> list[str]:
         """Every group holding at least one package."""
@@ -242,17 +281,50 @@ class Registry:
         """
         info = self.get(arn)
         source = self.path(arn)
-        if keep_artifacts:
+        if keep_artifacts and any(artifact_files(source)):
             target = self.retained / f"{info.group}-{info.version}-{uuid.uuid4().hex[:8]}"
             self.retained.mkdir(parents=True, exist_ok=True)
             os.rename(source, target)
-            (target / INDEX_FILE).unlink()
+            os.rename(target / INDEX_FILE, target / RETAINED_FILE)
             return target, 0
         doomed = self._tmp / f"deleted-{uuid.uuid4().hex}"
         os.rename(source, doomed)
-        count = sum(1 for p in doomed.rglob("*") if p.is_file())
+        count = sum(1 for _ in artifact_files(doomed))
         shutil.rmtree(doomed)
         return None, count
+
+    def artifact_dirs(self) -> Iterator[tuple[PackageInfo, Path]]:
+        """Every directory holding artifacts in S3 terms: each package, then each retained
+        package (its ``retained.json``), with its index entry."""
+        for group in self.groups():
+            for version in self._versions(group):
+                folder = self.root / group / str(version)
+                try:
+                    yield _info(json.loads((folder / INDEX_FILE).read_text())), folder
+                except (OSError, ValueError, TypeError):
+                    continue  # deleted meanwhile, or not a package this version wrote
+        if self.retained.is_dir():
+            for folder in sorted(self.retained.iterdir()):
+                try:
+                    yield _info(json.loads((folder / RETAINED_FILE).read_text())), folder
+                except (OSError, ValueError, TypeError):
+                    continue  # kept before retained packages recorded their URI
+
+
+def artifact_files(folder: Path) -> Iterator[Path]:
+    """The artifact files of a package directory: everything but its index entry."""
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.parent == folder and path.name in (INDEX_FILE, RETAINED_FILE):
+            continue
+        if path.is_file():
+            yield path
+
+
+def _info(data: dict[str, Any]) -> PackageInfo:
+    known = {k: v for k, v in data.items() if k in PackageInfo.__dataclass_fields__}
+    return PackageInfo(**known)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

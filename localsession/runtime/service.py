@@ -169,9 +169,11 @@ class Service:
     # -- control plane ---------------------------------------------------------------------
 
     def create_training_session(
-        self, request: dict[str, Any], *, strict: bool | None = None
+        self, request: dict[str, Any], *, strict: bool | None = None, region: str | None = None
     ) -> dict[str, Any]:
-        """CreateTrainingSession. ``strict`` overrides the service default for this session."""
+        """CreateTrainingSession. ``strict`` overrides the service default for this session;
+        ``region`` (the caller's: the client's, or the request's SigV4 scope) is the one its
+        ARN and its packages' ARNs name (default: the service's)."""
         name = validate.session_name(request.get("TrainingSessionName"))
         validate.create_request(request)
         lora = request.get("LoraConfig") or {}
@@ -197,7 +199,8 @@ class Service:
         # Sessions and their packages name the model, not the ARN or alias it was asked by.
         model = canonical_model_name(base_model)
         arn = (
-            f"arn:aws:sagemaker:{self.config.region}:{self.config.account}:training-session/{name}"
+            f"arn:aws:sagemaker:{region or self.config.region}:{self.config.account}:"
+            f"training-session/{name}"
         )
         details: dict[str, Any] = {
             key: request[key]
@@ -242,6 +245,7 @@ class Service:
         return {"TrainingSessionArn": arn}
 
     def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        validate.session_name(request.get("TrainingSessionName"))
         session = self._session(request.get("TrainingSessionName"), runtime=False)
         return {"TrainingSessionDetail": session.describe()}
 
@@ -274,6 +278,7 @@ class Service:
         )
 
     def stop_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        validate.session_name(request.get("TrainingSessionName"))
         self._session(request.get("TrainingSessionName"), runtime=False).stop()
         return {}
 
@@ -284,6 +289,7 @@ class Service:
         self._session(name, runtime=False).expire()
 
     def delete_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        validate.session_name(request.get("TrainingSessionName"))
         session = self._session(request.get("TrainingSessionName"), runtime=False)
         if session.status not in DELETABLE:
             raise errors.validation(
@@ -338,7 +344,7 @@ class Service:
                         },
                         "ModelDataSource": {
                             "S3DataSource": {
-                                "S3Uri": self.registry.path(arn).as_uri() + "/",
+                                "S3Uri": p.location(),
                                 "S3DataType": "S3Prefix",
                             }
                         },
@@ -357,15 +363,23 @@ class Service:
     ) -> dict[str, Any]:
         """DeleteModelPackage. In-process, ``delete_artifacts`` also removes the files;
         otherwise they move to ``retained/``. Returns where they went and how many were
-        deleted (the in-process stand-in for the SDK's S3 step)."""
+        deleted (the in-process stand-in for the SDK's S3 step), and its ``S3Uri``."""
         arn = str(request.get("ModelPackageName") or "")
+        location = self.registry.get(arn).location()
         kept, deleted = self.registry.delete(arn, keep_artifacts=not delete_artifacts)
-        return {"RetainedAt": kept.as_uri() + "/" if kept else None, "ObjectsDeleted": deleted}
+        return {
+            "RetainedAt": kept.as_uri() + "/" if kept else None,
+            "ObjectsDeleted": deleted,
+            "S3Uri": location,
+        }
 
-    def create_model_package_group(self, request: dict[str, Any]) -> dict[str, Any]:
+    def create_model_package_group(
+        self, request: dict[str, Any], *, region: str | None = None
+    ) -> dict[str, Any]:
         entry = self.registry.create_group(
             str(request.get("ModelPackageGroupName") or ""),
             str(request.get("ModelPackageGroupDescription") or ""),
+            region,
         )
         return {"ModelPackageGroupArn": entry["ModelPackageGroupArn"]}
 

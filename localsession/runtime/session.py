@@ -36,7 +36,7 @@ DEFAULT_GROUP = "sagemaker-default"
 
 
 class PackageMismatch(Exception):
-    """A package whose base model or LoRA rank does not fit the session loading it."""
+    """A package whose base model (or, for training, LoRA rank) does not fit the session."""
 
 
 def _now() -> datetime:
@@ -152,6 +152,17 @@ class Session:
                 "strict": self.strict,
                 "details": self.details,
             }
+
+    @property
+    def region(self) -> str:
+        """The region the session's ARN names (its packages' ARNs name it too)."""
+        return self.arn.split(":")[3]
+
+    def s3_output_path(self) -> str | None:
+        """``OutputConfig.S3Location.Path`` as the session was created with."""
+        location = (self.details.get("OutputConfig") or {}).get("S3Location") or {}
+        path = location.get("Path") if isinstance(location, dict) else None
+        return path if isinstance(path, str) else None
 
     # -- status --------------------------------------------------------------------------
 
@@ -375,7 +386,7 @@ class Session:
                 arn = self._save(engine, op.kind, op.body)
                 op.finish(COMPLETED, result={"modelPackageArn": arn})
             elif op.kind == "loadState":
-                path = self.compatible_package(op.body["modelPackageArn"])
+                path = self.compatible_package(op.body["modelPackageArn"], training=True)
                 engine.load_package(str(path), load_optimizer=bool(op.body["loadOptimizer"]))
                 op.finish(COMPLETED, result={})
             else:  # pragma: no cover - validate.py admits only the kinds above
@@ -418,11 +429,16 @@ class Session:
             write=lambda tmp: engine.save_package(
                 str(tmp), include_optimizer=checkpoint, merge_weights=merged
             ),
+            region=self.region,
+            s3_output_path=self.s3_output_path(),
         )
         return info.arn
 
-    def compatible_package(self, arn: str) -> Path:
-        """The directory of package ``arn`` if its base model and rank fit this session."""
+    def compatible_package(self, arn: str, *, training: bool = False) -> Path:
+        """The directory of package ``arn`` if it fits this session: the same base model
+        always; for ``training`` (loadState, which restores the adapter and its optimizer in
+        place) also the same LoRA rank. Samplers read any rank and alpha: the engine uses the
+        package's own adapter config."""
         info = self._registry().get(arn)
         # Equal names need no resolution (which reads the model map and the HF cache); this
         # runs on every sampling request that names a package.
@@ -439,7 +455,7 @@ class Session:
                 f"session runs {self.spec.base_model!r}. Load it into a session created on "
                 f"{info.base_model!r}."
             )
-        if info.lora_rank != self.spec.rank:
+        if training and info.lora_rank != self.spec.rank:
             raise PackageMismatch(
                 f"Model package {arn} holds a rank-{info.lora_rank} LoRA adapter, but this "
                 f"session's adapter has rank {self.spec.rank}. Create the session with "

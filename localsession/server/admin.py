@@ -2,7 +2,8 @@
 
 The SDK never calls these. They are for tests, the fakes and the conformance suite:
 
-- ``GET  /_localsession/health`` → ``{"status": "ok", "sessions": N}``
+- ``GET  /_localsession/health`` → ``{"status": "ok"}`` (open even under ``--auth``, so it
+  says nothing else)
 - ``POST /_localsession/reset`` → stop and forget every session (packages stay on disk)
 - ``POST /_localsession/faults`` with one of
   ``{"fail": {"kind": "forwardBackward", "count": 1, "at": "execution"|"submit",
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -56,18 +58,16 @@ def _apply_fault(service: Service, body: dict[str, Any]) -> dict[str, Any]:
 
 def routes(service: Service) -> list[Route]:
     async def health(request: Request) -> Response:
-        described = service.list_training_sessions({})
-        return wire.ok(
-            {"status": "ok", "sessions": len(described["TrainingSessionSummaries"])}, "rest-json"
-        )
+        return wire.ok({"status": "ok"}, "rest-json")
 
     async def reset(request: Request) -> Response:
-        return wire.ok({"sessionsRemoved": service.reset()}, "rest-json")
+        # joins session workers (up to seconds): never on the event loop
+        return wire.ok({"sessionsRemoved": await run_in_threadpool(service.reset)}, "rest-json")
 
     async def faults(request: Request) -> Response:
         try:
             body = wire.parse_body(await request.body())
-            return wire.ok(_apply_fault(service, body), "rest-json")
+            return wire.ok(await run_in_threadpool(_apply_fault, service, body), "rest-json")
         except (ServiceError, ValueError) as exc:
             error = exc if isinstance(exc, ServiceError) else errors.validation(str(exc))
             return wire.error(error, "rest-json")

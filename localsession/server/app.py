@@ -5,6 +5,11 @@ and serialises what comes back. Every behaviour (validation, ordering, limits, e
 runtime's, shared with the in-process clients. The only thing done here is the long-poll of
 ``Get*OperationResult`` and of a starting session's ``DescribeTrainingSession``, which turns
 the SDK's fixed 2 s poll and 10 s status wait into near-zero latency (sagemaker-sdk.md §16.4).
+
+Nothing that can block runs on the event loop: every runtime call (which takes locks, and
+may write a session record with ``fsync``) goes to the thread pool; only the long-poll's
+wait is awaited on the loop. Calls that mint ARNs name the caller's region, read from the
+request's SigV4 credential scope (the region the client signs for).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from starlette.routing import Route
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
-from localsession.server import admin, auth, openai, wire
+from localsession.server import admin, auth, openai, s3, wire
 
 #: Control-plane operations served on ``POST /`` (``X-Amz-Target: SageMaker.<Op>``).
 CONTROL_PLANE = (
@@ -47,6 +52,8 @@ MAX_BODY_BYTES = auth.MAX_BODY_BYTES
 _LABEL_RE = re.compile(r"^[a-zA-Z0-9-]{1,64}\Z")
 #: How long a Describe of a session still loading its model is held (the SDK reads for 60 s).
 START_WAIT_SECONDS = 30.0
+#: Operations that mint ARNs: they take the caller's region (``region=``).
+REGIONAL = ("CreateTrainingSession", "CreateModelPackageGroup")
 
 
 def _snake(operation: str) -> str:
@@ -87,10 +94,12 @@ class Routes:
             body = await _read_json(request)
             if operation == "DescribeTrainingSession":
                 await self._wait_started(body.get("TrainingSessionName"))
-            method: Callable[[dict[str, Any]], dict[str, Any]] = getattr(
-                self.service, _snake(operation)
-            )
-            result = await run_in_threadpool(method, body)
+            method: Callable[..., dict[str, Any]] = getattr(self.service, _snake(operation))
+            region = auth.scope_region(request.headers.get("authorization"))
+            if operation in REGIONAL and region:
+                result = await run_in_threadpool(method, body, region=region)
+            else:
+                result = await run_in_threadpool(method, body)
             if operation == "DeleteModelPackage":
                 result = {}  # the in-process extras (where files went) are not on the wire
             return wire.ok(result, "json")
@@ -131,7 +140,7 @@ class Routes:
                 if sampling
                 else self.service.get_training_operation_result
             )
-            return wire.ok(get(name, op_id), "rest-json")
+            return wire.ok(await run_in_threadpool(get, name, op_id), "rest-json")
         except ServiceError as exc:
             return wire.error(exc, "rest-json")
 
@@ -150,7 +159,7 @@ class Routes:
             except RuntimeError:
                 pass  # the loop closed (server shutting down)
 
-        self.service.on_operation_done(name, op_id, wake)
+        await run_in_threadpool(self.service.on_operation_done, name, op_id, wake)
         try:
             await asyncio.wait_for(finished, self.long_poll)
         except asyncio.TimeoutError:
@@ -174,5 +183,6 @@ def create_app(
             Route(f"{session}/sampling-operations/{{op}}", routes.result, methods=["GET"]),
             *openai.routes(service),
             *admin.routes(service),
+            *s3.routes(lambda: service.registry),
         ]
     )

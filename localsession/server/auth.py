@@ -21,7 +21,10 @@
      ``InvalidSignatureException``.
 
    The OpenAI-compatible routes (``/v1/chat/completions``, ``/v1/models``), whose clients
-   cannot sign, accept ``Authorization: Bearer <SECRET>`` instead.
+   cannot sign, accept ``Authorization: Bearer <SECRET>`` instead. S3 requests (scope
+   service ``s3``) are checked with botocore's ``S3SigV4Auth``, and their
+   ``x-amz-content-sha256`` must be the body's hash. ``/_localsession/health`` alone is open:
+   it answers ``{"status": "ok"}`` and nothing else.
 
 The body is handed on to the route unchanged (replayed from the buffer), so routes read it as
 usual. Errors are encoded by :mod:`localsession.server.wire`: json 1.1 for ``POST /``,
@@ -30,15 +33,17 @@ rest-json everywhere else.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
+from botocore.auth import SIGV4_TIMESTAMP, UNSIGNED_PAYLOAD, S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localsession.runtime.errors import ServiceError
@@ -50,6 +55,8 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_CLOCK_SKEW = timedelta(minutes=15)
 #: Paths whose clients send ``Authorization: Bearer <key>`` (the OpenAI client).
 BEARER_PATHS = ("/v1/chat/completions", "/v1/models")
+#: The one path served without credentials (a liveness probe that reveals nothing).
+OPEN_PATHS = ("/_localsession/health",)
 
 _AUTH_RE = re.compile(
     r"^AWS4-HMAC-SHA256\s+"
@@ -74,6 +81,18 @@ class Credential:
         if not sep or not key or not secret:
             raise ValueError("--auth takes ACCESS_KEY:SECRET, both non-empty")
         return cls(key, secret)
+
+
+_SCOPE_RE = re.compile(r"Credential=[^/,\s]+/\d{8}/(?P<region>[a-z0-9-]{1,32})/")
+
+
+def scope_region(authorization: str | None) -> str | None:
+    """The region of a SigV4 ``Authorization`` header's credential scope (the client's
+    region: botocore signs with it), or None without a SigV4 header."""
+    if not authorization or not authorization.startswith("AWS4-HMAC-SHA256"):
+        return None
+    match = _SCOPE_RE.search(authorization)
+    return match["region"] if match else None
 
 
 def _forbidden(code: str, message: str) -> ServiceError:
@@ -147,7 +166,22 @@ def verify_sigv4(
     url = f"http://{host}{raw_path}" + (f"?{query}" if query else "")
     request = AWSRequest(method=method, url=url, headers=signed_headers, data=body)
     request.context["timestamp"] = stamp
-    signer = SigV4Auth(
+    # S3 signs paths unnormalised and its payload as the x-amz-content-sha256 header says,
+    # which must then be the body's hash (or UNSIGNED-PAYLOAD, which leaves it unsigned).
+    s3 = match["service"] == "s3"
+    sent = values.get("x-amz-content-sha256")
+    declared = sent[0] if sent else None
+    if (
+        s3
+        and declared is not None
+        and declared != UNSIGNED_PAYLOAD
+        and declared != hashlib.sha256(body).hexdigest()
+    ):
+        raise _forbidden(
+            "XAmzContentSHA256Mismatch",
+            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+        )
+    signer = (S3SigV4Auth if s3 else SigV4Auth)(
         Credentials(credential.access_key, credential.secret_key),
         match["service"],
         match["region"],
@@ -183,7 +217,10 @@ class RequestGuard:
             if self.credential is not None:
                 self._authorize(scope, headers, body)
         except ServiceError as exc:
-            response = wire.error(exc, protocol)
+            if scope["path"] == "/s3" or scope["path"].startswith("/s3/"):
+                response = _s3_refusal(exc, scope)
+            else:
+                response = wire.error(exc, protocol)
             if exc.http_status == 413:
                 response.headers["connection"] = "close"
             await response(scope, receive, send)
@@ -201,6 +238,8 @@ class RequestGuard:
 
     def _authorize(self, scope: Scope, headers: list[tuple[str, str]], body: bytes) -> None:
         assert self.credential is not None
+        if scope["path"] in OPEN_PATHS:
+            return
         if scope["path"] in BEARER_PATHS:
             given = next((v for k, v in headers if k.lower() == "authorization"), "")
             scheme, _, token = given.partition(" ")
@@ -218,6 +257,29 @@ class RequestGuard:
             headers,
             body,
         )
+
+
+#: The codes S3 answers the same refusals with.
+_S3_CODES = {
+    "MissingAuthenticationTokenException": "AccessDenied",
+    "IncompleteSignatureException": "AuthorizationHeaderMalformed",
+    "UnrecognizedClientException": "InvalidAccessKeyId",
+    "InvalidSignatureException": "SignatureDoesNotMatch",
+    "ValidationException": "EntityTooLarge",
+}
+
+
+def _s3_refusal(exc: ServiceError, scope: Scope) -> Response:
+    """A refusal of an S3 request, in S3's XML error shape (server/s3.py)."""
+    from localsession.server import s3
+
+    code = _S3_CODES.get(exc.code, exc.code) if exc.http_status in (403, 413) else exc.code
+    answer = s3.error_response(
+        ServiceError(code, exc.message, exc.http_status),
+        scope["path"].removeprefix(s3.PREFIX) or "/",
+        head=scope["method"] == "HEAD",
+    )
+    return Response(answer.body, answer.status, answer.headers)
 
 
 def _content_length(headers: list[tuple[str, str]]) -> int | None:

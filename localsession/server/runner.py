@@ -22,6 +22,7 @@ def client_env(url: str, region: str) -> dict[str, str]:
         "SAGEMAKER_TRAINING_SESSION_RUNTIME_ENDPOINT": url,
         "AWS_ENDPOINT_URL_SAGEMAKER": url,
         "AWS_ENDPOINT_URL_SAGEMAKERTRAININGSESSIONRUNTIME": url,
+        "AWS_ENDPOINT_URL_S3": f"{url}/s3",  # the artifacts (server/s3.py)
         "AWS_ACCESS_KEY_ID": "localsession",
         "AWS_SECRET_ACCESS_KEY": "localsession",
         "AWS_REGION": region,

@@ -155,6 +155,12 @@ def serve(options: ServeOptions) -> int:
         env["AWS_SECRET_ACCESS_KEY"] = "<the SECRET given to --auth>"
     for key, value in env.items():
         print(f"export {key}={value}")
+    print(
+        "# and pass s3_output_path='s3://<bucket>/<prefix>' to ServiceClient (or to each "
+        "create call):\n# without it the SDK derives a default bucket through STS at a fixed "
+        "AWS endpoint\n# that no variable redirects, which fails offline. Packages are then "
+        "served as S3\n# objects under that path (list/head/get/delete at AWS_ENDPOINT_URL_S3)."
+    )
     _log_requests(quiet=options.quiet)
     server = make_server(service, long_poll=options.long_poll, credential=credential)
     server.config.app = RequestLog(server.config.app)

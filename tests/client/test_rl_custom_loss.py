@@ -117,11 +117,12 @@ def test_custom_cross_entropy_equals_builtin(
     datums = make_datums(seed=1)
     out = forward_backward_custom(a, datums, ce_loss)
     builtin = b.forward_backward(datums, "cross_entropy").result(timeout=60)
-    assert out.loss == pytest.approx(builtin.metrics["loss"], rel=1e-6)
+    # the built-in reports the mean over datums of each datum's sum; ce_loss sums them all
+    assert out.loss == pytest.approx(builtin.metrics["loss"] * len(datums), rel=1e-6)
     assert out.metrics["loss"] == out.loss
     assert out.metrics["global_token_num"] == builtin.metrics["global_token_num"]
-    # the surrogate Σ g·lp equals the loss here (linear in lp)
-    assert out.metrics["surrogate_loss"] == pytest.approx(out.loss, rel=1e-5)
+    # the surrogate Σ g·lp equals the loss here (linear in lp), reported per datum
+    assert out.metrics["surrogate_loss"] * len(datums) == pytest.approx(out.loss, rel=1e-5)
     assert [len(x) for x in out.logprobs] == [10, 13, 16]
     assert_same_training(service, a, b)
 
@@ -136,7 +137,7 @@ def test_custom_importance_sampling_equals_builtin(
     datums = with_rl_inputs(plain, lps, seed=3)
     out = forward_backward_custom(a, datums, is_loss)
     builtin = b.forward_backward(datums, "importance_sampling").result(timeout=60)
-    assert out.loss == pytest.approx(builtin.metrics["loss"], rel=1e-5)
+    assert out.loss == pytest.approx(builtin.metrics["loss"] * len(datums), rel=1e-5)
     assert out.metrics["custom/n"] == 3.0
     assert_same_training(service, a, b)
 

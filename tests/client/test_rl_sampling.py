@@ -69,7 +69,8 @@ def test_ratio_is_one_at_step_zero(tc: TrainingClient, temperature: float) -> No
     assert abs(out.metrics["actor/ppo_kl"]) < 1e-4
     assert out.metrics["actor/pg_clipfrac"] == 0.0
     n_tokens = sum(len(s.tokens) for s in seqs)
-    assert out.metrics["loss"] == pytest.approx(-n_tokens, rel=1e-4)  # −Σ w·r·A, r = 1, A = 1
+    # −Σ w·r·A with r = 1, A = 1, reported as the mean over the 4 datums
+    assert out.metrics["loss"] == pytest.approx(-n_tokens / 4, rel=1e-4)
 
 
 def test_without_temperature_input_the_ratio_is_not_one(tc: TrainingClient) -> None:

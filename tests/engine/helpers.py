@@ -24,6 +24,20 @@ def make_datum(tokens: list[int], **inputs: list[Any]) -> dict[str, Any]:
             "lossFnInputs": loss_inputs}
 
 
+#: Metrics that time the op (engine/flops.py): they differ between two runs of one batch.
+TIMED_METRICS = frozenset({"estimated_flops", "mfu"})
+
+
+def untimed(metrics: dict[str, float], *drop: str) -> dict[str, float]:
+    """``metrics`` without the timed ones (and without ``drop``)."""
+    return {k: v for k, v in metrics.items() if k not in TIMED_METRICS and k not in drop}
+
+
+def outputs_without(outputs: list[dict[str, Any]], *drop: str) -> list[dict[str, Any]]:
+    """Per-datum loss outputs without the keys ``drop``."""
+    return [{k: v for k, v in o.items() if k not in drop} for o in outputs]
+
+
 def random_tokens(n: int, length: int, seed: int, vary: bool = True) -> list[list[int]]:
     """``n`` token lists of byte ids (lengths vary from ``length // 2`` when ``vary``)."""
     gen = torch.Generator().manual_seed(seed)

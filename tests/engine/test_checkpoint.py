@@ -290,7 +290,9 @@ def test_incompatible_packages_fail_with_nothing_changed(
         engine.load_package(str(tmp_path / "no_opt"), load_optimizer=False)
     assert_unchanged(engine, state)
 
-    for weights in (str(tmp_path / "r4"), str(tmp_path / "absent")):
+    # samplers read any rank (test_sampling_packages.py), not a broken or absent package
+    engine.compute_logprobs(str(tmp_path / "r4"), PROMPT)
+    for weights in (str(tmp_path / "no_opt"), str(tmp_path / "absent")):
         with pytest.raises(EngineInputError, match="package"):
             engine.sample(weights, [SampleRequest(prompt=PROMPT, max_tokens=2)])
         with pytest.raises(EngineInputError, match="package"):

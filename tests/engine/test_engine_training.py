@@ -15,7 +15,7 @@ from localsession.engine import create_engine
 from localsession.engine.torch_engine import TorchEngine
 from localsession.runtime.engine_api import EngineInputError, EngineSpec
 
-from .helpers import make_datum, random_tokens
+from .helpers import make_datum, outputs_without, random_tokens, untimed
 
 ADAM = {"learningRate": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weightDecay": 0.01}
 
@@ -46,8 +46,15 @@ def test_forward_matches_forward_backward_bit_for_bit(
     assert not engine.optimizer.has_grad()  # forward adds no gradient
     fb = engine.forward_backward(datums, "cross_entropy", None, backward=True)
     assert engine.optimizer.has_grad()
-    assert fwd["lossFnOutputs"] == fb["lossFnOutputs"]
-    assert fwd["metrics"] == fb["metrics"]
+    # the same but for the accumulated gradient's norm (none before, this pass's after)
+    assert fwd["metrics"]["actor/grad_norm"] == 0.0
+    assert outputs_without(fwd["lossFnOutputs"], "actor/grad_norm") == outputs_without(
+        fb["lossFnOutputs"], "actor/grad_norm")
+    assert untimed(fwd["metrics"], "actor/grad_norm") == untimed(fb["metrics"], "actor/grad_norm")
+    norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads(engine).values()]))
+    assert fb["metrics"]["actor/grad_norm"] == pytest.approx(float(norm), rel=1e-6)
+    assert all(o["actor/grad_norm"]["data"] == [fb["metrics"]["actor/grad_norm"]]
+               for o in fb["lossFnOutputs"])
 
 
 def test_outputs_shape_and_dtype(tiny_engine: TorchEngine) -> None:
@@ -62,7 +69,7 @@ def test_outputs_shape_and_dtype(tiny_engine: TorchEngine) -> None:
         assert item["elementwise_loss"]["data"] == [-v for v in item["logprobs"]["data"]]
     assert out["metrics"]["global_token_num"] == sum(len(t) for t in token_lists)
     total = sum(sum(i["elementwise_loss"]["data"]) for i in out["lossFnOutputs"])
-    assert out["metrics"]["loss"] == pytest.approx(total, rel=1e-5)
+    assert out["metrics"]["loss"] == pytest.approx(total / 3, rel=1e-5)  # a per-datum mean
 
 
 def test_split_invariance(make_engine: Callable[..., TorchEngine]) -> None:
@@ -71,8 +78,9 @@ def test_split_invariance(make_engine: Callable[..., TorchEngine]) -> None:
     r_all = whole.forward_backward(datums, "cross_entropy", None, backward=True)
     r_a = split.forward_backward(datums[:4], "cross_entropy", None, backward=True)
     r_b = split.forward_backward(datums[4:], "cross_entropy", None, backward=True)
+    # per-datum means: the halves' mean is the whole's (the gradients add, below)
     assert r_all["metrics"]["loss"] == pytest.approx(
-        r_a["metrics"]["loss"] + r_b["metrics"]["loss"], rel=1e-6
+        (r_a["metrics"]["loss"] + r_b["metrics"]["loss"]) / 2, rel=1e-6
     )
     whole.optim_step(ADAM)
     split.optim_step(ADAM)
@@ -173,7 +181,8 @@ def test_json_booleans_are_zero_one(tiny_engine: TorchEngine) -> None:
     as_float = tiny_engine.forward(
         [make_datum(tokens, weights=[float(m) for m in mask])], "cross_entropy", None
     )
-    assert as_bool == as_float
+    assert as_bool["lossFnOutputs"] == as_float["lossFnOutputs"]
+    assert untimed(as_bool["metrics"]) == untimed(as_float["metrics"])
 
 
 def test_rl_metrics_at_ratio_one(tiny_engine: TorchEngine) -> None:
@@ -192,7 +201,7 @@ def test_rl_metrics_at_ratio_one(tiny_engine: TorchEngine) -> None:
         assert all(math.isfinite(v) for v in metrics.values())
     n = sum(len(t) for t in token_lists)
     is_loss = tiny_engine.forward(datums, "importance_sampling", None)["metrics"]["loss"]
-    assert is_loss == pytest.approx(-0.5 * n, rel=1e-5)  # -w·r·A with r = 1
+    assert is_loss == pytest.approx(-0.5 * n / 2, rel=1e-5)  # mean over 2 datums of Σ -w·r·A
 
 
 def test_lora_init_is_seeded(make_engine: Callable[..., TorchEngine]) -> None:

@@ -69,7 +69,8 @@ def test_cross_entropy_logprobs_grads_and_adamw_step(
         torch.testing.assert_close(got, lp.detach(), atol=1e-5, rtol=0)
         total = total - (torch.tensor(weights[i]) * lp).sum()
     total.backward()
-    assert abs(result["metrics"]["loss"] - total.item()) < 1e-4 * max(1.0, abs(total.item()))
+    mean = total.item() / len(token_lists)  # reported: the per-datum mean of Σ ℓ
+    assert abs(result["metrics"]["loss"] - mean) < 1e-4 * max(1.0, abs(mean))
     assert result["metrics"]["global_token_num"] == sum(len(t) for t in token_lists)
 
     ref_params = {n: p for n, p in ref.named_parameters() if p.requires_grad}
@@ -77,6 +78,8 @@ def test_cross_entropy_logprobs_grads_and_adamw_step(
         if p.requires_grad:
             assert p.grad is not None and ref_params[name].grad is not None
             torch.testing.assert_close(p.grad, ref_params[name].grad, atol=1e-5, rtol=1e-4)
+    ref_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in ref_params.values()))
+    assert result["metrics"]["actor/grad_norm"] == pytest.approx(float(ref_norm), rel=1e-4)
 
     adam = {"learningRate": 1e-3, "beta1": 0.85, "beta2": 0.99, "eps": 1e-8, "weightDecay": 0.05}
     metrics = engine.optim_step(adam)

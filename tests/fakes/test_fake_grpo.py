@@ -111,8 +111,9 @@ def test_one_step_rewards_advantages_and_loss(fake: FakeServiceClient) -> None:
     assert per_datum == [[0.5], [-0.5], [0.5], [-0.5]]
     # Scripted logprobs come from the sampled (base) weights, which the trainer also starts
     # from: every ratio is 1, so ppo's loss is -sum(A) over completion tokens. Completion
-    # lengths with <eos>: "5" 2, "six" 4, "5" 2, "x" 2 -> -(0.5*2 - 0.5*4 + 0.5*2 - 0.5*2).
-    assert metrics["loss"] == pytest.approx(1.0, abs=1e-4)
+    # lengths with <eos>: "5" 2, "six" 4, "5" 2, "x" 2 -> -(0.5*2 - 0.5*4 + 0.5*2 - 0.5*2),
+    # reported as the mean over the 4 datums.
+    assert metrics["loss"] == pytest.approx(1.0 / 4, abs=1e-4)
     assert metrics["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-5)
     assert metrics["actor/pg_clipfrac"] == 0.0
     assert fake.calls.methods() == [

@@ -154,7 +154,12 @@ def test_eight_sessions_and_a_thousand_polls_in_flight(tmp_path: Any, runtime_cl
     assert peak == 1000, peak
     for (_, _, variant), body in zip(ops, results, strict=True):
         assert body["status"] == "Completed", body
-        assert body["operationResult"]["forward"] == expected[variant]
+        got, want = body["operationResult"]["forward"], expected[variant]
+        assert got["lossFnOutputs"] == want["lossFnOutputs"]
+        timed = {"mfu"}  # the one metric that times the op
+        assert {k: v for k, v in got["metrics"].items() if k not in timed} == {
+            k: v for k, v in want["metrics"].items() if k not in timed
+        }
     for name in names:
         assert (
             service.describe_training_session({"TrainingSessionName": name})[

@@ -265,13 +265,21 @@ def test_signed_requests_pass_and_others_are_refused(
         cp_other.list_training_sessions()
     assert _code(other) == ("UnrecognizedClientException", 403)
 
-    # Unsigned: no Authorization header at all, on every route (admin included).
-    for method, path in (("POST", "/"), ("GET", "/_localsession/health"), ("POST", "/v1/x")):
+    # Unsigned: no Authorization header at all, on every route (admin included) but the
+    # health probe, which says nothing else.
+    assert secured.request("GET", "/_localsession/health")[::2] == (200, {"status": "ok"})
+    for method, path in (
+        ("POST", "/"),
+        ("POST", "/_localsession/reset"),
+        ("POST", "/v1/x"),
+    ):
         status, headers, body = secured.request(
             method, path, b"{}", {"X-Amz-Target": "SageMaker.ListTrainingSessions"}
         )
         code = body.get("__type") if path == "/" else headers.get("x-amzn-errortype")
         assert (status, code) == (403, "MissingAuthenticationTokenException"), (path, body)
+    status, _, body = secured.request("GET", "/s3/bucket?list-type=2")  # S3 answers in XML
+    assert status == 403 and "<Code>AccessDenied</Code>" in body, body
     status, _, body = secured.request("POST", "/", b"{}", {"Authorization": "Bearer x"})
     assert (status, body["__type"]) == (403, "IncompleteSignatureException")
 

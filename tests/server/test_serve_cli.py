@@ -38,6 +38,11 @@ def test_serve_prints_exports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
         assert exports["SAGEMAKER_TRAINING_SESSION_ENDPOINT"] == url
         assert exports["SAGEMAKER_TRAINING_SESSION_RUNTIME_ENDPOINT"] == url
         assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} <= set(exports)
+        assert exports["AWS_ENDPOINT_URL_S3"] == url + "/s3"
+        note = ""
+        while "STS" not in note:  # the banner says to pass s3_output_path, and why
+            note += proc.stdout.readline()
+        assert "s3_output_path=" in note, note
         for _ in range(100):  # the socket is bound before the banner; uvicorn starts next
             try:
                 with urllib.request.urlopen(url + "/_localsession/health", timeout=1) as response:
