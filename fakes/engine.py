@@ -3,9 +3,10 @@
 Training uses the numerics the torch engine uses (:mod:`localsession.numerics`):
 ``datums.parse_datums`` (every input check, same messages), ``losses.compute_loss`` (the
 losses and metrics of docs/semantics.md#1) and ``adamw.PlainAdamW`` (the AdamW update of
-docs/semantics.md#2, in tensor ops, so no ``torch._dynamo`` import), so losses, gradients and ``optim_step`` are real numbers with the
-documented math; only the model differs (:mod:`fakes.model`). Sampling answers from the
-:class:`~fakes.script.Script` first and falls back to the model (:mod:`fakes.sampler`).
+docs/semantics.md#2, in tensor ops, so no ``torch._dynamo`` import), so losses, gradients
+and ``optim_step`` are real numbers with the documented math; only the model differs
+(:mod:`fakes.model`). Sampling answers from the :class:`~fakes.script.Script` first and
+falls back to the model (:mod:`fakes.sampler`).
 Packages are safetensors + JSON that only the fake engine reads.
 
 In manual-clock mode each training call waits at :attr:`FakeEngine.gate` until the fake's
@@ -25,6 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from fakes.clock import Gate
+from fakes.knobs import EngineKnobs
 from fakes.model import BigramLora
 from fakes.sampler import compute_logprobs, sample_request
 from fakes.script import Script
@@ -48,21 +50,6 @@ OPTIMIZER, OPTIMIZER_META, MERGED = (
     "fake_optimizer.json",
     "fake_merged.safetensors",
 )
-
-
-class EngineKnobs:
-    """Engine-level faults the runtime cannot inject (shared by a fake's engines)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.truncate_logprobs = 0
-
-    def take_truncation(self) -> bool:
-        with self._lock:
-            if self.truncate_logprobs <= 0:
-                return False
-            self.truncate_logprobs -= 1
-            return True
 
 
 class FakeEngine:

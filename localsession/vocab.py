@@ -175,6 +175,9 @@ CONTROL_PLANE_ERRORS: Final[dict[str, int]] = {
 #: What the SDK retries: these codes, and these HTTP statuses whatever the code.
 RETRYABLE_CODES: Final = frozenset({"ThrottlingException", "InternalServerException"})
 RETRYABLE_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+#: Attempts the SDK makes at a submit refused with a retryable error before giving up (its
+#: default ``max_transient_poll_errors``).
+SDK_SUBMIT_ATTEMPTS: Final = 150
 
 
 def is_retryable(code: str | None, http_status: int | None) -> bool:

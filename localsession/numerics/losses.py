@@ -167,7 +167,7 @@ def _finite(value: float) -> float:
 def compute_loss(
     loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig
 ) -> tuple[Tensor, dict[str, float]]:
-    """Elementwise ℓ (zero at masked positions) and the metrics of docs/semantics.md#1 for one batch.
+    """Elementwise ℓ (zero at masked positions) and one batch's metrics (docs/semantics.md#1).
 
     Metrics: ``loss`` (Σ ℓ), and for RL losses ``actor/pg_clipfrac`` (weighted fraction of
     positions where clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w);

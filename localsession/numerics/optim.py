@@ -27,7 +27,15 @@ from torch import Tensor
 
 from localsession.numerics.inputs import WIRE_KEYS, AdamParams
 
-__all__ = ["WIRE_KEYS", "AdamParams", "LoraAdamW", "NamedMoments", "clip_grads_", "global_grad_norm", "is_lora_b"]
+__all__ = [
+    "WIRE_KEYS",
+    "AdamParams",
+    "LoraAdamW",
+    "NamedMoments",
+    "clip_grads_",
+    "global_grad_norm",
+    "is_lora_b",
+]
 
 
 def is_lora_b(name: str) -> bool:
@@ -115,7 +123,8 @@ class LoraAdamW:
 
     @torch.no_grad()
     def step(self, hp: AdamParams) -> dict[str, float]:
-        """Clip, apply and zero the accumulated gradients; return the metrics of docs/semantics.md#2."""
+        """Clip, apply and zero the accumulated gradients; return the step's metrics
+        (docs/semantics.md#2)."""
         hp.check()
         self.last_params = hp
         grads = self.grads()

@@ -25,7 +25,7 @@ RATIOS = [1.0, 0.5, 0.7, 1.1, 1.5, 5.0]
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeServiceClient]:
-    with FakeServiceClient() as client:
+    with FakeServiceClient(numerics=True) as client:
         yield client
 
 
