@@ -133,6 +133,8 @@ class FakeService:
             home=home if home is not None else Path(self._tmp.name),  # type: ignore[union-attr]
             engine_factory=self._make_engine,
             gather_quiet_s=0.0,
+            # Requests come from the fake's own client: skip loading the sagemaker model.
+            check_create_members=numerics,
         )
         self.runtime = Service(config, catalog=FakeCatalog(base_models))
         self.runtime.add_observer(self._observe)

@@ -26,31 +26,15 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.validate import SAMPLING_OPS, TRAINING_OPS
 
 #: Wire op kinds a fault can name (``"*"`` names them all).
-KINDS: tuple[str, ...] = TRAINING_OPS + SAMPLING_OPS
+KINDS: tuple[str, ...] = vocab.OP_KINDS
 #: SDK method names accepted in place of wire kinds.
-ALIASES: dict[str, str] = {
-    "forward_backward": "forwardBackward",
-    "optim_step": "optimizerStep",
-    "optimStep": "optimizerStep",
-    "save_weights_for_sampler": "saveWeights",
-    "save_state": "saveState",
-    "load_state": "loadState",
-    "load_state_with_optimizer": "loadState",
-    "compute_logprobs": "computeLogprobs",
-    "load_weights_for_sampling": "loadWeightsForSampling",
-}
+ALIASES: dict[str, str] = {m: k for m, k in vocab.KIND_OF_METHOD.items() if m != k}
 #: Error codes a submit fault may answer with, and their HTTP statuses (sagemaker-sdk §14.4).
-SUBMIT_CODES: dict[str, int] = {
-    "ValidationException": 400,
-    "ResourceNotFoundException": 404,
-    "ConflictException": 409,
-    "ThrottlingException": 429,
-    "InternalServerException": 500,
-}
+SUBMIT_CODES: dict[str, int] = dict(vocab.RUNTIME_ERRORS)
 AT = ("submit", "execution")
 
 

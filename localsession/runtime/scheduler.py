@@ -26,6 +26,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from localsession import vocab
 from localsession.runtime.engine_api import EngineInputError, SampleRequest
 from localsession.runtime.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.session import Session
@@ -122,7 +123,10 @@ class SamplingScheduler:
 
     @staticmethod
     def _start(job: _Job) -> bool:
-        if job.session.engine is None or job.session.status not in ("Running", "Blocked"):
+        if job.session.engine is None or job.session.status not in (
+            vocab.SESSION_RUNNING,
+            vocab.SESSION_BLOCKED,
+        ):
             job.op.finish(FAILED, error=f"The session is {job.session.status}; nothing ran.")
             return False
         job.op.start()

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.engine_api import Engine, EngineInputError, EngineSpec
 from localsession.runtime.faults import Faults
@@ -25,14 +26,16 @@ from localsession.runtime.registry import CHECKPOINT, MODEL, Registry
 
 logger = logging.getLogger(__name__)
 
-CREATED, RUNNING, STOPPING, STOPPED = "Created", "Running", "Stopping", "Stopped"
-FAILED_S, BLOCKED, EXPIRED = "Failed", "Blocked", "Expired"
+CREATED, RUNNING = vocab.SESSION_CREATED, vocab.SESSION_RUNNING
+STOPPING, STOPPED = vocab.SESSION_STOPPING, vocab.SESSION_STOPPED
+FAILED_S, BLOCKED, EXPIRED = vocab.SESSION_FAILED, vocab.SESSION_BLOCKED, vocab.SESSION_EXPIRED
+DELETING, DELETION_FAILED = vocab.SESSION_DELETING, vocab.SESSION_DELETION_FAILED
 #: Statuses that count against ``max_sessions`` and may still take work.
-ACTIVE = frozenset({CREATED, "Scheduled", RUNNING, BLOCKED})
+ACTIVE = frozenset({CREATED, vocab.SESSION_SCHEDULED, RUNNING, BLOCKED})
 #: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
-NOT_STOPPABLE = frozenset({STOPPING, STOPPED, FAILED_S, "Deleting", "DeletionFailed"})
-DELETABLE = frozenset({STOPPED, FAILED_S, EXPIRED, "DeletionFailed"})
-DEFAULT_GROUP = "sagemaker-default"
+NOT_STOPPABLE = frozenset({STOPPING, STOPPED, FAILED_S, DELETING, DELETION_FAILED})
+DELETABLE = frozenset({STOPPED, FAILED_S, EXPIRED, DELETION_FAILED})
+DEFAULT_GROUP = vocab.DEFAULT_GROUP
 
 
 class PackageMismatch(Exception):

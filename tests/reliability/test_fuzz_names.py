@@ -176,7 +176,7 @@ def test_garbage_bodies_get_a_validation_error_never_a_500(served: Served, profi
 
     run()
     # Nothing got queued on the session, and it still takes a valid op.
-    session = served.service._session(name, runtime=True)
+    session = served.service.session(name)
     assert not session.ops
     assert session.status == "Running"
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
