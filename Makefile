@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.localsession-installed
 SDK_STAMP := $(VENV)/.sagemaker-sdk-installed
 
-.PHONY: demo examples test test-slow bench lint typecheck check clean
+.PHONY: demo examples test test-unit test-slow bench lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ examples: $(STAMP)
 
 test: $(SDK_STAMP) lint typecheck
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# The fast tier: everything but the tests marked `integration` (processes, servers, crashes,
+# load, soak, examples, conformance runs); well under a minute.
+test-unit: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m 'not slow and not gpu and not integration'
 
 test-slow: $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
