@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The real SDK, for the parity and server tests: sagemaker-core (its Hub client) and boto3,
-# then sagemaker-train itself without its heavy training deps (sagemaker-sdk.md §0, §16.1).
+# then sagemaker-train itself without its heavy training deps (docs/wire.md#1).
 $(SDK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet sagemaker-core==2.27.0 "boto3>=1.44.8"
 	$(PY) -m pip install --quiet --no-deps sagemaker-train==1.27.0

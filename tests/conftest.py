@@ -52,7 +52,8 @@ os.environ["HF_HUB_CACHE"] = str(_SCRATCH / "hf-cache")
 
 
 #: Tests that start processes, crash or load servers, soak, run whole loops through the real
-#: SDK over HTTP, run examples or run the conformance suite: marked ``integration`` here, in one list (whole files, or single tests by node id).
+#: SDK over HTTP, run examples or run the conformance suite: marked ``integration`` here, in
+#: one list (whole files, or single tests by node id).
 #: ``make test`` runs them; ``make test-unit`` (``-m "not integration"``) runs the rest.
 INTEGRATION = (
     "bench/test_bench_smoke.py",

@@ -215,7 +215,7 @@ class BatchSampler:
         """
         greedy_S = temp_S <= 0
         tempered_SV = apply_temperature(logits_SV, temp_S)
-        logprobs_SV = torch.log_softmax(tempered_SV, dim=-1)  # before top-k / top-p (§3)
+        logprobs_SV = torch.log_softmax(tempered_SV, dim=-1)  # before top-k / top-p (semantics #3)
         if bool(greedy_S.all()):
             chosen_S = logits_SV.argmax(dim=-1)
         else:

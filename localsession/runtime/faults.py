@@ -12,7 +12,7 @@ so every front end sees the same faults. The runtime consults it at three points
   ``ValidationException``, is not retried, so the caller's future raises ``ClientError``);
 - ``on_execute(kind)`` when an accepted op is about to run: an ``at="execution"`` fault makes
   it finish ``Failed`` with a message (the caller's future raises ``OperationError``) and
-  changes no state, like any failed op (local-semantics §4).
+  changes no state, like any failed op (docs/semantics.md#4).
 
 Each armed fault is consumed by the request or op it hits. ``armed`` is False whenever
 nothing is pending, and the runtime checks it before calling a hook, so an idle ``Faults``
@@ -33,7 +33,7 @@ from localsession.runtime.errors import ServiceError
 KINDS: tuple[str, ...] = vocab.OP_KINDS
 #: SDK method names accepted in place of wire kinds.
 ALIASES: dict[str, str] = {m: k for m, k in vocab.KIND_OF_METHOD.items() if m != k}
-#: Error codes a submit fault may answer with, and their HTTP statuses (sagemaker-sdk §14.4).
+#: Error codes a submit fault may answer with, and their HTTP statuses (docs/wire.md#4).
 SUBMIT_CODES: dict[str, int] = dict(vocab.RUNTIME_ERRORS)
 AT = ("submit", "execution")
 

@@ -3,7 +3,7 @@
 Requests queue up while the engine is busy; when it frees up, the scheduler takes everything
 waiting, groups it by (session, weights), and runs each group as one batch: every stream
 (request × ``num_samples``) of the group shares the same batched, KV-cached decode steps
-(local-semantics §3, "Batching"). So 32 concurrent ``sample`` calls become one batched
+(docs/semantics.md#3, "Batching"). So 32 concurrent ``sample`` calls become one batched
 generation instead of 32 sequential ones.
 
 - **Gathering:** concurrent ``sample`` calls arrive a few hundred microseconds apart, so after

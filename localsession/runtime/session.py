@@ -1,7 +1,7 @@
 """One training session: its status machine, its engine and its ordered training queue.
 
 Training ops run one at a time on the session's worker thread, strictly in sequence-number
-order (local-semantics §4). A missing number blocks later ops until it arrives or the gap
+order (docs/semantics.md#4). A missing number blocks later ops until it arrives or the gap
 timeout records it lost. A failed op changes no state and later ops still run. Stopping skips
 what is still queued; completed results stay readable until the session is deleted.
 """
@@ -267,7 +267,7 @@ class Session:
 
     def consume(self, seq: int) -> None:
         """Record a number whose submit was refused as used, so nothing waits on it (the
-        server's lenient mode, local-semantics §4). A number already taken is left alone."""
+        server's lenient mode, docs/semantics.md#4). A number already taken is left alone."""
         with self.cond:
             if seq >= self._next_seq and seq not in self._by_seq:
                 self._lost.add(seq)

@@ -1,10 +1,10 @@
 """Synchronous request checks: what the service refuses with a 400 before queueing an op.
 
 Structure (unions, required members, types, patterns, enums) is always checked. Service limits
-(sagemaker-sdk.md §17: learning-rate ceiling, maxTokens floor, numSamples, ...) are checked in
-strict mode only; ``strict=False`` lifts them (local-semantics §4). Semantic problems the real
+(docs/wire.md#10: learning-rate ceiling, maxTokens floor, numSamples, ...) are checked in
+strict mode only; ``strict=False`` lifts them (docs/semantics.md#4). Semantic problems the real
 service only finds while running an op (missing loss keys, length mismatches) are left to the
-engine, which fails the op instead (sagemaker-sdk.md §10.4, rule 1).
+engine, which fails the op instead (docs/semantics.md#4, rule 1).
 
 Every message names the offending field and the fix.
 """
@@ -148,7 +148,7 @@ def model_input_tokens(model_input: Any, where: str) -> list[int]:
 
 
 def _loss_fn_config(config: Any, op: str) -> None:
-    """Clip bounds only, each a number in its range (local-semantics §1)."""
+    """Clip bounds only, each a number in its range (docs/semantics.md#1)."""
     if config is None:
         return
     if not isinstance(config, dict):
