@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from localsession import vocab
+from localsession.runtime import errors
 from localsession.runtime.engine_api import EngineInputError, SampleRequest
 from localsession.runtime.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.session import Session
@@ -153,18 +154,14 @@ class SamplingScheduler:
                 return True
             requests = [job.request for job in batch if job.request is not None]
             responses = engine.sample(batch[0].weights, requests)
-        except EngineInputError as exc:
-            if not report_errors:
-                return False
-            for job in batch:
-                job.op.finish(FAILED, error=str(exc))
-            return True
         except Exception as exc:  # noqa: BLE001 - one bad batch must not kill the scheduler
             if not report_errors:
                 return False
-            logger.exception("sampling batch of %d requests crashed", len(batch))
+            if not isinstance(exc, EngineInputError):
+                logger.exception("sampling batch of %d requests crashed", len(batch))
+            details = errors.op_error_details(exc, "sampling", (EngineInputError,))
             for job in batch:
-                job.op.finish(FAILED, error=f"Internal error while sampling: {exc!r}")
+                job.op.finish(FAILED, error=details)
             return True
         for job, response in zip(batch, responses, strict=True):
             decoded = sum(len(s["tokens"]) for s in response["sequences"])

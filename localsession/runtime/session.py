@@ -371,13 +371,12 @@ class Session:
                 op.finish(COMPLETED, result={})
             else:  # pragma: no cover - validate.py admits only the kinds above
                 op.finish(FAILED, error=f"Unsupported operation {op.kind}")
-        except (EngineInputError, PackageMismatch) as exc:
-            op.finish(FAILED, error=str(exc))
-        except errors.ServiceError as exc:
-            op.finish(FAILED, error=exc.message)
         except Exception as exc:  # noqa: BLE001 - an op failure must not kill the worker
-            logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
-            op.finish(FAILED, error=f"Internal error while running {op.kind}: {exc!r}")
+            expected = (EngineInputError, PackageMismatch)
+            if not isinstance(exc, (errors.ServiceError, *expected)):
+                logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
+            details = errors.op_error_details(exc, f"running {op.kind}", expected)
+            op.finish(FAILED, error=details)
 
     def _save(self, engine: Engine, kind: str, body: dict[str, Any]) -> str:
         """Write a CHECKPOINT (saveState) or MODEL (saveWeights) package; return its ARN."""

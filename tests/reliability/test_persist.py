@@ -85,7 +85,6 @@ def test_a_restart_fails_live_sessions_and_keeps_the_rest(tmp_path: Path) -> Non
 
 def test_records_are_off_unless_asked_for(tmp_path: Path) -> None:
     service = stub_service(tmp_path, session=None)[0]
-    service.resolve_base_model = lambda name: None  # type: ignore[method-assign]
     _create(service, "inproc")
     service.close()
     assert not (tmp_path / "sessions").exists()
