@@ -22,10 +22,12 @@ CONTROL_PLANE_OPERATIONS = ("CreateTrainingSession",)
 
 @functools.lru_cache(maxsize=2)
 def service_model(service: str) -> Any:
-    """botocore's ``ServiceModel`` for ``service`` (loaded once per process)."""
-    import botocore.session
+    """botocore's ``ServiceModel`` for ``service``, read once per process from botocore's
+    data files (a loader, not a whole botocore session: the same model, sooner)."""
+    from botocore.loaders import create_loader
+    from botocore.model import ServiceModel
 
-    return botocore.session.get_session().get_service_model(service)
+    return ServiceModel(create_loader().load_service_model(service, "service-2"), service)
 
 
 def _walk(shape: Any, key: str, out: dict[str, frozenset[str]]) -> None:
