@@ -8,8 +8,9 @@ must do all of it in ≤ 0.5 s with ``torch`` never imported (issue 20); the num
 ``PYTHONPYCACHEPREFIX``, filled by one unmeasured run first), as an installed package has;
 without one, compiling the sources dominates. The child's CPU time is shown too: on a loaded
 machine it is the figure that does not depend on what else runs. Warm (median over
-``--runs``, one process): the submit + ``result()`` round trip of ``forward_backward``, ``optim_step``, a scripted
-``sample``, an unscripted ``sample`` and ``compute_logprobs`` on each tier (< 5 ms each).
+``--runs``, one process): the submit + ``result()`` round trip of ``forward_backward``,
+``optim_step``, a scripted ``sample``, an unscripted ``sample`` and ``compute_logprobs`` on
+each tier (< 5 ms each).
 There is no baseline to divide by, so it prints times and pass/miss.
 
 Run: python bench/bench_fakes.py [--smoke] [--runs 200] [--cold-runs 3]
