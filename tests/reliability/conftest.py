@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from testkit import Served, running_server
+from testkit import Served, create_request, running_server
 
 from localsession.runtime.service import Service
 
@@ -60,13 +60,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def create_session(service: Service, name: str | None = None, rank: int = 4) -> str:
     """A Running session on the tiny model; its name."""
     name = name or f"rel-{uuid.uuid4().hex[:8]}"
-    service.create_training_session(
-        {
-            "TrainingSessionName": name,
-            "LoraConfig": {"Rank": rank, "Alpha": 2 * rank},
-            "ModelConfig": {"BaseModelArn": MODEL},
-        }
-    )
+    service.create_training_session(create_request(name, model=MODEL, rank=rank))
     assert service.wait_for_session(name, 120) == "Running"
     return name
 
