@@ -51,9 +51,9 @@ os.environ["LOCALSESSION_MODEL_MAP"] = ""
 os.environ["HF_HUB_CACHE"] = str(_SCRATCH / "hf-cache")
 
 
-#: Tests that start processes, crash or load servers, soak, run whole loops through the real
-#: SDK over HTTP, run examples or run the conformance suite: marked ``integration`` here, in
-#: one list (whole files, or single tests by node id).
+#: Tests that start processes or HTTP servers (the server, fuzz and security suites talk to
+#: one), crash, load or soak, run examples or run the conformance suite: marked
+#: ``integration`` here, in one list (whole files, or single tests by node id).
 #: ``make test`` runs them; ``make test-unit`` (``-m "not integration"``) runs the rest.
 INTEGRATION = (
     "bench/test_bench_smoke.py",
@@ -64,15 +64,19 @@ INTEGRATION = (
     "examples/test_sandbox.py",
     "fakes/test_fake_hygiene.py",
     "reliability/test_crash.py",
+    "reliability/test_fuzz_client.py",
+    "reliability/test_fuzz_names.py",
+    "reliability/test_fuzz_runtime.py",
     "reliability/test_load.py",
+    "reliability/test_security.py",
     "reliability/test_soak.py",
+    "server/test_admin_faults.py",
+    "server/test_chat.py",
     "server/test_sdk_loops.py",
     "server/test_serve_cli.py",
+    "server/test_wire.py",
     "test_import_hygiene.py",
     "client/test_checkpoints.py::test_listing_latest_and_delete",
-    "reliability/test_security.py::test_binds_loopback_by_default_and_warns_loudly_otherwise",
-    "reliability/test_security.py::test_serve_on_all_interfaces_prints_the_warning",
-    "reliability/test_security.py::test_the_sdk_works_with_the_configured_credentials",
     "runtime/test_registry.py::test_a_killed_writer_leaves_no_package_and_no_corrupt_index",
     "test_isolation.py::test_subprocesses_inherit_the_isolation",
     "test_vocab.py::test_vocab_imports_nothing_heavy",
