@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.localsession-installed
 SDK_STAMP := $(VENV)/.sagemaker-sdk-installed
 
-.PHONY: demo examples test test-slow bench lint typecheck check clean
+.PHONY: demo examples test test-unit test-slow bench lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The real SDK, for the parity and server tests: sagemaker-core (its Hub client) and boto3,
-# then sagemaker-train itself without its heavy training deps (sagemaker-sdk.md §0, §16.1).
+# then sagemaker-train itself without its heavy training deps (docs/wire.md#1).
 $(SDK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet sagemaker-core==2.27.0 "boto3>=1.44.8"
 	$(PY) -m pip install --quiet --no-deps sagemaker-train==1.27.0
@@ -41,6 +41,11 @@ examples: $(STAMP)
 
 test: $(SDK_STAMP) lint typecheck
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# The fast tier: everything but the tests marked `integration` (processes, servers, crashes,
+# load, soak, examples, conformance runs); well under a minute.
+test-unit: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m 'not slow and not gpu and not integration'
 
 test-slow: $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow

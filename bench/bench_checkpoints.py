@@ -47,7 +47,7 @@ def collect(smoke: bool = False, runs: int = 20) -> list[Row]:
         arn = tc.save_state().result().model_package_arn
         assert arn is not None
 
-        engine = service._session(tc.training_session_name, runtime=True).engine
+        engine = service.session(tc.training_session_name).engine
         model = engine.model  # type: ignore[union-attr]
         optimizer = engine.optimizer.optimizer  # type: ignore[union-attr]
         params = {n: p for n, p in model.named_parameters() if p.requires_grad}

@@ -41,7 +41,7 @@ PROMPTS = [[257, *b"Q: 1+1=? A: "], [257, *b"Q: 2+3=? A: "]]
 
 
 def _latest_finish(service: Service, session: str) -> float:
-    ops = service._session(session, runtime=True).ops.values()
+    ops = service.session(session).ops.values()
     return max(op.finished_at or 0.0 for op in ops)
 
 

@@ -32,7 +32,7 @@ class Limits:
     min_max_tokens: int = 512
     #: Concurrent sessions the backend allows (None: unknown; quota tests skip).
     max_sessions: int | None = None
-    #: Seconds a missing sequence number blocks later ops (local-semantics §4).
+    #: Seconds a missing sequence number blocks later ops (docs/semantics.md#4).
     gap_timeout_s: float = 60.0
     #: Seconds any one ``result()`` may take before the test fails.
     op_timeout_s: float = 120.0

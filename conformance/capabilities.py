@@ -1,8 +1,9 @@
 """The capabilities a backend may declare: localsession's local decisions, one name each.
 
-Each names a rule of ``local-semantics.md`` (the section is given) that the real service leaves
-open. Tests of such a rule carry ``@pytest.mark.requires("<name>")`` and are skipped, with
-the name, on backends that do not declare it. An unknown name, in a marker, a backend
+Each names a rule of ``docs/semantics.md`` that the real service leaves open; its description
+starts with the section (``§N`` is ``docs/semantics.md#N``). Tests of such a rule carry
+``@pytest.mark.requires("<name>")`` and are skipped, with the name, on backends that do not
+declare it. An unknown name, in a marker, a backend
 declaration or ``--drop-capability``, stops the run (:func:`check_names`).
 """
 
@@ -45,7 +46,8 @@ CAPABILITIES: dict[str, str] = {
     "sequence.gap_recovery": "§4 a sequence number refused at submit stops blocking later ops "
     "after the gap timeout",
     "session.quota": "§4 creating more than max_sessions sessions fails ResourceLimitExceeded",
-    "limits.strict": "§4 a strict client enforces every §17 limit with the SDK's error surface",
+    "limits.strict": "§4 a strict client enforces every limit of docs/wire.md#10 with the "
+    "SDK's error surface",
     "checkpoint.exact": "§5 load_state restores the saved weights bit for bit",
     "checkpoint.rank_check": "§5 loading a package of another LoRA rank fails the load op",
     "determinism": "§6 a seeded loop (train, sample, save, resume) is bit-identical run to run",

@@ -110,11 +110,7 @@ def _broken_service(defect: str) -> Any:
                 return self.model.table().detach().clone()
             return super()._weights(weights)
 
-    class BrokenService(FakeService):
-        def _make_engine(self, spec: Any) -> Any:
-            return BrokenEngine(spec, script=self.script, knobs=self.knobs, manual=self._manual)
-
-    return BrokenService(strict=False, max_sessions=4)
+    return FakeService(strict=False, max_sessions=4, numerics=True, engine_factory=BrokenEngine)
 
 
 def _make(defect: str) -> Backend:

@@ -171,7 +171,7 @@ def trajectory_datum(
     prompt: list[int], traj: Trajectory, advantage: float, temperature: float = 1.0
 ) -> Datum:
     """Sampled tokens carry the advantage; prompt and tool tokens weigh 0. The sampling
-    temperature goes along so the trainer's ratio starts at 1 (local-semantics §1)."""
+    temperature goes along so the trainer's ratio starts at 1 (docs/semantics.md#1)."""
     tokens, weights, logprobs = list(prompt), [0.0] * (len(prompt) - 1), [0.0] * (len(prompt) - 1)
     for seg_tokens, seg_logprobs in traj.segments:
         tokens += seg_tokens

@@ -15,20 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime.operations import Operation
 
 #: Wire op kind -> the SDK method that sends it.
-METHODS: dict[str, str] = {
-    "forward": "forward",
-    "forwardBackward": "forward_backward",
-    "optimizerStep": "optim_step",
-    "saveWeights": "save_weights_for_sampler",
-    "saveState": "save_state",
-    "loadState": "load_state",
-    "sample": "sample",
-    "computeLogprobs": "compute_logprobs",
-    "loadWeightsForSampling": "load_weights_for_sampling",
-}
+METHODS: dict[str, str] = dict(vocab.METHOD_OF_KIND)
 REFUSED = "Refused"
 
 

@@ -2,7 +2,8 @@
 
 It *is* a ``localsession.ServiceClient`` (same methods, same Training and Sampling clients,
 same futures and errors) whose backend is a :class:`~fakes.service.FakeService`: the real
-runtime with an instant, deterministic bigram model. On top it offers the test controls:
+runtime with an instant, deterministic bigram model (pure Python by default; on torch with
+``numerics=True``). On top it offers the test controls:
 
 - ``fake.script``: what ``sample`` returns (:mod:`fakes.script`);
 - ``fake.faults`` (the runtime's :class:`~localsession.runtime.faults.Faults`) and the
@@ -52,6 +53,7 @@ class FakeServiceClient(ServiceClient):
         base_models: list[str] | None = None,
         home: Path | None = None,
         max_sessions: int = 64,
+        numerics: bool = False,
         torch_threads: int | None = 1,
         service: FakeService | None = None,
         **service_client_kwargs: Any,
@@ -59,8 +61,10 @@ class FakeServiceClient(ServiceClient):
         """``manual``: futures resolve only on :meth:`advance` / :meth:`run_until_idle`.
         ``strict``: the service limits (as ``ServiceClient``). ``base_models``: the only names
         sessions may use (default: any name). ``home``: where saved packages go (default: a
-        temporary directory removed by :meth:`close`). ``torch_threads``: torch's intra-op
-        threads while the fake is open (restored by :meth:`close`; None leaves them alone).
+        temporary directory removed by :meth:`close`). ``numerics``: run the bigram engine on
+        torch (real LoRA tensors and the torch engine's loss code) instead of the light,
+        torch-free engine. ``torch_threads`` (numeric fake only): torch's intra-op threads
+        while the fake is open (restored by :meth:`close`; None leaves them alone).
         ``service``: share one fake service between several clients (the other settings are
         then the service's)."""
         self.service = service or FakeService(
@@ -69,6 +73,7 @@ class FakeServiceClient(ServiceClient):
             home=home,
             max_sessions=max_sessions,
             strict=strict,
+            numerics=numerics,
             torch_threads=torch_threads,
         )
         self._owns_service = service is None
@@ -119,11 +124,11 @@ class FakeServiceClient(ServiceClient):
         raises ``ResultMismatchError``)."""
         if type(count) is not int or count < 1:
             raise ValueError(f"count must be an integer >= 1, got {count!r}")
-        with self.service.knobs._lock:
-            self.service.knobs.truncate_logprobs += count
+        self.service.knobs.add_truncation(count)
 
     def engine(self, session: Any) -> Any:
-        """The ``FakeEngine`` behind a session: ``.table()`` is its live logit table."""
+        """The engine behind a session: a ``LightEngine`` (``.row(prev)`` is a live logit
+        row) or, with ``numerics=True``, a ``FakeEngine`` (``.table()``: the live table)."""
         return self.service.engine(_session_name(session))
 
     # -- the clock -----------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """The fake engine: the runtime's ``Engine`` protocol over the bigram model, instant and exact.
 
-Training uses the torch engine's own pure parts: ``datums.parse_datums`` (every input check,
-same messages), ``losses.compute_loss`` (the local-semantics §1 losses and metrics) and
-``optim.LoraAdamW`` (§2), so losses, gradients and ``optim_step`` are real numbers with the
-documented math; only the model differs (:mod:`fakes.model`). Sampling answers from the
-:class:`~fakes.script.Script` first and falls back to the model (:mod:`fakes.sampler`).
+Training uses the numerics the torch engine uses (:mod:`localsession.numerics`):
+``datums.parse_datums`` (every input check, same messages), ``losses.compute_loss`` (the
+losses and metrics of docs/semantics.md#1) and ``adamw.PlainAdamW`` (the AdamW update of
+docs/semantics.md#2, in tensor ops, so no ``torch._dynamo`` import), so losses, gradients
+and ``optim_step`` are real numbers with the documented math; only the model differs
+(:mod:`fakes.model`). Sampling answers from the :class:`~fakes.script.Script` first and
+falls back to the model (:mod:`fakes.sampler`).
 Packages are safetensors + JSON that only the fake engine reads.
 
 In manual-clock mode each training call waits at :attr:`FakeEngine.gate` until the fake's
@@ -24,18 +26,21 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from fakes.clock import Gate
+from fakes.knobs import EngineKnobs
 from fakes.model import BigramLora
 from fakes.sampler import compute_logprobs, sample_request
 from fakes.script import Script
 from fakes.tokenizer import PAD_ID, VOCAB_SIZE, ByteTokenizer
-from localsession.engine.datums import finite_or_raise, fwd_result, parse_datums
-from localsession.engine.losses import (
+from localsession.numerics.adamw import PlainAdamW
+from localsession.numerics.datums import finite_or_raise, fwd_result, parse_datums
+from localsession.numerics.inputs import AdamParams
+from localsession.numerics.losses import (
     check_loss_fn,
     compute_loss,
     parse_loss_config,
     token_logprobs,
 )
-from localsession.engine.optim import AdamParams, LoraAdamW, NamedMoments
+from localsession.numerics.optim import NamedMoments
 from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
 
 FORMAT = "localsession-fakes-bigram/1"
@@ -45,21 +50,6 @@ OPTIMIZER, OPTIMIZER_META, MERGED = (
     "fake_optimizer.json",
     "fake_merged.safetensors",
 )
-
-
-class EngineKnobs:
-    """Engine-level faults the runtime cannot inject (shared by a fake's engines)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.truncate_logprobs = 0
-
-    def take_truncation(self) -> bool:
-        with self._lock:
-            if self.truncate_logprobs <= 0:
-                return False
-            self.truncate_logprobs -= 1
-            return True
 
 
 class FakeEngine:
@@ -75,7 +65,7 @@ class FakeEngine:
     ) -> None:
         self.spec = spec
         self.model = BigramLora(spec)
-        self._optimizer: LoraAdamW | None = None  # made on first use (see `optimizer`)
+        self._optimizer: PlainAdamW | None = None  # made on first use (see `optimizer`)
         self.script = script or Script()
         self.knobs = knobs or EngineKnobs()
         self.gate = Gate(manual)
@@ -86,11 +76,11 @@ class FakeEngine:
         self._snapshots: dict[str, torch.Tensor] = {}
 
     @property
-    def optimizer(self) -> LoraAdamW:
-        """The AdamW state, made on first use: building a torch optimizer imports
-        ``torch._dynamo`` (over a second), which a loop that never steps should not pay."""
+    def optimizer(self) -> PlainAdamW:
+        """The AdamW state, made on first use. It is :class:`PlainAdamW` (tensor ops), not
+        ``torch.optim.AdamW``, whose construction imports ``torch._dynamo`` (over a second)."""
         if self._optimizer is None:
-            self._optimizer = LoraAdamW(self.model.named_parameters())
+            self._optimizer = PlainAdamW(self.model.named_parameters())
         return self._optimizer
 
     # -- training ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Sampling from a bigram table, with scripted completions first (local-semantics §3).
+"""Sampling from a bigram table, with scripted completions first (docs/semantics.md#3).
 
 A stream draws its tokens one at a time from ``table[previous token]``: temperature, then
 top-k, then top-p (the torch engine's own filters), with a private generator seeded
@@ -18,7 +18,7 @@ from torch import Tensor
 
 from fakes.script import Completion, PromptInfo, Script
 from fakes.tokenizer import EOS_ID, VOCAB_SIZE, ByteTokenizer
-from localsession.engine.sampling import (
+from localsession.numerics.filters import (
     sample_from_logits,
     top_k_filter,
     top_p_filter,

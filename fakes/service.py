@@ -1,26 +1,29 @@
-"""``FakeService``: localsession's own ``Service`` with the fake engine, a call log and a clock.
+"""``FakeService``: a ``Backend`` that composes localsession's own ``Service`` with a fake engine.
 
 Everything a client observes (futures, sequence order, validation, limits, error codes,
-Skipped ops, session states) is the real runtime's. This subclass only adds:
+Skipped ops, session states) is the real runtime's: ``FakeService.runtime`` is a plain
+:class:`~localsession.runtime.service.Service`, built with
 
-- the fake engine (``engine_factory``) and any base-model name (the fake model is the same
-  for all of them, seeded by the name);
-- the call log (:mod:`fakes.calls`);
+- a fake engine factory: the light engine (:mod:`fakes.light`, pure Python, the default) or,
+  with ``numerics=True``, the bigram engine on torch (:mod:`fakes.engine`);
+- a hermetic model catalog (:class:`FakeCatalog`): any name, or only ``base_models``; it
+  never reads ``~/.localsession/models.json`` nor scans the Hugging Face cache;
+- no sampling gather window (``gather_quiet_s=0``): the fake engines are instant;
+- an observer that feeds the call log (:mod:`fakes.calls`).
+
+Around it, this class adds what a test double needs and the service does not do:
+
 - no backoff sleeps: the client retries a throttled or 5xx-refused submit as the SDK does
-  (same sequence number and client token, up to 150 attempts), and the fake's
-  :meth:`~FakeService.backoff` returns at once; the call log counts those retries as
-  ``attempts`` of one call;
+  (same sequence number and client token, up to 150 attempts) and :meth:`backoff` returns at
+  once; the call log counts those retries as ``attempts`` of one call;
 - deterministic sampling: a ``sample`` without a seed gets the next seed of a counter;
-- one torch intra-op thread while the fake is open (``torch_threads=1``, restored by
-  :meth:`close`): its tensors are tiny, and on a busy CI machine a multi-threaded torch
-  region can stall an op for 50-100 ms waiting for a core. ``torch_threads=None`` leaves
-  torch's setting alone;
+- with ``numerics=True``, one torch intra-op thread while the fake is open
+  (``torch_threads=1``, restored by :meth:`close`): its tensors are tiny, and on a busy CI
+  machine a multi-threaded torch region can stall an op waiting for a core;
 - the manual clock. With ``manual=True`` a training op waits at its engine's gate, and no op
-  shows a terminal status to a poll, until :meth:`advance` releases it. ``advance`` releases
-  ops one at a time in submission order (for one training client, sequence order), each only
-  once it has finished, so futures resolve in order and only when the test says. Sampling
-  ops (read-only) compute at once and are only held back from view. Refused submits are not
-  held: their futures raise at ``result()`` at once, as on the wire.
+  shows a terminal status to a poll, until :meth:`advance` releases it, one at a time in
+  submission order, each only once it has finished. Sampling ops compute at once and are only
+  held back from view. Refused submits are not held: their futures raise at once.
 """
 
 from __future__ import annotations
@@ -30,29 +33,49 @@ import json
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fakes.calls import Call, CallLog
 from fakes.clock import Gate
+from fakes.knobs import EngineKnobs
 from fakes.script import Script
-from localsession.futures import DEFAULT_MAX_TRANSIENT_POLL_ERRORS
+from localsession import vocab
 from localsession.runtime.engine_api import EngineSpec
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.operations import TERMINAL
+from localsession.runtime.faults import Faults
 from localsession.runtime.service import Service, ServiceConfig
 
 #: Attempts per submit before the SDK gives up on a transient refusal.
-SUBMIT_ATTEMPTS = DEFAULT_MAX_TRANSIENT_POLL_ERRORS
+SUBMIT_ATTEMPTS = vocab.SDK_SUBMIT_ATTEMPTS
 #: Real seconds :meth:`FakeService.advance` waits for one op before calling it stuck.
 SETTLE_TIMEOUT = 10.0
-_RETRYABLE_CODES = frozenset({"ThrottlingException", "InternalServerException"})
-_RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+DEFAULT_MODEL = "fakes/bigram"
 
 
-def _retryable(exc: ServiceError) -> bool:
-    """``sagemaker...is_retryable`` for a service refusal (sagemaker-sdk.md §6.6)."""
-    return exc.code in _RETRYABLE_CODES or exc.http_status in _RETRYABLE_STATUSES
+class FakeCatalog:
+    """The fakes' model names: every name is a model (the fake model is seeded by the name),
+    or only ``base_models`` when given. Nothing is read from disk."""
+
+    def __init__(self, base_models: list[str] | None = None) -> None:
+        self.base_models = None if base_models is None else list(base_models)
+
+    def names(self) -> list[str]:
+        return list(self.base_models) if self.base_models is not None else [DEFAULT_MODEL]
+
+    def canonical_name(self, name: str) -> str:
+        return name
+
+    def resolve(self, name: str) -> None:
+        if not name:
+            raise ValueError("base_model must be a non-empty model name")
+        if self.base_models is not None and name not in self.base_models:
+            raise ValueError(
+                f"unknown base model {name!r} in this fake; it knows "
+                f"{', '.join(self.base_models)} (FakeServiceClient(base_models=None) accepts "
+                "any name)"
+            )
 
 
 def _gate(engine: object) -> Gate | None:
@@ -69,8 +92,8 @@ def _kind_of(request: dict[str, Any]) -> tuple[str, Any]:
     return "?", None
 
 
-class FakeService(Service):
-    """The runtime with the fake engine, a call log, SDK submit retries and a manual clock."""
+class FakeService:
+    """The runtime with a fake engine, a call log, SDK submit retries and a manual clock."""
 
     def __init__(
         self,
@@ -80,22 +103,25 @@ class FakeService(Service):
         home: Path | None = None,
         max_sessions: int = 64,
         strict: bool = True,
+        numerics: bool = False,
         torch_threads: int | None = 1,
+        engine_factory: Callable[..., Any] | None = None,
     ) -> None:
+        """``engine_factory(spec, *, script, knobs, manual)`` replaces the fake engine class
+        (the conformance self-check plants defects this way)."""
         self._tmp = None if home is not None else tempfile.TemporaryDirectory(prefix="fakes-")
         self.script = Script()
         self.calls = CallLog()
-        self._base_models = base_models
+        self.knobs = EngineKnobs()
+        self.numerics = numerics
         self._manual = manual
         self._clock = threading.Condition()
         self._seed = 0
         self._by_operation: dict[str, Call] = {}
         self._retrying: dict[tuple[str, str], Call] = {}
-        from fakes.engine import EngineKnobs  # torch: imported with the first fake service
-
-        self.knobs = EngineKnobs()
+        self._engine_class = engine_factory or self._default_engine_class()
         self._restore_threads: int | None = None
-        if torch_threads is not None:
+        if numerics and torch_threads is not None:
             import torch
 
             self._restore_threads = torch.get_num_threads()
@@ -106,96 +132,145 @@ class FakeService(Service):
             gap_timeout=0.0,  # as the in-process default: a refused number is lost at once
             home=home if home is not None else Path(self._tmp.name),  # type: ignore[union-attr]
             engine_factory=self._make_engine,
+            gather_quiet_s=0.0,
+            # Requests come from the fake's own client: skip loading the sagemaker model.
+            check_create_members=numerics,
         )
-        super().__init__(config)
-        # The fake engine is instant: no gathering window before a sampling batch is taken.
-        self._scheduler.gather_quiet_s = 0.0
+        self.runtime = Service(config, catalog=FakeCatalog(base_models))
+        self.runtime.add_observer(self._observe)
 
-    # -- engine and models ---------------------------------------------------------------
+    def _default_engine_class(self) -> Callable[..., Any]:
+        if self.numerics:
+            from fakes.engine import FakeEngine  # torch: imported with the first numeric fake
+
+            return FakeEngine
+        from fakes.light import LightEngine
+
+        return LightEngine
 
     def _make_engine(self, spec: EngineSpec) -> Any:
-        from fakes.engine import FakeEngine
+        return self._engine_class(spec, script=self.script, knobs=self.knobs, manual=self._manual)
 
-        return FakeEngine(spec, script=self.script, knobs=self.knobs, manual=self._manual)
-
-    def list_base_models(self) -> list[str]:
-        return list(self._base_models) if self._base_models is not None else ["fakes/bigram"]
-
-    def resolve_base_model(self, name: str) -> None:
-        if self._base_models is not None and name not in self._base_models:
-            raise ValueError(
-                f"unknown base model {name!r} in this fake; it knows "
-                f"{', '.join(self._base_models)} (FakeServiceClient(base_models=None) accepts "
-                "any name)"
-            )
-        if not name:
-            raise ValueError("base_model must be a non-empty model name")
+    @property
+    def faults(self) -> Faults:
+        """The runtime's injected faults (:class:`~localsession.runtime.faults.Faults`)."""
+        return self.runtime.faults
 
     def engine(self, session: str) -> Any:
-        """The ``FakeEngine`` of a running session (for tests that inspect the model)."""
-        engine = self._session(session, runtime=True).engine
-        if engine is None:
-            raise RuntimeError(
-                f"session {session} has no engine ({self._session(session, runtime=True).status})"
-            )
-        return engine
+        """The fake engine of a running session (for tests that inspect the model)."""
+        found = self.runtime.session(session)
+        if found.engine is None:
+            raise RuntimeError(f"session {session} has no engine ({found.status})")
+        return found.engine
 
-    # -- runtime calls: logged, retried as the SDK does ---------------------------------
+    def expire_session(self, name: str) -> None:
+        self.runtime.expire_session(name)
+
+    # -- the Backend operations: the runtime's, some logged or held ----------------------
+
+    def create_training_session(
+        self, request: dict[str, Any], *, strict: bool | None = None
+    ) -> dict[str, Any]:
+        return self.runtime.create_training_session(request, strict=strict)
+
+    def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.runtime.describe_training_session(request)
+
+    def wait_for_session(self, name: str, timeout: float | None = None) -> str:
+        return self.runtime.wait_for_session(name, timeout)
+
+    def list_training_sessions(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.runtime.list_training_sessions(request)
+
+    def stop_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.runtime.stop_training_session(request)
+
+    def delete_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.runtime.delete_training_session(request)
+
+    def list_model_packages(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.runtime.list_model_packages(request)
+
+    def describe_model_package(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.runtime.describe_model_package(request)
+
+    def delete_model_package(
+        self, request: dict[str, Any], *, delete_artifacts: bool = False
+    ) -> dict[str, Any]:
+        return self.runtime.delete_model_package(request, delete_artifacts=delete_artifacts)
+
+    def list_base_models(self) -> list[str]:
+        return self.runtime.list_base_models()
+
+    def resolve_base_model(self, name: str) -> None:
+        self.runtime.resolve_base_model(name)
+
+    def get_tokenizer(self, name: str) -> Any:
+        return self.runtime.get_tokenizer(name)
 
     def backoff(self, seconds: float) -> None:
         """A client's wait before retrying a refused submit: none, in the fakes."""
 
-    def _record(self, name: str, kind: str, seq: int | None, body: Any, request: Any) -> Call:
-        """The call a request belongs to: a retry of a refused submit (same session, same
-        request, hence same sequence number and token) continues that call."""
-        key = (name, json.dumps(request, sort_keys=True, default=str))
-        retried = self._retrying.pop(key, None)
-        if retried is not None:
-            return retried
-        call = self.calls.record(name, kind, seq, body, request)
-        call.retry_key = key
-        return call
-
-    def _submit(self, call: Call, send: Any) -> dict[str, Any]:
-        call.attempts += 1
-        try:
-            response: dict[str, Any] = send()
-        except ServiceError as exc:
-            call.error_code, call.refusal = exc.code, exc.message
-            if _retryable(exc) and call.attempts < SUBMIT_ATTEMPTS:
-                self._retrying[call.retry_key] = call  # the client sends it again
-            raise
-        call.error_code = call.refusal = None
-        call.operation_id = response["operationId"]
-        call.op = self._operation(call.session, call.operation_id)
-        self._by_operation[call.operation_id] = call
-        return response
-
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
-        kind, body = _kind_of(request)
-        seq = request.get("sequenceNumber")
-        call = self._record(name, kind, seq if isinstance(seq, int) else None, body, request)
-        return self._submit(
-            call, lambda: super(FakeService, self).execute_training_operation(name, request)
-        )
+        return self.runtime.execute_training_operation(name, request)
 
     def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         kind, body = _kind_of(request)
-        if (
-            kind == "sample"
-            and isinstance(body, dict)
-            and isinstance(body.get("samplingParams"), dict)
-        ):
-            if body["samplingParams"].get("seed") is None:
-                request = copy.deepcopy(request)
-                with self._clock:
-                    self._seed += 1
-                    request["operationConfig"]["sample"]["samplingParams"]["seed"] = self._seed
-                body = request["operationConfig"]["sample"]
-        call = self._record(name, kind, None, body, request)
-        return self._submit(
-            call, lambda: super(FakeService, self).execute_sampling_operation(name, request)
-        )
+        params = body.get("samplingParams") if isinstance(body, dict) else None
+        if kind == "sample" and isinstance(params, dict) and params.get("seed") is None:
+            request = copy.deepcopy(request)
+            with self._clock:
+                self._seed += 1
+                request["operationConfig"]["sample"]["samplingParams"]["seed"] = self._seed
+        return self.runtime.execute_sampling_operation(name, request)
+
+    def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
+        response = self.runtime.get_training_operation_result(name, operation_id)
+        return response if self._visible(operation_id) else {"status": vocab.OP_PENDING}
+
+    def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
+        response = self.runtime.get_sampling_operation_result(name, operation_id)
+        return response if self._visible(operation_id) else {"status": vocab.OP_PENDING}
+
+    def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
+        if not self._manual:
+            return self.runtime.wait_operation(name, operation_id, timeout)
+        self.runtime.operation(name, operation_id)  # unknown ids raise as usual
+        with self._clock:
+            return self._clock.wait_for(lambda: self._visible(operation_id), timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        """Every other service operation (registry, Hub, chat, ...) is the runtime's."""
+        if name.startswith("_") or name == "runtime":
+            raise AttributeError(name)
+        return getattr(self.runtime, name)
+
+    # -- the call log (fed by the runtime's observer hook) --------------------------------
+
+    def _observe(
+        self, name: str, request: dict[str, Any], outcome: dict[str, Any] | ServiceError
+    ) -> None:
+        """Log one submit. A retry of a refused submit (same session, same request, hence
+        the same sequence number and token) continues that submit's call."""
+        key = (name, json.dumps(request, sort_keys=True, default=str))
+        call = self._retrying.pop(key, None)
+        if call is None:
+            kind, body = _kind_of(request)
+            seq = request.get("sequenceNumber") if kind in vocab.TRAINING_OPS else None
+            number = seq if isinstance(seq, int) else None
+            call = self.calls.record(name, kind, number, body, request)
+            call.retry_key = key
+        call.attempts += 1
+        if isinstance(outcome, ServiceError):
+            call.error_code, call.refusal = outcome.code, outcome.message
+            if vocab.is_retryable(outcome.code, outcome.http_status):
+                if call.attempts < SUBMIT_ATTEMPTS:
+                    self._retrying[key] = call  # the client sends it again
+            return
+        call.error_code = call.refusal = None
+        call.operation_id = outcome["operationId"]
+        call.op = self.runtime.operation(name, call.operation_id)
+        self._by_operation[call.operation_id] = call
 
     # -- the manual clock ----------------------------------------------------------------
 
@@ -208,9 +283,7 @@ class FakeService(Service):
         with self._clock:
             self._manual = manual
             self._clock.notify_all()
-        with self._lock:
-            sessions = list(self._sessions.values())
-        for session in sessions:
+        for session in self.runtime.sessions():
             gate = _gate(session.engine)
             if gate is not None:
                 gate.set_manual(manual)
@@ -221,28 +294,13 @@ class FakeService(Service):
         call = self._by_operation.get(operation_id)
         return call is None or call.released
 
-    def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
-        response = super().get_training_operation_result(name, operation_id)
-        return response if self._visible(operation_id) else {"status": "Pending"}
-
-    def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
-        response = super().get_sampling_operation_result(name, operation_id)
-        return response if self._visible(operation_id) else {"status": "Pending"}
-
-    def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
-        if not self._manual:
-            return super().wait_operation(name, operation_id, timeout)
-        self._operation(name, operation_id)  # unknown ids raise as usual
-        with self._clock:
-            return self._clock.wait_for(lambda: self._visible(operation_id), timeout)
-
     def _settle(self, call: Call) -> None:
         """Let ``call``'s op run (through its engine's gate) and wait until it is terminal."""
         op = call.op
         assert op is not None
         deadline = time.monotonic() + SETTLE_TIMEOUT
-        while op.status not in TERMINAL:
-            session = self._sessions.get(call.session)
+        while op.status not in vocab.OP_TERMINAL:
+            session = next((s for s in self.runtime.sessions() if s.name == call.session), None)
             gate = _gate(session.engine if session is not None else None)
             if call.seq is not None and gate is not None and gate.waiting:
                 gate.grant()  # the worker runs ops in order: the waiting call is this op
@@ -251,7 +309,7 @@ class FakeService(Service):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{call} did not finish within {SETTLE_TIMEOUT:.0f}s")
             op.done.wait(0.0005)
-        if op.status not in TERMINAL:
+        if op.status not in vocab.OP_TERMINAL:
             raise RuntimeError(f"{call} did not finish within {SETTLE_TIMEOUT:.0f}s")
 
     def advance(self, n: int = 1) -> list[Call]:
@@ -279,7 +337,7 @@ class FakeService(Service):
 
     def close(self) -> None:
         self.set_manual(False)
-        super().close()
+        self.runtime.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -1,9 +1,21 @@
-"""Shared test setup: offline Hugging Face, and one in-process service per test session."""
+"""Shared test setup: offline Hugging Face, a sealed-off home, one in-process service.
+
+Every test runs with ``LOCALSESSION_HOME``, ``LOCALSESSION_MODEL_MAP`` and ``HF_HUB_CACHE``
+pointing at temporary directories (set in the environment, so subprocesses inherit them):
+no test reads a developer's ``~/.localsession/models.json`` or Hugging Face cache, and none
+writes packages or session records under ``~/.localsession``. The run fails if
+``~/.localsession`` changed anyway. Shared helpers (the stub engine, the running server, wire
+builders) live in ``tests/testkit.py``.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -14,6 +26,95 @@ from localsession import ServiceClient  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 
 ROLE = "arn:aws:iam::000000000000:role/localsession-tests"
+#: The developer's real state directory, which the suite must leave as it found it.
+REAL_HOME = Path.home() / ".localsession"
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """``{relative path: (size, mtime_ns)}`` of every file and directory under ``root``."""
+    if not root.exists():
+        return {}
+    found = {".": (0, root.stat().st_mtime_ns)}
+    for path in root.rglob("*"):
+        stat = path.lstat()
+        found[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+_REAL_HOME_BEFORE = _snapshot(REAL_HOME)
+_SCRATCH = Path(tempfile.mkdtemp(prefix="localsession-tests-"))
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+# At import, before any fixture or test module builds a service: the defaults of every
+# ServiceConfig, model map and HF-cache scan already point into the scratch directory.
+os.environ["LOCALSESSION_HOME"] = str(_SCRATCH / "home")
+os.environ["LOCALSESSION_MODEL_MAP"] = ""
+os.environ["HF_HUB_CACHE"] = str(_SCRATCH / "hf-cache")
+
+
+#: Tests that start processes or HTTP servers (the server, fuzz and security suites talk to
+#: one), crash, load or soak, run examples or run the conformance suite: marked
+#: ``integration`` here, in one list (whole files, or single tests by node id).
+#: ``make test`` runs them; ``make test-unit`` (``-m "not integration"``) runs the rest.
+INTEGRATION = (
+    "bench/test_bench_smoke.py",
+    "conformance/test_plugin.py",
+    "conformance/test_selfcheck.py",
+    "conformance/test_suite_passes.py",
+    "examples/test_examples.py",
+    "examples/test_sandbox.py",
+    "fakes/test_fake_hygiene.py",
+    "reliability/test_crash.py",
+    "reliability/test_fuzz_client.py",
+    "reliability/test_fuzz_names.py",
+    "reliability/test_fuzz_runtime.py",
+    "reliability/test_load.py",
+    "reliability/test_security.py",
+    "reliability/test_soak.py",
+    "server/test_admin_faults.py",
+    "server/test_chat.py",
+    "server/test_sdk_loops.py",
+    "server/test_serve_cli.py",
+    "server/test_wire.py",
+    "test_import_hygiene.py",
+    "client/test_checkpoints.py::test_listing_latest_and_delete",
+    "runtime/test_registry.py::test_a_killed_writer_leaves_no_package_and_no_corrupt_index",
+    "test_isolation.py::test_subprocesses_inherit_the_isolation",
+    "test_vocab.py::test_vocab_imports_nothing_heavy",
+)
+_TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path.relative_to(_TESTS).as_posix() if item.path.is_relative_to(_TESTS) else ""
+        test = f"{path}::{item.originalname}" if hasattr(item, "originalname") else path
+        if path in INTEGRATION or test in INTEGRATION:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Each test: a fresh ``LOCALSESSION_HOME`` and empty ``HF_HUB_CACHE``, no model map.
+    Returns the home. (The process-wide default service keeps the home it was made with.)"""
+    root = tmp_path_factory.mktemp("isolated")
+    monkeypatch.setenv("LOCALSESSION_HOME", str(root / "home"))
+    monkeypatch.setenv("LOCALSESSION_MODEL_MAP", "")
+    monkeypatch.setenv("HF_HUB_CACHE", str(root / "hf-cache"))
+    return root / "home"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any test touched the developer's ``~/.localsession``."""
+    after = _snapshot(REAL_HOME)
+    if after != _REAL_HOME_BEFORE:
+        changed = sorted(set(after.items()) ^ set(_REAL_HOME_BEFORE.items()))
+        session.config.get_terminal_writer().line(
+            f"FAILED: the test run changed {REAL_HOME}: {[p for p, _ in changed][:10]}",
+            red=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""``--backend=fakes``: ``fakes.FakeServiceClient`` (the real runtime, a fake bigram engine)."""
+"""``--backend=fakes``: ``fakes.FakeServiceClient`` (the real runtime, the numeric fake engine)."""
 
 from __future__ import annotations
 
@@ -43,4 +43,6 @@ def fakes_backend(name: str, service: Any, *, xfail: str | None = None) -> Backe
 def make_fakes(options: dict[str, Any]) -> Backend:
     from fakes import FakeService
 
-    return fakes_backend("fakes", FakeService(strict=False, max_sessions=MAX_SESSIONS))
+    return fakes_backend(
+        "fakes", FakeService(strict=False, max_sessions=MAX_SESSIONS, numerics=True)
+    )

@@ -2,7 +2,7 @@
 unmodified SageMaker SDK; ``--backend=http=URL``: anyone's already-running server.
 
 The SDK is pointed at the server through its endpoint-override environment variables
-(sagemaker-sdk.md §2.2, §16.1), set for this process while the backend lives. The server runs
+(docs/wire.md#1), set for this process while the backend lives. The server runs
 in its own process so that an SDK client left to the garbage collector can never stop a
 session from inside the server's event loop.
 """
@@ -28,7 +28,7 @@ START_TIMEOUT = 120.0
 
 
 def sdk_env(url: str, region: str) -> dict[str, str]:
-    """What the unmodified SDK (and boto3) need to talk to ``url`` (sagemaker-sdk.md §16.1),
+    """What the unmodified SDK (and boto3) need to talk to ``url`` (docs/wire.md#1),
     with credentials from ``CONFORMANCE_ACCESS_KEY_ID``/``_SECRET_ACCESS_KEY`` when set."""
     env = client_env(url, region)
     env["AWS_ACCESS_KEY_ID"] = os.environ.get("CONFORMANCE_ACCESS_KEY_ID", "conformance")
@@ -129,7 +129,7 @@ def make_http(options: dict[str, Any], url: str | None) -> Backend:
         strict_client=client if "limits.strict" in capabilities else None,
         capabilities=capabilities,
         limits=Limits(
-            min_max_tokens=512,  # botocore refuses less before sending (sagemaker-sdk.md §15.1)
+            min_max_tokens=512,  # botocore refuses less before sending (docs/wire.md#5)
             max_sessions=MAX_SESSIONS if own else None,
             gap_timeout_s=GAP_TIMEOUT if own else 60.0,
         ),

@@ -44,7 +44,7 @@ def make_inprocess(options: dict[str, Any]) -> Backend:
         version=importlib.metadata.version("localsession"),
         ts=localsession,
         base_model="localsession/tiny",
-        service_client=lambda: client(False),  # relaxed: short generations (§4)
+        service_client=lambda: client(False),  # relaxed: short generations (docs/semantics.md#4)
         strict_client=lambda: client(True),
         capabilities=frozenset(CAPABILITIES),
         limits=Limits(min_max_tokens=1, max_sessions=MAX_SESSIONS, gap_timeout_s=0.0),

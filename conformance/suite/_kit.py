@@ -1,7 +1,7 @@
 """Small helpers the suite shares: datums, closed-form losses, sampling params, waits.
 
 Everything here is independent of the backend's code: losses are recomputed from the
-logprobs a backend reports, with the formulas of local-semantics §1 written out in plain
+logprobs a backend reports, with the formulas of docs/semantics.md#1 written out in plain
 Python.
 """
 
@@ -84,7 +84,7 @@ def clip(x: float, lo: float, hi: float) -> float:
 def token_loss(
     loss_fn: str, lp: float, w: float, q: float, a: float, lo: float, hi: float
 ) -> float:
-    """ℓ of one position (local-semantics §1), recomputed independently."""
+    """ℓ of one position (docs/semantics.md#1), recomputed independently."""
     if loss_fn == "cross_entropy":
         return -w * lp
     r = math.exp(lp - q)

@@ -1,5 +1,5 @@
-"""Token accounting, where declared: ``BillableTokenUsage`` per session (local-semantics §6,
-sagemaker-sdk.md §17 "Billing")."""
+"""Token accounting, where declared: ``BillableTokenUsage`` per session (docs/semantics.md#6,
+docs/wire.md#10 "Billing")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Checkpoints and model packages: save/load round trips, resume with and without the
-optimizer, snapshot isolation, listing and deletion (sagemaker-sdk.md §7, local-semantics §5)."""
+optimizer, snapshot isolation, listing and deletion (docs/wire.md#3, docs/semantics.md#5)."""
 
 from __future__ import annotations
 
@@ -178,5 +178,5 @@ def test_loading_another_rank_fails_the_load(
     running = len(service_client.list_sessions(status_equals="Running"))
     with pytest.raises(ts.OperationError):
         service_client.create_training_client_from_state(arn, rank=other, alpha=2 * other)
-    # the failed create stopped the session it made (sagemaker-sdk.md §3.2)
+    # the failed create stopped the session it made (docs/wire.md#2)
     assert len(service_client.list_sessions(status_equals="Running")) == running

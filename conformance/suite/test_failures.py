@@ -1,5 +1,5 @@
 """Failures: a failed op changes no state and later ops still run; ops after stop raise
-(local-semantics §4, sagemaker-sdk.md §4.5, §6.3, §10.4)."""
+(docs/semantics.md#4, docs/wire.md#6, #9)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from conformance.suite._kit import TEXT_A, TEXT_B, adam, logprobs, result, rl, s
 
 
 def _bad_ppo(ts: Any) -> Any:
-    # `advantages` is not length-checked by the SDK (§5.4): the service must catch it.
+    # `advantages` is not length-checked by the SDK (docs/wire.md#5): the service must catch it.
     n = len(TEXT_B)
     return rl(ts, TEXT_B, logprobs=[-5.0] * n, advantages=[1.0] * (n + 3))
 

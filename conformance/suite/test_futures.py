@@ -1,5 +1,5 @@
 """Futures: result / await / done / exception, pipelining and the order of training ops
-(sagemaker-sdk.md §4.1, §6.2, §6.8)."""
+(docs/wire.md#5, #6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Loss values: each loss recomputed in closed form from the logprobs ``forward`` reports
-(local-semantics §1; sagemaker-sdk.md §10.1-§10.3)."""
+(docs/semantics.md#1)."""
 
 from __future__ import annotations
 

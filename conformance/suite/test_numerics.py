@@ -1,5 +1,5 @@
 """Numerical agreement: forward ≡ forward_backward, split invariance, sampler vs trainer
-logprobs and the temperature relation (local-semantics §1-§3)."""
+logprobs and the temperature relation (docs/semantics.md#1, #3)."""
 
 from __future__ import annotations
 

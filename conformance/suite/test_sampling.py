@@ -1,5 +1,5 @@
 """Sampling: seeds, streams, stop strings and stop_reason, sampled and prompt logprobs,
-top-k prompt logprobs, compute_logprobs (sagemaker-sdk.md §9, local-semantics §3)."""
+top-k prompt logprobs, compute_logprobs (docs/wire.md#7, docs/semantics.md#3)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Session lifecycle: stop idempotency, listing, deletion, quotas (sagemaker-sdk.md §3.2,
-§4.5, §13; local-semantics §4)."""
+"""Session lifecycle: stop idempotency, listing, deletion, quotas (docs/wire.md#2, #9;
+docs/semantics.md#4)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_new_session_is_listed_running(
 def test_stop_is_idempotent(backend: Backend, service_client: Any, training_client: Any) -> None:
     name = training_client.training_session_name
     training_client.stop()
-    training_client.stop()  # absorbed (sagemaker-sdk.md §4.5)
+    training_client.stop()  # absorbed (docs/wire.md#9)
     service_client.stop_session(name)
     assert _status(service_client, name) in ("Stopping", "Stopped")
 

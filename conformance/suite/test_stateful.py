@@ -139,14 +139,14 @@ class ClientMachine(RuleBasedStateMachine):
         self.stopped = True
         with pytest.raises(self.ts.TrainingSessionError):
             self.tc.optim_step(adam(self.ts, self.backend))
-        self.seq += 1  # a refused call still takes a number (sagemaker-sdk.md §4.1)
+        self.seq += 1  # a refused call still takes a number (docs/wire.md#5)
 
     @precondition(lambda self: self.stopped)
     @rule(text=st.sampled_from(TEXTS))
     def closed_client_refuses(self, text: tuple[int, ...]) -> None:
         with pytest.raises(self.ts.TrainingSessionError):
             self.tc.forward([sft(self.ts, text)], "cross_entropy")
-        self.seq += 1  # a refused call still takes a number (sagemaker-sdk.md §4.1)
+        self.seq += 1  # a refused call still takes a number (docs/wire.md#5)
 
     @invariant()
     def sequence_numbers_follow_calls(self) -> None:

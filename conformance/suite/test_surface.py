@@ -1,5 +1,5 @@
-"""Surface: the public names, signatures, enums and exception tree (sagemaker-sdk.md §1,
-§3-§4, §6.2, §9, §11-§12)."""
+"""Surface: the public names, signatures, enums and exception tree (docs/wire.md#2,
+#4-#8)."""
 
 from __future__ import annotations
 

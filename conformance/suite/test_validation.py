@@ -1,5 +1,6 @@
 """Validation and limits: exception types and error codes, never message text
-(sagemaker-sdk.md §4.2, §5.4, §9.4, §12, §15.1, §17; local-semantics §4)."""
+(docs/wire.md#5, #7,
+#8, #10; docs/semantics.md#4)."""
 
 from __future__ import annotations
 

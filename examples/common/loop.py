@@ -22,7 +22,7 @@ from typing import Any
 from localsession import Datum, ModelInput, SampledSequence, SamplingParams, TensorData
 
 ROLE_ARN = "arn:aws:iam::000000000000:role/localsession-examples"
-SERVICE_MIN_MAX_TOKENS = 512  # sagemaker-sdk.md §17
+SERVICE_MIN_MAX_TOKENS = 512  # docs/wire.md#10
 
 
 def parse_args(
@@ -139,7 +139,7 @@ def rl_datum(
 
     The sampler reports tempered logprobs, so a temperature other than 1 is passed along as
     the ``temperature`` input: the trainer then scores with the same tempered distribution
-    and the ratio is exactly 1 before the first update (local-semantics §1)."""
+    and the ratio is exactly 1 before the first update (docs/semantics.md#1)."""
     assert len(logprobs) == len(completion) == len(advantages)
     tokens = prompt + completion
     pad = [0.0] * (len(prompt) - 1)

@@ -74,11 +74,11 @@ def call(operation_name: str, fn: Callable[[], _R]) -> _R:
 RUNTIME, CONTROL_PLANE = "sagemakertrainingsessionruntime", "sagemaker"
 
 
-@functools.lru_cache(maxsize=2)
 def _service_model(service: str) -> Any:
-    import botocore.session
+    # One loaded model per process, shared with the runtime's member table.
+    from localsession.runtime.members import service_model
 
-    return botocore.session.get_session().get_service_model(service)
+    return service_model(service)
 
 
 def _runtime_model() -> Any:

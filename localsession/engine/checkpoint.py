@@ -1,4 +1,4 @@
-"""Model-package files (local-semantics §5): the adapter, the AdamW state, a merged model.
+"""Model-package files (docs/semantics.md#5): the adapter, the AdamW state, a merged model.
 
 A package directory holds safetensors and JSON only; nothing is pickled and nothing here calls
 ``torch.load``.

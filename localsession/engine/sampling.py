@@ -1,6 +1,7 @@
-"""Sampling (local-semantics §3): pure logit filters and the batched KV-cache sampler.
+"""Sampling (docs/semantics.md#3): the batched KV-cache sampler.
 
-Filters are pure functions over ``[S, V]`` logits with one parameter per row. The sampler
+The logit filters (temperature, top-k, top-p, the inverse-CDF draw) live in
+:mod:`localsession.numerics.filters`, shared with the fakes. The sampler
 decodes every (request, sample i) *stream* of a batch together: prompts are prefilled once per
 request (left padding + attention mask + position ids), the KV cache is fanned out to the
 request's ``num_samples`` streams, and each step feeds one token per stream through the
@@ -26,7 +27,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from localsession.engine.losses import token_logprobs
+from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
+    apply_temperature,
+    filter_logits,
+    sample_from_logits,
+    top_k_filter,
+    top_p_filter,
+)
+from localsession.numerics.losses import token_logprobs
 from localsession.runtime.engine_api import SampleRequest
 
 _SEED_MOD = 2**63
@@ -35,63 +43,6 @@ DRAW_CHUNK = 32
 #: Finished streams stay in the batch (their outputs ignored) until this fraction of rows
 #: is finished; then the KV cache is compacted once, instead of once per finished stream.
 COMPACT_FRACTION = 0.25
-
-
-def apply_temperature(logits_SV: Tensor, temperature_S: Tensor) -> Tensor:
-    """logits / T per row; rows with T == 0 (greedy) are returned unscaled."""
-    t_S = torch.where(temperature_S > 0, temperature_S, torch.ones_like(temperature_S))
-    return logits_SV / t_S.to(logits_SV.dtype).unsqueeze(-1)
-
-
-def top_k_filter(logits_SV: Tensor, k_S: Tensor) -> Tensor:
-    """Keep each row's ``k`` largest logits (ties at the boundary broken by sort order).
-
-    Rows with ``k <= 0`` or ``k >= V`` are unchanged. Others are set to -inf.
-    """
-    vocab = logits_SV.shape[-1]
-    active_S = (k_S > 0) & (k_S < vocab)
-    if not bool(active_S.any()):
-        return logits_SV
-    sorted_SV, order_SV = logits_SV.sort(dim=-1, descending=True)
-    rank_V = torch.arange(vocab, device=logits_SV.device)
-    drop_SV = (rank_V.unsqueeze(0) >= k_S.unsqueeze(-1)) & active_S.unsqueeze(-1)
-    sorted_SV = sorted_SV.masked_fill(drop_SV, float("-inf"))
-    return torch.empty_like(logits_SV).scatter_(-1, order_SV, sorted_SV)
-
-
-def top_p_filter(logits_SV: Tensor, p_S: Tensor) -> Tensor:
-    """Nucleus filter: keep the smallest set of top tokens whose probability reaches ``p``.
-
-    A token is kept when the probability mass strictly before it (in descending order) is
-    below ``p``; the top token is always kept. Rows with ``p >= 1`` are unchanged.
-    """
-    active_S = p_S < 1.0
-    if not bool(active_S.any()):
-        return logits_SV
-    sorted_SV, order_SV = logits_SV.sort(dim=-1, descending=True)
-    probs_SV = torch.softmax(sorted_SV.float(), dim=-1)
-    before_SV = probs_SV.cumsum(dim=-1) - probs_SV  # mass strictly before each token
-    drop_SV = (before_SV >= p_S.unsqueeze(-1).float()) & active_S.unsqueeze(-1)
-    drop_SV[:, 0] = False
-    sorted_SV = sorted_SV.masked_fill(drop_SV, float("-inf"))
-    return torch.empty_like(logits_SV).scatter_(-1, order_SV, sorted_SV)
-
-
-def filter_logits(
-    logits_SV: Tensor, temperature_S: Tensor, k_S: Tensor, p_S: Tensor
-) -> Tensor:
-    """Temperature, then top-k, then top-p (on the renormalised top-k distribution)."""
-    return top_p_filter(top_k_filter(apply_temperature(logits_SV, temperature_S), k_S), p_S)
-
-
-def sample_from_logits(filtered_SV: Tensor, uniform_S: Tensor) -> Tensor:
-    """Inverse-CDF draw: one token id per row from softmax(filtered), given U[0, 1) draws."""
-    probs_SV = torch.softmax(filtered_SV.float(), dim=-1)
-    cdf_SV = probs_SV.cumsum(dim=-1)
-    target_S1 = (uniform_S.float() * cdf_SV[:, -1]).unsqueeze(-1)
-    # right=True: the first index whose cdf exceeds u; zero-probability tokens are never hit.
-    idx_S = torch.searchsorted(cdf_SV, target_S1, right=True).squeeze(-1)
-    return idx_S.clamp_(max=filtered_SV.shape[-1] - 1)
 
 
 @dataclass
@@ -264,7 +215,7 @@ class BatchSampler:
         """
         greedy_S = temp_S <= 0
         tempered_SV = apply_temperature(logits_SV, temp_S)
-        logprobs_SV = torch.log_softmax(tempered_SV, dim=-1)  # before top-k / top-p (§3)
+        logprobs_SV = torch.log_softmax(tempered_SV, dim=-1)  # before top-k / top-p (semantics #3)
         if bool(greedy_S.all()):
             chosen_S = logits_SV.argmax(dim=-1)
         else:

@@ -1,4 +1,4 @@
-"""OpenAI chat completions over a session's sampler (sagemaker-sdk.md §9.5).
+"""OpenAI chat completions over a session's sampler (docs/wire.md#7).
 
 The runtime's ``SampleTrainingSession`` operations pass chat-completion bodies through to the
 model; the server also serves them as ``/v1/chat/completions``. This module is the protocol:
@@ -9,7 +9,7 @@ same scheduler, batching and token accounting as ``sample``.
 
 Local decisions: the ``logprob`` of each chosen token is the sampler's (tempered, as for
 ``sample``); ``top_logprobs`` are at T = 1 (the prompt-logprob convention of
-local-semantics §3), so at the default temperature the two agree. A stream is sent once
+docs/semantics.md#3), so at the default temperature the two agree. A stream is sent once
 generation finishes (batched decoding has no per-token callback), in OpenAI's chunk format.
 """
 

@@ -35,7 +35,7 @@ class EngineInputError(Exception):
 
 @dataclass(frozen=True)
 class SampleRequest:
-    """One ``sample`` operation, with the local defaults (local-semantics §3) applied."""
+    """One ``sample`` operation, with the local defaults (docs/semantics.md#3) applied."""
 
     prompt: list[int]
     num_samples: int = 1
@@ -58,7 +58,7 @@ class EngineSpec:
     base_model: str
     rank: int = 32
     alpha: int = 64
-    #: Seed for the LoRA initialisation (local-semantics §2: seeded, so equal specs start
+    #: Seed for the LoRA initialisation (docs/semantics.md#2: seeded, so equal specs start
     #: bit-identical on one device).
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)

@@ -12,7 +12,7 @@ so every front end sees the same faults. The runtime consults it at three points
   ``ValidationException``, is not retried, so the caller's future raises ``ClientError``);
 - ``on_execute(kind)`` when an accepted op is about to run: an ``at="execution"`` fault makes
   it finish ``Failed`` with a message (the caller's future raises ``OperationError``) and
-  changes no state, like any failed op (local-semantics §4).
+  changes no state, like any failed op (docs/semantics.md#4).
 
 Each armed fault is consumed by the request or op it hits. ``armed`` is False whenever
 nothing is pending, and the runtime checks it before calling a hook, so an idle ``Faults``
@@ -26,31 +26,15 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.validate import SAMPLING_OPS, TRAINING_OPS
 
 #: Wire op kinds a fault can name (``"*"`` names them all).
-KINDS: tuple[str, ...] = TRAINING_OPS + SAMPLING_OPS
+KINDS: tuple[str, ...] = vocab.OP_KINDS
 #: SDK method names accepted in place of wire kinds.
-ALIASES: dict[str, str] = {
-    "forward_backward": "forwardBackward",
-    "optim_step": "optimizerStep",
-    "optimStep": "optimizerStep",
-    "save_weights_for_sampler": "saveWeights",
-    "save_state": "saveState",
-    "load_state": "loadState",
-    "load_state_with_optimizer": "loadState",
-    "compute_logprobs": "computeLogprobs",
-    "load_weights_for_sampling": "loadWeightsForSampling",
-}
-#: Error codes a submit fault may answer with, and their HTTP statuses (sagemaker-sdk §14.4).
-SUBMIT_CODES: dict[str, int] = {
-    "ValidationException": 400,
-    "ResourceNotFoundException": 404,
-    "ConflictException": 409,
-    "ThrottlingException": 429,
-    "InternalServerException": 500,
-}
+ALIASES: dict[str, str] = {m: k for m, k in vocab.KIND_OF_METHOD.items() if m != k}
+#: Error codes a submit fault may answer with, and their HTTP statuses (docs/wire.md#4).
+SUBMIT_CODES: dict[str, int] = dict(vocab.RUNTIME_ERRORS)
 AT = ("submit", "execution")
 
 

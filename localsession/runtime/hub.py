@@ -1,6 +1,6 @@
 """The local SageMaker Public Hub: ``ListHubContents`` and ``DescribeHubContent``.
 
-The SDK names base models through the Hub (sagemaker-sdk.md §8): ``list_base_models()`` scans
+The SDK names base models through the Hub (docs/wire.md#3): ``list_base_models()`` scans
 it, a model id or Hub content name is described to get a versioned ARN, and the tokenizer is
 loaded from the ``HuggingfaceId`` in the Hub document. Locally, every model a session can start
 on (:func:`~localsession.runtime.models.list_base_models`) is one Hub entry:

@@ -13,14 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-PENDING, IN_PROGRESS, COMPLETED, FAILED, SKIPPED = (
-    "Pending",
-    "InProgress",
-    "Completed",
-    "Failed",
-    "Skipped",
-)
-TERMINAL = frozenset({COMPLETED, FAILED, SKIPPED})
+from localsession import vocab
+
+PENDING, IN_PROGRESS, COMPLETED, FAILED, SKIPPED = vocab.OP_STATUSES
+TERMINAL = vocab.OP_TERMINAL
 
 
 @dataclass

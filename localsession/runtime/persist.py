@@ -39,11 +39,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from localsession import vocab
+
 logger = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 #: Statuses a session can only have while its server is alive.
-LIVE = frozenset({"Created", "Scheduled", "Running", "Blocked"})
+LIVE = frozenset(
+    {vocab.SESSION_CREATED, vocab.SESSION_SCHEDULED, vocab.SESSION_RUNNING, vocab.SESSION_BLOCKED}
+)
 RESTART_MESSAGE = (
     "The server restarted while this session was {status}; its in-memory model, optimizer "
     "state and queued operations were lost. Resume from its latest checkpoint, e.g. with "
@@ -106,7 +110,7 @@ def owner_alive(root: Path, token: str) -> bool:
 def restored_status(status: str, error: str | None) -> tuple[str, str | None]:
     """The (status, ErrorDetails) a session recorded as ``status`` has after a restart."""
     if status in LIVE:
-        return "Failed", RESTART_MESSAGE.format(status=status)
+        return vocab.SESSION_FAILED, RESTART_MESSAGE.format(status=status)
     if status == "Stopping":
         return "Stopped", error
     return status, error

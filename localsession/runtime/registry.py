@@ -1,6 +1,6 @@
 """The model-package registry on disk: versioned packages that outlive sessions and processes.
 
-Layout under ``$LOCALSESSION_HOME`` (default ``~/.localsession``; local-semantics §5)::
+Layout under ``$LOCALSESSION_HOME`` (default ``~/.localsession``; docs/semantics.md#5)::
 
     packages/<group>/group.json               a group made by CreateModelPackageGroup
     packages/<group>/<version>/package.json   the index entry (JSON)

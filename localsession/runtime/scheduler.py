@@ -3,7 +3,7 @@
 Requests queue up while the engine is busy; when it frees up, the scheduler takes everything
 waiting, groups it by (session, weights), and runs each group as one batch: every stream
 (request × ``num_samples``) of the group shares the same batched, KV-cached decode steps
-(local-semantics §3, "Batching"). So 32 concurrent ``sample`` calls become one batched
+(docs/semantics.md#3, "Batching"). So 32 concurrent ``sample`` calls become one batched
 generation instead of 32 sequential ones.
 
 - **Gathering:** concurrent ``sample`` calls arrive a few hundred microseconds apart, so after
@@ -26,6 +26,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from localsession import vocab
+from localsession.runtime import errors
 from localsession.runtime.engine_api import EngineInputError, SampleRequest
 from localsession.runtime.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.session import Session
@@ -122,7 +124,10 @@ class SamplingScheduler:
 
     @staticmethod
     def _start(job: _Job) -> bool:
-        if job.session.engine is None or job.session.status not in ("Running", "Blocked"):
+        if job.session.engine is None or job.session.status not in (
+            vocab.SESSION_RUNNING,
+            vocab.SESSION_BLOCKED,
+        ):
             job.op.finish(FAILED, error=f"The session is {job.session.status}; nothing ran.")
             return False
         job.op.start()
@@ -149,18 +154,14 @@ class SamplingScheduler:
                 return True
             requests = [job.request for job in batch if job.request is not None]
             responses = engine.sample(batch[0].weights, requests)
-        except EngineInputError as exc:
-            if not report_errors:
-                return False
-            for job in batch:
-                job.op.finish(FAILED, error=str(exc))
-            return True
         except Exception as exc:  # noqa: BLE001 - one bad batch must not kill the scheduler
             if not report_errors:
                 return False
-            logger.exception("sampling batch of %d requests crashed", len(batch))
+            if not isinstance(exc, EngineInputError):
+                logger.exception("sampling batch of %d requests crashed", len(batch))
+            details = errors.op_error_details(exc, "sampling", (EngineInputError,))
             for job in batch:
-                job.op.finish(FAILED, error=f"Internal error while sampling: {exc!r}")
+                job.op.finish(FAILED, error=details)
             return True
         for job, response in zip(batch, responses, strict=True):
             decoded = sum(len(s["tokens"]) for s in response["sequences"])

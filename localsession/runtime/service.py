@@ -76,6 +76,13 @@ class ServiceConfig:
     #: this off: remote callers may name only the listed models (or their Hub ARNs), never a
     #: path on the server's disk.
     local_model_paths: bool = True
+    #: The sampling scheduler's gathering window in seconds (None: the scheduler's default).
+    #: An instant engine (the fakes) sets 0: a batch is taken as soon as one op is queued.
+    gather_quiet_s: float | None = None
+    #: Refuse CreateTrainingSession members outside botocore's model of the ``sagemaker``
+    #: API. Reading that model costs 0.1-0.5 s on the first create; the light fakes, whose
+    #: requests come from their own client, turn it off.
+    check_create_members: bool = True
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ServiceConfig:
@@ -110,14 +117,29 @@ def _page(
     return body
 
 
-class Service:
-    """Sessions, their queues and the sampling scheduler, behind the service's operations."""
+#: A runtime submit as an observer sees it: the session name, the wire request, and the
+#: response (``{"operationId": ...}``) or the :class:`~errors.ServiceError` that refused it.
+Observer = Callable[[str, dict[str, Any], "dict[str, Any] | errors.ServiceError"], None]
 
-    def __init__(self, config: ServiceConfig | None = None) -> None:
+
+class Service:
+    """Sessions, their queues and the sampling scheduler, behind the service's operations.
+
+    ``catalog`` (interim seam, until the model catalog lands): an object with ``names()``,
+    ``resolve(name)`` (raises ``ValueError``) and ``canonical_name(name)``; default: the
+    local resolution rules of :mod:`localsession.runtime.models`.
+    """
+
+    def __init__(self, config: ServiceConfig | None = None, *, catalog: Any = None) -> None:
         self.config = config or ServiceConfig.from_env()
+        self.catalog = catalog
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
-        self._scheduler = SamplingScheduler()
+        self._observers: list[Observer] = []
+        gather = self.config.gather_quiet_s
+        self._scheduler = (
+            SamplingScheduler() if gather is None else SamplingScheduler(gather_quiet_s=gather)
+        )
         self._registry: Registry | None = None
         #: Injected faults (runtime/faults.py): armed by tests, the fakes and the admin route.
         self.faults = Faults()
@@ -144,6 +166,41 @@ class Service:
             if self._registry is None:
                 self._registry = Registry(self.config.home, self.config.region, self.config.account)
             return self._registry
+
+    # -- public accessors (for the fakes, the server's admin routes and tests) -------------
+
+    def session(self, name: str) -> Session:
+        """A session by name; ``ResourceNotFoundException`` if there is none."""
+        return self._session(name, runtime=True)
+
+    def sessions(self) -> list[Session]:
+        """Every session this service holds (a snapshot list, any status)."""
+        with self._lock:
+            return list(self._sessions.values())
+
+    def operation(self, name: str, operation_id: str) -> Operation:
+        """One op of a session; ``ResourceNotFoundException`` if either is unknown."""
+        return self._operation(name, operation_id)
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer(name, request, outcome)`` after every runtime submit
+        (ExecuteTraining/SamplingOperation), accepted or refused, on the caller's thread."""
+        self._observers.append(observer)
+
+    def _observed(
+        self, name: str, request: dict[str, Any], submit: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        if not self._observers:
+            return submit()
+        try:
+            response = submit()
+        except errors.ServiceError as exc:
+            for observer in self._observers:
+                observer(name, request, exc)
+            raise
+        for observer in self._observers:
+            observer(name, request, response)
+        return response
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -175,7 +232,7 @@ class Service:
         ``region`` (the caller's: the client's, or the request's SigV4 scope) is the one its
         ARN and its packages' ARNs name (default: the service's)."""
         name = validate.session_name(request.get("TrainingSessionName"))
-        validate.create_request(request)
+        validate.create_request(request, check_members=self.config.check_create_members)
         lora = request.get("LoraConfig") or {}
         rank, alpha = lora.get("Rank"), lora.get("Alpha")
         if not isinstance(rank, int) or not 1 <= rank <= 256:
@@ -185,7 +242,7 @@ class Service:
         base_model = (request.get("ModelConfig") or {}).get("BaseModelArn")
         if not isinstance(base_model, str) or not base_model:
             raise errors.validation("ModelConfig.BaseModelArn is required")
-        if not self.config.local_model_paths and canonical_model_name(
+        if not self.config.local_model_paths and self.canonical_model_name(
             base_model
         ) not in self.list_base_models():
             raise errors.validation(
@@ -197,7 +254,7 @@ class Service:
         except ValueError as exc:
             raise errors.validation(str(exc)) from None
         # Sessions and their packages name the model, not the ARN or alias it was asked by.
-        model = canonical_model_name(base_model)
+        model = self.canonical_model_name(base_model)
         arn = (
             f"arn:aws:sagemaker:{region or self.config.region}:{self.config.account}:"
             f"training-session/{name}"
@@ -339,7 +396,7 @@ class Service:
                     {
                         "IsCheckpoint": p.kind == "checkpoint",
                         "BaseModel": {
-                            "HubContentName": _hub_name_of(p.base_model),
+                            "HubContentName": self._hub_name_of(p.base_model),
                             "HubContentVersion": hub.CONTENT_VERSION,
                         },
                         "ModelDataSource": {
@@ -395,18 +452,38 @@ class Service:
         return hub.describe_hub_content(request, self.config.region, self.config.home)
 
     def list_base_models(self) -> list[str]:
+        if self.catalog is not None:
+            return list(self.catalog.names())
         from localsession.runtime.models import list_base_models
 
         return list_base_models()
 
     def resolve_base_model(self, name: str) -> None:
+        if self.catalog is not None:
+            self.catalog.resolve(name)
+            return
         from localsession.runtime.models import resolve_base_model
 
         resolve_base_model(name)
 
+    def canonical_model_name(self, name: str) -> str:
+        """The model name a ``BaseModelArn`` (a name, alias or Hub content ARN) stands for."""
+        if self.catalog is not None:
+            return str(self.catalog.canonical_name(name))
+        return canonical_model_name(name)
+
+    def _hub_name_of(self, model: str) -> str:
+        """The ``BaseModel.HubContentName`` of a package: the model's Hub content name where
+        that names the model back (so the SDK can rebuild a Hub ARN from it), else the name."""
+        name = hub_content_name(model)
+        return name if self.canonical_model_name(name) == model else model
+
     # -- runtime ---------------------------------------------------------------------------
 
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self._observed(name, request, lambda: self._execute_training(name, request))
+
+    def _execute_training(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         if self.faults.armed:
             self.faults.on_request()
         session = self._session(name, runtime=True)
@@ -423,6 +500,9 @@ class Service:
             raise
 
     def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self._observed(name, request, lambda: self._execute_sampling(name, request))
+
+    def _execute_sampling(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         if self.faults.armed:
             self.faults.on_request()
         session = self._session(name, runtime=True)
@@ -685,13 +765,6 @@ def _chat_text(tokenizer: Any, tokens: list[int], stop: tuple[str, ...]) -> str:
     text = str(tokenizer.decode(tokens, skip_special_tokens=True))
     cuts = [text.find(s) for s in stop if s in text]
     return text[: min(cuts)] if cuts else text
-
-
-def _hub_name_of(model: str) -> str:
-    """The ``BaseModel.HubContentName`` of a package: the model's Hub content name where that
-    names the model back (so the SDK can rebuild a Hub ARN from it), else the model name."""
-    name = hub_content_name(model)
-    return name if canonical_model_name(name) == model else model
 
 
 _default: Service | None = None

@@ -1,7 +1,7 @@
 """One training session: its status machine, its engine and its ordered training queue.
 
 Training ops run one at a time on the session's worker thread, strictly in sequence-number
-order (local-semantics §4). A missing number blocks later ops until it arrives or the gap
+order (docs/semantics.md#4). A missing number blocks later ops until it arrives or the gap
 timeout records it lost. A failed op changes no state and later ops still run. Stopping skips
 what is still queued; completed results stay readable until the session is deleted.
 """
@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.engine_api import Engine, EngineConfigError, EngineInputError, EngineSpec
 from localsession.runtime.faults import Faults
@@ -25,14 +26,16 @@ from localsession.runtime.registry import CHECKPOINT, MODEL, Registry
 
 logger = logging.getLogger(__name__)
 
-CREATED, RUNNING, STOPPING, STOPPED = "Created", "Running", "Stopping", "Stopped"
-FAILED_S, BLOCKED, EXPIRED = "Failed", "Blocked", "Expired"
+CREATED, RUNNING = vocab.SESSION_CREATED, vocab.SESSION_RUNNING
+STOPPING, STOPPED = vocab.SESSION_STOPPING, vocab.SESSION_STOPPED
+FAILED_S, BLOCKED, EXPIRED = vocab.SESSION_FAILED, vocab.SESSION_BLOCKED, vocab.SESSION_EXPIRED
+DELETING, DELETION_FAILED = vocab.SESSION_DELETING, vocab.SESSION_DELETION_FAILED
 #: Statuses that count against ``max_sessions`` and may still take work.
-ACTIVE = frozenset({CREATED, "Scheduled", RUNNING, BLOCKED})
+ACTIVE = frozenset({CREATED, vocab.SESSION_SCHEDULED, RUNNING, BLOCKED})
 #: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
-NOT_STOPPABLE = frozenset({STOPPING, STOPPED, FAILED_S, "Deleting", "DeletionFailed"})
-DELETABLE = frozenset({STOPPED, FAILED_S, EXPIRED, "DeletionFailed"})
-DEFAULT_GROUP = "sagemaker-default"
+NOT_STOPPABLE = frozenset({STOPPING, STOPPED, FAILED_S, DELETING, DELETION_FAILED})
+DELETABLE = frozenset({STOPPED, FAILED_S, EXPIRED, DELETION_FAILED})
+DEFAULT_GROUP = vocab.DEFAULT_GROUP
 
 
 class PackageMismatch(Exception):
@@ -275,7 +278,7 @@ class Session:
 
     def consume(self, seq: int) -> None:
         """Record a number whose submit was refused as used, so nothing waits on it (the
-        server's lenient mode, local-semantics §4). A number already taken is left alone."""
+        server's lenient mode, docs/semantics.md#4). A number already taken is left alone."""
         with self.cond:
             if seq >= self._next_seq and seq not in self._by_seq:
                 self._lost.add(seq)
@@ -391,27 +394,23 @@ class Session:
                 op.finish(COMPLETED, result={})
             else:  # pragma: no cover - validate.py admits only the kinds above
                 op.finish(FAILED, error=f"Unsupported operation {op.kind}")
-        except (EngineInputError, PackageMismatch) as exc:
-            op.finish(FAILED, error=str(exc))
-        except errors.ServiceError as exc:
-            op.finish(FAILED, error=exc.message)
-        except OSError as exc:
-            if op.kind not in ("saveState", "saveWeights"):
-                logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
-                op.finish(FAILED, error=f"Internal error while running {op.kind}: {exc!r}")
-                return
-            # A package the registry could not write: name the file and the fix.
-            where = f"{exc.filename}: " if exc.filename else ""
-            logger.error("session %s: %s op %s failed: %s", self.name, op.kind, op.id, exc)
-            op.finish(
-                FAILED,
-                error=f"{op.kind} failed: {where}{exc.strerror or exc}. The model package "
-                "registry lives under LOCALSESSION_HOME (default ~/.localsession); make it "
-                "writable or point LOCALSESSION_HOME at a writable directory.",
-            )
         except Exception as exc:  # noqa: BLE001 - an op failure must not kill the worker
-            logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
-            op.finish(FAILED, error=f"Internal error while running {op.kind}: {exc!r}")
+            if isinstance(exc, OSError) and op.kind in ("saveState", "saveWeights"):
+                # A package the registry could not write: name the file and the fix.
+                where = f"{exc.filename}: " if exc.filename else ""
+                logger.error("session %s: %s op %s failed: %s", self.name, op.kind, op.id, exc)
+                op.finish(
+                    FAILED,
+                    error=f"{op.kind} failed: {where}{exc.strerror or exc}. The model package "
+                    "registry lives under LOCALSESSION_HOME (default ~/.localsession); make it "
+                    "writable or point LOCALSESSION_HOME at a writable directory.",
+                )
+                return
+            expected = (EngineInputError, PackageMismatch)
+            if not isinstance(exc, (errors.ServiceError, *expected)):
+                logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
+            details = errors.op_error_details(exc, f"running {op.kind}", expected)
+            op.finish(FAILED, error=details)
 
     def _save(self, engine: Engine, kind: str, body: dict[str, Any]) -> str:
         """Write a CHECKPOINT (saveState) or MODEL (saveWeights) package; return its ARN."""

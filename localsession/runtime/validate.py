@@ -1,10 +1,10 @@
 """Synchronous request checks: what the service refuses with a 400 before queueing an op.
 
 Structure (unions, required members, types, patterns, enums) is always checked. Service limits
-(sagemaker-sdk.md §17: learning-rate ceiling, maxTokens floor, numSamples, ...) are checked in
-strict mode only; ``strict=False`` lifts them (local-semantics §4). Semantic problems the real
+(docs/wire.md#10: learning-rate ceiling, maxTokens floor, numSamples, ...) are checked in
+strict mode only; ``strict=False`` lifts them (docs/semantics.md#4). Semantic problems the real
 service only finds while running an op (missing loss keys, length mismatches) are left to the
-engine, which fails the op instead (sagemaker-sdk.md §10.4, rule 1).
+engine, which fails the op instead (docs/semantics.md#4, rule 1).
 
 Every message names the offending field and the fix.
 """
@@ -15,92 +15,32 @@ import math
 import re
 from typing import Any, TypeGuard
 
+from localsession import vocab
+from localsession.runtime import members
 from localsession.runtime.errors import ServiceError, validation
 from localsession.runtime.registry import group_name, parse_arn
 
-TRAINING_OPS = (
-    "forward",
-    "forwardBackward",
-    "optimizerStep",
-    "saveWeights",
-    "saveState",
-    "loadState",
-)
-SAMPLING_OPS = ("sample", "computeLogprobs", "loadWeightsForSampling")
-LOSS_FNS = ("cross_entropy", "importance_sampling", "ppo", "cispo")
-LOSS_FN_INPUT_KEYS = (
-    "target_tokens",
-    "weights",
-    "advantages",
-    "logprobs",
-    "ref_log_prob",
-    "temperature",
-)
-
-LOSS_FN_CONFIG_RANGES = {"clip_low_threshold": (0.0, 1.0), "clip_high_threshold": (1.0, 10.0)}
+TRAINING_OPS = vocab.TRAINING_OPS
+SAMPLING_OPS = vocab.SAMPLING_OPS
+LOSS_FNS = vocab.LOSS_FUNCTIONS
+LOSS_FN_INPUT_KEYS = vocab.LOSS_INPUT_KEYS
+LOSS_FN_CONFIG_RANGES = vocab.LOSS_CONFIG_RANGES
 
 _TOKEN_RE = re.compile(r"^[a-zA-Z0-9-]{1,128}\Z")
 _SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 
 #: (wire key, minimum, maximum, required) for AdamParamsConfig, per the service model.
-_ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = (
-    ("learningRate", 0.0, 0.01, True),
-    ("beta1", 0.0, 0.999999, False),
-    ("beta2", 0.0, 0.999999, False),
-    ("eps", 1e-16, 0.01, False),
-    ("weightDecay", 0.0, 1.0, False),
-    ("gradClipNorm", 0.0, 100.0, False),
-    ("loraPlusLrRatio", 1.0, 100.0, False),
+_ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = tuple(
+    (key, lo, hi, key in vocab.ADAM_REQUIRED) for key, (lo, hi) in vocab.ADAM_RANGES.items()
 )
-ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weightDecay": 0.01}
+#: Defaults the runtime fills in for omitted optional keys (``learningRate`` is required).
+ADAM_DEFAULTS = {k: v for k, v in vocab.ADAM_DEFAULTS.items() if k not in vocab.ADAM_REQUIRED}
 
-#: The members each request structure may carry, as the service model defines them. Anything
-#: else is refused, as botocore refuses it client-side (sagemaker-sdk.md §15.1); only the
-#: open maps and documents (``lossFnInputs`` keys, ``lossFnConfig``, ``data``) are free.
-MEMBERS: dict[str, frozenset[str]] = {
-    "ExecuteTrainingOperation": frozenset({"sequenceNumber", "clientToken", "operationConfig"}),
-    "ExecuteSamplingOperation": frozenset({"operationConfig"}),
-    "forward": frozenset({"lossFnName", "datumList", "lossFnConfig"}),
-    "forwardBackward": frozenset({"lossFnName", "datumList", "lossFnConfig"}),
-    "optimizerStep": frozenset({"adamParamsConfig"}),
-    "saveWeights": frozenset({"mergeWeights", "description"}),
-    "saveState": frozenset({"description"}),
-    "loadState": frozenset({"modelPackageArn", "loadOptimizer"}),
-    "Datum": frozenset({"modelInput", "lossFnInputs"}),
-    "ModelInput": frozenset({"chunks"}),
-    "EncodedTextChunk": frozenset({"tokens", "type"}),
-    "TensorData": frozenset({"data", "dtype", "shape"}),
-    "sample": frozenset(
-        {
-            "prompt",
-            "numSamples",
-            "samplingParams",
-            "includePromptLogprobs",
-            "topkPromptLogprobs",
-            "modelPackageArn",
-        }
-    ),
-    "computeLogprobs": frozenset({"prompt", "modelPackageArn"}),
-    "loadWeightsForSampling": frozenset({"modelPackageArn"}),
-    "CreateTrainingSession": frozenset(
-        {
-            "TrainingSessionName",
-            "ModelPackageGroupArn",
-            "LoraConfig",
-            "RoleArn",
-            "ModelConfig",
-            "OutputConfig",
-            "VpcConfig",
-            "Tags",
-        }
-    ),
-}
-
-
-_STATUSES = (
-    "Created", "Scheduled", "Running", "Blocked", "Stopping", "Stopped", "Failed", "Expired",
-    "Deleting", "DeletionFailed",
-)  # fmt: skip
+#: The members each request structure may carry (botocore's model; see runtime/members.py).
+#: Anything else is refused, as botocore refuses it client-side; only the open maps and
+#: documents (``lossFnInputs`` keys, ``lossFnConfig``, ``data``) are free.
+MEMBERS = members.MEMBERS
+_STATUSES = vocab.SESSION_STATUSES
 
 
 def list_sessions_request(request: dict[str, Any]) -> None:
@@ -126,10 +66,11 @@ def known_members(value: dict[str, Any], shape: str, where: str) -> None:
             )
 
 
-def create_request(request: dict[str, Any]) -> None:
-    """CreateTrainingSession's members and the group it will save into (the name and
-    LoRA checks are the service's own)."""
-    known_members(request, "CreateTrainingSession", "CreateTrainingSession")
+def create_request(request: dict[str, Any], *, check_members: bool = True) -> None:
+    """CreateTrainingSession's members (unless ``check_members`` is False) and the group it
+    will save into (the name and LoRA checks are the service's own)."""
+    if check_members:
+        known_members(request, "CreateTrainingSession", "CreateTrainingSession")
     for key in ("LoraConfig", "ModelConfig", "OutputConfig", "VpcConfig"):
         if key in request and not isinstance(request[key], dict):
             raise validation(f"{key} must be an object")
@@ -207,7 +148,7 @@ def model_input_tokens(model_input: Any, where: str) -> list[int]:
 
 
 def _loss_fn_config(config: Any, op: str) -> None:
-    """Clip bounds only, each a number in its range (local-semantics §1)."""
+    """Clip bounds only, each a number in its range (docs/semantics.md#1)."""
     if config is None:
         return
     if not isinstance(config, dict):

@@ -1,4 +1,4 @@
-"""Model packages (local-semantics §5): exact resume, portability to plain peft/transformers,
+"""Model packages (docs/semantics.md#5): exact resume, portability to plain peft/transformers,
 sampling from snapshots, and loads that fail with nothing changed."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One test per fault kind: the exception a user's loop sees, and what keeps working after.
 
-The expected surfaces are the real SDK's (sagemaker-sdk.md §4.1, §6, §12): a failed op raises
+The expected surfaces are the real SDK's (docs/wire.md#5, #6, #8): a failed op raises
 ``OperationError`` from ``result()``; a refused submit raises botocore's ``ClientError`` from
 ``result()`` (never at the call); throttling and 5xx refusals are retried with the same
 sequence number up to 150 attempts; a stopped or expired session skips its queued ops and

@@ -1,9 +1,13 @@
 """Import hygiene and packaging of the fakes, each in a fresh interpreter.
 
-- ``import fakes`` imports neither torch, transformers nor peft; running ops on a fake loads
-  torch but still neither transformers nor peft;
-- the real torch engine still imports in the same process afterwards (the fakes defer
-  ``localsession/engine/__init__.py``; they must not break it);
+- the light tier (``FakeServiceClient()``) runs a whole loop (train, step, save, sample)
+  with only the modules of :data:`ALLOWED` loaded: the standard library, localsession's
+  torch-free modules, the fakes, and the SDK's pure-Python dependencies (botocore, pydantic);
+  no torch, no transformers, no peft;
+- the numeric tier (``numerics=True``) loads torch but neither ``torch._dynamo`` (its AdamW
+  is written in tensor ops) nor transformers nor peft;
+- the real torch engine still imports in the same process afterwards (the fakes must not
+  break ``localsession/engine/__init__.py``);
 - the pytest plugin's fixtures work.
 """
 
@@ -15,27 +19,45 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ("torch", "transformers", "peft")
+#: Third-party top-level packages the light tier may load (the SDK's own dependencies).
+ALLOWED = frozenset(
+    {
+        "annotated_types",
+        "botocore",
+        "certifi",
+        "dateutil",
+        "fakes",
+        "jmespath",
+        "localsession",
+        "pydantic",
+        "pydantic_core",
+        "six",
+        "typing_extensions",
+        "typing_inspection",
+        "urllib3",
+    }
+)
+#: localsession packages that need torch: the light tier must load none of them.
+TORCH_PACKAGES = ("localsession.engine", "localsession.numerics.")
+TORCH_FREE_NUMERICS = frozenset({"localsession.numerics.inputs"})
 
-FIRST_OP = """
-import json, sys, time
-t0 = time.perf_counter()
+LOOP = """
+import json, sys
 import fakes
-after_import = sorted(m for m in {heavy!r} if m in sys.modules)
-t1 = time.perf_counter()
-from localsession.types import Datum, ModelInput, SamplingParams
-with fakes.FakeServiceClient() as fake:
+from localsession.types import AdamParams, Datum, ModelInput, SamplingParams
+with fakes.FakeServiceClient(numerics={numerics}) as fake:
     tc = fake.create_lora_training_client("fakes/bigram", rank=4)
     ids = tc.get_tokenizer().encode("hello")
     datum = Datum(model_input=ModelInput.from_ints(ids),
                   loss_fn_inputs={{"target_tokens": ids[1:] + [258], "weights": [1.0] * len(ids)}})
     tc.forward_backward([datum], "cross_entropy").result()
-    t2 = time.perf_counter()
-    tc.create_sampling_client().sample(ModelInput.from_ints(ids),
-        sampling_params=SamplingParams(max_tokens=512)).result()
-after_ops = sorted(m for m in {heavy!r} if m in sys.modules)
-print(json.dumps({{"after_import": after_import, "after_ops": after_ops,
-                  "import_s": t1 - t0, "first_op_s": t2 - t0}}))
+    tc.optim_step(AdamParams(learning_rate=1e-4)).result()
+    tc.save_state().result()
+    sampler = tc.save_weights_and_get_sampling_client()
+    params = SamplingParams(max_tokens=512)
+    sampler.sample(ModelInput.from_ints(ids), sampling_params=params).result()
+    sampler.compute_logprobs(ModelInput.from_ints(ids)).result()
+print(json.dumps(sorted(sys.modules)))
 """
 
 
@@ -48,23 +70,41 @@ def run(code: str, cwd: Path | None = None) -> str:
     return out.stdout
 
 
-def test_fakes_never_import_transformers_or_peft() -> None:
-    report = json.loads(run(FIRST_OP.format(heavy=HEAVY)).strip().splitlines()[-1])
-    assert report["after_import"] == []
-    assert report["after_ops"] == ["torch"]
-    print(f"import {report['import_s']:.2f}s, import + first op {report['first_op_s']:.2f}s")
+def _loaded(numerics: bool) -> list[str]:
+    return list(json.loads(run(LOOP.format(numerics=numerics)).strip().splitlines()[-1]))
+
+
+def test_light_tier_loads_only_the_allowlist() -> None:
+    modules = _loaded(numerics=False)
+    stdlib = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+    third_party = {
+        m.split(".")[0] for m in modules if not m.startswith("_") and m.split(".")[0] not in stdlib
+    }
+    assert third_party <= ALLOWED, sorted(third_party - ALLOWED)
+    torch_modules = [
+        m
+        for m in modules
+        if m.startswith(TORCH_PACKAGES) and m not in TORCH_FREE_NUMERICS
+    ]
+    assert torch_modules == []
+
+
+def test_numeric_tier_loads_torch_but_not_dynamo_transformers_or_peft() -> None:
+    modules = set(_loaded(numerics=True))
+    assert "torch" in modules
+    assert not {"torch._dynamo", "transformers", "peft"} & modules
 
 
 def test_the_real_engine_still_imports_after_the_fakes() -> None:
     fake_op = (
         "import fakes\n"
-        "with fakes.FakeServiceClient() as f:\n"
+        "with fakes.FakeServiceClient(numerics=True) as f:\n"
         "    f.create_lora_training_client('m', rank=4).optim_step().result()\n"
     )
     engine = (
         "from localsession.engine import create_engine, TorchEngine\n"
-        "import localsession.engine.losses as losses, sys\n"
-        "assert losses is sys.modules['localsession.engine.losses']\n"
+        "import localsession.engine.losses as losses, localsession.numerics.losses as n\n"
+        "assert losses is n  # the old name is the moved module\n"
         "assert callable(create_engine) and TorchEngine.__name__ == 'TorchEngine'\n"
     )
     run(fake_op + engine)

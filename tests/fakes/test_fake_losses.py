@@ -1,4 +1,4 @@
-"""The fake engine's losses and optimizer are the documented math (local-semantics §1, §2).
+"""The fake engine's losses and optimizer are the documented math (docs/semantics.md#1, #2).
 
 Each loss is checked against its closed form, evaluated here in plain Python (float64) from
 the fake model's own logit table: lp = table[prev][target] - logsumexp(table[prev]).
@@ -25,7 +25,7 @@ RATIOS = [1.0, 0.5, 0.7, 1.1, 1.5, 5.0]
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeServiceClient]:
-    with FakeServiceClient() as client:
+    with FakeServiceClient(numerics=True) as client:
         yield client
 
 

@@ -20,7 +20,7 @@ TOK = ByteTokenizer()
 
 @pytest.fixture
 def fake() -> Iterator[FakeServiceClient]:
-    with FakeServiceClient(strict=False) as client:  # relaxed: max_tokens below 512
+    with FakeServiceClient(strict=False, numerics=True) as client:  # relaxed: max_tokens below 512
         yield client
 
 
@@ -153,7 +153,7 @@ def test_unscripted_samples_come_from_the_model(fake: FakeServiceClient, sampler
 def test_unseeded_sampling_is_deterministic_across_fakes() -> None:
     runs = []
     for _ in range(2):
-        with FakeServiceClient() as fake:
+        with FakeServiceClient(numerics=True) as fake:
             sc = fake.create_lora_training_client("fakes/bigram", rank=4).create_sampling_client()
             runs.append([s.tokens for s in sample(sc, "hi", 4)])
     assert runs[0] == runs[1]

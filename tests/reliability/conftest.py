@@ -1,5 +1,5 @@
-"""Shared setup for the reliability tests: fuzz profiles and an input counter, a service on the
-built-in tiny model with a server in front of it, and small wire helpers.
+"""Shared setup for the reliability tests: fuzz profiles and an input counter, the shared running
+server (``testkit.running_server``) on the built-in tiny model, and small wire helpers.
 
 Two fuzz profiles: ``default`` keeps every fuzz test to a few seconds in CI; ``slow`` (the
 ``slow``-marked twins, run by ``make test-slow``) tries at least 10,000 inputs in all. The
@@ -8,20 +8,18 @@ number of inputs each profile actually tried is printed in the terminal summary.
 
 from __future__ import annotations
 
-import http.client
-import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from testkit import Served, create_request, running_server
 
-from localsession.runtime.service import Service, ServiceConfig
-from localsession.server.runner import ServerThread
+from localsession.runtime.service import Service
+
+__all__ = ["Served"]
 
 #: Inputs tried, by profile (printed at the end of the run).
 FUZZED: Counter[str] = Counter()
@@ -62,13 +60,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def create_session(service: Service, name: str | None = None, rank: int = 4) -> str:
     """A Running session on the tiny model; its name."""
     name = name or f"rel-{uuid.uuid4().hex[:8]}"
-    service.create_training_session(
-        {
-            "TrainingSessionName": name,
-            "LoraConfig": {"Rank": rank, "Alpha": 2 * rank},
-            "ModelConfig": {"BaseModelArn": MODEL},
-        }
-    )
+    service.create_training_session(create_request(name, model=MODEL, rank=rank))
     assert service.wait_for_session(name, 120) == "Running"
     return name
 
@@ -82,62 +74,11 @@ def run_op(service: Service, name: str, seq: int, config: dict[str, Any]) -> dic
     return service.get_training_operation_result(name, op)
 
 
-@dataclass
-class Served:
-    """A service on a fresh home with a server in front of it."""
-
-    service: Service
-    url: str
-    home: Path
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> tuple[int, dict[str, str], Any]:
-        """One raw HTTP request; (status, lower-cased headers, parsed JSON body or text)."""
-        host, port = self.url.removeprefix("http://").rsplit(":", 1)
-        conn = http.client.HTTPConnection(host, int(port), timeout=60)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            response = conn.getresponse()
-            raw = response.read()
-            found = {k.lower(): v for k, v in response.getheaders()}
-        finally:
-            conn.close()
-        try:
-            parsed: Any = json.loads(raw) if raw else None
-        except ValueError:
-            parsed = raw.decode("utf-8", "replace")
-        return response.status, found, parsed
-
-    def control(self, operation: str, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
-        return self.request(
-            "POST",
-            "/",
-            json.dumps(body).encode(),
-            {
-                "X-Amz-Target": f"SageMaker.{operation}",
-                "Content-Type": "application/x-amz-json-1.1",
-            },
-        )
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A strict service (every limit on) on the tiny model, as ``localsession serve`` runs it."""
     home = tmp_path_factory.mktemp("reliability-home")
-    service = Service(
-        ServiceConfig(
-            home=home,
-            max_sessions=16,
-            gap_timeout=60.0,
-            persist_sessions=True,
-            local_model_paths=False,
-        )
-    )
-    with ServerThread(service, long_poll=5.0) as url:
-        yield Served(service, url, home)
-    service.close()
+    with running_server(
+        home, max_sessions=16, gap_timeout=60.0, persist_sessions=True, local_model_paths=False
+    ) as served:
+        yield served

@@ -2,10 +2,10 @@
 
 Valid strategies build wire-shaped ``Datum``, ``ModelInput``, ``TensorData``, ``lossFnInputs``,
 ``lossFnConfig``, ``SamplingParams``, ``AdamParamsConfig``, names and ARNs within the service
-model (sagemaker-sdk.md §5.1, §14.4, §17). Invalid ones take a valid request and break exactly
+model (docs/wire.md#5, #4, #10). Invalid ones take a valid request and break exactly
 one thing; each comes with its own expectation, written from the spec rather than read from the
 code under test: where it must be refused (at submit with a 400, or by the op failing when it
-runs, sagemaker-sdk.md §10.4) and a word the error message must contain (the field).
+runs, docs/semantics.md#4) and a word the error message must contain (the field).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ VOCAB = 259
 REGION, ACCOUNT = "us-west-2", "000000000000"
 SUBMIT, EXECUTE = "submit", "execute"
 
-# The service patterns, written out from sagemaker-sdk.md §14.2 and §17.
+# The service patterns, written out from docs/wire.md#2, #10
 SESSION_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 PACKAGE_ARN = re.compile(
     r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/"
@@ -447,7 +447,7 @@ def bad_training_requests(draw: st.DrawFn, seq: int = 1) -> Bad:
         if draw(st.booleans()):
             body["loadOptimizer"] = draw(st.one_of(st.integers(), st.text(max_size=3)))
         return Bad(_fb(seq, {"loadState": body}), SUBMIT, "loadOptimizer", "loadOptimizer")
-    # Requests the service accepts and then fails when the op runs (sagemaker-sdk.md §5.4):
+    # Requests the service accepts and then fails when the op runs (docs/wire.md#5):
     # the message names the datum and the key.
     n = length(d0["modelInput"])
     if kind == "len_mismatch":

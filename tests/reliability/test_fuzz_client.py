@@ -1,7 +1,7 @@
 """Fuzzed SDK types through the in-process clients: ``AdamParams``, ``SamplingParams``,
 ``Datum`` and ``TensorData`` values, each failing with the exception the real SDK raises for it.
 
-The expectations come from the SDK's contract (sagemaker-sdk.md §5.4, §15.1, §18.1), not from
+The expectations come from the SDK's contract (docs/wire.md#5, #5, #10), not from
 the code under test:
 
 - pydantic's own field constraints fail at construction (``pydantic.ValidationError``);

@@ -2,7 +2,7 @@
 never gets a 500, and the server keeps answering.
 
 Session names, model-package group names and model-package ARNs are checked against the
-service patterns (sagemaker-sdk.md §14.2, §17; written out again in strategies.py) before any
+service patterns (docs/wire.md#2, #10; written out again in strategies.py) before any
 path is built from them. The tests throw traversal (``..``), absolute paths, NUL bytes,
 newlines and overlong names at every operation that takes one, in-process and on the wire, and
 then check that nothing appeared outside the home and nothing odd inside it.
@@ -176,7 +176,7 @@ def test_garbage_bodies_get_a_validation_error_never_a_500(served: Served, profi
 
     run()
     # Nothing got queued on the session, and it still takes a valid op.
-    session = served.service._session(name, runtime=True)
+    session = served.service.session(name)
     assert not session.ops
     assert session.status == "Running"
     assert os.environ.get("HF_HUB_OFFLINE") == "1"

@@ -190,7 +190,7 @@ def test_invalid_sampling_requests_in_process_and_on_the_wire(served: Served, pr
         assert bad.field in body["message"]
 
     run()
-    assert not served.service._session(name, runtime=True).ops  # nothing was accepted
+    assert not served.service.session(name).ops  # nothing was accepted
     served.service.stop_training_session({"TrainingSessionName": name})
 
 

@@ -8,33 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import stub_service
 
-from localsession.runtime.engine_api import EngineSpec
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.service import Service, ServiceConfig
-
-
-class StubEngine:
-    """Loads instantly and does nothing; sessions only need it to reach Running."""
-
-    def __init__(self, spec: EngineSpec) -> None:
-        self.spec = spec
-
-    def close(self) -> None:
-        pass
+from localsession.runtime.service import Service
 
 
 def _service(home: Path) -> Service:
-    service = Service(
-        ServiceConfig(
-            home=home,
-            persist_sessions=True,
-            engine_factory=StubEngine,  # type: ignore[arg-type]
-            max_sessions=8,
-        )
-    )
-    service.resolve_base_model = lambda name: None  # type: ignore[method-assign]
-    return service
+    return stub_service(home, session=None, persist_sessions=True, max_sessions=8)[0]
 
 
 def _create(service: Service, name: str) -> None:
@@ -103,8 +84,7 @@ def test_a_restart_fails_live_sessions_and_keeps_the_rest(tmp_path: Path) -> Non
 
 
 def test_records_are_off_unless_asked_for(tmp_path: Path) -> None:
-    service = Service(ServiceConfig(home=tmp_path, engine_factory=StubEngine))  # type: ignore[arg-type]
-    service.resolve_base_model = lambda name: None  # type: ignore[method-assign]
+    service = stub_service(tmp_path, session=None)[0]
     _create(service, "inproc")
     service.close()
     assert not (tmp_path / "sessions").exists()

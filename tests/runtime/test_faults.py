@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import forward_backward, stub_service
 
-from localsession.runtime.engine_api import EngineSpec, SampleRequest
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
-from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.service import Service
 
 # -- Faults on its own ---------------------------------------------------------------------
 
@@ -110,45 +110,8 @@ def test_bad_arguments_are_refused(
 # -- the hooks in a Service -----------------------------------------------------------------
 
 
-class CountingEngine:
-    """Records the ops that reach it; everything succeeds."""
-
-    def __init__(self, spec: EngineSpec) -> None:
-        self.calls: list[str] = []
-
-    def forward_backward(self, datums: Any, loss_fn: str, config: Any, *, backward: bool) -> Any:
-        self.calls.append("fb")
-        return {"metrics": {"loss": 0.0, "global_token_num": 1.0}}
-
-    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
-        self.calls.append("step")
-        return {}
-
-    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
-        self.calls.append("sample")
-        return [{"sequences": []} for _ in requests]
-
-    def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
-        return [None] * len(tokens)
-
-    def get_tokenizer(self) -> Any:
-        return None
-
-    def close(self) -> None:
-        pass
-
-
 def fb(seq: int) -> dict[str, Any]:
-    return {
-        "sequenceNumber": seq,
-        "clientToken": f"token-{seq}",
-        "operationConfig": {
-            "forwardBackward": {
-                "lossFnName": "cross_entropy",
-                "datumList": [{"modelInput": {"chunks": [{"tokens": [1]}]}}],
-            }
-        },
-    }
+    return forward_backward(seq)
 
 
 SAMPLE = {
@@ -164,22 +127,7 @@ SAMPLE = {
 
 @pytest.fixture
 def runtime(tmp_path: Path) -> Any:
-    engines: list[CountingEngine] = []
-
-    def factory(spec: EngineSpec) -> CountingEngine:
-        engines.append(CountingEngine(spec))
-        return engines[-1]
-
-    service = Service(ServiceConfig(engine_factory=factory, gap_timeout=60.0, home=tmp_path))
-    service.resolve_base_model = lambda name: None  # type: ignore[method-assign]
-    service.create_training_session(
-        {
-            "TrainingSessionName": "s1",
-            "LoraConfig": {"Rank": 4, "Alpha": 8},
-            "ModelConfig": {"BaseModelArn": "localsession/tiny"},
-        }
-    )
-    assert service.wait_for_session("s1", 10) == "Running"
+    service, engines = stub_service(tmp_path, gap_timeout=60.0)
     yield service, engines
     service.close()
 
@@ -205,7 +153,7 @@ def test_service_throttles_submits_and_polls(runtime: Any) -> None:
     service.faults.throttle_next(1)
     with pytest.raises(ServiceError, match="throttled"):
         service.execute_sampling_operation("s1", SAMPLE)
-    assert engines[0].calls == ["fb"]
+    assert engines[0].calls == ["fb1"]
 
 
 def test_execution_fault_fails_the_op_without_reaching_the_engine(runtime: Any) -> None:
@@ -215,7 +163,7 @@ def test_execution_fault_fails_the_op_without_reaching_the_engine(runtime: Any) 
     later = service.execute_training_operation("s1", fb(2))["operationId"]
     assert outcome(service, failed) == {"status": "Failed", "errorDetails": "boom"}
     assert outcome(service, later)["status"] == "Completed"
-    assert engines[0].calls == ["fb"]  # only the second op ran
+    assert engines[0].calls == ["fb1"]  # only the second op ran
     status = service.describe_training_session({"TrainingSessionName": "s1"})
     assert status["TrainingSessionDetail"]["TrainingSessionStatus"] == "Running"
 
@@ -239,7 +187,7 @@ def test_submit_fault_refuses_before_the_number_is_recorded(runtime: Any) -> Non
     assert (info.value.code, info.value.http_status) == ("InternalServerException", 500)
     op = service.execute_training_operation("s1", fb(1))["operationId"]  # the retry is accepted
     assert outcome(service, op)["status"] == "Completed"
-    assert engines[0].calls == ["fb"]
+    assert engines[0].calls == ["fb1"]
 
 
 def test_expire_session_skips_queued_ops_and_refuses_new_ones(runtime: Any) -> None:

@@ -7,82 +7,24 @@ after the gap timeout), failures that change nothing, and Skipped ops on stop.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import forward_backward, stub_service
 
-from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.service import Service, ServiceConfig
-
-
-class RecordingEngine:
-    """Runs nothing; records the order ops reach it. `lossFnName == 'ppo'` fails the op."""
-
-    def __init__(self, spec: EngineSpec) -> None:
-        self.calls: list[str] = []
-
-    def forward_backward(
-        self,
-        datums: list[dict[str, Any]],
-        loss_fn: str,
-        loss_fn_config: dict[str, Any] | None,
-        *,
-        backward: bool,
-    ) -> dict[str, Any]:
-        if loss_fn == "ppo":
-            raise EngineInputError("datum 0: `advantages` is missing")
-        self.calls.append(f"fb{datums[0]['modelInput']['chunks'][0]['tokens'][0]}")
-        return {"metrics": {"loss": 1.0, "global_token_num": 1.0}}
-
-    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
-        self.calls.append("step")
-        return {"learning_rate": adam_params["learningRate"]}
-
-    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
-        return [{"sequences": []} for _ in requests]
-
-    def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
-        return [None] + [0.0] * (len(tokens) - 1)
-
-    def get_tokenizer(self) -> Any:
-        return None
-
-    def close(self) -> None:
-        pass
+from localsession.runtime.service import Service
 
 
 def fb(seq: int, tag: int, token: str = "", loss: str = "cross_entropy") -> dict[str, Any]:
-    return {
-        "sequenceNumber": seq,
-        "clientToken": token or f"token-{seq}",
-        "operationConfig": {
-            "forwardBackward": {
-                "lossFnName": loss,
-                "datumList": [{"modelInput": {"chunks": [{"tokens": [tag]}]}}],
-            }
-        },
-    }
+    return forward_backward(seq, tag, token=token, loss=loss)
 
 
 @pytest.fixture
-def runtime() -> Any:
-    engines: list[RecordingEngine] = []
-
-    def factory(spec: EngineSpec) -> RecordingEngine:
-        engines.append(RecordingEngine(spec))
-        return engines[-1]
-
-    service = Service(ServiceConfig(engine_factory=factory, gap_timeout=0.3))
-    service.resolve_base_model = lambda name: None  # type: ignore[method-assign]
-    service.create_training_session(
-        {
-            "TrainingSessionName": "s1",
-            "LoraConfig": {"Rank": 4, "Alpha": 8},
-            "ModelConfig": {"BaseModelArn": "localsession/tiny"},
-        }
-    )
-    assert service.wait_for_session("s1", 10) == "Running"
+def runtime(tmp_path: Path) -> Any:
+    """A stub-engine service whose ``ppo`` forwards fail, with session ``s1`` Running."""
+    service, engines = stub_service(tmp_path, fail_loss="ppo", gap_timeout=0.3)
     yield service, engines
     service.close()
 

@@ -1,4 +1,4 @@
-"""The §1 losses against hand-computed closed-form values (no model involved)."""
+"""The losses of docs/semantics.md#1 against hand-computed closed-form values (no model)."""
 
 from __future__ import annotations
 

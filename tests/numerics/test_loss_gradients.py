@@ -2,7 +2,7 @@
 gradients with respect to the log-probabilities (``torch.autograd`` on both sides).
 
 The reference computes every position on its own with Python ``min``/``max`` on 0-d tensors,
-straight from the table in local-semantics §1. Inputs keep every ratio at least 1e-2 away
+straight from the table in docs/semantics.md#1 Inputs keep every ratio at least 1e-2 away
 from the clip bounds, so no position sits on a tie (where sub-gradients are ambiguous).
 """
 
@@ -28,7 +28,7 @@ LO, HI = 0.7, 1.3
 
 
 def reference_term(loss_fn: str, lp: Tensor, q: float, a: float, w: float) -> Tensor:
-    """ℓ for one position (0-d ``lp`` with grad), per local-semantics §1."""
+    """ℓ for one position (0-d ``lp`` with grad), per docs/semantics.md#1"""
     r = torch.exp(lp - q)
     if loss_fn == "importance_sampling":
         return -w * r * a

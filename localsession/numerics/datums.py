@@ -1,0 +1,215 @@
+"""Wire datums -> one padded training batch, with every semantic check done up front.
+
+``parse_datums`` turns wire ``Datum`` dicts (``{"modelInput": {"chunks": [{"tokens"}]},
+"lossFnInputs": {key: TensorData}}``) into right-padded ``[B, T]`` tensors. It raises
+``EngineInputError`` naming the datum index and the key *before* any tensor touches the model,
+so a failing operation never adds gradient (docs/semantics.md#1, #4).
+The list-level checks are shared with the torch-free engines (:mod:`.inputs`).
+
+Checks: the loss's required keys are present and no unsupported key is; every per-token input
+has one value per ``modelInput`` token; values are numbers (JSON booleans count as 0/1) and
+finite; token ids (input and targets) are integers inside the vocabulary; temperatures > 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+
+from localsession.numerics.inputs import (
+    check_input_keys,
+    check_loss_fn,
+    column_data,
+    datum_tokens,
+    finite_or_raise,
+    fwd_result_body,
+)
+from localsession.numerics.losses import ALLOWED_INPUT_KEYS, LossInputs
+from localsession.runtime.engine_api import EngineInputError
+
+__all__ = [
+    "Batch",
+    "check_vocab",
+    "datum_tokens",
+    "finite_or_raise",
+    "fwd_result",
+    "int_tensor",
+    "parse_datums",
+]
+
+
+@dataclass
+class Batch:
+    """Right-padded batch; padding positions have ``mask_BT == False`` and weight 0."""
+
+    tokens_BT: Tensor  # long
+    targets_BT: Tensor  # long
+    mask_BT: Tensor  # bool
+    weights_BT: Tensor  # float32
+    lengths: list[int]
+    advantages_BT: Tensor | None = None
+    logprobs_BT: Tensor | None = None
+    ref_log_prob_BT: Tensor | None = None
+    temperature_BT: Tensor | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens processed (padding excluded)."""
+        return sum(self.lengths)
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """Rows ``start:stop`` as a batch of their own, trimmed to their longest row."""
+        lengths = self.lengths[start:stop]
+        width = max(lengths)
+
+        def cut(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[start:stop, :width]
+
+        return Batch(
+            tokens_BT=self.tokens_BT[start:stop, :width],
+            targets_BT=self.targets_BT[start:stop, :width],
+            mask_BT=self.mask_BT[start:stop, :width],
+            weights_BT=self.weights_BT[start:stop, :width],
+            lengths=lengths,
+            advantages_BT=cut(self.advantages_BT),
+            logprobs_BT=cut(self.logprobs_BT),
+            ref_log_prob_BT=cut(self.ref_log_prob_BT),
+            temperature_BT=cut(self.temperature_BT),
+        )
+
+    def loss_inputs(self) -> LossInputs:
+        """The per-position inputs of ``losses.compute_loss``."""
+        return LossInputs(
+            weights=self.weights_BT,
+            sampler_logprobs=self.logprobs_BT,
+            advantages=self.advantages_BT,
+            ref_logprobs=self.ref_log_prob_BT,
+            mask=self.mask_BT,
+        )
+
+
+def int_tensor(values: Sequence[Any], what: str) -> Tensor:
+    """Integer ids (JSON booleans and integral floats accepted) as a long tensor."""
+    try:
+        raw = torch.tensor(values)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise EngineInputError(f"{what} must be a flat list of integer token ids") from None
+    if raw.dim() != 1:
+        raise EngineInputError(f"{what} must be a flat list of integer token ids")
+    if raw.is_floating_point():
+        if not bool(torch.isfinite(raw).all()) or not bool((raw == raw.round()).all()):
+            raise EngineInputError(f"{what} must hold integer token ids")
+    return raw.to(torch.long)
+
+
+def check_vocab(ids: Tensor, vocab_size: int, what: str) -> None:
+    """Raise unless every id is in ``[0, vocab_size)``."""
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        bad = int(ids[(ids < 0) | (ids >= vocab_size)][0])
+        raise EngineInputError(
+            f"{what} holds token id {bad}, outside the vocabulary [0, {vocab_size})"
+        )
+
+
+def _input_tensor(datum: int, key: str, value: Any, length: int) -> Tensor:
+    where = f"datum {datum}: `{key}`"
+    data = column_data(datum, key, value, length)
+    if key == "target_tokens":
+        return int_tensor(data, where)
+    try:
+        out = torch.tensor(data, dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise EngineInputError(f"{where} must be a flat list of numbers") from None
+    if not bool(torch.isfinite(out).all()):
+        raise EngineInputError(f"{where} holds a non-finite value (NaN or infinity)")
+    if key == "temperature" and not bool((out > 0).all()):
+        raise EngineInputError(f"{where}: every temperature must be > 0")
+    return out
+
+
+def parse_datums(
+    datums: Sequence[Any],
+    loss_fn: str,
+    vocab_size: int,
+    pad_id: int,
+    device: torch.device,
+    *,
+    max_length: int | None = None,
+) -> Batch:
+    """Validate wire datums for ``loss_fn`` and pad them into one batch on ``device``.
+    A datum longer than ``max_length`` (the model's maximum positions) is refused."""
+    check_loss_fn(loss_fn)
+    tokens_list: list[Tensor] = []
+    columns: dict[str, list[Tensor | None]] = {key: [] for key in ALLOWED_INPUT_KEYS}
+    for i, datum in enumerate(datums):
+        ids = int_tensor(datum_tokens(datum, i), f"datum {i}: `modelInput` tokens")
+        if max_length is not None and ids.numel() > max_length:
+            raise EngineInputError(
+                f"datum {i}: `modelInput` has {ids.numel()} tokens, past the model's maximum "
+                f"context length of {max_length}; shorten or split it"
+            )
+        check_vocab(ids, vocab_size, f"datum {i}: `modelInput`")
+        inputs = check_input_keys(i, datum, loss_fn)
+        for key in ALLOWED_INPUT_KEYS:
+            column = _input_tensor(i, key, inputs[key], len(ids)) if key in inputs else None
+            if key == "target_tokens" and column is not None:
+                check_vocab(column, vocab_size, f"datum {i}: `target_tokens`")
+            columns[key].append(column)
+        tokens_list.append(ids)
+    if not tokens_list:
+        raise EngineInputError("no datums given")
+    lengths = [int(t.numel()) for t in tokens_list]
+
+    def pad(key: str, fill: float) -> Tensor | None:
+        values = columns[key]
+        if all(v is None for v in values):
+            return None
+        filled: list[Tensor] = []
+        for i, v in enumerate(values):
+            if v is None:
+                if key != "temperature":  # only temperature has a neutral default (1.0)
+                    raise EngineInputError(
+                        f"datum {i}: `{key}` is missing while other datums give it; "
+                        "give it for every datum or for none"
+                    )
+                v = torch.ones(lengths[i], dtype=torch.float32)
+            filled.append(v)
+        return pad_sequence(filled, batch_first=True, padding_value=fill).to(device)
+
+    mask_BT = pad_sequence(
+        [torch.ones(n, dtype=torch.bool) for n in lengths], batch_first=True, padding_value=False
+    ).to(device)
+    tokens_BT = pad_sequence(tokens_list, batch_first=True, padding_value=pad_id).to(device)
+    targets_BT, weights_BT = pad("target_tokens", 0), pad("weights", 0.0)
+    assert targets_BT is not None and weights_BT is not None  # required for every loss
+    return Batch(
+        tokens_BT=tokens_BT,
+        targets_BT=targets_BT,
+        mask_BT=mask_BT,
+        weights_BT=weights_BT,
+        lengths=lengths,
+        advantages_BT=pad("advantages", 0.0),
+        logprobs_BT=pad("logprobs", 0.0),
+        ref_log_prob_BT=pad("ref_log_prob", 0.0),
+        temperature_BT=pad("temperature", 1.0),
+    )
+
+
+def fwd_result(
+    batch: Batch,
+    lp_BT: Tensor,
+    loss_BT: Tensor,
+    metrics: dict[str, float],
+    datum_values: Mapping[str, list[float]] | None = None,
+) -> dict[str, Any]:
+    """The wire ``FwdResult`` of a batch: its metrics (plus ``global_token_num``) and, per
+    datum, its unpadded ``logprobs`` and ``elementwise_loss`` as float32 TensorData, plus
+    each ``datum_values[key][i]`` (the ``actor/*`` diagnostics) as a one-value TensorData."""
+    lp_rows = lp_BT.detach().float().cpu().tolist()  # [B, T]
+    loss_rows = loss_BT.detach().float().cpu().tolist()  # [B, T]
+    return fwd_result_body(batch.lengths, lp_rows, loss_rows, metrics, datum_values)

@@ -1,0 +1,326 @@
+"""The torch-free half of the numerics: parsing and checking what an op asks the engine for.
+
+Every engine (the torch engine, the fakes' numeric bigram engine and their torch-free light
+engine) reads its inputs through these functions, so a bad input fails with the same message
+whichever engine runs it, and always before any state changes:
+
+- ``loss_fn`` and ``loss_fn_config`` (:func:`check_loss_fn`, :func:`parse_loss_config`);
+- ``adam_params`` (:class:`AdamParams`);
+- wire datums: their tokens (:func:`datum_tokens`), their ``loss_fn_inputs`` keys
+  (:func:`check_input_keys`) and, as plain lists, every value (:func:`read_datums`);
+- the wire ``FwdResult`` built from per-datum rows (:func:`fwd_result_body`).
+
+Names and ranges come from :mod:`localsession.vocab`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from localsession import vocab
+from localsession.runtime.engine_api import EngineInputError
+
+#: Wire keys of ``AdamParamsConfig`` -> field names.
+WIRE_KEYS: dict[str, str] = dict(vocab.ADAM_WIRE_KEYS)
+
+
+# -- losses ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClipConfig:
+    """Absolute ratio bounds: ``lo`` in [0, 1], ``hi`` in [1, 10]."""
+
+    low: float
+    high: float
+
+
+def check_loss_fn(loss_fn: str) -> None:
+    """Raise ``EngineInputError`` unless ``loss_fn`` is one of the service's losses."""
+    if loss_fn not in vocab.LOSS_FUNCTIONS:
+        raise EngineInputError(
+            f"unknown loss_fn {loss_fn!r}; supported: {', '.join(vocab.LOSS_FUNCTIONS)}"
+        )
+
+
+def parse_loss_config(loss_fn: str, config: Mapping[str, Any] | None) -> ClipConfig:
+    """Validate ``loss_fn_config`` (docs/semantics.md#1) and fill in the loss's defaults."""
+    check_loss_fn(loss_fn)
+    low, high = vocab.DEFAULT_CLIP[loss_fn]
+    if config is None:
+        return ClipConfig(low, high)
+    keys = ", ".join(vocab.LOSS_CONFIG_KEYS)
+    if not isinstance(config, Mapping):
+        raise EngineInputError(
+            f"loss_fn_config must be an object with keys {keys}, got {type(config).__name__}"
+        )
+    values = {"clip_low_threshold": low, "clip_high_threshold": high}
+    for key, value in config.items():
+        if key not in vocab.LOSS_CONFIG_RANGES:
+            raise EngineInputError(
+                f"loss_fn_config: unsupported key {key!r}; allowed keys: {keys}"
+            )
+        lo_bound, hi_bound = vocab.LOSS_CONFIG_RANGES[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not lo_bound <= value <= hi_bound
+        ):
+            raise EngineInputError(
+                f"loss_fn_config: `{key}` must be a number in [{lo_bound:g}, {hi_bound:g}], "
+                f"got {value!r}"
+            )
+        values[key] = float(value)
+    return ClipConfig(values["clip_low_threshold"], values["clip_high_threshold"])
+
+
+# -- AdamW hyperparameters ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdamParams:
+    """One step's AdamW hyperparameters (the SDK's defaults)."""
+
+    learning_rate: float = vocab.ADAM_DEFAULTS["learningRate"]
+    beta1: float = vocab.ADAM_DEFAULTS["beta1"]
+    beta2: float = vocab.ADAM_DEFAULTS["beta2"]
+    eps: float = vocab.ADAM_DEFAULTS["eps"]
+    weight_decay: float = vocab.ADAM_DEFAULTS["weightDecay"]
+    grad_clip_norm: float | None = None
+    lora_plus_lr_ratio: float | None = None
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> AdamParams:
+        """Parse a wire ``AdamParamsConfig``; raise ``EngineInputError`` naming a bad key.
+
+        Only semantic sanity is checked here (the service's stricter ranges are enforced by
+        the runtime, which may run relaxed).
+        """
+        if not isinstance(wire, Mapping):
+            raise EngineInputError(f"adam_params must be an object, got {type(wire).__name__}")
+        values: dict[str, float | None] = {}
+        for key, value in wire.items():
+            if key not in WIRE_KEYS:
+                raise EngineInputError(
+                    f"adam_params: unsupported key {key!r}; allowed keys: {', '.join(WIRE_KEYS)}"
+                )
+            if value is None and key in ("gradClipNorm", "loraPlusLrRatio"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise EngineInputError(f"adam_params: `{key}` must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise EngineInputError(f"adam_params: `{key}` must be finite, got {value!r}")
+            values[WIRE_KEYS[key]] = float(value)
+        if "learning_rate" not in values:
+            raise EngineInputError("adam_params: `learningRate` is required")
+        params = cls(**values)  # type: ignore[arg-type]
+        params.check()
+        return params
+
+    def check(self) -> None:
+        """Raise ``EngineInputError`` for values AdamW cannot run with."""
+        problems = []
+        if self.learning_rate < 0:
+            problems.append(f"`learningRate` must be >= 0, got {self.learning_rate}")
+        for key, beta in (("beta1", self.beta1), ("beta2", self.beta2)):
+            if not 0.0 <= beta < 1.0:
+                problems.append(f"`{key}` must be in [0, 1), got {beta}")
+        if self.eps <= 0:
+            problems.append(f"`eps` must be > 0, got {self.eps}")
+        if self.weight_decay < 0:
+            problems.append(f"`weightDecay` must be >= 0, got {self.weight_decay}")
+        if self.grad_clip_norm is not None and self.grad_clip_norm < 0:
+            problems.append(f"`gradClipNorm` must be >= 0, got {self.grad_clip_norm}")
+        if self.lora_plus_lr_ratio is not None and self.lora_plus_lr_ratio <= 0:
+            problems.append(f"`loraPlusLrRatio` must be > 0, got {self.lora_plus_lr_ratio}")
+        if problems:
+            raise EngineInputError("adam_params: " + "; ".join(problems))
+
+
+# -- datums ---------------------------------------------------------------------------------
+
+
+def datum_tokens(datum: Any, index: int) -> list[int]:
+    """The concatenated ``modelInput`` token ids of one wire datum."""
+    if not isinstance(datum, dict):
+        raise EngineInputError(f"datum {index}: expected an object, got {type(datum).__name__}")
+    model_input = datum.get("modelInput")
+    chunks = model_input.get("chunks") if isinstance(model_input, dict) else None
+    if not isinstance(chunks, list):
+        raise EngineInputError(
+            f"datum {index}: `modelInput` must be {{'chunks': [{{'tokens': [...]}}]}}"
+        )
+    tokens: list[int] = []
+    for c, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("tokens"), list):
+            raise EngineInputError(f"datum {index}: chunk {c} has no `tokens` list")
+        kind = chunk.get("type", "encoded_text")
+        if kind != "encoded_text":
+            raise EngineInputError(
+                f"datum {index}: chunk {c} has type {kind!r}; only 'encoded_text' is supported"
+            )
+        tokens.extend(chunk["tokens"])
+    if not tokens:
+        raise EngineInputError(f"datum {index}: `modelInput` has no tokens")
+    return tokens
+
+
+def check_input_keys(index: int, datum: dict[str, Any], loss_fn: str) -> dict[str, Any]:
+    """A datum's ``lossFnInputs``: an object holding every key ``loss_fn`` needs, no other."""
+    inputs = datum.get("lossFnInputs") or {}
+    if not isinstance(inputs, dict):
+        raise EngineInputError(f"datum {index}: `lossFnInputs` must be an object")
+    for key in inputs:
+        if key not in vocab.LOSS_INPUT_KEYS:
+            raise EngineInputError(
+                f"datum {index}: unsupported loss_fn_inputs key {key!r}; "
+                f"allowed keys: {', '.join(vocab.LOSS_INPUT_KEYS)}"
+            )
+    required = vocab.REQUIRED_INPUT_KEYS[loss_fn]
+    for key in required:
+        if key not in inputs:
+            raise EngineInputError(
+                f"datum {index}: `{key}` is missing; loss_fn {loss_fn!r} needs "
+                f"{', '.join(required)}"
+            )
+    return inputs
+
+
+def flatten(data: Any) -> Any:
+    """A nested list of numbers, flattened row by row (anything else as it is)."""
+    if isinstance(data, list) and data and isinstance(data[0], list):
+        return [x for row in data for x in flatten(row)]
+    return data
+
+
+def column_data(index: int, key: str, value: Any, length: int) -> list[Any]:
+    """One ``TensorData`` input's flat values, checked to hold one value per token."""
+    where = f"datum {index}: `{key}`"
+    if not isinstance(value, dict) or "data" not in value:
+        raise EngineInputError(f"{where} must be a TensorData object {{'data': [...], 'dtype'}}")
+    data = flatten(value["data"])
+    if not isinstance(data, list):
+        raise EngineInputError(f"{where}: `data` must be a list of numbers")
+    if len(data) != length:
+        raise EngineInputError(
+            f"{where} has {len(data)} values, its model_input has {length} tokens "
+            "(give one value per model_input token)"
+        )
+    return data
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def token_ids(values: Sequence[Any], vocab_size: int, what: str) -> list[int]:
+    """Integer ids in ``[0, vocab_size)`` (JSON booleans and integral floats accepted)."""
+    out: list[int] = []
+    for value in values:
+        number = _number(value)
+        if number is None or not math.isfinite(number) or number != int(number):
+            raise EngineInputError(f"{what} must hold integer token ids")
+        out.append(int(number))
+    bad = [t for t in out if not 0 <= t < vocab_size]
+    if bad:
+        raise EngineInputError(
+            f"{what} holds token id {bad[0]}, outside the vocabulary [0, {vocab_size})"
+        )
+    return out
+
+
+@dataclass
+class DatumRows:
+    """One datum as plain lists: its tokens and each ``loss_fn_inputs`` column it gave."""
+
+    tokens: list[int]
+    targets: list[int]
+    columns: dict[str, list[float]] = field(default_factory=dict)
+
+
+def read_datums(datums: Sequence[Any], loss_fn: str, vocab_size: int) -> list[DatumRows]:
+    """Every check of the torch engine's ``parse_datums``, over plain lists (no torch)."""
+    check_loss_fn(loss_fn)
+    if not datums:
+        raise EngineInputError("no datums given")
+    rows: list[DatumRows] = []
+    given: dict[str, list[bool]] = {key: [] for key in vocab.LOSS_INPUT_KEYS}
+    for i, datum in enumerate(datums):
+        tokens = token_ids(datum_tokens(datum, i), vocab_size, f"datum {i}: `modelInput`")
+        inputs = check_input_keys(i, datum, loss_fn)
+        row = DatumRows(tokens=tokens, targets=[])
+        for key in vocab.LOSS_INPUT_KEYS:
+            given[key].append(key in inputs)
+            if key not in inputs:
+                continue
+            data = column_data(i, key, inputs[key], len(tokens))
+            if key == "target_tokens":
+                row.targets = token_ids(data, vocab_size, f"datum {i}: `target_tokens`")
+                continue
+            values = [_number(v) for v in data]
+            if any(v is None for v in values):
+                raise EngineInputError(f"datum {i}: `{key}` must be a flat list of numbers")
+            floats = [float(v) for v in values if v is not None]
+            if not all(math.isfinite(v) for v in floats):
+                raise EngineInputError(
+                    f"datum {i}: `{key}` holds a non-finite value (NaN or infinity)"
+                )
+            if key == "temperature" and not all(v > 0 for v in floats):
+                raise EngineInputError(f"datum {i}: `{key}`: every temperature must be > 0")
+            row.columns[key] = floats
+        rows.append(row)
+    for key, flags in given.items():
+        if any(flags) and not all(flags) and key != "temperature":
+            raise EngineInputError(
+                f"datum {flags.index(False)}: `{key}` is missing while other datums give it; "
+                "give it for every datum or for none"
+            )
+    return rows
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+def finite_or_raise(value: float, what: str) -> float:
+    """Raise ``EngineInputError`` if a computed value is not finite (nothing applied yet)."""
+    if not math.isfinite(value):
+        raise EngineInputError(
+            f"{what} is not finite ({value}); check `logprobs` / `advantages` for extreme "
+            "values (the ratio exp(lp - logprobs) overflowed)"
+        )
+    return value
+
+
+def tensor_data(values: list[float]) -> dict[str, Any]:
+    """A flat float32 ``TensorData`` in wire form."""
+    return {"data": values, "dtype": "float32", "shape": [len(values)]}
+
+
+def fwd_result_body(
+    lengths: Sequence[int],
+    lp_rows: Sequence[Sequence[float]],
+    loss_rows: Sequence[Sequence[float]],
+    metrics: dict[str, float],
+    datum_values: Mapping[str, Sequence[float]] | None = None,
+) -> dict[str, Any]:
+    """The wire ``FwdResult``: the metrics (plus ``global_token_num``) and, per datum, its
+    unpadded ``logprobs`` and ``elementwise_loss`` (rows may be padded past ``lengths``), plus
+    each ``datum_values[key][i]`` (the ``actor/*`` diagnostics) as a one-value TensorData."""
+    metrics["global_token_num"] = float(sum(lengths))
+    outputs = [
+        {
+            "logprobs": tensor_data(list(lp_rows[i][:n])),
+            "elementwise_loss": tensor_data(list(loss_rows[i][:n])),
+        }
+        for i, n in enumerate(lengths)
+    ]
+    for key, values in (datum_values or {}).items():
+        for output, value in zip(outputs, values, strict=True):
+            output[key] = tensor_data([value])
+    return {"metrics": metrics, "lossFnOutputs": outputs}

@@ -1,0 +1,285 @@
+"""The training losses of docs/semantics.md#1, as pure functions over log-probability tensors.
+
+Notation (per position t): ``lp`` = log-probability of ``target_tokens[t]`` under the current
+weights, ``q`` = the sampler's ``logprobs`` input, ``A`` = ``advantages``, ``w`` = ``weights``,
+``r = exp(lp - q)``, ``sg`` = stop-gradient.
+
+| loss_fn               | per-token loss ℓ                                   |
+|-----------------------|----------------------------------------------------|
+| `cross_entropy`       | ``-w · lp``                                        |
+| `importance_sampling` | ``-w · r · A``                                     |
+| `ppo`                 | ``-w · min(r·A, clip(r, lo, hi)·A)``               |
+| `cispo`               | ``-w · sg(clip(r, lo, hi)) · A · lp``              |
+
+Every loss function returns the elementwise ℓ (same shape as its inputs); the caller sums
+(reduction = plain sum, no normalisation, so splitting a batch across calls is exact). Nothing
+here touches a model; ``token_logprobs`` turns logits into ``lp``.
+
+The reported ``loss`` is a per-datum mean, as the SDK reads it (it folds a chunked batch's
+``loss`` by a datum-count-weighted mean): the mean over datums of each datum's Σ ℓ, so the
+``loss`` of a batch equals the SDK's fold of its chunks, while the gradient stays the plain
+sum. Each datum's own diagnostics come from :func:`datum_metrics`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from localsession import vocab
+from localsession.numerics.inputs import ClipConfig, check_loss_fn, parse_loss_config
+from localsession.runtime.engine_api import EngineInputError
+
+# The loss vocabulary and the config parser live in vocab / numerics.inputs (torch-free);
+# they are re-exported here for the engines.
+LOSS_FUNCTIONS = vocab.LOSS_FUNCTIONS
+RL_LOSSES = vocab.RL_LOSSES
+ALLOWED_INPUT_KEYS = vocab.LOSS_INPUT_KEYS
+REQUIRED_INPUT_KEYS = vocab.REQUIRED_INPUT_KEYS
+CONFIG_KEYS = vocab.LOSS_CONFIG_KEYS
+DEFAULT_CLIP = vocab.DEFAULT_CLIP
+__all__ = [
+    "ALLOWED_INPUT_KEYS",
+    "CONFIG_KEYS",
+    "DEFAULT_CLIP",
+    "LOSS_FUNCTIONS",
+    "REQUIRED_INPUT_KEYS",
+    "RL_LOSSES",
+    "ClipConfig",
+    "LossInputs",
+    "check_loss_fn",
+    "cispo",
+    "compute_loss",
+    "cross_entropy",
+    "importance_sampling",
+    "parse_loss_config",
+    "ppo",
+    "ppo_clipped_side",
+    "token_logprobs",
+]
+
+
+def token_logprobs(
+    logits_BTV: Tensor, targets_BT: Tensor, temperature_BT: Tensor | None = None
+) -> Tensor:
+    """log softmax(logits / temperature)[target] per position, in float32. -> [B, T].
+
+    ``temperature_BT`` (optional, > 0) divides each position's logits (docs/semantics.md#1:
+    reproduces the sampler's tempered log-probabilities).
+    """
+    logits_BTV = logits_BTV.float()
+    if temperature_BT is not None:
+        logits_BTV = logits_BTV / temperature_BT.to(torch.float32).unsqueeze(-1)
+    target_BT = logits_BTV.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1)
+    return target_BT - torch.logsumexp(logits_BTV, dim=-1)
+
+
+def cross_entropy(lp: Tensor, weights: Tensor) -> Tensor:
+    """ℓ = -w · lp."""
+    return -weights * lp
+
+
+def _ratio(lp: Tensor, sampler_lp: Tensor) -> Tensor:
+    return torch.exp(lp - sampler_lp)
+
+
+def ppo_clipped_side(
+    log_ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float
+) -> Tensor:
+    """Where ppo takes the clipped term: ``clip(r)·A < r·A``, decided in log space. -> bool.
+
+    For A > 0 that is r > hi; for A < 0 it is r < lo; never for A = 0.
+    """
+    log_hi = math.log(clip_high)
+    log_lo = math.log(clip_low) if clip_low > 0 else -math.inf
+    return torch.where(
+        advantages > 0, log_ratio > log_hi, (advantages < 0) & (log_ratio < log_lo)
+    )
+
+
+def importance_sampling(
+    lp: Tensor, sampler_lp: Tensor, advantages: Tensor, weights: Tensor
+) -> Tensor:
+    """ℓ = -w · r · A with r = exp(lp - q)."""
+    return -weights * _ratio(lp, sampler_lp) * advantages
+
+
+def ppo(
+    lp: Tensor,
+    sampler_lp: Tensor,
+    advantages: Tensor,
+    weights: Tensor,
+    clip_low: float = 0.8,
+    clip_high: float = 1.2,
+) -> Tensor:
+    """ℓ = -w · min(r·A, clip(r, lo, hi)·A).
+
+    Computed branch by branch: where the clipped term is the minimum it is the constant
+    ``bound·A`` (no gradient, as in the formula), and ``exp`` only ever sees the log-ratios
+    of the unclipped branch. So a huge ratio on the clipped side (``q`` far below ``lp``
+    with A > 0) gives a finite loss and a zero gradient instead of ``0·inf = NaN``.
+    """
+    log_ratio = lp - sampler_lp
+    clipped_side = ppo_clipped_side(log_ratio.detach(), advantages, clip_low, clip_high)
+    bound = torch.where(
+        advantages > 0, torch.full_like(lp, clip_high), torch.full_like(lp, clip_low)
+    )
+    ratio = torch.exp(torch.where(clipped_side, torch.zeros_like(log_ratio), log_ratio))
+    term = torch.where(clipped_side, bound * advantages, ratio * advantages)
+    return -weights * term
+
+
+def cispo(
+    lp: Tensor,
+    sampler_lp: Tensor,
+    advantages: Tensor,
+    weights: Tensor,
+    clip_low: float = 0.0,
+    clip_high: float = 4.0,
+) -> Tensor:
+    """ℓ = -w · sg(clip(r, lo, hi)) · A · lp."""
+    coeff = _ratio(lp, sampler_lp).clamp(clip_low, clip_high).detach()
+    return -weights * coeff * advantages * lp
+
+
+@dataclass
+class LossInputs:
+    """Per-position loss inputs, all the same shape as ``lp`` (padding masked by ``mask``)."""
+
+    weights: Tensor
+    sampler_logprobs: Tensor | None = None
+    advantages: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+    mask: Tensor | None = None  # bool; False at padding positions
+
+
+def _weighted_mean(values: Tensor, weights: Tensor) -> float:
+    total_w = float(weights.sum())
+    if total_w == 0.0:
+        return 0.0
+    terms = torch.where(weights != 0, weights * values, torch.zeros_like(values))
+    out = float(terms.sum()) / total_w
+    return out if math.isfinite(out) else 0.0
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+def _rows(x: Tensor) -> Tensor:
+    """``[B, T]`` as is; a 1-D ``[T]`` as one datum ``[1, T]``."""
+    return x.unsqueeze(0) if x.dim() == 1 else x
+
+
+def _row_weighted_mean(values_BT: Tensor, w_BT: Tensor) -> Tensor:
+    """Per row: Σ w·v / Σ w over positions with w ≠ 0 (0 for a row of zero weights). -> [B]"""
+    terms_BT = torch.where(w_BT != 0, w_BT * values_BT, torch.zeros_like(values_BT))
+    total_B = w_BT.sum(-1)
+    safe_B = torch.where(total_B != 0, total_B, torch.ones_like(total_B))
+    out_B = torch.where(total_B != 0, terms_BT.sum(-1) / safe_B, torch.zeros_like(total_B))
+    return torch.nan_to_num(out_B, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@torch.no_grad()
+def datum_metrics(
+    loss_fn: str, lp: Tensor, loss: Tensor, inputs: LossInputs, clip: ClipConfig
+) -> dict[str, list[float]]:
+    """Each datum's (row's) diagnostics, under the SDK's ``actor/*`` names:
+
+    - ``actor/pg_loss``: the datum's Σ ℓ;
+    - ``actor/pg_clipfrac`` (RL losses): Σ w·[clipping changed the term] / Σ w;
+    - ``actor/ppo_kl`` (RL losses): Σ w·(q − lp) / Σ w;
+    - ``actor/kl_ref`` (when ``ref_logprobs`` is given): Σ w·(lp − ref) / Σ w.
+
+    ``lp`` and ``loss`` are ``[B, T]`` (or one datum's ``[T]``); ``loss`` is the elementwise ℓ
+    :func:`compute_loss` returned. Every value is finite.
+    """
+    lp_BT, loss_BT = _rows(lp.detach()), _rows(loss.detach())
+    w_BT = _rows(inputs.weights)
+    if inputs.mask is not None:
+        w_BT = torch.where(_rows(inputs.mask), w_BT, torch.zeros_like(w_BT))
+    pg_loss_B = torch.nan_to_num(loss_BT.sum(-1), nan=0.0, posinf=0.0, neginf=0.0)
+    out: dict[str, list[float]] = {"actor/pg_loss": pg_loss_B.tolist()}
+    if loss_fn in RL_LOSSES:
+        assert inputs.sampler_logprobs is not None and inputs.advantages is not None
+        q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
+        log_ratio_BT = lp_BT - q_BT
+        if loss_fn == "ppo":
+            clipped_BT = ppo_clipped_side(log_ratio_BT, adv_BT, clip.low, clip.high)
+        elif loss_fn == "cispo":
+            ratio_BT = torch.exp(log_ratio_BT)
+            clipped_BT = ((ratio_BT > clip.high) | (ratio_BT < clip.low)) & (adv_BT != 0)
+        else:
+            clipped_BT = torch.zeros_like(log_ratio_BT, dtype=torch.bool)
+        out["actor/pg_clipfrac"] = _row_weighted_mean(clipped_BT.to(w_BT.dtype), w_BT).tolist()
+        out["actor/ppo_kl"] = _row_weighted_mean(q_BT - lp_BT, w_BT).tolist()
+    if inputs.ref_logprobs is not None:
+        out["actor/kl_ref"] = _row_weighted_mean(lp_BT - _rows(inputs.ref_logprobs), w_BT).tolist()
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return _finite(math.fsum(values) / len(values)) if values else 0.0
+
+
+def compute_loss(
+    loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig
+) -> tuple[Tensor, dict[str, float]]:
+    """Elementwise ℓ (zero at masked positions) and one batch's metrics (docs/semantics.md#1).
+
+    Metrics: ``loss`` and ``actor/pg_loss``, the mean over datums (rows; a 1-D input is one
+    datum) of each datum's Σ ℓ; for RL losses ``actor/pg_clipfrac`` (weighted fraction of
+    positions where clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w);
+    ``actor/kl_ref`` (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given; the last
+    three over the whole batch's tokens. All finite. The gradient of ``ℓ.sum()`` is the
+    plain sum.
+
+    Positions that cannot contribute (weight 0, or padding) have ``q`` replaced by ``lp``
+    (ratio 1) before the loss, so whatever a caller put there (a ``-1e4`` placeholder on
+    prompt tokens, say) can neither overflow ``exp`` nor leak a ``0·inf = NaN`` gradient.
+    """
+    check_loss_fn(loss_fn)
+    w = inputs.weights
+    active = w != 0
+    if inputs.mask is not None:
+        active = active & inputs.mask
+        w = torch.where(inputs.mask, w, torch.zeros_like(w))
+    if loss_fn == "cross_entropy":
+        loss = cross_entropy(lp, w)
+    else:
+        if inputs.sampler_logprobs is None or inputs.advantages is None:
+            raise EngineInputError(f"{loss_fn} needs `logprobs` and `advantages` inputs")
+        q = torch.where(active, inputs.sampler_logprobs, lp.detach())
+        adv = inputs.advantages
+        if loss_fn == "importance_sampling":
+            loss = importance_sampling(lp, q, adv, w)
+        elif loss_fn == "ppo":
+            loss = ppo(lp, q, adv, w, clip.low, clip.high)
+        else:
+            loss = cispo(lp, q, adv, w, clip.low, clip.high)
+    if inputs.mask is not None:
+        loss = torch.where(inputs.mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+    datum_loss = _rows(loss.detach()).sum(-1).tolist()
+    metrics = {"loss": _mean(datum_loss)}
+    metrics["actor/pg_loss"] = metrics["loss"]
+    with torch.no_grad():
+        lp_d = lp.detach()
+        if loss_fn in RL_LOSSES:
+            assert inputs.sampler_logprobs is not None and inputs.advantages is not None
+            q, adv = inputs.sampler_logprobs, inputs.advantages
+            log_ratio = lp_d - q
+            if loss_fn == "ppo":
+                clipped = ppo_clipped_side(log_ratio, adv, clip.low, clip.high)
+            elif loss_fn == "cispo":
+                ratio = torch.exp(log_ratio)
+                clipped = ((ratio > clip.high) | (ratio < clip.low)) & (adv != 0)
+            else:
+                clipped = torch.zeros_like(log_ratio, dtype=torch.bool)
+            metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w.dtype), w)
+            metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w)
+        if inputs.ref_logprobs is not None:
+            metrics["actor/kl_ref"] = _weighted_mean(lp_d - inputs.ref_logprobs, w)
+    return loss, metrics

@@ -1,0 +1,183 @@
+"""What many test modules share: one configurable stub engine, a service over it, one running
+server, and builders for wire requests. Imported as ``testkit`` (pytest puts ``tests/`` on
+``sys.path`` for the root conftest).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
+from localsession.runtime.service import Service, ServiceConfig
+
+
+class AnyModel:
+    """A model catalog that takes every name as it is (for services over a stub engine)."""
+
+    def names(self) -> list[str]:
+        return ["localsession/tiny"]
+
+    def canonical_name(self, name: str) -> str:
+        return name
+
+    def resolve(self, name: str) -> None:
+        if not name:
+            raise ValueError("base_model must be a non-empty model name")
+
+
+class StubEngine:
+    """An engine that computes nothing and records the ops that reach it, in order.
+
+    ``calls`` holds ``"fb<first token>"`` per forward(_backward), ``"step"``, ``"sample"``.
+    ``fail_loss``: a forward with that ``loss_fn`` fails the op (``EngineInputError``).
+    """
+
+    def __init__(self, spec: EngineSpec, *, fail_loss: str | None = None) -> None:
+        self.spec = spec
+        self.fail_loss = fail_loss
+        self.calls: list[str] = []
+
+    def forward_backward(
+        self,
+        datums: list[dict[str, Any]],
+        loss_fn: str,
+        loss_fn_config: dict[str, Any] | None,
+        *,
+        backward: bool,
+    ) -> dict[str, Any]:
+        if loss_fn == self.fail_loss:
+            raise EngineInputError("datum 0: `advantages` is missing")
+        self.calls.append(f"fb{datums[0]['modelInput']['chunks'][0]['tokens'][0]}")
+        return {"metrics": {"loss": 1.0, "global_token_num": 1.0}}
+
+    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+        self.calls.append("step")
+        return {"learning_rate": adam_params["learningRate"]}
+
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+        self.calls.append("sample")
+        return [{"sequences": []} for _ in requests]
+
+    def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
+        return [None] + [0.0] * (len(tokens) - 1)
+
+    def save_package(self, directory: str, *, include_optimizer: bool, merge_weights: bool) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+
+    def load_package(self, directory: str, *, load_optimizer: bool) -> None:
+        pass
+
+    def get_tokenizer(self) -> Any:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def create_request(name: str, *, model: str = "localsession/tiny", rank: int = 4,
+                   **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """A CreateTrainingSession request body."""
+    return {
+        "TrainingSessionName": name,
+        "LoraConfig": {"Rank": rank, "Alpha": 2 * rank},
+        "ModelConfig": {"BaseModelArn": model},
+        **extra,
+    }
+
+
+def stub_service(
+    home: Path, *, session: str | None = "s1", fail_loss: str | None = None, **config: Any
+) -> tuple[Service, list[StubEngine]]:
+    """A service over :class:`StubEngine` (any model name) on ``home``, with a Running
+    session ``session`` (None: none); the engines it made, in order."""
+    engines: list[StubEngine] = []
+
+    def factory(spec: EngineSpec) -> StubEngine:
+        engines.append(StubEngine(spec, fail_loss=fail_loss))
+        return engines[-1]
+
+    config = ServiceConfig(home=home, engine_factory=factory, **config)
+    service = Service(config, catalog=AnyModel())
+    if session is not None:
+        service.create_training_session(create_request(session))
+        assert service.wait_for_session(session, 10) == "Running"
+    return service, engines
+
+
+def forward_backward(seq: int, tag: int = 1, *, token: str = "",
+                     loss: str = "cross_entropy") -> dict[str, Any]:  # fmt: skip
+    """An ExecuteTrainingOperation body: a one-token forwardBackward whose token is ``tag``."""
+    return {
+        "sequenceNumber": seq,
+        "clientToken": token or f"token-{seq}",
+        "operationConfig": {
+            "forwardBackward": {
+                "lossFnName": loss,
+                "datumList": [{"modelInput": {"chunks": [{"tokens": [tag]}]}}],
+            }
+        },
+    }
+
+
+@dataclass
+class Served:
+    """A service on a fresh home with a server in front of it, and raw HTTP helpers."""
+
+    service: Service
+    url: str
+    home: Path
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], Any]:
+        """One raw HTTP request; (status, lower-cased headers, parsed JSON body or text)."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            raw = response.read()
+            found = {k.lower(): v for k, v in response.getheaders()}
+        finally:
+            conn.close()
+        try:
+            parsed: Any = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = raw.decode("utf-8", "replace")
+        return response.status, found, parsed
+
+    def control(self, operation: str, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+        """One control-plane call (json 1.1, ``X-Amz-Target: SageMaker.<operation>``)."""
+        return self.request(
+            "POST",
+            "/",
+            json.dumps(body).encode(),
+            {
+                "X-Amz-Target": f"SageMaker.{operation}",
+                "Content-Type": "application/x-amz-json-1.1",
+            },
+        )
+
+
+@contextmanager
+def running_server(home: Path, *, long_poll: float = 5.0, **config: Any) -> Iterator[Served]:
+    """A :class:`Service` on ``home`` (``config``: ServiceConfig fields) served on port 0 on
+    a background thread; closed on exit."""
+    from localsession.server.runner import ServerThread
+
+    service = Service(ServiceConfig(home=home, **config))
+    try:
+        with ServerThread(service, long_poll=long_poll) as url:
+            yield Served(service, url, home)
+    finally:
+        service.close()
