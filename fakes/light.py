@@ -150,14 +150,18 @@ class LightEngine:
                 acc = self.grad.setdefault(prev, [0.0] * VOCAB_SIZE)
                 for j, x in enumerate(g):
                     acc[j] += x
-        metrics = {"loss": total}
+        # Gradients are sums; the reported loss is the mean over datums of each datum's sum.
+        per_datum = [sum(r) for r in loss_rows]
+        metrics = {"loss": total / len(rows), "actor/pg_loss": total / len(rows)}
         if loss_fn in vocab.RL_LOSSES:
             metrics["actor/pg_clipfrac"] = _mean(sums["clipped"], sums["w"])
             metrics["actor/ppo_kl"] = _mean(sums["kl"], sums["w"])
         if all("ref_log_prob" in d.columns for d in rows):
             metrics["actor/kl_ref"] = _mean(sums["ref"], sums["w"])
         lengths = [len(d.tokens) for d in rows]
-        return fwd_result_body(lengths, lp_rows, loss_rows, metrics)
+        return fwd_result_body(
+            lengths, lp_rows, loss_rows, metrics, {"actor/pg_loss": per_datum}
+        )
 
     def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
         self.gate.pass_through()
