@@ -37,6 +37,7 @@ from fakes.calls import Call, CallLog
 from fakes.clock import Gate
 from fakes.script import Script
 from localsession.futures import DEFAULT_MAX_TRANSIENT_POLL_ERRORS
+from localsession.runtime.catalog import StaticCatalog
 from localsession.runtime.engine_api import EngineSpec
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.operations import TERMINAL
@@ -107,7 +108,10 @@ class FakeService(Service):
             home=home if home is not None else Path(self._tmp.name),  # type: ignore[union-attr]
             engine_factory=self._make_engine,
         )
-        super().__init__(config)
+        super().__init__(
+            config,
+            catalog=StaticCatalog(base_models or ["fakes/bigram"], accept_any=base_models is None),
+        )
         # The fake engine is instant: no gathering window before a sampling batch is taken.
         self._scheduler.gather_quiet_s = 0.0
 

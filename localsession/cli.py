@@ -64,9 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from localsession.plot import cli as plot_cli
 
         return plot_cli(args.run_dir, args.out)
-    from localsession.runtime.models import list_base_models
+    from localsession.runtime.catalog import LocalCatalog
 
-    for name in list_base_models():
+    for name in LocalCatalog().names():
         print(name)
     return 0
 

@@ -1,21 +1,24 @@
 """The torch engine: everything in localsession that touches tensors.
 
 ``create_engine(spec)`` builds a :class:`TorchEngine` (the runtime's ``Engine`` protocol) for
-one session. The pure parts (``losses``, ``optim``, ``datums``, ``sampling``) import only
-torch, and the fakes reuse them; ``TorchEngine`` (transformers, peft) is imported on first use
-(PEP 562), so importing a pure submodule never loads transformers.
+one session; ``write_tokenizer`` is the tokenizer export the service's catalog uses for the
+models the engine makes itself (built-in and GGUF). The pure parts (``losses``, ``optim``,
+``datums``, ``sampling``) import only torch, and the fakes reuse them; ``TorchEngine``
+(transformers, peft) is imported on first use (PEP 562), so importing a pure submodule never
+loads transformers.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localsession.runtime.engine_api import EngineSpec
+from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
 if TYPE_CHECKING:
     from localsession.engine.torch_engine import TorchEngine
 
-__all__ = ["TorchEngine", "create_engine"]
+__all__ = ["TorchEngine", "create_engine", "write_tokenizer"]
 
 
 def create_engine(spec: EngineSpec) -> TorchEngine:
@@ -23,6 +26,14 @@ def create_engine(spec: EngineSpec) -> TorchEngine:
     from localsession.engine.torch_engine import TorchEngine
 
     return TorchEngine(spec)
+
+
+def write_tokenizer(model: ResolvedModel, directory: Path) -> None:
+    """Write the tokenizer of a resolved model into ``directory`` with ``save_pretrained``
+    (how the service's catalog exports built-in and GGUF tokenizers for the Hub)."""
+    from localsession.engine.model import load_tokenizer
+
+    load_tokenizer(model).save_pretrained(str(directory))
 
 
 def __getattr__(name: str) -> Any:

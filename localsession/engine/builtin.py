@@ -110,8 +110,9 @@ def _bytes_to_unicode() -> dict[int, str]:
     return {byte: chr(code) for byte, code in zip(printable, chars, strict=True)}
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """The byte-level tokenizer shared by all built-in models (token id == byte value)."""
+def build_tokenizer(name: str = "") -> PreTrainedTokenizerFast:
+    """The byte-level tokenizer shared by all built-in models (token id == byte value);
+    ``name`` becomes its ``name_or_path`` (the model id it serves)."""
     byte_chars = _bytes_to_unicode()
     vocab = {byte_chars[b]: b for b in range(256)}
     # BPE with no merges: every pre-tokenized symbol (one byte) maps straight to its id.
@@ -130,6 +131,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         eos_token="<eos>",
         pad_token="<pad>",
         model_max_length=MAX_POSITIONS,
+        name_or_path=name,
     )
     hf_tok.chat_template = CHAT_TEMPLATE
     return hf_tok
@@ -170,7 +172,7 @@ def build_builtin(name: str) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]
     model.generation_config.bos_token_id = BOS_ID
     model.generation_config.eos_token_id = EOS_ID
     model.eval()
-    return model, build_tokenizer()
+    return model, build_tokenizer(name)
 
 
 def save_builtin(name: str, directory: str | Path) -> Path:

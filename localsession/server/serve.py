@@ -4,11 +4,13 @@ serve until Ctrl-C, then stop every session cleanly."""
 from __future__ import annotations
 
 import ipaddress
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localsession.engine import write_tokenizer  # torch-free until it is called
+from localsession.runtime.catalog import LocalCatalog, parse_map_entries
+from localsession.runtime.hub import HUB_CACHE_DIR
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
 from localsession.server.runner import bind, client_env, make_server, url_of
@@ -62,12 +64,10 @@ def warn_if_exposed(host: str, authenticated: bool) -> None:
 
 def build_service(options: ServeOptions) -> Service:
     """The service a server runs, from the command line over ``LOCALSESSION_*`` defaults."""
-    if options.model_map:
-        for entry in options.model_map:
-            if "=" not in entry:
-                raise SystemExit(f"--model-map {entry!r}: expected NAME=TARGET")
-        current = os.environ.get("LOCALSESSION_MODEL_MAP", "")
-        os.environ["LOCALSESSION_MODEL_MAP"] = ",".join(filter(None, [current, *options.model_map]))
+    try:
+        model_map = parse_map_entries(options.model_map, "--model-map")
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     overrides: dict[str, object] = {
         "strict": not options.relaxed,
         "lenient_sequence": options.lenient_sequence,
@@ -84,7 +84,20 @@ def build_service(options: ServeOptions) -> Service:
         overrides["max_sessions"] = options.max_sessions
     if options.gap_timeout is not None:
         overrides["gap_timeout"] = options.gap_timeout
-    return Service(ServiceConfig.from_env(**overrides))
+    config = ServiceConfig.from_env(**overrides)
+    catalog = LocalCatalog(config.home, model_map=model_map, tokenizer_writer=write_tokenizer)
+    return Service(config, catalog=catalog)
+
+
+def serve_exports(url: str, service: Service) -> dict[str, str]:
+    """What a client shell needs: the SDK/boto3 endpoints and region, and localsession's own
+    Hugging Face cache (``<home>/hf-hub``, offline), where the local Hub exports every
+    listed model's tokenizer under the id it is listed by (runtime/hub.py). The user's own
+    HF cache is never written."""
+    env = client_env(url, service.config.region)
+    env["HF_HUB_CACHE"] = str((service.config.home / HUB_CACHE_DIR).resolve())
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
 
 
 def serve(options: ServeOptions) -> int:
@@ -98,7 +111,7 @@ def serve(options: ServeOptions) -> int:
     url = url_of(sock)
     print(f"localsession serving on {url} (home {service.config.home}); Ctrl-C stops it")
     print("# point the SageMaker SDK, boto3 or the AWS CLI here:")
-    env = client_env(url, service.config.region)
+    env = serve_exports(url, service)
     if credential is not None:  # the secret is the user's own; it is not echoed
         env["AWS_ACCESS_KEY_ID"] = credential.access_key
         env["AWS_SECRET_ACCESS_KEY"] = "<the SECRET given to --auth>"
