@@ -29,11 +29,12 @@ def create_engine(spec: EngineSpec) -> TorchEngine:
 
 
 def write_tokenizer(model: ResolvedModel, directory: Path) -> None:
-    """Write the tokenizer of a resolved model into ``directory`` with ``save_pretrained``
-    (how the service's catalog exports built-in and GGUF tokenizers for the Hub)."""
-    from localsession.engine.model import load_tokenizer
+    """Write the tokenizer of a resolved model, and the model's ``config.json`` (which
+    ``AutoTokenizer`` reads too), into ``directory`` with ``save_pretrained``: how the
+    service's catalog exports built-in and GGUF tokenizers for the Hub."""
+    from localsession.engine.model import export_tokenizer
 
-    load_tokenizer(model).save_pretrained(str(directory))
+    export_tokenizer(model, directory)
 
 
 def __getattr__(name: str) -> Any:

@@ -29,9 +29,14 @@ import torch
 import transformers
 from packaging.version import Version
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from localsession.engine.builtin import BUILTIN_SHAPES, build_builtin, build_tokenizer
+from localsession.engine.builtin import (
+    BUILTIN_SHAPES,
+    build_builtin,
+    build_tokenizer,
+    builtin_config,
+)
 from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
 DEVICE_ENV = "LOCALSESSION_DEVICE"
@@ -84,12 +89,36 @@ def model_directory(resolved: ResolvedModel) -> str:
 
 
 def load_tokenizer(resolved: ResolvedModel) -> Any:
-    """The tokenizer of a resolved model, with ``name_or_path`` set to the model's name."""
+    """The tokenizer of a resolved model, with ``name_or_path`` set to the model's name.
+
+    A GGUF model's tokenizer is read from the file's own metadata (vocabulary, merges,
+    special tokens, chat template) without converting the weights, so the Hub can export it
+    in seconds; a session's engine reads the same tokenizer from the converted directory.
+    """
     if resolved.kind == "builtin":
         return build_tokenizer(resolved.name)
-    tokenizer = AutoTokenizer.from_pretrained(model_directory(resolved), local_files_only=True)
+    if resolved.kind == "gguf":
+        gguf = Path(resolved.target)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(resolved.target, local_files_only=True)
     tokenizer.name_or_path = resolved.name
     return tokenizer
+
+
+def export_tokenizer(resolved: ResolvedModel, directory: Path) -> None:
+    """Save the tokenizer and the model config (``AutoTokenizer.from_pretrained`` of a Hub
+    id reads ``config.json`` too) of a resolved model into ``directory``; no weights."""
+    config: Any
+    if resolved.kind == "builtin":
+        config = builtin_config(resolved.target)
+    elif resolved.kind == "gguf":
+        gguf = Path(resolved.target)
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    else:
+        config = AutoConfig.from_pretrained(resolved.target, local_files_only=True)
+    config.save_pretrained(str(directory))
+    load_tokenizer(resolved).save_pretrained(str(directory))
 
 
 def _load_base(resolved: ResolvedModel, dtype: torch.dtype) -> tuple[Any, Any]:

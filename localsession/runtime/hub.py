@@ -156,7 +156,7 @@ def describe_hub_content(
         )
     try:
         export_tokenizer(catalog, model, home / HUB_CACHE_DIR)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - one broken model must not break the listing
         # The listing still answers; the client's tokenizer load will say it is missing.
         logger.warning("could not export the tokenizer of %r: %s", model, exc)
     document = {"HuggingfaceId": public_id(model), "LocalModel": model}
