@@ -55,14 +55,14 @@ def main() -> None:
                 )
             )
         datums = []
-        for prompt, future, (_, answer) in zip(prompts, futures, PROBLEMS):
+        for prompt, future, (_, answer) in zip(prompts, futures, PROBLEMS, strict=True):
             sequences = future.result().sequences
             rewards = [
                 reward(tokenizer.decode(s.tokens, skip_special_tokens=True), answer)
                 for s in sequences
             ]
             mean, std = statistics.mean(rewards), statistics.pstdev(rewards)
-            for seq, r in zip(sequences, rewards):
+            for seq, r in zip(sequences, rewards, strict=True):
                 advantage = (r - mean) / (std + 1e-6)
                 tokens = prompt + list(seq.tokens)
                 n_prompt = len(prompt) - 1
