@@ -138,6 +138,16 @@ def export_tokenizer(catalog: ModelCatalog, model: str, cache: Path) -> Path:
     return snapshot
 
 
+def export_all(catalog: ModelCatalog, home: Path) -> None:
+    """Export every listed model's tokenizer ahead of the first describe (a server warms its
+    Hub with this on a background thread: a GGUF tokenizer takes seconds to read)."""
+    for listed in catalog.names():
+        try:
+            export_tokenizer(catalog, catalog.canonical_name(listed), home / HUB_CACHE_DIR)
+        except Exception as exc:  # noqa: BLE001 - describe reports it again, per model
+            logger.warning("could not export the tokenizer of %r: %s", listed, exc)
+
+
 def describe_hub_content(
     request: dict[str, Any], region: str, catalog: ModelCatalog, home: Path
 ) -> dict[str, Any]:

@@ -4,11 +4,14 @@ serve until Ctrl-C, then stop every session cleanly."""
 from __future__ import annotations
 
 import ipaddress
+import shlex
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from localsession.engine import write_tokenizer  # torch-free until it is called
+from localsession.runtime import hub
 from localsession.runtime.catalog import LocalCatalog, parse_map_entries
 from localsession.runtime.hub import HUB_CACHE_DIR
 from localsession.runtime.service import Service, ServiceConfig
@@ -116,7 +119,11 @@ def serve(options: ServeOptions) -> int:
         env["AWS_ACCESS_KEY_ID"] = credential.access_key
         env["AWS_SECRET_ACCESS_KEY"] = "<the SECRET given to --auth>"
     for key, value in env.items():
-        print(f"export {key}={value}")
+        print(f"export {key}={shlex.quote(value)}")
+    # Tokenizers the SDK's get_tokenizer() will read, exported before the first describe.
+    threading.Thread(
+        target=hub.export_all, args=(service.catalog, service.config.home), daemon=True
+    ).start()
     server = make_server(service, long_poll=options.long_poll, credential=credential)
     try:
         server.run(sockets=[sock])
