@@ -397,9 +397,7 @@ class Service:
         return hub.list_hub_contents(request, self.config.region, self.catalog)
 
     def describe_hub_content(self, request: dict[str, Any]) -> dict[str, Any]:
-        return hub.describe_hub_content(
-            request, self.config.region, self.catalog, self.config.home
-        )
+        return hub.describe_hub_content(request, self.config.region, self.catalog, self.config.home)
 
     def list_base_models(self) -> list[str]:
         """The ids the SDK's ``list_base_models()`` reports over the wire, in its order."""
@@ -481,7 +479,7 @@ class Service:
         request = chat.parse_request(body)
         tokenizer = self.get_tokenizer(session.name)
         encoded = tokenizer.apply_chat_template(
-            request.messages, add_generation_prompt=True, tokenize=True
+            request.messages, tools=request.tools, add_generation_prompt=True, tokenize=True
         )
         prompt = [int(t) for t in (encoded["input_ids"] if "input_ids" in encoded else encoded)]
         return PreparedChat(request, target, session, weights, tokenizer, prompt)
