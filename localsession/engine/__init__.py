@@ -10,6 +10,7 @@ loads transformers.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +21,16 @@ if TYPE_CHECKING:
 
 __all__ = ["TorchEngine", "create_engine", "write_tokenizer"]
 
+#: transformers and peft are not safe to import from two threads at once (a lazy module seen
+#: half-initialised fails with "cannot import name"); a server may start a session while its
+#: Hub exports a tokenizer, so the first import of the stack happens under this lock.
+_IMPORT_LOCK = threading.Lock()
+
 
 def create_engine(spec: EngineSpec) -> TorchEngine:
     """Load ``spec.base_model`` with a fresh seeded LoRA adapter (rank/alpha from ``spec``)."""
-    from localsession.engine.torch_engine import TorchEngine
+    with _IMPORT_LOCK:
+        from localsession.engine.torch_engine import TorchEngine
 
     return TorchEngine(spec)
 
@@ -32,7 +39,8 @@ def write_tokenizer(model: ResolvedModel, directory: Path) -> None:
     """Write the tokenizer of a resolved model, and the model's ``config.json`` (which
     ``AutoTokenizer`` reads too), into ``directory`` with ``save_pretrained``: how the
     service's catalog exports built-in and GGUF tokenizers for the Hub."""
-    from localsession.engine.model import export_tokenizer
+    with _IMPORT_LOCK:
+        from localsession.engine.model import export_tokenizer
 
     export_tokenizer(model, directory)
 
