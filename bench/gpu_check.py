@@ -118,8 +118,7 @@ def half_billion_engine() -> Any:
     from localsession.engine.builtin import build_tokenizer
     from localsession.engine.model import LoadedModel, apply_lora
     from localsession.engine.torch_engine import TorchEngine
-    from localsession.runtime.engine_api import EngineSpec
-    from localsession.runtime.models import ResolvedModel
+    from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
     config = LlamaConfig(
         vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=26,

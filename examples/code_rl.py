@@ -85,7 +85,7 @@ def tool_turn(tok: Any, feedback: str) -> list[int]:
         tokenize=True,
         return_dict=False,
     )
-    return list(tok.encode("\n", add_special_tokens=False)) + list(rendered[1:])  # drop BOS
+    return list(tok.encode("\n", add_special_tokens=False)) + list(rendered)
 
 
 def warm_start_datum(tok: Any, task: CodeTask, two_turn: bool, rng: random.Random) -> Datum:

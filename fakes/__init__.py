@@ -17,7 +17,7 @@ from __future__ import annotations
 from fakes.calls import Call, CallLog
 from fakes.client import FakeServiceClient
 from fakes.script import Completion, PromptInfo, Script
-from fakes.service import FakeCatalog, FakeService
+from fakes.service import FakeService
 from fakes.tokenizer import ByteTokenizer
 from localsession.runtime.faults import Faults
 
@@ -26,7 +26,6 @@ __all__ = [
     "Call",
     "CallLog",
     "Completion",
-    "FakeCatalog",
     "FakeService",
     "FakeServiceClient",
     "Faults",

@@ -6,7 +6,7 @@ Skipped ops, session states) is the real runtime's: ``FakeService.runtime`` is a
 
 - a fake engine factory: the light engine (:mod:`fakes.light`, pure Python, the default) or,
   with ``numerics=True``, the bigram engine on torch (:mod:`fakes.engine`);
-- a hermetic model catalog (:class:`FakeCatalog`): any name, or only ``base_models``; it
+- a hermetic model catalog (``StaticCatalog``): any name, or only ``base_models``; it
   never reads ``~/.localsession/models.json`` nor scans the Hugging Face cache;
 - no sampling gather window (``gather_quiet_s=0``): the fake engines are instant;
 - an observer that feeds the call log (:mod:`fakes.calls`).
@@ -42,6 +42,7 @@ from fakes.clock import Gate
 from fakes.knobs import EngineKnobs
 from fakes.script import Script
 from localsession import vocab
+from localsession.runtime.catalog import StaticCatalog
 from localsession.runtime.engine_api import EngineSpec
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
@@ -52,30 +53,6 @@ SUBMIT_ATTEMPTS = vocab.SDK_SUBMIT_ATTEMPTS
 #: Real seconds :meth:`FakeService.advance` waits for one op before calling it stuck.
 SETTLE_TIMEOUT = 10.0
 DEFAULT_MODEL = "fakes/bigram"
-
-
-class FakeCatalog:
-    """The fakes' model names: every name is a model (the fake model is seeded by the name),
-    or only ``base_models`` when given. Nothing is read from disk."""
-
-    def __init__(self, base_models: list[str] | None = None) -> None:
-        self.base_models = None if base_models is None else list(base_models)
-
-    def names(self) -> list[str]:
-        return list(self.base_models) if self.base_models is not None else [DEFAULT_MODEL]
-
-    def canonical_name(self, name: str) -> str:
-        return name
-
-    def resolve(self, name: str) -> None:
-        if not name:
-            raise ValueError("base_model must be a non-empty model name")
-        if self.base_models is not None and name not in self.base_models:
-            raise ValueError(
-                f"unknown base model {name!r} in this fake; it knows "
-                f"{', '.join(self.base_models)} (FakeServiceClient(base_models=None) accepts "
-                "any name)"
-            )
 
 
 def _gate(engine: object) -> Gate | None:
@@ -136,7 +113,8 @@ class FakeService:
             # Requests come from the fake's own client: skip loading the sagemaker model.
             check_create_members=numerics,
         )
-        self.runtime = Service(config, catalog=FakeCatalog(base_models))
+        catalog = StaticCatalog(base_models or [DEFAULT_MODEL], accept_any=base_models is None)
+        self.runtime = Service(config, catalog=catalog)
         self.runtime.add_observer(self._observe)
 
     def _default_engine_class(self) -> Callable[..., Any]:

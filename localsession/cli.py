@@ -122,10 +122,10 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         from localsession.plot import cli as plot_cli
 
         return plot_cli(args.run_dir, args.out)
-    from localsession.runtime.models import list_base_models
+    from localsession.runtime.catalog import LocalCatalog
 
     try:
-        names = list_base_models()
+        names = LocalCatalog().names()
     except ValueError as exc:  # a malformed model map: one line naming it
         print(f"localsession models: error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2

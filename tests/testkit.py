@@ -13,22 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from localsession.runtime.catalog import StaticCatalog
 from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
 from localsession.runtime.service import Service, ServiceConfig
-
-
-class AnyModel:
-    """A model catalog that takes every name as it is (for services over a stub engine)."""
-
-    def names(self) -> list[str]:
-        return ["localsession/tiny"]
-
-    def canonical_name(self, name: str) -> str:
-        return name
-
-    def resolve(self, name: str) -> None:
-        if not name:
-            raise ValueError("base_model must be a non-empty model name")
 
 
 class StubEngine:
@@ -103,7 +90,7 @@ def stub_service(
         return engines[-1]
 
     config = ServiceConfig(home=home, engine_factory=factory, **config)
-    service = Service(config, catalog=AnyModel())
+    service = Service(config, catalog=StaticCatalog(["localsession/tiny"], accept_any=True))
     if session is not None:
         service.create_training_session(create_request(session))
         assert service.wait_for_session(session, 10) == "Running"

@@ -5,11 +5,16 @@ a Llama-architecture ``transformers`` model with deterministic seeded weights (t
 every process and on every machine, independent of ``transformers``' own initialisers) and a
 byte-level tokenizer built locally with the ``tokenizers`` library:
 
-- vocabulary 259 = the 256 bytes (token id == byte value) + ``<pad>`` (256), ``<bos>`` (257)
-  and ``<eos>`` (258);
-- ``encode(text)`` prepends ``<bos>``; ``decode(encode(s), skip_special_tokens=True) == s`` for
-  any unicode string that does not spell a special token literally;
-- a small Jinja chat template, so ``apply_chat_template`` works.
+- vocabulary 259 = the 256 bytes (token id == byte value) + three special tokens named as in
+  the Qwen chat family: ``<|endoftext|>`` (256, padding), ``<|im_start|>`` (257, also the
+  BOS) and ``<|im_end|>`` (258, the EOS that ends every turn);
+- ``encode(text)`` prepends ``<|im_start|>``; ``decode(encode(s), skip_special_tokens=True)
+  == s`` for any unicode string that does not spell a special token literally;
+- the Qwen chat format (:data:`CHAT_TEMPLATE`) with tool calling: ``<|im_start|>role\n...
+  <|im_end|>\n`` turns, a ``<tools>`` block of JSON signatures in the system turn when
+  ``tools`` are given, ``<tool_call>`` JSON blocks in assistant turns, and tool results as
+  ``<tool_response>`` blocks in a user turn. Special tokens are real special tokens, so
+  ``skip_special_tokens=True`` drops them from any reply.
 
 ``save_builtin`` writes model and tokenizer with ``save_pretrained`` so the "local directory"
 and "HF cache" loading paths can be exercised without any download.
@@ -32,13 +37,51 @@ EOS_ID = 258
 VOCAB_SIZE = 259
 MAX_POSITIONS = 2048
 
-#: A minimal chat format: ``<bos><|role|>\ncontent<eos>\n`` per message.
+PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+
+#: The Qwen chat format with tool calls (the layout of Qwen2.5/Qwen3's own template, worded
+#: here afresh): a system turn only when one is given or ``tools`` are offered.
 CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+    "{%- set has_system = messages and messages[0]['role'] == 'system' %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if has_system %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nCall a function when it helps to answer. The functions you may call "
+    "are listed as JSON signatures inside <tools></tools>:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nTo call one, reply with a JSON object holding the function name "
+    "and its arguments inside <tool_call></tool_call> tags, one block per call:\\n"
+    '<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n'
+    "</tool_call><|im_end|>\\n' }}"
+    "{%- elif has_system %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' and loop.first %}"
+    "{%- elif message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{%- for call in message['tool_calls'] or [] %}"
+    "{%- set fn = call['function'] if call['function'] is defined else call %}"
+    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
+    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}"
+    "{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}"
+    "{{- '<|im_start|>user' }}"
+    "{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
 
@@ -110,26 +153,28 @@ def _bytes_to_unicode() -> dict[int, str]:
     return {byte: chr(code) for byte, code in zip(printable, chars, strict=True)}
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """The byte-level tokenizer shared by all built-in models (token id == byte value)."""
+def build_tokenizer(name: str = "") -> PreTrainedTokenizerFast:
+    """The byte-level tokenizer shared by all built-in models (token id == byte value);
+    ``name`` becomes its ``name_or_path`` (the model id it serves)."""
     byte_chars = _bytes_to_unicode()
     vocab = {byte_chars[b]: b for b in range(256)}
     # BPE with no merges: every pre-tokenized symbol (one byte) maps straight to its id.
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(["<pad>", "<bos>", "<eos>"])
+    tok.add_special_tokens([PAD_TOKEN, BOS_TOKEN, EOS_TOKEN])
     tok.post_processor = processors.TemplateProcessing(
-        single="<bos> $A",
-        pair="<bos> $A <bos> $B",
-        special_tokens=[("<bos>", BOS_ID)],
+        single=f"{BOS_TOKEN} $A",
+        pair=f"{BOS_TOKEN} $A {BOS_TOKEN} $B",
+        special_tokens=[(BOS_TOKEN, BOS_ID)],
     )
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token="<bos>",
-        eos_token="<eos>",
-        pad_token="<pad>",
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
         model_max_length=MAX_POSITIONS,
+        name_or_path=name,
     )
     hf_tok.chat_template = CHAT_TEMPLATE
     return hf_tok
@@ -170,7 +215,7 @@ def build_builtin(name: str) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]
     model.generation_config.bos_token_id = BOS_ID
     model.generation_config.eos_token_id = EOS_ID
     model.eval()
-    return model, build_tokenizer()
+    return model, build_tokenizer(name)
 
 
 def save_builtin(name: str, directory: str | Path) -> Path:

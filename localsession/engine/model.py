@@ -8,6 +8,12 @@
   embeddings or the output head), with ``lora_dropout=0``, B = 0 (peft's default, so a new
   session behaves exactly like the base model) and A drawn from a private generator seeded
   with ``EngineSpec.seed`` (so equal specs start bit-identical on one device).
+- The model arrives resolved (``EngineSpec.model``, from the service's catalog); this module
+  imports nothing from the runtime but the engine port. A ``"gguf"`` model is converted once
+  by ``engine/gguf.py`` into a plain directory cached under ``ResolvedModel.cache_root``
+  (``$LOCALSESSION_HOME/models``), then loaded like any other directory.
+- The tokenizer's ``name_or_path`` is the model's canonical name (the id the session was
+  created on), whatever directory it was read from.
 """
 
 from __future__ import annotations
@@ -15,18 +21,23 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
 from packaging.version import Version
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from localsession.engine.builtin import build_builtin
-from localsession.runtime.engine_api import EngineConfigError, EngineSpec
-from localsession.runtime.models import ResolvedModel, resolve_base_model
+from localsession.engine.builtin import (
+    BUILTIN_SHAPES,
+    build_builtin,
+    build_tokenizer,
+    builtin_config,
+)
+from localsession.runtime.engine_api import EngineConfigError, EngineSpec, ResolvedModel
 
 DEVICE_ENV = "LOCALSESSION_DEVICE"
 
@@ -42,6 +53,7 @@ class LoadedModel:
     vocab_size: int
     eos_ids: frozenset[int]
     pad_id: int
+    #: Where the weights were loaded from (a GGUF model: its converted directory, "local").
     resolved: ResolvedModel
 
 
@@ -66,18 +78,73 @@ def _dtype_kwarg() -> str:
     return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
 
 
+def model_directory(resolved: ResolvedModel) -> str:
+    """The directory ``from_pretrained`` loads for a non-built-in model: the target itself,
+    or for a GGUF file its converted copy (converted on first use, then cached)."""
+    if resolved.kind != "gguf":
+        return resolved.target
+    if not resolved.cache_root:
+        raise ValueError(f"GGUF model {resolved.name!r} was resolved without a cache_root")
+    from localsession.engine.gguf import ensure_converted  # gguf + transformers, lazily
+
+    return str(ensure_converted(Path(resolved.target), Path(resolved.cache_root)))
+
+
+def load_tokenizer(resolved: ResolvedModel) -> Any:
+    """The tokenizer of a resolved model, with ``name_or_path`` set to the model's name.
+
+    A GGUF model's tokenizer is read from the file's own metadata (vocabulary, merges,
+    special tokens, chat template) without converting the weights, so the Hub can export it
+    in seconds; a session's engine reads the same tokenizer from the converted directory.
+    """
+    if resolved.kind == "builtin":
+        return build_tokenizer(resolved.name)
+    if resolved.kind == "gguf":
+        gguf = Path(resolved.target)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(resolved.target, local_files_only=True)
+    tokenizer.name_or_path = resolved.name
+    return tokenizer
+
+
+def export_tokenizer(resolved: ResolvedModel, directory: Path) -> None:
+    """Save the tokenizer and the model config (``AutoTokenizer.from_pretrained`` of a Hub
+    id reads ``config.json`` too) of a resolved model into ``directory``; no weights."""
+    config: Any
+    if resolved.kind == "builtin":
+        config = builtin_config(resolved.target)
+    elif resolved.kind == "gguf":
+        gguf = Path(resolved.target)
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    else:
+        config = AutoConfig.from_pretrained(resolved.target, local_files_only=True)
+    config.save_pretrained(str(directory))
+    load_tokenizer(resolved).save_pretrained(str(directory))
+
+
 def _load_base(resolved: ResolvedModel, dtype: torch.dtype) -> tuple[Any, Any]:
     """(model, tokenizer) for a resolved name; nothing is downloaded."""
     model: Any
-    tokenizer: Any
     if resolved.kind == "builtin":
-        model, tokenizer = build_builtin(resolved.target)
-        return model.to(dtype=dtype), tokenizer
+        model, _ = build_builtin(resolved.target)
+        return model.to(dtype=dtype), build_tokenizer(resolved.name)
     model = AutoModelForCausalLM.from_pretrained(
         resolved.target, local_files_only=True, **{_dtype_kwarg(): dtype}
     )
-    tokenizer = AutoTokenizer.from_pretrained(resolved.target, local_files_only=True)
-    return model, tokenizer
+    return model, load_tokenizer(resolved)
+
+
+def spec_model(spec: EngineSpec) -> ResolvedModel:
+    """``spec.model``; a hand-built spec of a built-in model may leave it out."""
+    if spec.model is not None:
+        return spec.model
+    if spec.base_model in BUILTIN_SHAPES:
+        return ResolvedModel(name=spec.base_model, kind="builtin", target=spec.base_model)
+    raise ValueError(
+        f"EngineSpec for {spec.base_model!r} carries no resolved model: resolve the name "
+        "through a model catalog (runtime/catalog.py) and pass it as EngineSpec.model"
+    )
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
@@ -100,9 +167,7 @@ def seed_lora_a(model: torch.nn.Module, seed: int) -> None:
     the values do not depend on the device or on the global RNG.
     """
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    named = sorted(
-        (name, p) for name, p in model.named_parameters() if ".lora_A." in name
-    )
+    named = sorted((name, p) for name, p in model.named_parameters() if ".lora_A." in name)
     for _name, weight_RI in named:  # [rank, in_features]
         bound = 1.0 / math.sqrt(weight_RI.shape[1])
         values_RI = torch.empty(weight_RI.shape, dtype=torch.float32)
@@ -134,8 +199,10 @@ def apply_lora(base: Any, rank: int, alpha: int, seed: int) -> PeftModel:
 
 
 def load_model(spec: EngineSpec, resolved: ResolvedModel | None = None) -> LoadedModel:
-    """Resolve, load and LoRA-wrap ``spec.base_model`` on the chosen device."""
-    resolved = resolved if resolved is not None else resolve_base_model(spec.base_model)
+    """Load and LoRA-wrap the spec's resolved base model on the chosen device."""
+    resolved = resolved if resolved is not None else spec_model(spec)
+    if resolved.kind == "gguf":  # from here on it is the converted directory
+        resolved = replace(resolved, kind="local", target=model_directory(resolved))
     device, dtype = pick_device()
     base, tokenizer = _load_base(resolved, dtype)
     base = base.to(device=device)

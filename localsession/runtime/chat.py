@@ -7,6 +7,15 @@ model; the server also serves them as ``/v1/chat/completions``. This module is t
 ``sample`` result. The sampling itself is the runtime's (``Service.chat_completion``): the
 same scheduler, batching and token accounting as ``sample``.
 
+Tool calling: ``tools`` (function signatures) go to the model's chat template, which renders
+them its own way (the built-in models use the Qwen format: a ``<tools>`` block in the system
+turn). An assistant message's ``tool_calls`` and ``tool`` messages are rendered by the template
+too. A reply's ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (the Qwen
+and SmolLM convention) come back as OpenAI ``tool_calls`` with ``finish_reason
+"tool_calls"``; the text outside them stays ``content``. ``tool_choice`` may be ``"auto"`` or
+``"none"`` (then the tools are not shown to the model); forcing a call is refused, since
+sampling cannot force one.
+
 Local decisions: the ``logprob`` of each chosen token is the sampler's (tempered, as for
 ``sample``); ``top_logprobs`` are at T = 1 (the prompt-logprob convention of
 docs/semantics.md#3), so at the default temperature the two agree. A stream is sent once
@@ -17,12 +26,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from localsession.runtime import errors
+from localsession.runtime.chat_tools import parse_tool_calls, parse_tools, split_tool_calls
 
-#: Request fields served; anything else (tools, response_format, ...) is refused by name.
+#: Request fields served; anything else (response_format, ...) is refused by name.
 SUPPORTED = frozenset(
     {
         "model",
@@ -39,9 +49,12 @@ SUPPORTED = frozenset(
         "logprobs",
         "top_logprobs",
         "user",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
     }
 )
-ROLES = frozenset({"system", "user", "assistant", "developer"})
+ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 DEFAULT_MAX_TOKENS = 512
 
 
@@ -50,7 +63,7 @@ class ChatRequest:
     """A checked chat-completion request."""
 
     model: str | None
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     max_tokens: int
     temperature: float
     top_p: float
@@ -61,6 +74,8 @@ class ChatRequest:
     include_usage: bool
     logprobs: bool
     top_logprobs: int
+    #: Function signatures for the chat template (None: no tools offered).
+    tools: list[dict[str, Any]] | None = None
 
 
 def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
@@ -81,33 +96,48 @@ def _int(body: dict[str, Any], key: str, default: int | None, lo: int, hi: int) 
     return value
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
+def _text(value: Any, where: str) -> str:
+    """A message's content as text: a string, or a list of text parts joined."""
+    if isinstance(value, list):  # [{"type": "text", "text": ...}, ...]
+        parts = [p.get("text") for p in value if isinstance(p, dict)]
+        if len(parts) != len(value) or not all(isinstance(p, str) for p in parts):
+            raise errors.validation(
+                f"{where}: only text parts ({{'type': 'text', 'text': ...}}) are supported"
+            )
+        return "".join(str(p) for p in parts)
+    if not isinstance(value, str):
+        raise errors.validation(f"{where} must be a string")
+    return value
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise errors.validation("'messages' must be a non-empty list of {role, content}")
     messages = []
     for i, message in enumerate(value):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise errors.validation(
-                f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}"
-            )
-        content = message.get("content")
-        if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-            parts = [p.get("text") for p in content if isinstance(p, dict)]
-            if len(parts) != len(content) or not all(isinstance(p, str) for p in parts):
-                raise errors.validation(
-                    f"messages[{i}].content: only text parts ({{'type': 'text', 'text': ...}}) "
-                    "are supported"
-                )
-            content = "".join(str(p) for p in parts)
-        if not isinstance(content, str):
-            raise errors.validation(f"messages[{i}].content must be a string")
-        unknown = set(message) - {"role", "content", "name"}
+            raise errors.validation(f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}")
+        role = str(message["role"])
+        allowed = {"role", "content", "name"}
+        allowed |= {"tool_calls"} if role == "assistant" else set()
+        allowed |= {"tool_call_id"} if role == "tool" else set()
+        unknown = set(message) - allowed
         if unknown:
             raise errors.validation(
-                f"messages[{i}] has unsupported field(s) {', '.join(sorted(unknown))}; "
-                "tool calls are not served locally"
+                f"messages[{i}] ({role}) has unsupported field(s) {', '.join(sorted(unknown))}"
             )
-        messages.append({"role": str(message["role"]), "content": content})
+        checked: dict[str, Any] = {"role": role}
+        calls = message.get("tool_calls")
+        if calls is not None:
+            checked["tool_calls"] = parse_tool_calls(calls, f"messages[{i}].tool_calls")
+        content = message.get("content")
+        if content is None and calls:
+            checked["content"] = ""
+        else:
+            checked["content"] = _text(content, f"messages[{i}].content")
+        if role == "tool" and "tool_call_id" in message:
+            checked["tool_call_id"] = message["tool_call_id"]
+        messages.append(checked)
     return messages
 
 
@@ -152,6 +182,7 @@ def parse_request(body: dict[str, Any]) -> ChatRequest:
         include_usage=bool(options.get("include_usage", False)),
         logprobs=bool(body.get("logprobs", False)),
         top_logprobs=top,
+        tools=parse_tools(body),
     )
 
 
@@ -164,6 +195,14 @@ class Choice:
     tokens: list[int]
     logprobs: list[float]
     top: list[list[tuple[str, float]]] | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _message(choice: Choice) -> dict[str, Any]:
+    """The assistant message of a choice: content, plus ``tool_calls`` when it made any."""
+    if not choice.tool_calls:
+        return {"role": "assistant", "content": choice.text}
+    return {"role": "assistant", "content": choice.text or None, "tool_calls": choice.tool_calls}
 
 
 def _token_logprobs(
@@ -193,7 +232,13 @@ def completion(
     prompt_tokens: int,
     decode: Any,
 ) -> dict[str, Any]:
-    """The ``chat.completion`` body."""
+    """The ``chat.completion`` body. With ``tools`` offered, each reply's ``<tool_call>``
+    blocks become ``tool_calls`` (:func:`split_tool_calls`)."""
+    if request.tools:
+        for c in choices:
+            c.text, c.tool_calls = split_tool_calls(c.text)
+            if c.tool_calls and c.finish_reason == "stop":
+                c.finish_reason = "tool_calls"
     completion_tokens = sum(len(c.tokens) for c in choices)
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -204,7 +249,7 @@ def completion(
         "choices": [
             {
                 "index": i,
-                "message": {"role": "assistant", "content": c.text},
+                "message": _message(c),
                 "finish_reason": c.finish_reason,
                 "logprobs": _token_logprobs(c, decode, request.top_logprobs)
                 if request.logprobs
@@ -231,13 +276,18 @@ def chunks(body: dict[str, Any], request: ChatRequest) -> list[dict[str, Any]]:
         message = choice["message"]
         first = {"index": index, "delta": {"role": "assistant", "content": ""}}
         events.append({**base, "choices": [{**first, "logprobs": None, "finish_reason": None}]})
+        delta: dict[str, Any] = {"content": message["content"]}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [
+                {"index": j, **call} for j, call in enumerate(message["tool_calls"])
+            ]
         events.append(
             {
                 **base,
                 "choices": [
                     {
                         "index": index,
-                        "delta": {"content": message["content"]},
+                        "delta": delta,
                         "logprobs": choice["logprobs"],
                         "finish_reason": None,
                     }

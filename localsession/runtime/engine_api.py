@@ -12,7 +12,7 @@ serialises its own compute (one lock), so a sampling batch never sees a half-app
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 class EngineConfigError(Exception):
@@ -51,9 +51,38 @@ class SampleRequest:
     topk_prompt_logprobs: int | None = None
 
 
+#: How a resolved base model is loaded: a built-in model the engine builds itself, a
+#: ``from_pretrained`` directory (a local one, or a snapshot in the Hugging Face cache), or a
+#: GGUF file the engine converts once into a cached directory.
+ModelKind = Literal["builtin", "local", "hf_cache", "gguf"]
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a base-model name points, as a model catalog (runtime/catalog.py) resolved it.
+
+    ``name`` is the model's canonical name (the id sessions and packages carry, and the
+    tokenizer's ``name_or_path``); ``target`` is the built-in id (``kind == "builtin"``), a
+    directory ``from_pretrained`` loads (``"local"``, ``"hf_cache"``), or a ``.gguf`` file
+    (``"gguf"``). ``hf_id`` is the Hugging Face id of an HF-cache model. ``cache_root`` is
+    where a ``"gguf"`` model's converted directory is cached.
+    """
+
+    name: str
+    kind: ModelKind
+    target: str
+    hf_id: str | None = None
+    cache_root: str | None = None
+
+
 @dataclass
 class EngineSpec:
-    """What a session asks an engine for: a base model and a LoRA adapter on it."""
+    """What a session asks an engine for: a base model and a LoRA adapter on it.
+
+    ``model`` is the already-resolved base model (the service resolves ``base_model``
+    through its catalog); an engine never resolves names itself, except that a spec built
+    by hand for a built-in model may leave ``model`` out.
+    """
 
     base_model: str
     rank: int = 32
@@ -62,6 +91,7 @@ class EngineSpec:
     #: bit-identical on one device).
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    model: ResolvedModel | None = None
 
 
 class Engine(Protocol):

@@ -1,34 +1,51 @@
 """The local SageMaker Public Hub: ``ListHubContents`` and ``DescribeHubContent``.
 
-The SDK names base models through the Hub (docs/wire.md#3): ``list_base_models()`` scans
-it, a model id or Hub content name is described to get a versioned ARN, and the tokenizer is
-loaded from the ``HuggingfaceId`` in the Hub document. Locally, every model a session can start
-on (:func:`~localsession.runtime.models.list_base_models`) is one Hub entry:
+The SDK names base models through the Hub (sagemaker-sdk.md §8): ``list_base_models()`` scans
+it and reports each entry's ``HuggingfaceId``, a model id is described to get a versioned ARN,
+and ``get_tokenizer()`` calls ``AutoTokenizer.from_pretrained(HuggingfaceId)``. Locally, every
+model the service's catalog lists is one Hub entry:
 
-- its content name is :func:`~localsession.runtime.models.hub_content_name` of the model name
-  (``localsession/tiny`` → ``localsession-tiny``);
+- its content name is :func:`~localsession.runtime.catalog.hub_content_name` of the model
+  name (``localsession/tiny`` → ``localsession-tiny``);
 - its keywords carry ``@capability:training_session`` (so the SDK lists it) and
-  ``@huggingface-id:<model name>``;
-- its document's ``HuggingfaceId`` is a location ``AutoTokenizer.from_pretrained`` loads
-  offline: the model directory, the HF-cache id, or, for the built-in models (whose tokenizer
-  is made locally), a directory under ``$LOCALSESSION_HOME/hub/`` the tokenizer is written to
-  on first describe. The SDK prefers the document's id, so that location is also the id
-  ``list_base_models()`` reports.
+  ``@huggingface-id:<id>`` (lowercased, as the real Hub's keywords are);
+- its document's ``HuggingfaceId`` is the id a user types
+  (:func:`~localsession.runtime.catalog.public_id`): ``localsession/tiny``, a mapped
+  ``openai/gpt-oss-20b``, a real ``HuggingFaceTB/SmolLM2-135M-Instruct``.
+
+So that ``AutoTokenizer.from_pretrained(id)`` works offline in the client, describing an
+entry exports the model's tokenizer into **localsession's own** Hugging Face cache,
+``<home>/hf-hub`` (``models--org--name/snapshots/<rev>`` with ``refs/main``), never into the
+user's: a mapped ``openai/gpt-oss-20b`` must not leave a substitute tokenizer where real work
+would find it. ``localsession serve`` prints ``HF_HUB_CACHE=<home>/hf-hub`` and
+``HF_HUB_OFFLINE=1`` among its exports; the revision is a hash of what the id resolves to, so
+remapping a name re-exports it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
+import shutil
+import tempfile
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from localsession.runtime import errors
-from localsession.runtime.models import hub_content_name, list_base_models, resolve_base_model
+from localsession.runtime.catalog import ModelCatalog, hub_content_name, public_id
+
+logger = logging.getLogger(__name__)
 
 PUBLIC_HUB = "SageMakerPublicHub"
 CONTENT_VERSION = "1.0.0"
+#: The directory under the service's home that serves as the clients' HF cache.
+HUB_CACHE_DIR = "hf-hub"
+#: Bumped when what an export writes changes (the built-in tokenizer, say).
+EXPORT_FORMAT = 2
 _EPOCH = datetime(2025, 1, 1, tzinfo=timezone.utc)
 _export_lock = threading.Lock()
 
@@ -49,19 +66,21 @@ def _check_hub(request: dict[str, Any]) -> None:
         )
 
 
-def _entries() -> dict[str, str]:
-    """``{Hub content name: model name}`` for every base model, first name wins."""
+def _entries(catalog: ModelCatalog) -> dict[str, str]:
+    """``{Hub content name: model}`` for every listed id, first name wins."""
     entries: dict[str, str] = {}
-    for model in list_base_models():
-        entries.setdefault(hub_content_name(model), model)
+    for listed in catalog.names():
+        entries.setdefault(hub_content_name(listed), catalog.canonical_name(listed))
     return entries
 
 
 def _keywords(model: str) -> list[str]:
-    return ["@capability:training_session", f"@huggingface-id:{model}"]
+    return ["@capability:training_session", f"@huggingface-id:{public_id(model).lower()}"]
 
 
-def list_hub_contents(request: dict[str, Any], region: str) -> dict[str, Any]:
+def list_hub_contents(
+    request: dict[str, Any], region: str, catalog: ModelCatalog
+) -> dict[str, Any]:
     """ListHubContents: one summary per base model (a single page)."""
     _check_hub(request)
     return {
@@ -76,40 +95,81 @@ def list_hub_contents(request: dict[str, Any], region: str) -> dict[str, Any]:
                 "HubContentStatus": "Available",
                 "CreationTime": _EPOCH,
             }
-            for name, model in _entries().items()
+            for name, model in _entries(catalog).items()
         ]
     }
 
 
-def _tokenizer_location(model: str, home: Path) -> str:
-    """Where ``AutoTokenizer.from_pretrained`` finds this model's tokenizer, offline."""
-    resolved = resolve_base_model(model)
-    if resolved.kind == "local":
-        return resolved.target
-    if resolved.kind == "hf_cache" and resolved.hf_id:
-        return resolved.hf_id
-    directory = home / "hub" / hub_content_name(resolved.target)
+def _identity(catalog: ModelCatalog, model: str) -> str:
+    """A revision id for what ``model`` resolves to now (40 hex digits, like a commit)."""
+    resolved = catalog.resolve(model)
+    stamp = 0
+    if resolved.kind != "builtin":
+        try:
+            stamp = os.stat(resolved.target).st_mtime_ns
+        except OSError:
+            stamp = 0
+    key = json.dumps([EXPORT_FORMAT, resolved.kind, resolved.target, stamp, resolved.name])
+    return hashlib.sha1(key.encode("utf-8")).hexdigest()
+
+
+def export_tokenizer(catalog: ModelCatalog, model: str, cache: Path) -> Path:
+    """Export ``model``'s tokenizer into the HF cache ``cache`` under its public id (once per
+    resolution); return the snapshot directory."""
+    repo = cache / ("models--" + public_id(model).replace("/", "--"))
+    revision = _identity(catalog, model)
+    snapshot = repo / "snapshots" / revision
     with _export_lock:
-        if not (directory / "tokenizer_config.json").is_file():
-            from localsession.engine.builtin import build_tokenizer  # transformers, lazily
+        if not (snapshot / "tokenizer_config.json").is_file():
+            snapshot.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".export-", dir=snapshot.parent))
+            try:
+                catalog.export_tokenizer(model, staging)
+                shutil.rmtree(snapshot, ignore_errors=True)
+                staging.rename(snapshot)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        ref = repo / "refs" / "main"
+        if not ref.is_file() or ref.read_text(encoding="utf-8") != revision:
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            tmp = ref.with_name(".main.tmp")
+            tmp.write_text(revision, encoding="utf-8")
+            tmp.replace(ref)
+    return snapshot
 
-            build_tokenizer().save_pretrained(str(directory))
-    return str(directory.resolve())
+
+def export_all(catalog: ModelCatalog, home: Path) -> None:
+    """Export every listed model's tokenizer ahead of the first describe (a server warms its
+    Hub with this on a background thread: a GGUF tokenizer takes seconds to read)."""
+    for listed in catalog.names():
+        try:
+            export_tokenizer(catalog, catalog.canonical_name(listed), home / HUB_CACHE_DIR)
+        except Exception as exc:  # noqa: BLE001 - describe reports it again, per model
+            logger.warning("could not export the tokenizer of %r: %s", listed, exc)
 
 
-def describe_hub_content(request: dict[str, Any], region: str, home: Path) -> dict[str, Any]:
-    """DescribeHubContent of one base model, with its ``HuggingfaceId`` document."""
+def describe_hub_content(
+    request: dict[str, Any], region: str, catalog: ModelCatalog, home: Path
+) -> dict[str, Any]:
+    """DescribeHubContent of one base model, with its ``HuggingfaceId`` document; exports
+    its tokenizer into ``home/hf-hub`` (see the module docstring)."""
     _check_hub(request)
     name = request.get("HubContentName")
-    model = _entries().get(name) if isinstance(name, str) else None
+    entries = _entries(catalog)
+    model = entries.get(name) if isinstance(name, str) else None
     if name is None or model is None:
         raise errors.not_found(
             f"Hub content {name!r} does not exist. Local Hub models: "
-            + ", ".join(sorted(_entries()))
+            + ", ".join(sorted(entries))
             + ". Map a name to a local model with --model-map NAME=TARGET.",
             runtime=False,
         )
-    document = {"HuggingfaceId": _tokenizer_location(model, home), "LocalModel": model}
+    try:
+        export_tokenizer(catalog, model, home / HUB_CACHE_DIR)
+    except Exception as exc:  # noqa: BLE001 - one broken model must not break the listing
+        # The listing still answers; the client's tokenizer load will say it is missing.
+        logger.warning("could not export the tokenizer of %r: %s", model, exc)
+    document = {"HuggingfaceId": public_id(model), "LocalModel": model}
     return {
         "HubContentName": name,
         "HubContentArn": hub_content_arn(region, name),

@@ -22,9 +22,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from localsession.runtime import chat, errors, hub, validate
-from localsession.runtime.engine_api import Engine, EngineSpec, SampleRequest
+from localsession.runtime.catalog import (
+    LocalCatalog,
+    ModelCatalog,
+    hub_content_name,
+    localsession_home,
+)
+from localsession.runtime.engine_api import Engine, EngineSpec, ResolvedModel, SampleRequest
 from localsession.runtime.faults import Faults
-from localsession.runtime.models import canonical_model_name, hub_content_name, localsession_home
 from localsession.runtime.operations import COMPLETED, FAILED, TERMINAL, Operation
 from localsession.runtime.persist import SessionStore
 from localsession.runtime.registry import Registry
@@ -40,6 +45,12 @@ def _default_engine_factory(spec: EngineSpec) -> Engine:
     from localsession.engine import create_engine  # torch is imported here, not before
 
     return create_engine(spec)
+
+
+def _default_tokenizer_writer(model: ResolvedModel, directory: Path) -> None:
+    from localsession.engine import write_tokenizer  # transformers is imported here
+
+    write_tokenizer(model, directory)
 
 
 def _env_float(name: str, default: float | None) -> float | None:
@@ -125,14 +136,19 @@ Observer = Callable[[str, dict[str, Any], "dict[str, Any] | errors.ServiceError"
 class Service:
     """Sessions, their queues and the sampling scheduler, behind the service's operations.
 
-    ``catalog`` (interim seam, until the model catalog lands): an object with ``names()``,
-    ``resolve(name)`` (raises ``ValueError``) and ``canonical_name(name)``; default: the
-    local resolution rules of :mod:`localsession.runtime.models`.
+    ``catalog`` resolves every base-model name (runtime/catalog.py); observers added with
+    :meth:`add_observer` see every runtime submit (the fakes' call log).
     """
 
-    def __init__(self, config: ServiceConfig | None = None, *, catalog: Any = None) -> None:
+    def __init__(
+        self, config: ServiceConfig | None = None, *, catalog: ModelCatalog | None = None
+    ) -> None:
         self.config = config or ServiceConfig.from_env()
-        self.catalog = catalog
+        #: Every base-model name is resolved through this (runtime/catalog.py); by default
+        #: the local catalog over ``config.home``, with the engine's tokenizer writer.
+        self.catalog: ModelCatalog = catalog or LocalCatalog(
+            self.config.home, tokenizer_writer=_default_tokenizer_writer
+        )
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._observers: list[Observer] = []
@@ -242,19 +258,19 @@ class Service:
         base_model = (request.get("ModelConfig") or {}).get("BaseModelArn")
         if not isinstance(base_model, str) or not base_model:
             raise errors.validation("ModelConfig.BaseModelArn is required")
-        if not self.config.local_model_paths and self.canonical_model_name(
-            base_model
-        ) not in self.list_base_models():
+        # Sessions and their packages name the model, not the ARN or alias it was asked by.
+        model = self.catalog.canonical_name(base_model)
+        if not self.config.local_model_paths and model not in {
+            self.catalog.canonical_name(listed) for listed in self.catalog.names()
+        }:
             raise errors.validation(
                 f"ModelConfig.BaseModelArn {base_model[:300]!r} is not a model this server "
                 "serves; use a Hub content ARN or name from ListHubContents"
             )
         try:
-            self.resolve_base_model(base_model)
+            resolved = self.catalog.resolve(base_model)
         except ValueError as exc:
             raise errors.validation(str(exc)) from None
-        # Sessions and their packages name the model, not the ARN or alias it was asked by.
-        model = self.canonical_model_name(base_model)
         arn = (
             f"arn:aws:sagemaker:{region or self.config.region}:{self.config.account}:"
             f"training-session/{name}"
@@ -272,7 +288,7 @@ class Service:
             )
             if key in request
         }
-        spec = EngineSpec(base_model=model, rank=rank, alpha=alpha)
+        spec = EngineSpec(base_model=model, rank=rank, alpha=alpha, model=resolved)
         with self._lock:
             if name in self._sessions:
                 raise errors.resource_in_use(f"Training session {name} already exists.")
@@ -295,6 +311,7 @@ class Service:
                 faults=self.faults,
                 max_queued=self.config.max_queued_ops,
                 on_change=self._persist,
+                resolve_model=self.catalog.resolve,
             )
             session = self._sessions[name]
         with session.cond:
@@ -396,7 +413,7 @@ class Service:
                     {
                         "IsCheckpoint": p.kind == "checkpoint",
                         "BaseModel": {
-                            "HubContentName": self._hub_name_of(p.base_model),
+                            "HubContentName": _hub_name_of(p.base_model, self.catalog),
                             "HubContentVersion": hub.CONTENT_VERSION,
                         },
                         "ModelDataSource": {
@@ -446,37 +463,22 @@ class Service:
     # -- the local Hub (base models) --------------------------------------------------------
 
     def list_hub_contents(self, request: dict[str, Any]) -> dict[str, Any]:
-        return hub.list_hub_contents(request, self.config.region)
+        return hub.list_hub_contents(request, self.config.region, self.catalog)
 
     def describe_hub_content(self, request: dict[str, Any]) -> dict[str, Any]:
-        return hub.describe_hub_content(request, self.config.region, self.config.home)
+        return hub.describe_hub_content(request, self.config.region, self.catalog, self.config.home)
 
     def list_base_models(self) -> list[str]:
-        if self.catalog is not None:
-            return list(self.catalog.names())
-        from localsession.runtime.models import list_base_models
-
-        return list_base_models()
+        """The ids the SDK's ``list_base_models()`` reports over the wire, in its order."""
+        return self.catalog.names()
 
     def resolve_base_model(self, name: str) -> None:
-        if self.catalog is not None:
-            self.catalog.resolve(name)
-            return
-        from localsession.runtime.models import resolve_base_model
-
-        resolve_base_model(name)
+        """Raise ``ValueError`` (listing the models and the fix) if ``name`` cannot load."""
+        self.catalog.resolve(name)
 
     def canonical_model_name(self, name: str) -> str:
         """The model name a ``BaseModelArn`` (a name, alias or Hub content ARN) stands for."""
-        if self.catalog is not None:
-            return str(self.catalog.canonical_name(name))
-        return canonical_model_name(name)
-
-    def _hub_name_of(self, model: str) -> str:
-        """The ``BaseModel.HubContentName`` of a package: the model's Hub content name where
-        that names the model back (so the SDK can rebuild a Hub ARN from it), else the name."""
-        name = hub_content_name(model)
-        return name if self.canonical_model_name(name) == model else model
+        return self.catalog.canonical_name(name)
 
     # -- runtime ---------------------------------------------------------------------------
 
@@ -556,7 +558,7 @@ class Service:
         request = chat.parse_request(body)
         tokenizer = self.get_tokenizer(session.name)
         encoded = tokenizer.apply_chat_template(
-            request.messages, add_generation_prompt=True, tokenize=True
+            request.messages, tools=request.tools, add_generation_prompt=True, tokenize=True
         )
         prompt = [int(t) for t in (encoded["input_ids"] if "input_ids" in encoded else encoded)]
         return PreparedChat(request, target, session, weights, tokenizer, prompt)
@@ -765,6 +767,13 @@ def _chat_text(tokenizer: Any, tokens: list[int], stop: tuple[str, ...]) -> str:
     text = str(tokenizer.decode(tokens, skip_special_tokens=True))
     cuts = [text.find(s) for s in stop if s in text]
     return text[: min(cuts)] if cuts else text
+
+
+def _hub_name_of(model: str, catalog: ModelCatalog) -> str:
+    """The ``BaseModel.HubContentName`` of a package: the model's Hub content name where that
+    names the model back (so the SDK can rebuild a Hub ARN from it), else the model name."""
+    name = hub_content_name(model)
+    return name if catalog.canonical_name(name) == model else model
 
 
 _default: Service | None = None

@@ -18,9 +18,14 @@ from typing import Any
 
 from localsession import vocab
 from localsession.runtime import errors
-from localsession.runtime.engine_api import Engine, EngineConfigError, EngineInputError, EngineSpec
+from localsession.runtime.engine_api import (
+    Engine,
+    EngineConfigError,
+    EngineInputError,
+    EngineSpec,
+    ResolvedModel,
+)
 from localsession.runtime.faults import Faults
-from localsession.runtime.models import resolve_base_model
 from localsession.runtime.operations import COMPLETED, FAILED, SKIPPED, Operation
 from localsession.runtime.registry import CHECKPOINT, MODEL, Registry
 
@@ -64,6 +69,7 @@ class Session:
         max_queued: int | None = None,
         on_change: Callable[[Session], None] | None = None,
         start: bool = True,
+        resolve_model: Callable[[str], ResolvedModel] | None = None,
     ) -> None:
         self.name, self.arn, self.spec, self.details = name, arn, spec, details
         #: Training ops that may wait in the queue before submits are throttled (None: any).
@@ -89,6 +95,8 @@ class Session:
         self._gap_since: float | None = None
         self.running_op: Operation | None = None
         self._engine_factory = engine_factory
+        #: The service's catalog lookup, to tell whether a package's base model is this one.
+        self._resolve_model = resolve_model
         self._registry = registry
         self._faults = faults
         #: The package ``loadWeightsForSampling`` pointed this session's samplers at.
@@ -441,13 +449,13 @@ class Session:
         info = self._registry().get(arn)
         # Equal names need no resolution (which reads the model map and the HF cache); this
         # runs on every sampling request that names a package.
-        try:
-            same_base = info.base_model == self.spec.base_model or (
-                resolve_base_model(info.base_model).target
-                == resolve_base_model(self.spec.base_model).target
-            )
-        except ValueError:
-            same_base = False
+        same_base = info.base_model == self.spec.base_model
+        if not same_base and self._resolve_model is not None:
+            try:
+                mine = self.spec.model or self._resolve_model(self.spec.base_model)
+                same_base = self._resolve_model(info.base_model).target == mine.target
+            except ValueError:
+                same_base = False
         if not same_base:
             raise PackageMismatch(
                 f"Model package {arn} was trained on base model {info.base_model!r}, but this "

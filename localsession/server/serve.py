@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
+import shlex
 import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localsession.engine import write_tokenizer  # torch-free until it is called
+from localsession.runtime import hub
+from localsession.runtime.catalog import LocalCatalog
 from localsession.runtime.home import HomeError, HomeLock, require_writable
-from localsession.runtime.models import HOME_ENV, MODEL_MAP_ENV, localsession_home
+from localsession.runtime.hub import HUB_CACHE_DIR
+from localsession.runtime.model_sources import localsession_home
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
 from localsession.server.runner import client_env, make_server, url_of
@@ -74,20 +79,9 @@ def warn_if_exposed(host: str, authenticated: bool) -> None:
     )
 
 
-def configure_environment(options: ServeOptions, home: Path) -> None:
-    """Point name resolution at this server's home and model map.
-
-    ``runtime/models.py`` reads ``$LOCALSESSION_HOME/models.json`` and
-    ``$LOCALSESSION_MODEL_MAP``; the server sets both, so ``--home DIR`` reads
-    ``DIR/models.json`` and ``--model-map`` entries are seen everywhere a name is resolved.
-    """
-    os.environ[HOME_ENV] = str(home)
-    if options.model_map:
-        current = os.environ.get(MODEL_MAP_ENV, "")
-        os.environ[MODEL_MAP_ENV] = ",".join(filter(None, [current, *options.model_map]))
-
-
-def build_service(options: ServeOptions, home: Path | None = None) -> Service:
+def build_service(
+    options: ServeOptions, home: Path | None = None, model_map: dict[str, str] | None = None
+) -> Service:
     """The service a server runs, from the command line over ``LOCALSESSION_*`` defaults."""
     overrides: dict[str, object] = {
         "strict": not options.relaxed,
@@ -106,7 +100,30 @@ def build_service(options: ServeOptions, home: Path | None = None) -> Service:
         overrides["max_sessions"] = options.max_sessions
     if options.gap_timeout is not None:
         overrides["gap_timeout"] = options.gap_timeout
-    return Service(ServiceConfig.from_env(**overrides))
+    config = ServiceConfig.from_env(**overrides)
+    return Service(config, catalog=server_catalog(config.home, model_map or {}))
+
+
+def server_catalog(
+    home: Path, model_map: dict[str, str], hf_cache: Path | None = None
+) -> LocalCatalog:
+    """The catalog a server resolves names with: ``home/models.json``, the environment's map,
+    then ``--model-map`` entries; tokenizers are written by the engine. ``hf_cache``: the
+    Hugging Face cache to read models from (default: the environment's)."""
+    return LocalCatalog(
+        home, model_map=model_map, hf_cache=hf_cache, tokenizer_writer=write_tokenizer
+    )
+
+
+def serve_exports(url: str, service: Service) -> dict[str, str]:
+    """What a client shell needs: the SDK/boto3/S3 endpoints and region, and localsession's
+    own Hugging Face cache (``<home>/hf-hub``, offline), where the local Hub exports every
+    listed model's tokenizer under the id it is listed by (runtime/hub.py). The user's own
+    HF cache is never written."""
+    env = client_env(url, service.config.region)
+    env["HF_HUB_CACHE"] = str((service.config.home / HUB_CACHE_DIR).resolve())
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
 
 
 def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Credential | None]:
@@ -119,7 +136,7 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
         credential = Credential.parse(options.auth) if options.auth else None
     except ValueError as exc:
         raise StartupError(str(exc)) from None
-    check_model_map_flags(options.model_map)
+    model_map = check_model_map_flags(options.model_map)
     home = (options.home.expanduser() if options.home else localsession_home()).absolute()
     lock = HomeLock(home)
     try:
@@ -128,14 +145,13 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
     except HomeError as exc:
         raise StartupError(str(exc)) from None
     try:
-        configure_environment(options, home)
-        check_model_map(options.model_map, home)
+        check_model_map(server_catalog(home, model_map), model_map)
         sock = bind_or_explain(options.host, options.port)
     except BaseException:
         lock.release()
         raise
     try:
-        service = build_service(options, home)
+        service = build_service(options, home, model_map)
     except BaseException:
         sock.close()
         lock.release()
@@ -149,18 +165,22 @@ def serve(options: ServeOptions) -> int:
     url = url_of(sock)
     print(f"localsession serving on {url} (home {service.config.home}); Ctrl-C stops it")
     print("# point the SageMaker SDK, boto3 or the AWS CLI here:")
-    env = client_env(url, service.config.region)
+    env = serve_exports(url, service)
     if credential is not None:  # the secret is the user's own; it is not echoed
         env["AWS_ACCESS_KEY_ID"] = credential.access_key
         env["AWS_SECRET_ACCESS_KEY"] = "<the SECRET given to --auth>"
     for key, value in env.items():
-        print(f"export {key}={value}")
+        print(f"export {key}={shlex.quote(value)}")
     print(
         "# and pass s3_output_path='s3://<bucket>/<prefix>' to ServiceClient (or to each "
         "create call):\n# without it the SDK derives a default bucket through STS at a fixed "
         "AWS endpoint\n# that no variable redirects, which fails offline. Packages are then "
         "served as S3\n# objects under that path (list/head/get/delete at AWS_ENDPOINT_URL_S3)."
     )
+    # Tokenizers the SDK's get_tokenizer() will read, exported before the first describe.
+    threading.Thread(
+        target=hub.export_all, args=(service.catalog, service.config.home), daemon=True
+    ).start()
     _log_requests(quiet=options.quiet)
     server = make_server(service, long_poll=options.long_poll, credential=credential)
     server.config.app = RequestLog(server.config.app)

@@ -14,19 +14,19 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from localsession.runtime import models
+from localsession.runtime.catalog import LocalCatalog, hub_content_name
 from localsession.runtime.home import ConfigError
+from localsession.runtime.model_sources import MODEL_MAP_ENV, parse_map_entries
 from localsession.server.runner import bind
 
 logger = logging.getLogger("localsession.server")
 
 _TARGETS = (
     "a built-in model (localsession/tiny, localsession/small), a directory holding a "
-    "config.json, or a model id in the local Hugging Face cache"
+    "config.json, a .gguf file, or a model id in the local Hugging Face cache"
 )
 
 
@@ -34,8 +34,8 @@ class StartupError(ConfigError):
     """A configuration mistake found before serving; the message is one line with the fix."""
 
 
-def check_model_map_flags(entries: Sequence[str]) -> None:
-    """Each ``--model-map`` value is ``NAME=TARGET`` with both parts present."""
+def check_model_map_flags(entries: Sequence[str]) -> dict[str, str]:
+    """Each ``--model-map`` value is ``NAME=TARGET`` with both parts present; the map."""
     for entry in entries:
         name, sep, target = entry.partition("=")
         if not sep or not name.strip() or not target.strip() or "," in entry:
@@ -43,30 +43,30 @@ def check_model_map_flags(entries: Sequence[str]) -> None:
                 f"--model-map {entry!r}: expected NAME=TARGET with both parts, e.g. "
                 "--model-map openai/gpt-oss-20b=localsession/small"
             )
-        if not models.hub_content_name(name.strip()):
+        if not hub_content_name(name.strip()):
             raise StartupError(
                 f"--model-map {entry!r}: NAME must contain letters or digits (it is also "
                 "the model's Hub content name)"
             )
+    return parse_map_entries(list(entries), "--model-map")
 
 
-def check_model_map(flags: Sequence[str], home: Path) -> None:
+def check_model_map(catalog: LocalCatalog, flags: Mapping[str, str]) -> None:
     """Every mapped name resolves; the message names where a broken entry came from."""
     try:
-        mapping = models.model_map()
+        mapping = catalog.model_map()
     except ValueError as exc:
         raise StartupError(str(exc).splitlines()[0]) from None
-    from_flags = {e.partition("=")[0].strip() for e in flags}
     for name, target in mapping.items():
         try:
-            models.resolve_base_model(name)
+            catalog.resolve(name)
         except ValueError:
-            if name in from_flags:
+            if name in flags:
                 where = f"--model-map {name}={target}"
-            elif f"{name}=" in os.environ.get(models.MODEL_MAP_ENV, ""):
-                where = f"{models.MODEL_MAP_ENV} entry {name}={target}"
+            elif f"{name}=" in os.environ.get(MODEL_MAP_ENV, ""):
+                where = f"{MODEL_MAP_ENV} entry {name}={target}"
             else:
-                where = f"{home / 'models.json'} entry {name!r}"
+                where = f"{catalog.home / 'models.json'} entry {name!r}"
             raise StartupError(
                 f"{where}: target {target!r} is not {_TARGETS}; fix the target or remove the entry"
             ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from typing import Any
@@ -21,7 +22,7 @@ from localsession.engine.builtin import (
     describe_builtin,
 )
 
-SPECIALS = ("<pad>", "<bos>", "<eos>")
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +46,25 @@ def test_tokenizer_round_trip(tok: Any, text: str) -> None:
     assert tok.decode(ids, skip_special_tokens=True) == text
 
 
-def test_chat_template(tok: Any) -> None:
+def test_chat_template_is_the_qwen_format(tok: Any) -> None:
     messages = [{"role": "user", "content": "2+2?"}]
     text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    assert text == "<bos><|user|>\n2+2?<eos>\n<|assistant|>\n"
+    assert text == "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-    assert ids == [BOS_ID, *b"<|user|>\n2+2?", EOS_ID, *b"\n<|assistant|>\n"]
+    assert ids == [BOS_ID, *b"user\n2+2?", EOS_ID, 10, BOS_ID, *b"assistant\n"]
     no_prompt = tok.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
-    assert not no_prompt.endswith("<|assistant|>\n")
+    assert no_prompt == "<|im_start|>user\n2+2?<|im_end|>\n"
+    system = [{"role": "system", "content": "Be brief."}, *messages]
+    assert tok.apply_chat_template(system, tokenize=False).startswith(
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+    )
+
+
+def test_special_tokens_never_reach_the_text(tok: Any) -> None:
+    reply = tok.encode("4", add_special_tokens=False) + [EOS_ID]
+    assert tok.decode(reply, skip_special_tokens=True) == "4"
+    assert tok.convert_ids_to_tokens([PAD_ID, BOS_ID, EOS_ID]) == list(SPECIALS)
 
 
 @pytest.mark.parametrize(
@@ -104,3 +115,47 @@ def test_weights_do_not_depend_on_global_rng() -> None:
     assert torch.equal(torch.random.get_rng_state(), state)  # global RNG untouched
     for (n1, p1), (n2, p2) in zip(first.named_parameters(), second.named_parameters(), strict=True):
         assert n1 == n2 and torch.equal(p1, p2)
+
+
+def test_chat_template_renders_tools_and_tool_calls_in_the_qwen_format(tok: Any) -> None:
+    from localsession.runtime.chat_tools import split_tool_calls
+
+    tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+    conversation = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "2+3?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "add", "arguments": {"a": 2, "b": 3}}}],
+        },
+        {"role": "tool", "content": "5"},
+        {"role": "assistant", "content": "5."},
+    ]
+    text = tok.apply_chat_template(conversation, tools=[tool], tokenize=False)
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
+    assert '<tools>\n{"type": "function", "function": {"name": "add", "parameters": ' in text
+    assert text.endswith(
+        "\n</tools>\n\nTo call one, reply with a JSON object holding the function name and its "
+        "arguments inside <tool_call></tool_call> tags, one block per call:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n2+3?<|im_end|>\n"
+        f"<|im_start|>assistant\n{call}<|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n5.<|im_end|>\n"
+    )
+    # What the template writes for a call is what the chat layer reads back as one.
+    assistant_turn = text.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
+    content, calls = split_tool_calls(assistant_turn)
+    assert content == "" and len(calls) == 1
+    assert calls[0]["function"]["name"] == "add"
+    assert json.loads(calls[0]["function"]["arguments"]) == {"a": 2, "b": 3}
+    # Arguments given as a JSON string (as OpenAI clients send them) render the same way.
+    as_string = [
+        {**m, "tool_calls": [{"function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]}
+        if m.get("tool_calls")
+        else m
+        for m in conversation
+    ]
+    assert tok.apply_chat_template(as_string, tools=[tool], tokenize=False) == text

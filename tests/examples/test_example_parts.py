@@ -71,8 +71,9 @@ def test_two_turn_warm_start_renders_the_tool_turn_in_the_chat_format() -> None:
     task = make_tasks(0, 1)[0]
     datum = code_rl.warm_start_datum(tok, task, True, random.Random(0))
     text = tok.decode(datum.model_input.to_ints() + datum.loss_fn_inputs["target_tokens"].data[-1:])
-    assert text.count("<|assistant|>\n") == 2 and "<|tool|>\ncheck_solution: " in text
-    assert TOOL_CALL in text and text.endswith(task.solution + "<eos>")
+    assert text.count("<|im_start|>assistant\n") == 2
+    assert "<|im_end|>\n<|im_start|>user\n<tool_response>\ncheck_solution: " in text
+    assert TOOL_CALL in text and text.endswith(task.solution + "<|im_end|>")
 
 
 def test_rl_datum_passes_the_sampling_temperature() -> None:

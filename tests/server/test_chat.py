@@ -222,7 +222,7 @@ def test_errors_in_both_shapes(
         oai.chat.completions.create(
             model=session.training_session_name,
             messages=MESSAGES,
-            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            response_format={"type": "json_object"},
         )
     assert unsupported.value.body["type"] == "invalid_request_error"
-    assert "tools" in unsupported.value.body["message"]
+    assert "response_format" in unsupported.value.body["message"]

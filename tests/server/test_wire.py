@@ -216,7 +216,7 @@ def test_errors_match_in_process_and_sdk(server: Running, sdk: Any) -> None:
     assert unknown.value.response["Error"]["Code"] == "ResourceNotFound"
 
 
-def test_hub_lists_and_describes_base_models(clients: tuple[Any, Any]) -> None:
+def test_hub_lists_and_describes_base_models(clients: tuple[Any, Any], server: Running) -> None:
     cp, _ = clients
     names = [
         s["HubContentName"]
@@ -231,8 +231,13 @@ def test_hub_lists_and_describes_base_models(clients: tuple[Any, Any]) -> None:
     assert described["HubContentArn"] == HUB_ARN
     from transformers import AutoTokenizer
 
-    tokenizer_dir = json.loads(described["HubContentDocument"])["HuggingfaceId"]
-    assert AutoTokenizer.from_pretrained(tokenizer_dir).encode("hi") == [257, 104, 105]
+    # The document names the id users type; its tokenizer is exported into localsession's
+    # own HF cache under the server's home (the `serve` exports point HF_HUB_CACHE there).
+    hf_id = json.loads(described["HubContentDocument"])["HuggingfaceId"]
+    assert hf_id == "localsession/tiny"
+    cache = server.service.config.home / "hf-hub"
+    tokenizer = AutoTokenizer.from_pretrained(hf_id, cache_dir=str(cache))
+    assert tokenizer.encode("hi") == [257, 104, 105]
     with pytest.raises(ClientError) as missing:
         cp.describe_hub_content(
             HubName="SageMakerPublicHub", HubContentType="Model", HubContentName="nope"
