@@ -34,7 +34,7 @@ from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from localsession.engine.optim import WIRE_KEYS, AdamParams, NamedMoments
+from localsession.numerics.optim import WIRE_KEYS, AdamParams, NamedMoments
 from localsession.runtime.engine_api import EngineInputError
 
 ADAPTER_NAME = "default"

@@ -49,7 +49,11 @@ from localsession.engine.checkpoint import (
     write_merged,
     write_optimizer,
 )
-from localsession.engine.datums import (
+from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
+from localsession.engine.merged import adapted_layers, can_merge, plain_model, remerge_
+from localsession.engine.model import LoadedModel, load_model
+from localsession.engine.sampling import BatchSampler, prompt_logprobs
+from localsession.numerics.datums import (
     Batch,
     check_vocab,
     finite_or_raise,
@@ -57,8 +61,7 @@ from localsession.engine.datums import (
     int_tensor,
     parse_datums,
 )
-from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
-from localsession.engine.losses import (
+from localsession.numerics.losses import (
     ClipConfig,
     check_loss_fn,
     compute_loss,
@@ -66,10 +69,7 @@ from localsession.engine.losses import (
     parse_loss_config,
     token_logprobs,
 )
-from localsession.engine.merged import adapted_layers, can_merge, plain_model, remerge_
-from localsession.engine.model import LoadedModel, load_model
-from localsession.engine.optim import AdamParams, LoraAdamW, global_grad_norm
-from localsession.engine.sampling import BatchSampler, prompt_logprobs
+from localsession.numerics.optim import AdamParams, LoraAdamW, global_grad_norm
 from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
 
 #: Padded tokens per training micro-batch on a CPU (``TorchEngine._chunked_backward``).

@@ -16,9 +16,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from localsession.engine.builtin import build_builtin
 from localsession.engine.checkpoint import ADAPTER_WEIGHTS, OPTIMIZER_CONFIG, OPTIMIZER_WEIGHTS
-from localsession.engine.optim import AdamParams
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.torch_engine import TorchEngine
+from localsession.numerics.optim import AdamParams
 from localsession.runtime.engine_api import EngineInputError, SampleRequest
 
 from .conftest import TINY

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from localsession.engine.losses import (
+from localsession.numerics.losses import (
     ClipConfig,
     LossInputs,
     cispo,

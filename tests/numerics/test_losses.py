@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from localsession.engine.losses import (
+from localsession.numerics.losses import (
     ClipConfig,
     LossInputs,
     cispo,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from localsession.engine.optim import AdamParams, LoraAdamW
+from localsession.numerics.optim import AdamParams, LoraAdamW
 from localsession.runtime.engine_api import EngineInputError
 
 

@@ -1,9 +1,0 @@
-"""Moved to :mod:`localsession.numerics.optim` (shared with the fakes); this name stays so
-existing imports keep working, and it is the same module object."""
-
-import sys
-
-from localsession.numerics import optim as _moved
-from localsession.numerics.optim import *  # noqa: F403 - the public names, for type checkers
-
-sys.modules[__name__] = _moved
