@@ -90,6 +90,7 @@ class FakeService(Service):
         self._clock = threading.Condition()
         self._seed = 0
         self._by_operation: dict[str, Call] = {}
+        self._held: dict[str, list[Any]] = {}  # completion callbacks waiting for a release
         self._retrying: dict[tuple[str, str], Call] = {}
         from fakes.engine import EngineKnobs  # torch: imported with the first fake service
 
@@ -208,6 +209,8 @@ class FakeService(Service):
         with self._clock:
             self._manual = manual
             self._clock.notify_all()
+        if not manual:
+            self._release_callbacks(list(self._held))
         with self._lock:
             sessions = list(self._sessions.values())
         for session in sessions:
@@ -235,6 +238,21 @@ class FakeService(Service):
         self._operation(name, operation_id)  # unknown ids raise as usual
         with self._clock:
             return self._clock.wait_for(lambda: self._visible(operation_id), timeout)
+
+    def on_operation_done(self, name: str, operation_id: str, callback: Any) -> None:
+        """Completion callbacks fire when the manual clock releases the op, not before."""
+        self._operation(name, operation_id)  # unknown ids raise as usual
+        with self._clock:
+            if not self._visible(operation_id):
+                self._held.setdefault(operation_id, []).append((name, callback))
+                return
+        super().on_operation_done(name, operation_id, callback)
+
+    def _release_callbacks(self, operation_ids: list[str]) -> None:
+        with self._clock:
+            held = [(op_id, *pair) for op_id in operation_ids for pair in self._held.pop(op_id, [])]
+        for op_id, name, callback in held:
+            super().on_operation_done(name, op_id, callback)
 
     def _settle(self, call: Call) -> None:
         """Let ``call``'s op run (through its engine's gate) and wait until it is terminal."""
@@ -267,6 +285,8 @@ class FakeService(Service):
             with self._clock:
                 call.released = True
                 self._clock.notify_all()
+            if call.operation_id is not None:
+                self._release_callbacks([call.operation_id])
             released.append(call)
         return released
 

@@ -185,7 +185,7 @@ def _coerce(batch: Any, reader: _Reader) -> list[dict[str, Any]]:
 
 
 # Loss inputs each built-in loss needs on every datum.
-_NEEDS = {"cross_entropy": ("target_tokens", "weights")}
+_NEEDS: dict[str, tuple[str, ...]] = {"cross_entropy": ("target_tokens", "weights")}
 for _loss in ("importance_sampling", "ppo", "cispo"):
     _NEEDS[_loss] = ("target_tokens", "weights", "logprobs", "advantages")
 

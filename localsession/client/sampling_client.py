@@ -155,16 +155,15 @@ class SamplingClient:
     ) -> APIFuture[_T]:
         if self._closed:
             raise TrainingSessionError(CLOSED_MESSAGE)
-        return self._submitter.submit(
-            lambda: submit(
-                self._runtime,
-                self.training_session_name,
-                "ExecuteSamplingOperation",
-                {"operationConfig": operation_config},
-                parse_fn,
-                strict=self._strict,
-                keepalive=self._handle,
-            )
+        return submit(
+            self._submitter,
+            self._runtime,
+            self.training_session_name,
+            "ExecuteSamplingOperation",
+            {"operationConfig": operation_config},
+            parse_fn,
+            strict=self._strict,
+            keepalive=self._handle,
         )
 
     def _retire(self) -> None:

@@ -346,16 +346,15 @@ class TrainingClient:
                 "clientToken": client_token,
                 "operationConfig": operation_config,
             }
-            return self._submitter.submit(
-                lambda: submit(
-                    self._runtime,
-                    self.training_session_name,
-                    "ExecuteTrainingOperation",
-                    params,
-                    parse_fn,
-                    strict=self._strict,
-                    keepalive=self._handle,
-                )
+            return submit(
+                self._submitter,
+                self._runtime,
+                self.training_session_name,
+                "ExecuteTrainingOperation",
+                params,
+                parse_fn,
+                strict=self._strict,
+                keepalive=self._handle,
             )
 
     @property
