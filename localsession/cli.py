@@ -98,7 +98,11 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="count a refused op's sequence number as used instead of waiting on it",
     )
     serve.add_argument(
-        "--long-poll", type=float, default=15.0, help="seconds a result poll may be held"
+        "--long-poll",
+        type=float,
+        default=0.9,
+        help="seconds the server may hold a result poll of a running op (default 0.9: an "
+        "SDK result(timeout=t) then returns within t + 3 s)",
     )
     serve.add_argument(
         "--max-queued-ops",
