@@ -64,6 +64,22 @@ def _stop_already_done(error: ClientError) -> bool:
     )
 
 
+def _region_or_refuse(region: Optional[str]) -> str:
+    """The region as the SDK finds it: the argument, ``AWS_REGION``, then boto3's chain
+    (``AWS_DEFAULT_REGION``, the profile's config). None anywhere is the SDK's ValueError."""
+    if not region:
+        import boto3
+
+        region = os.environ.get("AWS_REGION") or boto3.Session().region_name
+    if region:
+        return region
+    raise ValueError(
+        "No AWS Region configured. Pass region= to the client, or set up a local AWS "
+        "configuration with a Region that offers training sessions (AWS_REGION, "
+        "AWS_DEFAULT_REGION, or the region of your AWS profile)."
+    )
+
+
 class ServiceClient:
     """Opens LoRA training sessions on local models and manages them."""
 
@@ -87,12 +103,7 @@ class ServiceClient:
             backend = default_service()
         self._backend: Backend = backend
         self._strict = strict
-        self._region = (
-            region
-            or os.environ.get("AWS_REGION")
-            or os.environ.get("AWS_DEFAULT_REGION")
-            or "us-west-2"
-        )
+        self._region = _region_or_refuse(region)
         self._role_arn = role_arn
         self._model_package_group_arn = model_package_group_arn
         self._s3_output_path = s3_output_path
