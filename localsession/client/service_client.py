@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from botocore.exceptions import ClientError
 
 from localsession.client._inputs import _RETRY_CONFIG_CONSEQUENCE, _warn_unsupported_args
-from localsession.client.backend import Backend, call
+from localsession.client.backend import Backend, control
 from localsession.client.sampling_client import SamplingClient
 from localsession.client.training_client import TrainingClient
 from localsession.types import (
@@ -144,9 +144,7 @@ class ServiceClient:
                 if remaining <= 0:
                     break
                 args["MaxResults"] = min(remaining, _MAX_RESULTS_PER_PAGE)
-            resp = call(
-                "ListModelPackages", functools.partial(self._backend.list_model_packages, args)
-            )
+            resp = control("ListModelPackages", args, self._backend.list_model_packages)
             summaries.extend(resp.get("ModelPackageSummaryList", []))
             next_token = resp.get("NextToken")
             if not next_token:
@@ -154,9 +152,10 @@ class ServiceClient:
         return summaries[:max_results] if max_results is not None else summaries
 
     def _describe_package(self, model_package_arn: str) -> Dict[str, Any]:
-        return call(
+        return control(
             "DescribeModelPackage",
-            lambda: self._backend.describe_model_package({"ModelPackageName": model_package_arn}),
+            {"ModelPackageName": model_package_arn},
+            self._backend.describe_model_package,
         )
 
     def _container(self, model_package_arn: str) -> Dict[str, Any]:
@@ -218,10 +217,11 @@ class ServiceClient:
     ) -> ModelPackageDeletion:
         """Delete a package; its files too with ``delete_artifacts`` (else they are kept)."""
         try:
-            resp = call(
+            resp = control(
                 "DeleteModelPackage",
-                lambda: self._backend.delete_model_package(
-                    {"ModelPackageName": model_package_arn}, delete_artifacts=delete_artifacts
+                {"ModelPackageName": model_package_arn},
+                functools.partial(
+                    self._backend.delete_model_package, delete_artifacts=delete_artifacts
                 ),
             )
         except ClientError as e:
@@ -430,9 +430,10 @@ class ServiceClient:
         vpc = vpc_config or self._vpc_config
         if vpc is not None:
             request["VpcConfig"] = vpc._to_api()
-        call(
+        control(
             "CreateTrainingSession",
-            lambda: self._backend.create_training_session(request, strict=self._strict),
+            request,
+            functools.partial(self._backend.create_training_session, strict=self._strict),
         )
         try:
             self._wait_until_running(name)
@@ -448,9 +449,10 @@ class ServiceClient:
         status = self._backend.wait_for_session(name, _SESSION_WAIT_SECONDS)
         if status == "Running":
             return
-        detail = call(
+        detail = control(
             "DescribeTrainingSession",
-            lambda: self._backend.describe_training_session({"TrainingSessionName": name}),
+            {"TrainingSessionName": name},
+            self._backend.describe_training_session,
         )["TrainingSessionDetail"]
         status = detail["TrainingSessionStatus"]
         if status == "Running":
@@ -491,10 +493,7 @@ class ServiceClient:
                 if remaining <= 0:
                     break
                 args["MaxResults"] = min(remaining, _MAX_RESULTS_PER_PAGE)
-            resp = call(
-                "ListTrainingSessions",
-                functools.partial(self._backend.list_training_sessions, args),
-            )
+            resp = control("ListTrainingSessions", args, self._backend.list_training_sessions)
             summaries.extend(
                 TrainingSessionSummary._from_summary(summary)
                 for summary in resp.get("TrainingSessionSummaries", [])
@@ -510,11 +509,10 @@ class ServiceClient:
 
     def _stop_session_if_active(self, training_session_name: str) -> bool:
         try:
-            call(
+            control(
                 "StopTrainingSession",
-                lambda: self._backend.stop_training_session(
-                    {"TrainingSessionName": training_session_name}
-                ),
+                {"TrainingSessionName": training_session_name},
+                self._backend.stop_training_session,
             )
         except ClientError as e:
             if not _stop_already_done(e):
@@ -527,7 +525,8 @@ class ServiceClient:
         name = _session_name_of(training_session)
         if stop_if_active:
             self.stop_session(name)
-        call(
+        control(
             "DeleteTrainingSession",
-            lambda: self._backend.delete_training_session({"TrainingSessionName": name}),
+            {"TrainingSessionName": name},
+            self._backend.delete_training_session,
         )
