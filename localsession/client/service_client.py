@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from botocore.exceptions import ClientError
 
 from localsession.client._inputs import _RETRY_CONFIG_CONSEQUENCE, _warn_unsupported_args
-from localsession.client.backend import Backend, control
+from localsession.client.backend import CONTROL_PLANE, Backend, check_params, control
 from localsession.client.sampling_client import SamplingClient
 from localsession.client.training_client import TrainingClient
 from localsession.types import (
@@ -406,8 +406,6 @@ class ServiceClient:
         vpc_config: Optional[VpcConfig] = None,
     ) -> str:
         """CreateTrainingSession, then wait for Running (stopping the session on failure)."""
-        # Like the SDK's Hub lookup: an unknown model is a ValueError at the call site.
-        self._backend.resolve_base_model(base_model)
         group = (
             model_package_group_arn
             or self._model_package_group_arn
@@ -430,6 +428,10 @@ class ServiceClient:
         vpc = vpc_config or self._vpc_config
         if vpc is not None:
             request["VpcConfig"] = vpc._to_api()
+        if base_model.startswith("arn:"):  # the SDK sends an ARN on unresolved: checks come first
+            check_params("CreateTrainingSession", request, CONTROL_PLANE)
+        # Like the SDK's Hub lookup of a name: an unknown model is a ValueError at the call site.
+        self._backend.resolve_base_model(base_model)
         control(
             "CreateTrainingSession",
             request,

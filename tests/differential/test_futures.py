@@ -31,7 +31,8 @@ steps = st.one_of(
 
 def _client_error(kind: str) -> ClientError:
     if kind == "Internal500":
-        return ClientError({"ResponseMetadata": {"HTTPStatusCode": 503}}, "GetTrainingOperationResult")
+        unavailable: dict[str, Any] = {"ResponseMetadata": {"HTTPStatusCode": 503}}
+        return ClientError(unavailable, "GetTrainingOperationResult")  # type: ignore[arg-type]
     status = 400 if kind == "ValidationException" else 429
     return ClientError(
         {"Error": {"Code": kind, "Message": kind}, "ResponseMetadata": {"HTTPStatusCode": status}},

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ._sdk import our_inputs, our_types, outcome, ours, sdk, sdk_types, sdk_utils
+from ._sdk import our_inputs, our_types, ours, outcome, sdk, sdk_types, sdk_utils
 
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -196,7 +196,10 @@ chunk_results = st.lists(
 
 
 @SETTINGS
-@given(chunks=chunk_results, counts=st.one_of(st.none(), st.lists(st.integers(0, 1025), max_size=4)))
+@given(
+    chunks=chunk_results,
+    counts=st.one_of(st.none(), st.lists(st.integers(0, 1025), max_size=4)),
+)
 def test_chunk_combiner_alike(chunks: list[Any], counts: Any) -> None:
     def run(utils: Any, types: Any) -> Any:
         results = []

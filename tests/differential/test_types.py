@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ._sdk import our_types, outcome, ours, same_outcome, sdk, sdk_types
+from ._sdk import our_types, ours, outcome, same_outcome, sdk, sdk_types
 
 SETTINGS = settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow]
