@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from enum import Enum
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, ClassVar, Dict, List, Optional, Union
 
 from pydantic import (
     BaseModel,
@@ -36,20 +36,20 @@ from pydantic import (
 _log = logging.getLogger("localsession.types")
 
 # The SDK's LoRA defaults for new sessions (the service alone would pick rank 8).
-DEFAULT_LORA_RANK = 32
-DEFAULT_LORA_ALPHA = 64
+DEFAULT_LORA_RANK: int = 32
+DEFAULT_LORA_ALPHA: int = 64
 
 
 class _ForbidExtraBase(BaseModel):
     """Base of the types users write by hand: a misspelt field is an error, not ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
 
 class _AllowExtraBase(BaseModel):
     """Base of the types also built from foreign objects: unknown fields are kept."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config: ClassVar[ConfigDict] = ConfigDict(extra="allow")
 
 
 def _without_nones(fields: Dict[str, Any]) -> Dict[str, Any]:
@@ -57,21 +57,31 @@ def _without_nones(fields: Dict[str, Any]) -> Dict[str, Any]:
     return {name: v for name, v in fields.items() if v is not None}
 
 
-def _params_like(model: Any, source: Any) -> Any:
-    """Read an all-defaults params model from a foreign object's same-named attributes.
-
-    An object sharing no field name at all is refused: it would otherwise quietly become
-    the defaults, with none of the caller's settings used.
-    """
+def _params_from(model: Any, source: Any) -> Any:
+    """An all-defaults params model from a dict, or from a foreign object's same-named
+    attributes. An object sharing no field name at all is refused: it would otherwise quietly
+    become the defaults, with none of the caller's settings used."""
+    if isinstance(source, dict):
+        return model(**_without_nones(source))
     names = sorted(model.model_fields)
     found = {name: getattr(source, name) for name in model.model_fields if hasattr(source, name)}
     if found:
         return model(**_without_nones(found))
     kind = model.__name__
-    raise TypeError(
+    problem = (
         f"cannot read {kind} fields from {type(source).__name__}: none of {names} are "
         f"present. Pass a {kind}, a dict, or an object using these field names."
     )
+    raise TypeError(problem)
+
+
+def _required(record: Dict[str, Any], key: str) -> Any:
+    return record[key]
+
+
+def _renamed(record: Dict[str, Any], **keys: str) -> Dict[str, Any]:
+    """Our field names for a service record's optional keys (absent ones become None)."""
+    return {field: record.get(key) for field, key in keys.items()}
 
 
 class SessionStatus(str, Enum):
@@ -113,12 +123,14 @@ class ModelPackageInfo(_ForbidExtraBase):
 
     @classmethod
     def _from_summary(cls, summary: Dict[str, Any]) -> ModelPackageInfo:
-        get = summary.get
         return cls(
-            model_package_arn=summary["ModelPackageArn"],
-            version=get("ModelPackageVersion"),
-            creation_time=get("CreationTime"),
-            description=get("ModelPackageDescription"),
+            model_package_arn=_required(summary, "ModelPackageArn"),
+            **_renamed(
+                summary,
+                version="ModelPackageVersion",
+                creation_time="CreationTime",
+                description="ModelPackageDescription",
+            ),
         )
 
 
@@ -140,16 +152,14 @@ class TrainingSessionSummary(_ForbidExtraBase):
 
     @classmethod
     def _from_summary(cls, summary: Dict[str, Any]) -> TrainingSessionSummary:
-        status = summary.get("TrainingSessionStatus")
-        try:
-            status = SessionStatus(status)
-        except ValueError:
-            pass  # None, or a status newer than this version: kept as given
+        raw = summary.get("TrainingSessionStatus")
+        known = raw in SessionStatus._value2member_map_ if isinstance(raw, str) else False
         return cls(
-            training_session_arn=summary["TrainingSessionArn"],
-            status=status,
-            creation_time=summary.get("CreationTime"),
-            last_modified_time=summary.get("LastModifiedTime"),
+            training_session_arn=_required(summary, "TrainingSessionArn"),
+            status=SessionStatus(raw) if known else raw,  # a newer status stays a string
+            **_renamed(
+                summary, creation_time="CreationTime", last_modified_time="LastModifiedTime"
+            ),
         )
 
 
@@ -178,11 +188,13 @@ class VpcConfig(_ForbidExtraBase):
     @classmethod
     def from_any(cls, value: Any) -> "VpcConfig":
         """A ``VpcConfig`` from itself, a dict, or an object with the two attributes."""
-        if isinstance(value, VpcConfig):
-            return value
-        if isinstance(value, dict):
-            return cls(**value)
-        subnets, groups = value.subnets, value.security_group_ids
+        return value if isinstance(value, VpcConfig) else cls._read(value)
+
+    @classmethod
+    def _read(cls, source: Any) -> VpcConfig:
+        if isinstance(source, dict):
+            return cls(**source)
+        subnets, groups = source.subnets, source.security_group_ids
         return cls(subnets=list(subnets), security_group_ids=list(groups))
 
     def _to_api(self) -> Dict[str, Any]:
@@ -229,29 +241,30 @@ def _numeric_family(spec: Any, name: str) -> str:
     return "int" if name in _INT_NAMES else ""
 
 
+_NARROWED = (
+    "dtype %s is not supported on the wire; sending as float32. Cast to float32 yourself to "
+    "control the rounding."
+)
+
+
 def _to_wire_dtype(spec: Any) -> TensorDtype:
     if isinstance(spec, TensorDtype):
         return spec
     name = _bare_dtype_name(spec)
-    if name in TensorDtype._value2member_map_:
-        return TensorDtype(name)
-    if name == "half":
-        return TensorDtype.FLOAT16
+    exact = TensorDtype._value2member_map_.get(name)
+    if exact is not None or name == "half":
+        return TensorDtype.FLOAT16 if exact is None else TensorDtype(exact)
     family = _numeric_family(spec, name)
-    if family == "int":
-        return TensorDtype.INT64
-    if family == "float":
-        _log.warning(
-            "dtype %s is not supported on the wire; sending as float32. "
-            "Cast to float32 yourself to control the rounding.",
-            name,
-        )
-        return TensorDtype.FLOAT32
+    if family in ("int", "float"):
+        if family == "float":
+            _log.warning(_NARROWED, name)
+        return TensorDtype.INT64 if family == "int" else TensorDtype.FLOAT32
     choices = ", ".join(member.value for member in TensorDtype)
-    raise ValueError(
+    problem = (
         f"unsupported tensor dtype {name!r}: expected a float or integer dtype (one of "
         f"{choices}, or a numpy/torch dtype convertible to one)"
     )
+    raise ValueError(problem)
 
 
 def _rect_flatten(nested: List[Any]) -> tuple[List[Any], List[int]]:
@@ -267,18 +280,20 @@ def _rect_flatten(nested: List[Any]) -> tuple[List[Any], List[int]]:
         depth, node = todo.pop()
         if not isinstance(node, list):
             if depth != len(dims):
-                raise ValueError(
+                problem = (
                     f"tensor data mixes nesting depths: expected {dims} but found a value "
                     f"{len(dims) - depth} level(s) above the deepest row"
                 )
+                raise ValueError(problem)
             values.append(node)
         elif depth < len(dims) and len(node) == dims[depth]:
             todo += [(depth + 1, child) for child in reversed(node)]
         else:
-            raise ValueError(
+            problem = (
                 f"tensor data is ragged: expected {dims} but a row at depth {depth} has "
                 f"{len(node)} entries; rows must all be the same length"
             )
+            raise ValueError(problem)
     return values, dims
 
 
@@ -298,13 +313,11 @@ class TensorData(_ForbidExtraBase):
     _flat: bool = PrivateAttr(default=False)
 
     def __init__(self, data: Any = None, **kwargs: Any) -> None:
-        if data is None:
-            raise ValueError("TensorData requires 'data'")
-        super().__init__(**kwargs)
-        if isinstance(data, list):
-            self._data = data
-        else:
-            self._source = data
+        if data is None:  # checked before the fields, as the SDK does
+            raise ValueError("TensorData requires " + repr("data"))
+        BaseModel.__init__(self, **kwargs)
+        listed = isinstance(data, list)
+        self._data, self._source = (data, None) if listed else (None, data)
 
     @property
     def data(self) -> List[Any]:
@@ -321,22 +334,21 @@ class TensorData(_ForbidExtraBase):
                 values = list(src)
         if any(isinstance(v, list) for v in values):
             values, dims = _rect_flatten(values)
-            if self.shape is None:
-                self.shape = dims
+            self.shape = dims if self.shape is None else self.shape
         self._data, self._flat = values, True
         return values
 
     def __eq__(self, other: Any) -> bool:
-        if not isinstance(other, TensorData):
-            return NotImplemented
-        same_values = self.data == other.data
-        return same_values and (self.dtype, self.shape) == (other.dtype, other.shape)
+        if isinstance(other, TensorData):
+            same_values = self.data == other.data
+            return same_values and (self.dtype, self.shape) == (other.dtype, other.shape)
+        unknown: bool = NotImplemented  # the other operand may know how to compare
+        return unknown
 
     @model_serializer(mode="wrap")
     def _dump_with_values(self, handler: Any) -> Dict[str, Any]:
-        dumped = dict(handler(self))  # fields first: reading ``data`` may then fill ``shape``
-        dumped["data"] = [*self.data]
-        return dumped
+        fields = dict(handler(self))  # fields first: reading ``data`` may then fill ``shape``
+        return {**fields, "data": [*self.data]}
 
     @field_validator("dtype", mode="before")
     @classmethod
@@ -347,23 +359,26 @@ class TensorData(_ForbidExtraBase):
     def from_any(cls, value: Any) -> "TensorData":
         """A ``TensorData`` from itself, a wire dict, a tensor or array, a list, or any object
         with ``data`` and ``dtype``."""
-        if isinstance(value, TensorData):
-            return value
-        if isinstance(value, dict):
-            spec = value.get("dtype", TensorDtype.FLOAT32)
-            return cls(data=value["data"], dtype=_to_wire_dtype(spec), shape=value.get("shape"))
-        dims = getattr(value, "shape", None)
+        return value if isinstance(value, TensorData) else cls._read(value)
+
+    @classmethod
+    def _read(cls, source: Any) -> TensorData:
+        if isinstance(source, dict):
+            spec = source.get("dtype", TensorDtype.FLOAT32)
+            return cls(data=source["data"], dtype=_to_wire_dtype(spec), shape=source.get("shape"))
+        dims = getattr(source, "shape", None)
         if dims is not None and type(dims) is not list:
             dims = [*dims]
-        source = value if hasattr(value, "tolist") else getattr(value, "data", value)
-        if not (isinstance(source, list) or hasattr(source, "tolist")):
-            source = [*source]
-        spec = getattr(value, "dtype", TensorDtype.FLOAT32)
-        return cls(data=source, dtype=_to_wire_dtype(spec), shape=dims)
+        values = source if hasattr(source, "tolist") else getattr(source, "data", source)
+        if not (isinstance(values, list) or hasattr(values, "tolist")):
+            values = [*values]
+        spec = getattr(source, "dtype", TensorDtype.FLOAT32)
+        return cls(data=values, dtype=_to_wire_dtype(spec), shape=dims)
 
     def tolist(self) -> List[Any]:
         """The values as a flat list."""
-        return self.data
+        values: List[Any] = self.data
+        return values
 
     def to_torch(self) -> Any:
         """The values as a ``torch.Tensor`` of this dtype and shape (imports torch)."""
@@ -383,9 +398,7 @@ class TensorData(_ForbidExtraBase):
     def _to_api(self) -> Dict[str, Any]:
         values = self.data  # before ``shape`` is read: flattening may set it
         wire: Dict[str, Any] = {"data": values, "dtype": self.dtype.value}
-        if self.shape is not None:
-            wire["shape"] = self.shape
-        return wire
+        return wire if self.shape is None else {**wire, "shape": self.shape}
 
 
 # A bare list under these loss-input names gets this dtype; other names are int64 when every
@@ -404,22 +417,25 @@ def _list_input_to_api(key: str, values: List[Any]) -> Dict[str, Any]:
     if not row_lengths:
         flat, dims = values, [len(values)]
     elif len(row_lengths) < len(values):
-        raise ValueError(
+        problem = (
             f"loss_fn_inputs[{key!r}] mixes numbers and lists; pass either a flat list of "
             "values or a list of equal-length rows"
         )
+        raise ValueError(problem)
     elif len(set(row_lengths)) > 1:
-        raise ValueError(
-            f"loss_fn_inputs[{key!r}] is a ragged nested list (row lengths "
-            f"{sorted(row_lengths)}); rows must all be the same length"
+        problem = (
+            f"loss_fn_inputs[{key!r}] is a ragged nested list (row lengths {sorted(row_lengths)}); "
+            "rows must all be the same length"
         )
+        raise ValueError(problem)
     else:
         flat = [x for row in values for x in row]
         if any(isinstance(x, list) for x in flat):
-            raise ValueError(
+            problem = (
                 f"loss_fn_inputs[{key!r}] nests more than two levels deep; pass a tensor or "
                 "a flat list instead"
             )
+            raise ValueError(problem)
         dims = [len(values), row_lengths[0]]
     dtype = _NAMED_INPUT_DTYPES.get(key)
     if dtype is None:
@@ -432,22 +448,27 @@ def _list_input_to_api(key: str, values: List[Any]) -> Dict[str, Any]:
 def _loss_inputs_to_api(loss_fn_inputs: Dict[str, Any]) -> Dict[str, Any]:
     """Every ``loss_fn_inputs`` value in its wire form (a TensorData dict where it can be)."""
     wire: Dict[str, Any] = {}
-    for key, value in loss_fn_inputs.items():
-        if isinstance(value, TensorData):
-            wire[key] = value._to_api()
-        elif isinstance(value, list):
-            wire[key] = _list_input_to_api(key, value)
-        elif (hasattr(value, "tolist") and hasattr(value, "shape")) or (
-            not isinstance(value, dict) and hasattr(value, "data") and hasattr(value, "dtype")
+    for name, given in loss_fn_inputs.items():
+        if isinstance(given, list):
+            wire[name] = _list_input_to_api(name, given)
+        elif isinstance(given, TensorData):
+            wire[name] = given._to_api()
+        elif (hasattr(given, "tolist") and hasattr(given, "shape")) or (
+            not isinstance(given, dict) and hasattr(given, "data") and hasattr(given, "dtype")
         ):
-            wire[key] = TensorData.from_any(value)._to_api()
+            wire[name] = TensorData.from_any(given)._to_api()
         else:
-            wire[key] = value  # an already wire-shaped dict, or a scalar
+            wire[name] = given  # an already wire-shaped dict, or a scalar
     return wire
 
 
 # Kept under the name other modules import.
 _serialize_loss_fn_inputs = _loss_inputs_to_api
+
+
+def _text_chunk(tokens: Any) -> Dict[str, Any]:
+    """The wire form of one chunk of token IDs."""
+    return {"tokens": tokens, "type": "encoded_text"}
 
 
 class EncodedTextChunk(_ForbidExtraBase):
@@ -458,42 +479,46 @@ class EncodedTextChunk(_ForbidExtraBase):
     @property
     def length(self) -> int:
         """How many tokens the chunk holds."""
-        return len(self.tokens)
+        count: int = len(self.tokens)
+        return count
 
     @classmethod
     def from_any(cls, value: Any) -> "EncodedTextChunk":
         """A chunk from itself, a ``ModelInputChunk``, a wire dict, a token list, or an object
         with ``tokens``; text and token-less values raise ``TypeError``."""
-        while not isinstance(value, EncodedTextChunk):
-            if isinstance(value, str):
-                raise TypeError(
+        part = value  # unwrapped until it is a chunk, a token list, or refused
+        while not isinstance(part, EncodedTextChunk):
+            if isinstance(part, str):
+                problem = (
                     "a chunk holds token IDs, not text; encode the text with the model's "
-                    f"tokenizer first (got {value!r})"
+                    f"tokenizer first (got {part!r})"
                 )
-            if isinstance(value, list):
-                return cls(tokens=[*value])
-            if isinstance(value, dict):
-                if "chunk" in value:
-                    value = value["chunk"]
-                    continue
-                if "tokens" in value:
-                    return cls(tokens=[*value["tokens"]])
-                raise TypeError(f"chunk dict carries no 'tokens': {value!r}")
-            wrapped = getattr(value, "chunk", None)
-            if wrapped is not None:
-                value = wrapped
+                raise TypeError(problem)
+            if isinstance(part, list):
+                return cls(tokens=[*part])
+            if isinstance(part, dict):
+                if "chunk" not in part and "tokens" not in part:
+                    raise TypeError(f"chunk dict carries no 'tokens': {part!r}")
+                if "chunk" not in part:
+                    return cls(tokens=[*part["tokens"]])
+                part = part["chunk"]
                 continue
-            ids = getattr(value, "tokens", None)
+            wrapped = getattr(part, "chunk", None)
+            if wrapped is not None:
+                part = wrapped
+                continue
+            ids = getattr(part, "tokens", None)
             if ids is None:
-                raise TypeError(
-                    f"cannot read token IDs from {type(value).__name__}; pass a list of token "
+                problem = (
+                    f"cannot read token IDs from {type(part).__name__}; pass a list of token "
                     "IDs or an EncodedTextChunk"
                 )
+                raise TypeError(problem)
             return cls(tokens=[*ids])
-        return value
+        return part
 
     def _to_api(self) -> Dict[str, Any]:
-        return {"tokens": self.tokens, "type": "encoded_text"}
+        return _text_chunk(self.tokens)
 
 
 class ModelInputChunk(_AllowExtraBase):
@@ -502,7 +527,8 @@ class ModelInputChunk(_AllowExtraBase):
     chunk: EncodedTextChunk
 
     def _to_api(self) -> Dict[str, Any]:
-        return self.chunk._to_api()
+        inner: Dict[str, Any] = self.chunk._to_api()
+        return inner
 
 
 _BOTH_INPUTS = (
@@ -526,10 +552,10 @@ class ModelInput(_AllowExtraBase):
 
     @model_validator(mode="after")
     def _one_input_only(self) -> "ModelInput":
-        if self.chunks is not None and self.prompt:
-            raise ValueError(
-                _BOTH_INPUTS.format(kind="ModelInput", first="chunks", use="pre-built input")
-            )
+        both = self.chunks is not None and bool(self.prompt)  # an empty prompt is no input
+        if both:
+            problem = _BOTH_INPUTS.format(kind="ModelInput", first="chunks", use="pre-built input")
+            raise ValueError(problem)
         return self
 
     @classmethod
@@ -540,66 +566,68 @@ class ModelInput(_AllowExtraBase):
     @classmethod
     def from_text(cls, text: str) -> "ModelInput":
         """Text, tokenized with the session's tokenizer when the op is submitted."""
-        return cls(prompt=text)
+        return cls.model_validate({"prompt": text})
 
     @classmethod
     def empty(cls) -> "ModelInput":
         """An input with no chunks."""
-        return cls(chunks=[])
+        return cls.model_validate({"chunks": []})
 
     @classmethod
     def from_any(cls, value: Any) -> "ModelInput":
         """A ``ModelInput`` from itself, a chunk, a wire dict (``chunks``, ``prompt`` or one
         chunk's ``tokens``), a token list, or an object with ``chunks``; other values become
         the ``prompt``."""
-        if isinstance(value, ModelInput):
-            return value
-        if isinstance(value, (EncodedTextChunk, ModelInputChunk)):
-            return cls(chunks=[EncodedTextChunk.from_any(value)])
-        if isinstance(value, list):
-            return cls.from_ints(value)
-        if not isinstance(value, dict):
-            parts = getattr(value, "chunks", None)
+        return value if isinstance(value, ModelInput) else cls._read(value)
+
+    @classmethod
+    def _read(cls, source: Any) -> ModelInput:
+        if isinstance(source, (EncodedTextChunk, ModelInputChunk)):
+            return cls(chunks=[EncodedTextChunk.from_any(source)])
+        if isinstance(source, list):
+            return cls.from_ints(source)
+        if not isinstance(source, dict):
+            parts = getattr(source, "chunks", None)
             if parts is None:
-                return cls(prompt=value)
+                return cls(prompt=source)
             return cls(chunks=[EncodedTextChunk.from_any(p) for p in parts])
-        parts = value.get("chunks")
+        parts = source.get("chunks")
         if parts is not None:
-            if value.get("prompt"):
-                raise ValueError(
-                    _BOTH_INPUTS.format(kind="ModelInput", first="chunks", use="pre-built input")
+            if source.get("prompt"):
+                problem = _BOTH_INPUTS.format(
+                    kind="ModelInput", first="chunks", use="pre-built input"
                 )
+                raise ValueError(problem)
             return cls(chunks=[EncodedTextChunk.from_any(p) for p in parts])
-        if "prompt" in value:
-            return cls(prompt=value["prompt"])
-        if "tokens" in value:
-            return cls(chunks=[EncodedTextChunk.from_any(value)])
-        raise ValueError(
-            f"cannot build a model input from a dict with keys {sorted(value)}: pass 'chunks', "
+        if "prompt" in source:
+            return cls(prompt=source["prompt"])
+        if "tokens" in source:
+            return cls(chunks=[EncodedTextChunk.from_any(source)])
+        problem = (
+            f"cannot build a model input from a dict with keys {sorted(source)}: pass 'chunks', "
             "'prompt', or a chunk's 'tokens'"
         )
+        raise ValueError(problem)
 
     @property
     def length(self) -> int:
         """The number of tokens (raises ``ValueError`` for untokenized text)."""
-        return len(self.to_ints())
+        ids = self.to_ints()
+        return len(ids)
 
     def to_ints(self) -> List[int]:
         """All token IDs in order (raises ``ValueError`` when the input is not token IDs)."""
         self._require_tokens("it has no token IDs")
-        if self.chunks is not None:
-            ids: List[int] = []
-            for part in self.chunks:
-                ids += EncodedTextChunk.from_any(part).tokens
-            return ids
-        if self.prompt is None:
-            return []
-        if isinstance(self.prompt, list):
-            return [*self.prompt]
-        raise ValueError(
-            f"this ModelInput holds a prompt of type {type(self.prompt).__name__}, which is "
-            "not token IDs, so it has none to return. Pass token IDs or text."
+        parts, prompt = self.chunks, self.prompt
+        if parts is not None:
+            return [t for part in parts for t in EncodedTextChunk.from_any(part).tokens]
+        if prompt is None or isinstance(prompt, list):
+            return [*(prompt or [])]
+        problem = (
+            f"this ModelInput holds a prompt of type {type(prompt).__name__}, which is not token "
+            "IDs, so it has none to return. Pass token IDs or text."
         )
+        raise ValueError(problem)
 
     def append(self, chunk: Any) -> "ModelInput":
         """A new input with ``chunk`` added at the end; this one is left unchanged."""
@@ -611,50 +639,52 @@ class ModelInput(_AllowExtraBase):
 
     def append_int(self, token: int) -> "ModelInput":
         """A new input with one more token at the end."""
-        return self.append(EncodedTextChunk(tokens=[token]))
+        return self.append([token])
 
     def _require_tokens(self, consequence: str) -> None:
-        if self._pending_text is not None:
-            raise ValueError(
+        if self._pending_text is not None and consequence:
+            problem = (
                 f"this ModelInput holds text that has not been tokenized yet, so {consequence}."
                 " Build it with ModelInput.from_ints(tokenizer.encode(text)) first."
             )
+            raise ValueError(problem)
 
     @property
     def _pending_text(self) -> Optional[str]:
-        return self.prompt if isinstance(self.prompt, str) else None
+        prompt = self.prompt
+        return prompt if isinstance(prompt, str) else None
 
     def _tokenized_with(self, tokenizer: Any) -> ModelInput:
-        text = self._pending_text
-        return self if text is None else ModelInput.from_ints(tokenizer.encode(text))
+        pending = self._pending_text
+        return self if pending is None else ModelInput.from_ints(tokenizer.encode(pending))
 
     def _to_api(self) -> Dict[str, Any]:
-        if self.chunks is not None:
-            return {"chunks": [_chunk_to_api(part) for part in self.chunks]}
-        prompt = self.prompt
-        if prompt is None:
-            return {"chunks": []}
+        prompt, parts = self.prompt, self.chunks
+        if parts is not None or prompt is None:
+            return {"chunks": [_chunk_to_api(part) for part in parts or []]}
         if isinstance(prompt, list):
-            return {"chunks": [{"tokens": prompt, "type": "encoded_text"}]}
-        if isinstance(prompt, str):
-            raise ValueError(
-                "this ModelInput holds text that was never tokenized. Submit it through a "
-                "client method (which tokenizes for you), or build it from token IDs with "
-                "ModelInput.from_ints(...)."
-            )
-        raise TypeError(
+            return {"chunks": [_text_chunk(prompt)]}
+        untokenized = (
+            "this ModelInput holds text that was never tokenized. Submit it through a client "
+            "method (which tokenizes for you), or build it from token IDs with "
+            "ModelInput.from_ints(...)."
+        )
+        unreadable = (
             f"cannot build a model input from {type(prompt).__name__}: pass token IDs, text, "
             "or pre-built chunks"
         )
+        text = isinstance(prompt, str)
+        raise ValueError(untokenized) if text else TypeError(unreadable)
 
 
 def _refuse_weight(fields: Any) -> None:
     if isinstance(fields, dict) and "weight" in fields:
-        raise ValueError(
+        problem = (
             "Datum has no 'weight' field. Weight a datum through loss_fn_inputs={'weights': "
             "[...]}, one value per token of model_input, e.g. 0.0 to mask a token out of the "
             "loss."
         )
+        raise ValueError(problem)
 
 
 class Datum(_AllowExtraBase):
@@ -662,7 +692,7 @@ class Datum(_AllowExtraBase):
     text) and the per-token ``loss_fn_inputs`` its loss needs (``target_tokens``,
     ``weights``, ``advantages``, ``logprobs``, ...), each as long as the whole input."""
 
-    model_config = ConfigDict(protected_namespaces=())
+    model_config: ClassVar[ConfigDict] = ConfigDict(protected_namespaces=())
 
     model_input: Optional[ModelInput] = None
     prompt: Optional[Any] = None
@@ -670,10 +700,10 @@ class Datum(_AllowExtraBase):
 
     @model_validator(mode="after")
     def _one_input_only(self) -> "Datum":
-        if self.model_input is not None and self.prompt:
-            raise ValueError(
-                _BOTH_INPUTS.format(kind="Datum", first="model_input", use="chunked input")
-            )
+        both = self.model_input is not None and bool(self.prompt)  # "" is no second input
+        if both:
+            problem = _BOTH_INPUTS.format(kind="Datum", first="model_input", use="chunked input")
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="before")
@@ -690,40 +720,44 @@ class Datum(_AllowExtraBase):
         A value carrying none of those raises ``TypeError`` rather than becoming an empty
         datum that would silently drop an example from the batch.
         """
-        if isinstance(value, Datum):
-            return value
-        if isinstance(value, (ModelInput, EncodedTextChunk, ModelInputChunk)):
-            return cls(model_input=ModelInput.from_any(value))
-        if isinstance(value, (str, list, tuple)):
-            return cls(prompt=[*value] if isinstance(value, tuple) else value)
-        if isinstance(value, dict):
-            inp = value.get("modelInput", value.get("model_input"))
-            extra = value.get("lossFnInputs", value.get("loss_fn_inputs"))
-            text = value.get("prompt")
-            _refuse_weight(value)
+        return value if isinstance(value, Datum) else cls._read(value)
+
+    @classmethod
+    def _read(cls, source: Any) -> Datum:
+        if isinstance(source, (ModelInput, EncodedTextChunk, ModelInputChunk)):
+            return cls(model_input=ModelInput.from_any(source))
+        if isinstance(source, (str, list, tuple)):
+            return cls(prompt=[*source] if isinstance(source, tuple) else source)
+        if isinstance(source, dict):
+            inp = source.get("modelInput", source.get("model_input"))
+            extra = source.get("lossFnInputs", source.get("loss_fn_inputs"))
+            text = source.get("prompt")
+            _refuse_weight(source)
             if inp is None and extra is None and text is None:
-                keys = sorted(map(str, value))
-                raise TypeError(
+                keys = sorted(map(str, source))
+                problem = (
                     f"cannot read Datum fields from dict with keys {keys}: none of "
                     "'modelInput', 'prompt', 'lossFnInputs' are present (snake_case also "
                     "accepted)."
                 )
+                raise TypeError(problem)
             fields: Dict[str, Any] = {"prompt": text, "loss_fn_inputs": extra or None}
             if inp is not None:
                 fields["model_input"] = ModelInput.from_any(inp)
             return cls(**fields)
-        inp = getattr(value, "model_input", None)
-        if inp is None and getattr(value, "chunks", None) is not None:
-            return cls(model_input=ModelInput.from_any(value))
-        extra, text = getattr(value, "loss_fn_inputs", None), getattr(value, "prompt", None)
+        inp = getattr(source, "model_input", None)
+        if inp is None and getattr(source, "chunks", None) is not None:
+            return cls(model_input=ModelInput.from_any(source))
+        extra, text = getattr(source, "loss_fn_inputs", None), getattr(source, "prompt", None)
         if inp is None and extra is None and text is None:
-            raise TypeError(
-                f"cannot read Datum fields from {type(value).__name__}: none of 'model_input', "
+            problem = (
+                f"cannot read Datum fields from {type(source).__name__}: none of 'model_input', "
                 "'chunks', 'prompt', 'loss_fn_inputs' are present. Pass a Datum, a ModelInput, "
                 "a token ID list, text, or a dict."
             )
-        if getattr(value, "weight", None) is not None:
-            _refuse_weight({"weight": value.weight})
+            raise TypeError(problem)
+        if getattr(source, "weight", None) is not None:
+            _refuse_weight({"weight": source.weight})
         return cls(
             model_input=None if inp is None else ModelInput.from_any(inp),
             prompt=text,
@@ -732,25 +766,25 @@ class Datum(_AllowExtraBase):
 
     @property
     def _pending_text(self) -> Optional[str]:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        return None if self.model_input is None else self.model_input._pending_text
+        prompt, inner = self.prompt, self.model_input
+        if isinstance(prompt, str):
+            return prompt
+        return None if inner is None else inner._pending_text
 
     def _tokenized_with(self, tokenizer: Any) -> Datum:
-        text = self._pending_text
-        if text is None:
+        pending = self._pending_text
+        if pending is None:
             return self
-        tokens = ModelInput.from_ints(tokenizer.encode(text))
+        tokens = ModelInput.from_ints(tokenizer.encode(pending))
         return Datum(model_input=tokens, loss_fn_inputs=self.loss_fn_inputs)
 
     def _to_api(self) -> Dict[str, Any]:
-        wire: Dict[str, Any] = {}
-        if self.model_input is not None:
-            wire["modelInput"] = self.model_input._to_api()
-        elif self.prompt is not None:
-            wire["modelInput"] = ModelInput.from_any(self.prompt)._to_api()
-        if self.loss_fn_inputs is not None:
-            wire["lossFnInputs"] = _loss_inputs_to_api(self.loss_fn_inputs)
+        inner, prompt, extra = self.model_input, self.prompt, self.loss_fn_inputs
+        if inner is None and prompt is not None:
+            inner = ModelInput.from_any(prompt)
+        wire: Dict[str, Any] = {} if inner is None else {"modelInput": inner._to_api()}
+        if extra is not None:
+            wire["lossFnInputs"] = _loss_inputs_to_api(extra)
         return wire
 
 
@@ -788,7 +822,7 @@ class AdamParams(_ForbidExtraBase):
     """Adam settings for ``optim_step``. ``lora_plus_lr_ratio`` (LoRA+) scales the learning
     rate of the B matrices relative to the A matrices; ``grad_clip_norm`` clips by norm."""
 
-    model_config = ConfigDict(validate_assignment=True)
+    model_config: ClassVar[ConfigDict] = ConfigDict(validate_assignment=True)
 
     learning_rate: float = 1e-4
     beta1: float = 0.9
@@ -802,9 +836,7 @@ class AdamParams(_ForbidExtraBase):
     def from_any(cls, value: Any) -> "AdamParams":
         """From itself, a dict, or an object sharing at least one field name (``None`` values
         take the default)."""
-        if isinstance(value, AdamParams):
-            return value
-        return cls(**_without_nones(value)) if isinstance(value, dict) else _params_like(cls, value)
+        return value if isinstance(value, AdamParams) else _params_from(cls, value)
 
     def _to_api(self) -> Dict[str, Any]:
         return _camel_pairs(self, _ADAM_WIRE, required=5)
@@ -825,7 +857,7 @@ class SamplingParams(_ForbidExtraBase):
     ``top_k`` -1 for off, ``stop`` text sequences (one string is accepted as a list of one).
     The service requires ``max_tokens`` ≥ 512."""
 
-    model_config = ConfigDict(validate_assignment=True)
+    model_config: ClassVar[ConfigDict] = ConfigDict(validate_assignment=True)
 
     max_tokens: int = 512
     temperature: Optional[float] = Field(default=None, ge=0)
@@ -836,23 +868,21 @@ class SamplingParams(_ForbidExtraBase):
 
     @field_validator("stop", mode="before")
     @classmethod
-    def _stop_as_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, (list, tuple)) and any(isinstance(s, int) for s in value):
-            raise ValueError(
+    def _stop_as_list(cls, stop: Any) -> Any:
+        token_ids = isinstance(stop, (list, tuple)) and any(isinstance(s, int) for s in stop)
+        if token_ids:
+            problem = (
                 "stop takes text sequences, not token IDs; the service matches stop sequences "
                 "on decoded text. Pass the text form instead."
             )
-        return value
+            raise ValueError(problem)
+        return [stop] if isinstance(stop, str) else stop
 
     @classmethod
     def from_any(cls, value: Any) -> "SamplingParams":
         """From itself, a dict, or an object sharing at least one field name (``None`` values
         take the default)."""
-        if isinstance(value, SamplingParams):
-            return value
-        return cls(**_without_nones(value)) if isinstance(value, dict) else _params_like(cls, value)
+        return value if isinstance(value, SamplingParams) else _params_from(cls, value)
 
     def _to_api(self) -> Dict[str, Any]:
         return _camel_pairs(self, _SAMPLING_WIRE, required=1)
@@ -886,7 +916,8 @@ class TokenLogprob(_ForbidExtraBase):
 
     @classmethod
     def _from_api(cls, raw: Dict[str, Any]) -> TokenLogprob:
-        return cls(token_id=raw["tokenId"], logprob=raw["logprob"])
+        token, logprob = raw["tokenId"], raw["logprob"]
+        return cls(token_id=token, logprob=logprob)
 
 
 class _OperationResult(_ForbidExtraBase):
@@ -962,7 +993,7 @@ class SampleResponse(_ForbidExtraBase):
         top = raw.get("topkPromptLogprobs")
         return cls(
             sequences=[SampledSequence._from_api(seq) for seq in raw.get("sequences") or []],
-            prompt_logprobs=raw.get("promptLogprobs"),
+            prompt_logprobs=raw.get("promptLogprobs", None),
             topk_prompt_logprobs=(
                 [[TokenLogprob._from_api(t) for t in row] for row in top] if top else None
             ),

@@ -51,10 +51,11 @@ _TYPED = (Datum, ModelInput, EncodedTextChunk, ModelInputChunk)
 def _tokenizer_of(tokenizer: Any, tokenizer_loader: Callable[[], Any] | None) -> Any:
     """The given tokenizer, else the loader's (loaded only now that text needs it)."""
     if tokenizer is None and tokenizer_loader is None:
-        raise ValueError(
+        problem = (
             "String input requires a tokenizer, but none is available for this session's base "
             "model. Provide pre-tokenized token IDs instead."
         )
+        raise ValueError(problem)
     return tokenizer if tokenizer is not None else tokenizer_loader()  # type: ignore[misc]
 
 
@@ -88,10 +89,11 @@ def prompt_to_model_input(
         return _text_chunks(prompt, chunk_type)
     elif not isinstance(prompt, list) and hasattr(prompt, "chunks"):
         return ModelInput.from_any(prompt)._to_api()
-    raise TypeError(
+    problem = (
         f"Unsupported prompt type: {type(prompt).__name__}. Expected a list of token IDs, a "
         "string, or a ModelInput dict."
     )
+    raise TypeError(problem)
 
 
 def tokenize_to_datum(
@@ -159,11 +161,12 @@ def _coerce(batch: Any, reader: _Reader) -> list[dict[str, Any]]:
     if isinstance(head, int):
         strays = sorted({type(e).__name__ for e in batch if not isinstance(e, int)})
         if strays:
-            raise TypeError(
+            problem = (
                 "Unsupported batch: one starting with a token ID must hold only token IDs, but "
                 f"this one also holds {strays}. Pass a list of token ID lists, a list of "
                 "strings, or a list of datum dicts."
             )
+            raise TypeError(problem)
         return [tokenize_to_datum(batch, reader.shared)]
     if len({_kind(e) for e in batch}) > 1:
         return reader.each(batch)
@@ -178,10 +181,11 @@ def _coerce(batch: Any, reader: _Reader) -> list[dict[str, Any]]:
         return [reader.text(text) for text in batch]
     elif _is_token_list(head):
         return [tokenize_to_datum(ids, reader.shared) for ids in batch]
-    raise TypeError(
+    problem = (
         f"Unsupported batch type: {type(head).__name__}. Expected list of token ID lists, list "
         "of strings, or list of datum dicts."
     )
+    raise TypeError(problem)
 
 
 # Loss inputs each built-in loss needs on every datum.
@@ -221,12 +225,13 @@ def _check_required(datums: list[Any], loss: str) -> None:
         lacking = [k for k in needed if not (isinstance(given, dict) and k in given)]
         if lacking:
             verb = "is" if len(lacking) == 1 else "are"
-            raise ValueError(
+            problem = (
                 f"datum[{i}]: loss function {loss!r} requires {', '.join(needed)} in its loss "
                 f"inputs, and {', '.join(lacking)} {verb} missing. Pass them per datum, or for "
                 "the whole batch with loss_fn_inputs={...}; each is one value per token of the "
                 "datum, the prompt included."
             )
+            raise ValueError(problem)
 
 
 def _check_lengths(datums: list[Any]) -> None:
@@ -240,13 +245,14 @@ def _check_lengths(datums: list[Any]) -> None:
         for key in (k for k in _PER_TOKEN if k in given):
             count = _value_count(given[key])
             if count is not None and count != tokens:
-                raise ValueError(
+                problem = (
                     f"datum[{i}]: lossFnInputs[{key!r}] has {count} values but modelInput has "
                     f"{tokens} tokens. Per-token loss inputs span the whole input, prompt "
                     f"included: for a {tokens}-token datum, weights=[0.0] * prompt_len + "
                     "[1.0] * response_len. Passing values for the response only is the usual "
                     "cause."
                 )
+                raise ValueError(problem)
 
 
 def batch_to_datum_list(
