@@ -33,21 +33,23 @@ from typing import Any, Awaitable, Callable, Dict, Generator, Generic, List, Opt
 
 from localsession.exceptions import OperationError, TrainingSessionError, is_retryable
 
-__all__ = ["APIFuture", "RequestStatus"]
+__all__ = ("APIFuture", "RequestStatus")
 
 _T = TypeVar("_T")
 
 #: Seconds between two polls of an op that is still running.
-DEFAULT_POLL_INTERVAL = 2
+DEFAULT_POLL_INTERVAL: int = 2
 #: ``result()`` waits without limit unless given a timeout.
-DEFAULT_TIMEOUT = None
+DEFAULT_TIMEOUT: Optional[float] = None
 #: Transient failures in a row that a submit or a poll survives (about five minutes of backoff).
-DEFAULT_MAX_TRANSIENT_POLL_ERRORS = 150
+DEFAULT_MAX_TRANSIENT_POLL_ERRORS: int = 150
 #: Backoff after the n-th transient failure: uniform in [0, min(MAX, BASE * 2**(n-1))].
-DEFAULT_BACKOFF_BASE_SECONDS = 0.5
-DEFAULT_BACKOFF_MAX_SECONDS = 4.0
+DEFAULT_BACKOFF_BASE_SECONDS: float = 0.5
+DEFAULT_BACKOFF_MAX_SECONDS: float = 4.0
 
 _NOTHING: Any = object()  # "not resolved yet" (``None`` is a legitimate result)
+# A wait that ran out (asyncio's is a distinct class before Python 3.11).
+_TIMED_OUT = (TimeoutError, asyncio.TimeoutError)
 
 
 def _jittered(
@@ -178,7 +180,8 @@ class APIFuture(Generic[_T]):
     @property
     def operation_id(self) -> str:
         """The service's id for this op."""
-        return self._operation_id
+        op_id: str = self._operation_id
+        return op_id
 
     # -- one poll answer ---------------------------------------------------------------------
 
@@ -190,16 +193,15 @@ class APIFuture(Generic[_T]):
         """
         try:
             state = RequestStatus(body.get(self._status_key)).value
-        except (TypeError, ValueError):
+        except (ValueError, TypeError):
             state = "InProgress"  # a status newer than this client: keep waiting
         with self._outcome.lock:
             if state in ("Completed", *_FAILED_STATES) and not self._outcome.known():
                 try:
                     if state != "Completed":
                         note = body.get("errorDetails", f"Operation ended with status: {state}")
-                        raise OperationError(
-                            self._operation_type, note, operation_id=self._operation_id
-                        )
+                        kind, op_id = self._operation_type, self._operation_id
+                        raise OperationError(kind, note, operation_id=op_id)
                     self._outcome.value = self._parse_fn(body)
                 except TrainingSessionError as failure:
                     self._outcome.error = failure
@@ -209,10 +211,8 @@ class APIFuture(Generic[_T]):
         return settled
 
     def _out_of_time(self, timeout: Optional[float]) -> TimeoutError:
-        return TimeoutError(
-            f"{self._operation_type} operation {self._operation_id} did not complete within "
-            + _limit_text(timeout)
-        )
+        what = f"{self._operation_type} operation {self._operation_id}"
+        return TimeoutError(f"{what} did not complete within {_limit_text(timeout)}")
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -237,7 +237,7 @@ class APIFuture(Generic[_T]):
             failures = 0
             if self._absorb(body):
                 return self._outcome.value  # type: ignore[no-any-return]
-            self._sleep_fn(self._poll_interval)
+            self._sleep_fn(self._poll_interval)  # still running: the next poll after a pause
         raise self._out_of_time(timeout)
 
     async def result_async(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> _T:
@@ -257,11 +257,12 @@ class APIFuture(Generic[_T]):
             failures = 0
             if self._absorb(body):
                 return self._outcome.value  # type: ignore[no-any-return]
-            await self._async_sleep_fn(self._poll_interval)
+            await self._async_sleep_fn(self._poll_interval)  # as in result()
         raise self._out_of_time(timeout)
 
     def __await__(self) -> Generator[Any, None, _T]:
-        return self.result_async().__await__()
+        waiting = self.result_async()
+        return waiting.__await__()
 
     def done(self) -> bool:
         """Whether the outcome (a result or a failure of the op) is known, without waiting."""
@@ -273,20 +274,21 @@ class APIFuture(Generic[_T]):
         ``TimeoutError`` is raised, not returned: running out of time is not the op's error.
         """
         try:
-            self.result(timeout=timeout)
-        except TimeoutError:
-            raise
+            self.result(timeout)
         except Exception as failure:  # noqa: BLE001 - handed to the caller
+            if isinstance(failure, TimeoutError):
+                raise
             return failure
         return None
 
     def cancel(self) -> bool:
         """An accepted op cannot be called back: always ``False`` (stop the session instead)."""
-        return False
+        recalled = False
+        return recalled
 
     def cancelled(self) -> bool:
         """Always ``False``, see ``cancel()``."""
-        return False
+        return self.cancel()
 
 
 class PendingAPIFuture(APIFuture[_T]):
@@ -311,12 +313,13 @@ class PendingAPIFuture(APIFuture[_T]):
         self._outcome = _Outcome()
 
     def _unsent(self, timeout: Optional[float]) -> TimeoutError:
-        text = f"{self._operation_type} operation was not submitted within "
-        return TimeoutError(text + _limit_text(timeout))
+        what = f"{self._operation_type} operation"
+        return TimeoutError(f"{what} was not submitted within {_limit_text(timeout)}")
 
     def _inner(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> APIFuture[_T]:
         try:
-            return self._submit_future.result(timeout)
+            inner: APIFuture[_T] = self._submit_future.result(timeout)
+            return inner
         except _ConcurrentTimeout:
             raise self._unsent(timeout) from None
 
@@ -329,7 +332,8 @@ class PendingAPIFuture(APIFuture[_T]):
         sent = self._submit_future
         if sent.done() and sent.exception() is None:
             return sent.result().operation_id
-        return "<not submitted>"
+        unknown = "<not submitted>"
+        return unknown
 
     def done(self) -> bool:
         if self._outcome.known():
@@ -338,10 +342,8 @@ class PendingAPIFuture(APIFuture[_T]):
         return sent.done() and sent.exception() is None and sent.result().done()
 
     def _late(self, inner: APIFuture[_T], timeout: Optional[float]) -> TimeoutError:
-        return TimeoutError(
-            f"{self._operation_type} operation {inner.operation_id} did not complete "
-            f"within {_limit_text(timeout)}"
-        )
+        what = f"{self._operation_type} operation {inner.operation_id}"
+        return TimeoutError(f"{what} did not complete within {_limit_text(timeout)}")
 
     def result(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> _T:
         if self._outcome.known():
@@ -350,7 +352,7 @@ class PendingAPIFuture(APIFuture[_T]):
         inner = self._inner(deadline.left())
         try:
             value = inner.result(deadline.left())
-        except TimeoutError:
+        except _TIMED_OUT:
             raise self._late(inner, timeout) from None
         except TrainingSessionError as failure:
             self._outcome.fail(failure)
@@ -364,11 +366,11 @@ class PendingAPIFuture(APIFuture[_T]):
         waiting = asyncio.shield(asyncio.wrap_future(self._submit_future))
         try:
             inner = await asyncio.wait_for(waiting, deadline.left())
-        except asyncio.TimeoutError:
+        except _TIMED_OUT:
             raise self._unsent(timeout) from None
         try:
             value = await inner.result_async(deadline.left())
-        except TimeoutError:
+        except _TIMED_OUT:
             raise self._late(inner, timeout) from None
         except TrainingSessionError as failure:
             self._outcome.fail(failure)
@@ -390,7 +392,7 @@ class CombinedFuture(APIFuture[_T]):
         time_fn: Callable[[], float] = time.monotonic,
     ) -> None:
         if len(futures) == 0:
-            raise ValueError("CombinedFuture requires at least one sub-future")
+            raise ValueError("CombinedFuture requires at least one sub-future")  # noqa: TRY003
         self._futures, self._combine_fn = futures, combine_fn
         self._time_fn = time_fn
         self._outcome = _Outcome()
@@ -398,7 +400,8 @@ class CombinedFuture(APIFuture[_T]):
     @property
     def operation_id(self) -> str:
         """The first chunk's op id."""
-        return self._futures[0].operation_id
+        first = self._futures[0]
+        return first.operation_id
 
     def done(self) -> bool:
         return self._outcome.known() or all(part.done() for part in self._futures)
@@ -406,9 +409,10 @@ class CombinedFuture(APIFuture[_T]):
     def _timed_out(self, timeout: Optional[float]) -> TimeoutError:
         first = self._futures[0]
         known = first._known_id() if isinstance(first, PendingAPIFuture) else first.operation_id
+        parts = len(self._futures)
+        limit = _limit_text(timeout)
         return TimeoutError(
-            f"chunked operation {known} did not complete within {_limit_text(timeout)} "
-            f"({len(self._futures)} sub-operations)"
+            f"chunked operation {known} did not complete within {limit} ({parts} sub-operations)"
         )
 
     def result(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> _T:
@@ -419,7 +423,7 @@ class CombinedFuture(APIFuture[_T]):
         try:
             for part in self._futures:
                 parts.append(part.result(deadline.left()))
-        except TimeoutError:
+        except _TIMED_OUT:
             raise self._timed_out(timeout) from None
         except TrainingSessionError as failure:
             self._outcome.fail(failure)
@@ -434,7 +438,7 @@ class CombinedFuture(APIFuture[_T]):
         try:
             for part in self._futures:
                 parts.append(await part.result_async(deadline.left()))
-        except TimeoutError:
+        except _TIMED_OUT:
             raise self._timed_out(timeout) from None
         except TrainingSessionError as failure:
             self._outcome.fail(failure)

@@ -54,7 +54,7 @@ class _Job:
         except Exception as refusal:  # noqa: BLE001 - delivered through the future
             self.failures += 1
             if is_retryable(refusal) and self.failures < DEFAULT_MAX_TRANSIENT_POLL_ERRORS:
-                return False
+                return False  # tried again after a backoff
             self.future.set_exception(refusal)
         return True
 
@@ -78,7 +78,7 @@ class BackgroundSubmitter:
         transiently); returns at once with a future of ``attempt()``'s value."""
         job = _Job(attempt, backoff)
         with self._cond:
-            if self._closed:
+            if self._closed:  # closing is final, as with the SDK's submitter
                 raise TrainingSessionError(CLOSED_MESSAGE)
             if not self._backlog and job.attempt():
                 return job.future
@@ -109,52 +109,57 @@ class BackgroundSubmitter:
             self._cond.wait_for(lambda: self._worker is None, timeout)
 
 
-_SESSION_GONE_CODES = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
+# Codes meaning the session is gone already: nothing to stop, nothing to warn about.
+_GONE = ("ResourceNotFound", "ResourceNotFoundException")
 
 
 def _auto_stop(session_name: str, service_client: Any, explicit_stop_failed: list[bool]) -> None:
     """Finalizer: stop an unreferenced session that nobody stopped (SDK semantics)."""
     try:
-        stopped = service_client._stop_session_if_active(session_name)
-    except Exception as exc:  # noqa: BLE001 - best effort, as in the SDK
-        code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
-        if code not in _SESSION_GONE_CODES:
+        did_stop = service_client._stop_session_if_active(session_name)
+    except Exception as failure:  # noqa: BLE001 - best effort, as in the SDK
+        reply = getattr(failure, "response", None) or {}
+        if reply.get("Error", {}).get("Code") not in _GONE:
             _log.warning("Auto-stop of unreferenced training session %r failed.", session_name)
         return
-    if stopped and not explicit_stop_failed:
-        try:
-            warnings.warn(
-                f"training session {session_name!r} was not stopped explicitly; stopping it "
-                "now. Use the client as a context manager, or call .stop(), to control when "
-                "the session is released.",
-                ResourceWarning,
-                stacklevel=2,
-            )
-        except Exception:  # noqa: BLE001 - the warnings machinery may be torn down
-            pass
-        _log.info("Auto-stopped unreferenced training session %r", session_name)
+    if not did_stop or explicit_stop_failed:
+        return
+    notice = (
+        f"training session {session_name!r} was not stopped explicitly; stopping it now. Use "
+        "the client as a context manager, or call .stop(), to control when the session is "
+        "released."
+    )
+    try:
+        warnings.warn(notice, ResourceWarning, stacklevel=2)
+    except Exception:  # noqa: BLE001 - the warnings machinery may be torn down at exit
+        pass
+    _log.info("Auto-stopped unreferenced training session %r", session_name)
 
 
 class _SessionHandle:
     """Shared by every client of one session; stops it when the last referrer goes."""
 
     def __init__(self, session_name: str, service_client: Any = None) -> None:
-        self.session_name = session_name
+        self.session_name: str = session_name
+        # A list, not a flag: the finalizer holds this very object, never the handle.
         self._explicit_stop_failed: list[bool] = []
-        self._finalizer: weakref.finalize | None = None
-        if service_client is not None:
-            self._finalizer = weakref.finalize(
+        self._finalizer: weakref.finalize | None = (
+            None
+            if service_client is None
+            else weakref.finalize(
                 self, _auto_stop, session_name, service_client, self._explicit_stop_failed
             )
+        )
 
     @property
     def auto_stop_armed(self) -> bool:
-        return self._finalizer is not None and self._finalizer.alive
+        finalizer = self._finalizer
+        return bool(finalizer and finalizer.alive)
 
     def note_explicit_stop_failed(self) -> None:
-        if not self._explicit_stop_failed:
-            self._explicit_stop_failed.append(True)
+        self._explicit_stop_failed[:] = [True]
 
     def disarm(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer.detach()
+        finalizer = self._finalizer
+        if finalizer is not None:
+            finalizer.detach()

@@ -28,7 +28,7 @@ from localsession.types import (
 _log = logging.getLogger("localsession.client")
 
 #: Completes the warning for an accepted but unused ``retry_config``.
-_RETRY_CONFIG_CONSEQUENCE = (
+_RETRY_CONFIG_CONSEQUENCE: str = (
     "the built-in retry policy applies instead (a fixed budget of retries on throttling and "
     "5xx errors; other errors surface at once)"
 )
@@ -36,13 +36,9 @@ _RETRY_CONFIG_CONSEQUENCE = (
 
 def _warn_unsupported_args(consequence: str, **passed: Any) -> None:
     """Warn once per argument the caller set (not ``None``) that this API accepts and ignores."""
+    template = "%s=%r is not supported by this SDK and has no effect; %s."
     for name in (key for key, value in passed.items() if value is not None):
-        _log.warning(
-            "%s=%r is not supported by this SDK and has no effect; %s.",
-            name,
-            passed[name],
-            consequence,
-        )
+        _log.warning(template, name, passed[name], consequence)
 
 
 _TYPED = (Datum, ModelInput, EncodedTextChunk, ModelInputChunk)
@@ -64,7 +60,8 @@ def _is_token_list(value: Any) -> bool:
 
 
 def _text_chunks(token_ids: Any, chunk_type: str = "encoded_text") -> dict[str, Any]:
-    return {"chunks": [{"tokens": token_ids, "type": chunk_type}]}
+    one = {"tokens": token_ids, "type": chunk_type}
+    return {"chunks": [one]}
 
 
 def prompt_to_model_input(
@@ -75,25 +72,30 @@ def prompt_to_model_input(
 ) -> dict[str, Any]:
     """The wire ``ModelInput`` (``{"chunks": [...]}``) for one sampling prompt: token IDs,
     text, a wire dict (passed through), or a typed input or look-alike."""
-    if isinstance(prompt, _TYPED[1:]):
+    if isinstance(prompt, _TYPED[1:]) or _looks_like_input(prompt):
         typed = ModelInput.from_any(prompt)
         if typed._pending_text is not None:
             typed = typed._tokenized_with(_tokenizer_of(tokenizer, tokenizer_loader))
-        return typed._to_api()
-    if isinstance(prompt, str):
-        return _text_chunks(_tokenizer_of(tokenizer, tokenizer_loader).encode(prompt), chunk_type)
-    if isinstance(prompt, dict):
-        if "chunks" in prompt:
-            return prompt
-    elif _is_token_list(prompt):
+        wire: dict[str, Any] = typed._to_api()
+        return wire
+    if isinstance(prompt, dict) and "chunks" in prompt:  # already wire-shaped
+        passed: dict[str, Any] = prompt  # already a wire input
+        return passed
+    if _is_token_list(prompt):
         return _text_chunks(prompt, chunk_type)
-    elif not isinstance(prompt, list) and hasattr(prompt, "chunks"):
-        return ModelInput.from_any(prompt)._to_api()
-    problem = (
-        f"Unsupported prompt type: {type(prompt).__name__}. Expected a list of token IDs, a "
-        "string, or a ModelInput dict."
-    )
-    raise TypeError(problem)
+    if not isinstance(prompt, str):
+        problem = (
+            f"Unsupported prompt type: {type(prompt).__name__}. Expected a list of token IDs, a "
+            "string, or a ModelInput dict."
+        )
+        raise TypeError(problem)
+    encoder = _tokenizer_of(tokenizer, tokenizer_loader)
+    return _text_chunks(encoder.encode(prompt), chunk_type)
+
+
+def _looks_like_input(prompt: Any) -> bool:
+    """A foreign object with ``chunks`` (not a dict, list or text)."""
+    return not isinstance(prompt, (dict, list, str)) and hasattr(prompt, "chunks")
 
 
 def tokenize_to_datum(
@@ -102,10 +104,10 @@ def tokenize_to_datum(
     chunk_type: str = "encoded_text",
 ) -> dict[str, Any]:
     """One wire datum of ``token_ids``; ``lossFnInputs`` only when inputs are given."""
-    datum: dict[str, Any] = {"modelInput": _text_chunks(token_ids, chunk_type)}
-    if loss_fn_inputs is not None:
-        datum["lossFnInputs"] = _loss_inputs_to_api(loss_fn_inputs)
-    return datum
+    wire: dict[str, Any] = {"modelInput": _text_chunks(token_ids, chunk_type)}
+    if loss_fn_inputs is None:
+        return wire
+    return {**wire, "lossFnInputs": _loss_inputs_to_api(loss_fn_inputs)}
 
 
 def _duck_typed(element: Any) -> bool:
@@ -117,7 +119,7 @@ def _duck_typed(element: Any) -> bool:
 def _kind(element: Any) -> str:
     """Which reading a batch element calls for (mixed kinds are read one by one)."""
     if isinstance(element, _TYPED) or _duck_typed(element):
-        return "typed"
+        return "typed"  # read through Datum.from_any
     if isinstance(element, (dict, str)):
         return type(element).__name__
     return "tokens" if _is_token_list(element) else "unsupported"
@@ -138,15 +140,16 @@ class _Reader:
         return tokenize_to_datum(self.encode(text), self.shared)
 
     def typed(self, element: Any) -> dict[str, Any]:
-        datum = Datum.from_any(element)
-        if datum._pending_text is not None:
-            datum = datum._tokenized_with(_tokenizer_of(self.tokenizer, self.loader))
-        return datum._to_api()
+        read = Datum.from_any(element)
+        if read._pending_text is not None:
+            read = read._tokenized_with(_tokenizer_of(self.tokenizer, self.loader))
+        wire: dict[str, Any] = read._to_api()
+        return wire
 
     def fill(self, datums: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Give the batch-wide loss inputs to each datum that carries none of its own."""
         if not self.shared:
-            return datums
+            return datums  # nothing to share
         wire = _loss_inputs_to_api(self.shared)
         return [d if "lossFnInputs" in d else {**d, "lossFnInputs": {**wire}} for d in datums]
 
@@ -155,7 +158,7 @@ class _Reader:
 
 
 def _coerce(batch: Any, reader: _Reader) -> list[dict[str, Any]]:
-    if not batch:
+    if not batch:  # nothing to coerce
         return []
     head = batch[0]
     if isinstance(head, int):
@@ -199,16 +202,14 @@ _PER_TOKEN = ("target_tokens", "weights", "logprobs", "old_logprobs")
 
 def model_input_token_count(model_input: Any) -> int | None:
     """Tokens in a wire ``{"chunks": [...]}`` input; ``None`` for any other shape."""
-    chunks = model_input.get("chunks") if isinstance(model_input, dict) else None
-    if not isinstance(chunks, list):
-        return None
-    total = 0
-    for chunk in chunks:
-        ids = chunk.get("tokens") if isinstance(chunk, dict) else None
-        if not isinstance(ids, list):
-            return None
-        total += len(ids)
-    return total
+    parts = model_input.get("chunks") if isinstance(model_input, dict) else None
+    counts = [_token_count(part) for part in parts] if isinstance(parts, list) else [None]
+    return None if None in counts else sum(c for c in counts if c is not None)
+
+
+def _token_count(chunk: Any) -> int | None:
+    ids = chunk.get("tokens") if isinstance(chunk, dict) else None
+    return len(ids) if isinstance(ids, list) else None
 
 
 def _value_count(value: Any) -> int | None:
@@ -241,7 +242,7 @@ def _check_lengths(datums: list[Any]) -> None:
             continue
         tokens = model_input_token_count(datum.get("modelInput"))
         if tokens is None:
-            continue
+            continue  # not a countable input: nothing to compare against
         for key in (k for k in _PER_TOKEN if k in given):
             count = _value_count(given[key])
             if count is not None and count != tokens:
@@ -269,27 +270,28 @@ def batch_to_datum_list(
     keys); per-token inputs must always match the datum's length.
     """
     datums = _coerce(batch, _Reader(tokenizer, tokenizer_loader, loss_fn_inputs))
-    if loss_fn_name is not None:
+    if loss_fn_name is not None:  # the keys are known only for a named loss
         _check_required(datums, loss_fn_name)
     _check_lengths(datums)
-    return datums
+    checked: list[dict[str, Any]] = datums
+    return checked
 
 
 # -- splitting a large forward_backward and folding it back ------------------------------------
 
 #: At most this many datums per request.
-MAX_CHUNK_LEN = 1024
+MAX_CHUNK_LEN: int = 1024
 #: At most about this many serialized bytes per request (headroom under the request limit).
-MAX_CHUNK_BYTES = 10_000_000
+MAX_CHUNK_BYTES: int = 10_000_000
 #: Metrics that count something in the batch: chunk values add up instead of averaging.
-SUMMED_METRICS = frozenset({"global_token_num"})
+SUMMED_METRICS: frozenset[str] = frozenset({"global_token_num"})
 
 
 def _approx_bytes(datum: dict[str, Any]) -> int:
     """About 10 bytes per token and per loss-input value (digits, separators)."""
     count = 0
-    for chunk in datum.get("modelInput", {}).get("chunks", []):
-        count += len(chunk.get("tokens", []))
+    for part in datum.get("modelInput", {}).get("chunks", []):
+        count += len(part.get("tokens", []))
     for value in (datum.get("lossFnInputs") or {}).values():
         values = value.get("data") if isinstance(value, dict) else None
         count += len(values) if isinstance(values, list) else 0
@@ -306,12 +308,12 @@ def chunk_datum_list(
     travels alone), in order."""
     runs: list[list[dict[str, Any]]] = []
     size = 0
-    for datum in datum_list:
-        weight = _approx_bytes(datum)
+    for item in datum_list:
+        weight = _approx_bytes(item)
         if not runs or len(runs[-1]) >= max_len or (runs[-1] and size + weight > max_bytes):
             runs.append([])
             size = 0
-        runs[-1].append(datum)
+        runs[-1].append(item)
         size += weight
     return runs
 
@@ -343,7 +345,7 @@ def combine_forward_backward_results(
     ``datum_counts`` (datums per chunk) weighs the means; without it each chunk weighs as many
     per-datum outputs as it returned (at least 1). Per-datum outputs are concatenated.
     """
-    if len(results) == 1:
+    if len(results) == 1:  # an unsplit batch: its own result
         return results[0]
     if datum_counts is None or len(datum_counts) != len(results):
         datum_counts = [len(r.loss_fn_outputs or []) for r in results]

@@ -74,27 +74,26 @@ class TrainingClient:
         model_package_group_arn: str = "",
         service_client: Any = None,
     ) -> None:
-        self.training_session_name = training_session_name
-        self._runtime = runtime
-        self._base_model = base_model
-        self._tokenizer = tokenizer
-        self._hub_client = hub_client
-        self._hf_model_id = hf_model_id
+        self.training_session_name: str = training_session_name
+        self._runtime, self._service_client = runtime, service_client
+        self._base_model, self._tokenizer = base_model, tokenizer
+        self._hub_client, self._hf_model_id = hub_client, hf_model_id
         self._model_package_group_arn = model_package_group_arn
-        self._service_client = service_client
         self._strict: bool = getattr(service_client, "_strict", True)
-        self._sequence_counter = 0
-        self._sequence_lock = threading.RLock()
+        # Sequence numbers start at 1; the re-entrant lock also spans a split batch's chunks.
+        self._sequence_counter, self._sequence_lock = 0, threading.RLock()
         self._submitter = BackgroundSubmitter(name=f"localsession-training-{training_session_name}")
         self._handle = _SessionHandle(training_session_name, service_client)
+        # The newest package of each kind this client saved (get_latest_model_package).
         self._latest_by_kind: Dict[ModelPackageKind, ModelPackageInfo] = {}
-        self._cache_lock = threading.Lock()
+        self._cache_lock = threading.Lock()  # guards _latest_by_kind
 
     def get_tokenizer(self) -> Any:
         """The session model's tokenizer (a ``transformers`` tokenizer), cached per client."""
-        if self._tokenizer is None:
-            self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
-        return self._tokenizer
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            tokenizer = self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
+        return tokenizer
 
     # -- training primitives ---------------------------------------------------------------
 
@@ -115,7 +114,8 @@ class TrainingClient:
         loss_fn_inputs: Optional[Dict[str, Any]] = None,
         loss_fn_config: Optional[Dict[str, float]] = None,
     ) -> APIFuture[ForwardBackwardOutput]:
-        return self.forward_backward(batch, loss_fn, loss_fn_inputs, loss_fn_config=loss_fn_config)
+        pending = self.forward_backward(batch, loss_fn, loss_fn_inputs, loss_fn_config)
+        return pending
 
     def forward(
         self,
@@ -134,7 +134,8 @@ class TrainingClient:
         loss_fn_inputs: Optional[Dict[str, Any]] = None,
         loss_fn_config: Optional[Dict[str, float]] = None,
     ) -> APIFuture[ForwardBackwardOutput]:
-        return self.forward(batch, loss_fn, loss_fn_inputs, loss_fn_config=loss_fn_config)
+        pending = self.forward(batch, loss_fn, loss_fn_inputs, loss_fn_config)
+        return pending
 
     def _run_loss(
         self,
@@ -144,47 +145,41 @@ class TrainingClient:
         loss_fn_inputs: Optional[Dict[str, Any]],
         loss_fn_config: Optional[Dict[str, float]],
     ) -> APIFuture[ForwardBackwardOutput]:
-        loss = LossFunction(loss_fn)
-        datum_list = batch_to_datum_list(
-            batch,
-            tokenizer=self._tokenizer,
-            loss_fn_inputs=loss_fn_inputs,
-            tokenizer_loader=self.get_tokenizer,
-            loss_fn_name=loss.value,
+        loss = LossFunction(loss_fn).value
+        datums = batch_to_datum_list(
+            batch, self._tokenizer, loss_fn_inputs, self.get_tokenizer, loss_fn_name=loss
         )
-        chunks = chunk_datum_list(datum_list) or [datum_list]
+        chunks = chunk_datum_list(datums) or [datums]
+        extra = {} if loss_fn_config is None else {"lossFnConfig": loss_fn_config}
 
-        def one(chunk: List[Dict[str, Any]]) -> APIFuture[ForwardBackwardOutput]:
-            config: Dict[str, Any] = {"lossFnName": loss.value, "datumList": chunk}
-            if loss_fn_config is not None:
-                config["lossFnConfig"] = loss_fn_config
-            return self._submit({kind: config}, ForwardBackwardOutput)
+        def one(part: List[Dict[str, Any]]) -> APIFuture[ForwardBackwardOutput]:
+            body = {"lossFnName": loss, "datumList": part, **extra}
+            return self._submit({kind: body}, ForwardBackwardOutput)
 
-        if len(chunks) == 1:
+        if len(chunks) < 2:
             return one(chunks[0])
         # Chunks of one forward_backward take contiguous sequence numbers (SDK §5.5).
         with self._sequence_lock:
-            futures = [one(chunk) for chunk in chunks]
-        return CombinedFuture(
-            futures,
-            functools.partial(
-                combine_forward_backward_results, datum_counts=[len(c) for c in chunks]
-            ),
-        )
+            parts = [one(part) for part in chunks]
+        sizes = [len(part) for part in chunks]
+        fold = functools.partial(combine_forward_backward_results, datum_counts=sizes)
+        return CombinedFuture(parts, fold)
 
     def optim_step(
-        self, adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None
+        self,
+        adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None,
     ) -> APIFuture[OptimStepResponse]:
         """Apply the accumulated gradients with AdamW and zero them."""
-        params = AdamParams.from_any(adam_params) if adam_params is not None else AdamParams()
-        return self._submit(
-            {"optimizerStep": {"adamParamsConfig": params._to_api()}}, OptimStepResponse
-        )
+        chosen = AdamParams() if adam_params is None else AdamParams.from_any(adam_params)
+        body = {"adamParamsConfig": chosen._to_api()}
+        return self._submit({"optimizerStep": body}, OptimStepResponse)
 
     async def optim_step_async(
-        self, adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None
+        self,
+        adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None,
     ) -> APIFuture[OptimStepResponse]:
-        return self.optim_step(adam_params)
+        pending = self.optim_step(adam_params)
+        return pending
 
     # -- checkpoints -----------------------------------------------------------------------
 
