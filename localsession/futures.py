@@ -411,7 +411,7 @@ class CombinedFuture(APIFuture[_T]):
         known = first._known_id() if isinstance(first, PendingAPIFuture) else first.operation_id
         parts = len(self._futures)
         limit = _limit_text(timeout)
-        return TimeoutError(
+        return TimeoutError(  # the whole budget, not the slice the last chunk was given
             f"chunked operation {known} did not complete within {limit} ({parts} sub-operations)"
         )
 

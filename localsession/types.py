@@ -767,8 +767,8 @@ class Datum(_AllowExtraBase):
     @property
     def _pending_text(self) -> Optional[str]:
         prompt, inner = self.prompt, self.model_input
-        if isinstance(prompt, str):
-            return prompt
+        if isinstance(prompt, str):  # the shorthand holds text
+            return str(prompt)
         return None if inner is None else inner._pending_text
 
     def _tokenized_with(self, tokenizer: Any) -> Datum:

@@ -241,7 +241,7 @@ def _check_lengths(datums: list[Any]) -> None:
         if not (isinstance(given, dict) and given):
             continue
         tokens = model_input_token_count(datum.get("modelInput"))
-        if tokens is None:
+        if tokens is None:  # not a countable input
             continue  # not a countable input: nothing to compare against
         for key in (k for k in _PER_TOKEN if k in given):
             count = _value_count(given[key])
@@ -346,7 +346,7 @@ def combine_forward_backward_results(
     per-datum outputs as it returned (at least 1). Per-datum outputs are concatenated.
     """
     if len(results) == 1:  # an unsplit batch: its own result
-        return results[0]
+        return results[-1]
     if datum_counts is None or len(datum_counts) != len(results):
         datum_counts = [len(r.loss_fn_outputs or []) for r in results]
     sizes = [max(1, n) for n in datum_counts]

@@ -23,7 +23,7 @@ from localsession.client._handle import BackgroundSubmitter
 from localsession.client.backend import Backend, call, check_params
 from localsession.futures import APIFuture, PendingAPIFuture, call_with_transient_retry
 
-_T = TypeVar("_T")
+_Value = TypeVar("_Value")
 
 _TRAINING = "ExecuteTrainingOperation"
 _READS = {
@@ -36,7 +36,7 @@ def _label(operation: str) -> str:
     return "training" if operation == _TRAINING else "sample"
 
 
-class RuntimeFuture(APIFuture[_T]):
+class RuntimeFuture(APIFuture[_Value]):
     """An op's future that the runtime completes: no polling loop, ``done()`` is immediate."""
 
     def __init__(
@@ -45,13 +45,14 @@ class RuntimeFuture(APIFuture[_T]):
         session_name: str,
         operation: str,
         operation_id: str,
-        parse_fn: Callable[[dict[str, Any]], _T],
+        parse_fn: Callable[[dict[str, Any]], _Value],
     ) -> None:
         training = operation == _TRAINING
         read = backend.get_training_operation_result if training else (
             backend.get_sampling_operation_result
         )
-        super().__init__(
+        APIFuture.__init__(
+            self,
             operation_id,
             lambda: call(_READS[operation], lambda: read(session_name, operation_id)),
             parse_fn,
@@ -65,7 +66,7 @@ class RuntimeFuture(APIFuture[_T]):
     def done(self) -> bool:
         return self._finished.is_set() or self._outcome.known()
 
-    def _read_final(self) -> _T:
+    def _read_final(self) -> _Value:
         body = call_with_transient_retry(
             self._poll_fn,
             max_attempts=self._max_transient_poll_errors + 1,
@@ -75,18 +76,18 @@ class RuntimeFuture(APIFuture[_T]):
             raise RuntimeError(f"operation {self._operation_id} reported done while {body}")
         return self._outcome.value  # type: ignore[no-any-return]
 
-    def result(self, timeout: float | None = None) -> _T:
+    def result(self, timeout: float | None = None) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
         if not self._finished.wait(timeout):
             raise self._out_of_time(timeout)
         return self._read_final()
 
-    async def result_async(self, timeout: float | None = None) -> _T:
+    async def result_async(self, timeout: float | None = None) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
         if not self._finished.is_set():
-            loop = asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()  # the runtime's thread wakes this loop
             woken: asyncio.Future[None] = loop.create_future()
 
             def wake() -> None:
@@ -98,7 +99,7 @@ class RuntimeFuture(APIFuture[_T]):
             self._watch(wake)
             try:
                 await asyncio.wait_for(woken, timeout)
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError:  # the op is still running
                 raise self._out_of_time(timeout) from None
         return await asyncio.to_thread(self._read_final)
 
@@ -113,8 +114,8 @@ def operation_future(
     session_name: str,
     operation: str,
     operation_id: str,
-    parse_fn: Callable[[dict[str, Any]], _T],
-) -> APIFuture[_T]:
+    parse_fn: Callable[[dict[str, Any]], _Value],
+) -> APIFuture[_Value]:
     """The future of an op that the runtime already accepted."""
     return RuntimeFuture(backend, session_name, operation, operation_id, parse_fn)
 
@@ -125,11 +126,11 @@ def submit(
     session_name: str,
     operation: str,
     params: dict[str, Any],
-    parse_fn: Callable[[dict[str, Any]], _T],
+    parse_fn: Callable[[dict[str, Any]], _Value],
     *,
     strict: bool,
     keepalive: Any,
-) -> APIFuture[_T]:
+) -> APIFuture[_Value]:
     """Queue one runtime op on ``submitter``; returns its future at once."""
     execute = backend.execute_training_operation if operation == _TRAINING else (
         backend.execute_sampling_operation
@@ -142,7 +143,7 @@ def submit(
     except Exception as refusal:  # noqa: BLE001 - surfaces at result(), like a wire submit
         checked = refusal
 
-    def attempt() -> APIFuture[_T]:
+    def attempt() -> APIFuture[_Value]:
         if checked is not None:
             raise checked
         accepted = call(operation, lambda: execute(session_name, request))

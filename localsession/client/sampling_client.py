@@ -79,10 +79,10 @@ class SamplingClient:
 
     def get_tokenizer(self) -> Any:
         """The session model's tokenizer, cached per client."""
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            tokenizer = self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
-        return tokenizer
+        if self._tokenizer is None:  # loaded once, on first use
+            self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
+        loaded = self._tokenizer
+        return loaded
 
     def sample(
         self,
@@ -97,7 +97,7 @@ class SamplingClient:
         chosen = SamplingParams() if sampling_params is None else sampling_params
         config: Dict[str, Any] = {
             "prompt": self._model_input(prompt),
-            "numSamples": num_samples,
+            "numSamples": num_samples,  # the service answers 1 to 16
             "samplingParams": SamplingParams.from_any(chosen)._to_api(),
         }
         extras = {
@@ -131,7 +131,7 @@ class SamplingClient:
         """Score ``prompt``: one logprob per token, the first ``None``."""
         wire_prompt = self._model_input(prompt)
         config: Dict[str, Any] = {"prompt": wire_prompt}
-        if self.model_package_arn:
+        if self.model_package_arn:  # score with the package's weights
             config["modelPackageArn"] = self.model_package_arn
         reader = _logprobs_reader(model_input_token_count(wire_prompt))
         return self._send({"computeLogprobs": config}, reader)
@@ -147,7 +147,7 @@ class SamplingClient:
     def _send(
         self, config: Dict[str, Any], parse: Callable[[Dict[str, Any]], _Out]
     ) -> APIFuture[_Out]:
-        if self._closed:
+        if self._closed:  # retired or stopped: no new ops
             raise TrainingSessionError(CLOSED_MESSAGE)
         request = {"operationConfig": config}
         name, op = self.training_session_name, "ExecuteSamplingOperation"
@@ -158,15 +158,15 @@ class SamplingClient:
 
     def _retire(self) -> None:
         self._closed = True
-        if self._owns_submitter:
-            self._submitter.close()
+        if self._owns_submitter:  # a derived client shares its trainer's, which stays open
+            self._submitter.close(timeout=5.0)
 
     def stop(self) -> None:
         """Retire this client; stop the session too if this client owns it."""
-        self._retire()
+        self._retire()  # no new ops from here on
         owner = self._service_client if self._owns_session else None
         if owner is None:
-            if self._owns_session:
+            if self._owns_session is True:
                 _log.warning(
                     "SamplingClient owns session %r but has no ServiceClient to stop it with; "
                     "stop it via ServiceClient.stop_session(...).",
@@ -175,24 +175,24 @@ class SamplingClient:
             return
         try:
             owner.stop_session(self.training_session_name)
-        except BaseException:
-            self._handle.note_explicit_stop_failed()
+        except BaseException:  # the finalizer still tries later, without the warning
+            self._handle.note_explicit_stop_failed()  # remembered for the finalizer
             raise
-        self._handle.disarm()
+        self._handle.disarm()  # stopped: nothing left for the finalizer
 
     def __enter__(self) -> "SamplingClient":
         return self
 
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
-        if not self._owns_session:
-            self._retire()
+        if not self._owns_session:  # a derived client only retires itself
+            self._retire()  # the session stays with its TrainingClient
             return
         try:
             self.stop()
         except Exception:  # noqa: BLE001 - leaving the block must not raise over the body
             _log.warning(
-                "Failed to stop implicitly-created session %r on exit; it will be stopped when "
-                "this client is collected, or after its inactivity timeout.",
+                "Failed to stop implicitly-created session %r on exit; it will be stopped "
+                "when this client is collected, or after its inactivity timeout.",
                 self.training_session_name,
                 exc_info=True,
             )

@@ -242,14 +242,14 @@ class ServiceClient:
         except ClientError as refusal:
             if _error_code(refusal) in ("ResourceNotFound", "ResourceNotFoundException"):
                 gone = "the model package does not exist"
-                return ModelPackageDeletion(
+                return ModelPackageDeletion(  # already gone: nothing deleted, nothing kept
                     model_package_arn=model_package_arn,
                     model_package_deleted=False,
                     retained_reason=gone,
                 )
             raise
         kept_at = answer.get("RetainedAt")
-        return ModelPackageDeletion(
+        return ModelPackageDeletion(  # deleted now
             model_package_arn=model_package_arn,
             model_package_deleted=True,
             s3_uri=kept_at,
@@ -271,7 +271,7 @@ class ServiceClient:
     def create_training_client_from_state(
         self,
         model_package_arn: str,
-        **kwargs: Any,
+        **kwargs: Any
     ) -> TrainingClient:
         """A new session with the package's adapter loaded (the optimizer starts fresh)."""
         return self._client_from_state(model_package_arn, load_optimizer=False, kwargs=kwargs)
@@ -279,7 +279,7 @@ class ServiceClient:
     async def create_training_client_from_state_async(
         self,
         model_package_arn: str,
-        **kwargs: Any,
+        **kwargs: Any
     ) -> TrainingClient:
         make = functools.partial(self.create_training_client_from_state, **kwargs)
         return await asyncio.to_thread(make, model_package_arn)
@@ -287,7 +287,7 @@ class ServiceClient:
     def create_training_client_from_state_with_optimizer(
         self,
         model_package_arn: str,
-        **kwargs: Any,
+        **kwargs: Any
     ) -> TrainingClient:
         """A new session resuming a CHECKPOINT exactly: adapter and AdamW state."""
         return self._client_from_state(model_package_arn, load_optimizer=True, kwargs=kwargs)
@@ -295,7 +295,7 @@ class ServiceClient:
     async def create_training_client_from_state_with_optimizer_async(
         self,
         model_package_arn: str,
-        **kwargs: Any,
+        **kwargs: Any
     ) -> TrainingClient:
         make = functools.partial(self.create_training_client_from_state_with_optimizer, **kwargs)
         return await asyncio.to_thread(make, model_package_arn)
@@ -310,7 +310,7 @@ class ServiceClient:
         load = tc.load_state_with_optimizer if load_optimizer else tc.load_state
         try:
             load(package).result()
-        except BaseException:
+        except BaseException:  # stop what was started, then re-raise
             try:
                 tc.stop()
             except Exception:  # noqa: BLE001 - the load error matters more
@@ -361,7 +361,7 @@ class ServiceClient:
             kms_key_arn=kms_key_arn,
             vpc_config=VpcConfig.from_any(vpc_config) if vpc_config is not None else None,
         )
-        return TrainingClient(
+        return TrainingClient(  # the session is Running
             training_session_name=name,
             runtime=self._backend,
             base_model=base_model,
@@ -372,7 +372,7 @@ class ServiceClient:
     async def create_lora_training_client_async(
         self,
         base_model: str,
-        **kwargs: Any,
+        **kwargs: Any
     ) -> TrainingClient:
         make = functools.partial(self.create_lora_training_client, **kwargs)
         return await asyncio.to_thread(make, base_model)
@@ -460,7 +460,7 @@ class ServiceClient:
         )
         try:
             self._wait_until_running(name)
-        except BaseException:
+        except BaseException:  # stop what was started, then re-raise
             try:
                 self._stop_session_if_active(name)
             except Exception:  # noqa: BLE001 - the original error matters more
@@ -525,7 +525,7 @@ class ServiceClient:
     def delete_session(self, training_session: str, *, stop_if_active: bool = False) -> None:
         """Delete a stopped session (stopping it first with ``stop_if_active``)."""
         name = _session_name_of(training_session)
-        if stop_if_active:
+        if stop_if_active:  # else deleting an active session is refused
             self._stop_session_if_active(name)
         control(
             "DeleteTrainingSession",

@@ -83,17 +83,17 @@ class TrainingClient:
         # Sequence numbers start at 1; the re-entrant lock also spans a split batch's chunks.
         self._sequence_counter, self._sequence_lock = 0, threading.RLock()
         self._submitter = BackgroundSubmitter(name=f"localsession-training-{training_session_name}")
-        self._handle = _SessionHandle(training_session_name, service_client)
+        self._handle = _SessionHandle(training_session_name, service_client)  # auto-stop
         # The newest package of each kind this client saved (get_latest_model_package).
-        self._latest_by_kind: Dict[ModelPackageKind, ModelPackageInfo] = {}
+        self._latest_by_kind: Dict[ModelPackageKind, ModelPackageInfo] = dict()
         self._cache_lock = threading.Lock()  # guards _latest_by_kind
 
     def get_tokenizer(self) -> Any:
         """The session model's tokenizer (a ``transformers`` tokenizer), cached per client."""
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            tokenizer = self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
-        return tokenizer
+        if self._tokenizer is None:  # loaded once, on first use
+            self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
+        loaded = self._tokenizer
+        return loaded
 
     # -- training primitives ---------------------------------------------------------------
 
@@ -159,7 +159,7 @@ class TrainingClient:
         if len(chunks) < 2:
             return one(chunks[0])
         # Chunks of one forward_backward take contiguous sequence numbers (SDK §5.5).
-        with self._sequence_lock:
+        with self._sequence_lock:  # no other op may take a number in between
             parts = [one(part) for part in chunks]
         sizes = [len(part) for part in chunks]
         fold = functools.partial(combine_forward_backward_results, datum_counts=sizes)
@@ -209,7 +209,7 @@ class TrainingClient:
         future = self.save_weights_for_sampler(
             description, merge_weights, ttl_seconds=ttl_seconds, name=name
         )
-        return future
+        return future  # as the SDK: the future, not its result
 
     def save_state(
         self,
@@ -242,16 +242,19 @@ class TrainingClient:
         return self._load(model_package_arn, False)
 
     async def load_state_async(self, model_package_arn: str) -> APIFuture[LoadStateResponse]:
-        return self.load_state(model_package_arn)
+        pending = self.load_state(model_package_arn)
+        return pending
 
     def load_state_with_optimizer(self, model_package_arn: str) -> APIFuture[LoadStateResponse]:
         """Restore the adapter weights and the AdamW state from a CHECKPOINT package."""
         return self._load(model_package_arn, True)
 
     async def load_state_with_optimizer_async(
-        self, model_package_arn: str
+        self,
+        model_package_arn: str,
     ) -> APIFuture[LoadStateResponse]:
-        return self.load_state_with_optimizer(model_package_arn)
+        pending = self.load_state_with_optimizer(model_package_arn)
+        return pending
 
     def _load(self, arn: str, with_optimizer: bool) -> APIFuture[LoadStateResponse]:
         config = {"modelPackageArn": arn, "loadOptimizer": with_optimizer}
@@ -274,7 +277,7 @@ class TrainingClient:
 
     def get_latest_model_package(self, kind: ModelPackageKind) -> Optional[ModelPackageInfo]:
         """The newest package of ``kind`` this client saved (answered locally, as the SDK does)."""
-        with self._cache_lock:
+        with self._cache_lock:  # a save may be recording one right now
             latest = self._latest_by_kind.get(kind)
         return latest
 
@@ -284,7 +287,7 @@ class TrainingClient:
         def note(saved: Any) -> None:
             if saved.model_package_arn:
                 info = ModelPackageInfo(model_package_arn=saved.model_package_arn, kind=kind)
-                with self._cache_lock:
+                with self._cache_lock:  # parse runs on whichever thread resolves the future
                     self._latest_by_kind[kind] = info
 
         return note
@@ -319,7 +322,7 @@ class TrainingClient:
     ) -> APIFuture[_R]:
         def parse(body: Dict[str, Any]) -> _R:
             parsed: _R = result_cls._from_api(body.get("operationResult", {}))
-            if record_fn is not None:
+            if record_fn is not None:  # e.g. remember the package a save registered
                 record_fn(parsed)
             return parsed
 
@@ -340,7 +343,8 @@ class TrainingClient:
     @property
     def current_sequence_number(self) -> int:
         """The last sequence number allocated; 0 before any op."""
-        return self._sequence_counter
+        last: int = self._sequence_counter
+        return last
 
     # -- sampling clients ------------------------------------------------------------------
 
@@ -399,8 +403,8 @@ class TrainingClient:
         self, model_package_arn: str = "", *, retry_config: Optional[Any] = None
     ) -> SamplingClient:
         """A sampling client on this session; ``""`` samples without a package ARN."""
-        _warn_unsupported_args(_RETRY_CONFIG_CONSEQUENCE, retry_config=retry_config)
-        return SamplingClient(
+        _warn_unsupported_args(_RETRY_CONFIG_CONSEQUENCE, retry_config=retry_config)  # ignored
+        return SamplingClient(  # shares this client's session, handle and submitter
             training_session_name=self.training_session_name,
             runtime=self._runtime,
             model_package_arn=model_package_arn,
@@ -434,21 +438,21 @@ class TrainingClient:
 
     def stop(self) -> None:
         """Close this client and stop its session (idempotent on the service side)."""
-        self._submitter.close()
+        self._submitter.close()  # no new ops; queued submits still go out
         owner = self._lifecycle_owner()
         try:
             owner.stop_session(self.training_session_name)
-        except BaseException:
-            self._handle.note_explicit_stop_failed()  # the finalizer still tries, and warns
+        except BaseException:  # the finalizer still tries later, without the warning
+            self._handle.note_explicit_stop_failed()  # remembered for the finalizer
             raise
-        self._handle.disarm()
+        self._handle.disarm()  # stopped: nothing left for the finalizer
 
     def delete(self, *, stop_if_active: bool = False) -> None:
         """Close this client and delete its session."""
-        self._submitter.close()
+        self._submitter.close()  # no new ops; queued submits still go out
         owner = self._lifecycle_owner()
         owner.delete_session(self.training_session_name, stop_if_active=stop_if_active)
-        self._handle.disarm()
+        self._handle.disarm()  # deleted: nothing left for the finalizer
 
     def __enter__(self) -> "TrainingClient":
         return self
