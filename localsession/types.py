@@ -314,7 +314,7 @@ class TensorData(_ForbidExtraBase):
 
     def __init__(self, data: Any = None, **kwargs: Any) -> None:
         if data is None:  # checked before the fields, as the SDK does
-            raise ValueError("TensorData requires " + repr("data"))
+            raise ValueError("TensorData requires 'data'")  # before pydantic sees the fields
         BaseModel.__init__(self, **kwargs)
         listed = isinstance(data, list)
         self._data, self._source = (data, None) if listed else (None, data)
