@@ -194,8 +194,8 @@ class VpcConfig(_ForbidExtraBase):
     def _read(cls, source: Any) -> VpcConfig:
         if isinstance(source, dict):
             return cls(**source)
-        subnets, groups = source.subnets, source.security_group_ids
-        return cls(subnets=list(subnets), security_group_ids=list(groups))
+        subnets = [*source.subnets]  # read (and checked) before the groups, as the SDK does
+        return cls(subnets=subnets, security_group_ids=[*source.security_group_ids])
 
     def _to_api(self) -> Dict[str, Any]:
         return {"Subnets": [*self.subnets], "SecurityGroupIds": [*self.security_group_ids]}
