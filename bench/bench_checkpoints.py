@@ -37,7 +37,9 @@ def collect(smoke: bool = False, runs: int = 20) -> list[Row]:
     runs = 1 if smoke else runs
     with tempfile.TemporaryDirectory() as home:
         service = Service(ServiceConfig(home=Path(home)))
-        client = ServiceClient(role_arn="arn:aws:iam::000000000000:role/bench", backend=service)
+        client = ServiceClient(
+            "us-west-2", role_arn="arn:aws:iam::000000000000:role/bench", backend=service
+        )
         tc = client.create_lora_training_client(model_name, rank=32, alpha=64)
         tokens = list(range(1, 129))
         tc.forward_backward(

@@ -107,7 +107,7 @@ def raw_generate(name: str, max_tokens: int) -> Callable[[], int]:
 def bench_model(name: str, max_tokens: int, runs: int, home: Path) -> list[Row]:
     """The two rows (vs one-at-a-time, vs raw generate) of one model."""
     service = Service(ServiceConfig(home=home, max_sessions=2))
-    client = ServiceClient(role_arn=ROLE, backend=service, strict=False)  # max_tokens < 512
+    client = ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
     tc = client.create_lora_training_client(name, rank=8, alpha=16)
     sc = tc.create_sampling_client()
     concurrent, sequential = api_paths(sc, max_tokens)

@@ -265,7 +265,7 @@ def collect(smoke: bool = False, runs: int = 10, overhead_runs: int = 300) -> li
     out: list[Row] = []
     with tempfile.TemporaryDirectory() as home:
         service = Service(ServiceConfig(home=Path(home), max_sessions=4))
-        client = ServiceClient(role_arn=ROLE, backend=service, strict=False)
+        client = ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
         try:
             steps: list[Any] = [
                 *(lambda s=short: training_step_rows(client, s, runs, batch, length)

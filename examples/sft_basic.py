@@ -22,7 +22,7 @@ PAIRS = [
 
 
 def main() -> None:
-    svc = ServiceClient(role_arn="arn:aws:iam::000000000000:role/example")
+    svc = ServiceClient("us-west-2", role_arn="arn:aws:iam::000000000000:role/example")
     with svc.create_lora_training_client("localsession/tiny", rank=16, alpha=32) as tc:
         tok = tc.get_tokenizer()
         batch = []

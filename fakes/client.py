@@ -78,7 +78,11 @@ class FakeServiceClient(ServiceClient):
         )
         self._owns_service = service is None
         super().__init__(
-            region, role_arn=role_arn, strict=strict, backend=self.service, **service_client_kwargs
+            region or "us-west-2",  # a test double: no AWS configuration needed
+            role_arn=role_arn,
+            strict=strict,
+            backend=self.service,
+            **service_client_kwargs,
         )
 
     # -- test controls -------------------------------------------------------------------

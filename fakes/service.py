@@ -95,6 +95,7 @@ class FakeService:
         self._clock = threading.Condition()
         self._seed = 0
         self._by_operation: dict[str, Call] = {}
+        self._held: dict[str, list[Any]] = {}  # completion callbacks waiting for a release
         self._retrying: dict[tuple[str, str], Call] = {}
         self._engine_class = engine_factory or self._default_engine_class()
         self._restore_threads: int | None = None
@@ -261,6 +262,8 @@ class FakeService:
         with self._clock:
             self._manual = manual
             self._clock.notify_all()
+        if not manual:
+            self._release_callbacks(list(self._held))
         for session in self.runtime.sessions():
             gate = _gate(session.engine)
             if gate is not None:
@@ -271,6 +274,21 @@ class FakeService:
             return True
         call = self._by_operation.get(operation_id)
         return call is None or call.released
+
+    def on_operation_done(self, name: str, operation_id: str, callback: Any) -> None:
+        """Completion callbacks fire when the manual clock releases the op, not before."""
+        self.runtime.operation(name, operation_id)  # unknown ids raise as usual
+        with self._clock:
+            if not self._visible(operation_id):
+                self._held.setdefault(operation_id, []).append((name, callback))
+                return
+        self.runtime.on_operation_done(name, operation_id, callback)
+
+    def _release_callbacks(self, operation_ids: list[str]) -> None:
+        with self._clock:
+            held = [(op_id, *pair) for op_id in operation_ids for pair in self._held.pop(op_id, [])]
+        for op_id, name, callback in held:
+            self.runtime.on_operation_done(name, op_id, callback)
 
     def _settle(self, call: Call) -> None:
         """Let ``call``'s op run (through its engine's gate) and wait until it is terminal."""
@@ -303,6 +321,8 @@ class FakeService:
             with self._clock:
                 call.released = True
                 self._clock.notify_all()
+            if call.operation_id is not None:
+                self._release_callbacks([call.operation_id])
             released.append(call)
         return released
 

@@ -5,7 +5,7 @@ training loop changes one import line::
 
     from localsession import AdamParams, Datum, ModelInput, ServiceClient, TensorData
 
-    svc = ServiceClient(role_arn="arn:aws:iam::000000000000:role/local")
+    svc = ServiceClient("us-west-2", role_arn="arn:aws:iam::000000000000:role/local")
     tc = svc.create_lora_training_client("localsession/tiny", rank=8, alpha=16)
 
 Importing this package does not import torch; a session loads its model when it starts.

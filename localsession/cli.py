@@ -178,8 +178,9 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument(
         "--long-poll",
         type=float,
-        default=15.0,
-        help="seconds a result poll may be held (default 15)",
+        default=0.9,
+        help="seconds the server may hold a result poll of a running op (default 0.9: an "
+        "SDK result(timeout=t) then returns within t + 3 s)",
     )
     serve.add_argument(
         "--max-queued-ops",

@@ -81,7 +81,9 @@ def answer_tokens(batch: list[Datum]) -> float:
 def run(
     model: str = "localsession/tiny", steps: int = 60, learning_rate: float = 5e-3
 ) -> DemoResult:
-    service = ServiceClient(role_arn="arn:aws:iam::000000000000:role/localsession-demo")
+    service = ServiceClient(
+        "us-west-2", role_arn="arn:aws:iam::000000000000:role/localsession-demo"
+    )
     print(f"Starting a LoRA session on {model} ...", flush=True)
     with service.create_lora_training_client(model, rank=16, alpha=32) as tc:
         tokenizer = tc.get_tokenizer()

@@ -19,6 +19,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# ServiceClient needs a region, as the SDK does; the tests run where none is configured.
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-west-2")
 
 import pytest  # noqa: E402
 

@@ -28,7 +28,11 @@ def make_inprocess(options: dict[str, Any]) -> Backend:
 
     def client(strict: bool) -> Any:
         return localsession.ServiceClient(
-            role_arn=ROLE, backend=service, strict=strict, model_package_group_arn=GROUP
+            "us-west-2",
+            role_arn=ROLE,
+            backend=service,
+            strict=strict,
+            model_package_group_arn=GROUP,
         )
 
     def usage(name: str) -> dict[str, int]:

@@ -93,6 +93,7 @@ class Service:
 def open_service(service_client_cls: Any, **kwargs: Any) -> Service:
     """A ``ServiceClient`` in relaxed mode where the class has it (localsession), else plain."""
     relaxed = "strict" in inspect.signature(service_client_cls).parameters
+    kwargs.setdefault("region", "us-west-2")  # the SDK refuses to guess one
     if relaxed:
         kwargs["strict"] = False
     return Service(service_client_cls(role_arn=ROLE_ARN, **kwargs), relaxed)

@@ -1,75 +1,112 @@
-"""Turning a wire request into the SDK's futures, against a ``Backend``.
+"""Runtime ops in-process: the submit, and futures that finish on the runtime's event.
 
-A submit runs in the caller's thread: botocore's client-side checks (strict mode), a JSON copy
-of the request (so later mutation of the caller's lists cannot change a queued op, as on the
-wire), then the backend call, retried as the SDK retries a submit (``ThrottlingException`` and
-5xx refusals, with the same sequence number and client token, up to 150 attempts, the jittered
-backoff slept by the backend's ``backoff``). Its outcome is stored in a
-``concurrent.futures.Future`` and wrapped in the SDK's ``PendingAPIFuture``, so a refused
-submit surfaces at ``result()``, not at the call site, exactly as with the SDK. Polling wakes
-on completion instead of sleeping the SDK's 2 s interval.
+``submit`` checks a request as botocore would (strict mode), copies it through JSON (so the
+caller mutating its lists later cannot change a queued op, as on the wire) and hands it to the
+client's ``BackgroundSubmitter``. The caller gets a ``PendingAPIFuture`` at once; a refused
+submit surfaces at ``result()``, as with the SDK.
+
+The future behind it, ``RuntimeFuture``, does not poll. It registers with the runtime's
+completion callback for its op, so ``done()`` turns True the moment the op is terminal and
+``result()`` blocks on an event (``await`` on an asyncio future set from the runtime's thread).
+Only then is the op's result read, once, with the SDK's transient-error budget.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from localsession.client._handle import BackgroundSubmitter
 from localsession.client.backend import Backend, call, check_params
 from localsession.futures import APIFuture, PendingAPIFuture, call_with_transient_retry
 
-_T = TypeVar("_T")
+_Value = TypeVar("_Value")
 
-#: Longest single wait between polls. A completion wakes the waiter at once; this only bounds
-#: how late a ``result(timeout=...)`` notices its deadline.
-POLL_INTERVAL = 0.05
-
-_RESULT_OPS = {
-    "ExecuteTrainingOperation": "GetTrainingOperationResult",
+_TRAINING = "ExecuteTrainingOperation"
+_READS = {
+    _TRAINING: "GetTrainingOperationResult",
     "ExecuteSamplingOperation": "GetSamplingOperationResult",
 }
 
 
-def _wire_copy(value: dict[str, Any]) -> dict[str, Any]:
-    copied: dict[str, Any] = json.loads(json.dumps(value))
-    return copied
+def _label(operation: str) -> str:
+    return "training" if operation == _TRAINING else "sample"
 
 
-def submit(
-    backend: Backend,
-    session_name: str,
-    operation: str,
-    params: dict[str, Any],
-    parse_fn: Callable[[dict[str, Any]], _T],
-    *,
-    strict: bool,
-    keepalive: Any,
-) -> APIFuture[_T]:
-    """Send one runtime op and return the future the SDK would return for it."""
-    operation_type = "training" if operation == "ExecuteTrainingOperation" else "sample"
-    submitted: concurrent.futures.Future[APIFuture[_T]] = concurrent.futures.Future()
-    try:
-        if strict:
-            check_params(operation, {"trainingSessionName": session_name, **params})
-        request = _wire_copy(params)
-        execute = (
-            backend.execute_training_operation
-            if operation == "ExecuteTrainingOperation"
-            else backend.execute_sampling_operation
+class RuntimeFuture(APIFuture[_Value]):
+    """An op's future that the runtime completes: no polling loop, ``done()`` is immediate."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        session_name: str,
+        operation: str,
+        operation_id: str,
+        parse_fn: Callable[[dict[str, Any]], _Value],
+    ) -> None:
+        training = operation == _TRAINING
+        read = backend.get_training_operation_result if training else (
+            backend.get_sampling_operation_result
         )
-        response = call_with_transient_retry(
-            lambda: call(operation, lambda: execute(session_name, request)),
+        APIFuture.__init__(
+            self,
+            operation_id,
+            lambda: call(_READS[operation], lambda: read(session_name, operation_id)),
+            parse_fn,
+            operation_type=_label(operation),
             sleep_fn=backend.backoff,
         )
-        submitted.set_result(
-            operation_future(backend, session_name, operation, response["operationId"], parse_fn)
+        self._watch = lambda fn: backend.on_operation_done(session_name, operation_id, fn)
+        self._finished = threading.Event()
+        self._watch(self._finished.set)
+
+    def done(self) -> bool:
+        return self._finished.is_set() or self._outcome.known()
+
+    def _read_final(self) -> _Value:
+        body = call_with_transient_retry(
+            self._poll_fn,
+            max_attempts=self._max_transient_poll_errors + 1,
+            sleep_fn=self._sleep_fn,
         )
-    except Exception as exc:  # noqa: BLE001 - surfaces at result(), as a wire submit does
-        submitted.set_exception(exc)
-    return PendingAPIFuture(submitted, operation_type=operation_type, keepalive=keepalive)
+        if not self._absorb(body):  # pragma: no cover - the runtime calls back only when terminal
+            raise RuntimeError(f"operation {self._operation_id} reported done while {body}")
+        return self._outcome.value  # type: ignore[no-any-return]
+
+    def result(self, timeout: float | None = None) -> _Value:
+        if self._outcome.known():
+            return self._outcome.replay()  # type: ignore[no-any-return]
+        if not self._finished.wait(timeout):
+            raise self._out_of_time(timeout)
+        return self._read_final()
+
+    async def result_async(self, timeout: float | None = None) -> _Value:
+        if self._outcome.known():
+            return self._outcome.replay()  # type: ignore[no-any-return]
+        if not self._finished.is_set():
+            loop = asyncio.get_running_loop()  # the runtime's thread wakes this loop
+            woken: asyncio.Future[None] = loop.create_future()
+
+            def wake() -> None:
+                try:
+                    loop.call_soon_threadsafe(_resolve, woken)
+                except RuntimeError:  # the loop has closed: nobody waits any more
+                    pass
+
+            self._watch(wake)
+            try:
+                await asyncio.wait_for(woken, timeout)
+            except asyncio.TimeoutError:  # the op is still running
+                raise self._out_of_time(timeout) from None
+        return await asyncio.to_thread(self._read_final)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def operation_future(
@@ -77,32 +114,40 @@ def operation_future(
     session_name: str,
     operation: str,
     operation_id: str,
-    parse_fn: Callable[[dict[str, Any]], _T],
-) -> APIFuture[_T]:
-    """The SDK's polling future, with polls answered by the backend and waits on completion."""
-    result_op = _RESULT_OPS[operation]
-    get = (
-        backend.get_training_operation_result
-        if operation == "ExecuteTrainingOperation"
-        else backend.get_sampling_operation_result
+    parse_fn: Callable[[dict[str, Any]], _Value],
+) -> APIFuture[_Value]:
+    """The future of an op that the runtime already accepted."""
+    return RuntimeFuture(backend, session_name, operation, operation_id, parse_fn)
+
+
+def submit(
+    submitter: BackgroundSubmitter,
+    backend: Backend,
+    session_name: str,
+    operation: str,
+    params: dict[str, Any],
+    parse_fn: Callable[[dict[str, Any]], _Value],
+    *,
+    strict: bool,
+    keepalive: Any,
+) -> APIFuture[_Value]:
+    """Queue one runtime op on ``submitter``; returns its future at once."""
+    execute = backend.execute_training_operation if operation == _TRAINING else (
+        backend.execute_sampling_operation
     )
+    checked: Exception | None = None
+    try:
+        if strict:
+            check_params(operation, {"trainingSessionName": session_name, **params})
+        request = json.loads(json.dumps(params))
+    except Exception as refusal:  # noqa: BLE001 - surfaces at result(), like a wire submit
+        checked = refusal
 
-    def wait(seconds: float) -> None:
-        try:
-            backend.wait_operation(session_name, operation_id, seconds)
-        except Exception:  # noqa: BLE001 - the next poll reports what went wrong
-            pass
+    def attempt() -> APIFuture[_Value]:
+        if checked is not None:
+            raise checked
+        accepted = call(operation, lambda: execute(session_name, request))
+        return RuntimeFuture(backend, session_name, operation, accepted["operationId"], parse_fn)
 
-    async def wait_async(seconds: float) -> None:
-        await asyncio.to_thread(wait, seconds)
-
-    return APIFuture(
-        operation_id=operation_id,
-        poll_fn=lambda: call(result_op, lambda: get(session_name, operation_id)),
-        parse_fn=parse_fn,
-        status_key="status",
-        operation_type="training" if operation == "ExecuteTrainingOperation" else "sample",
-        poll_interval=POLL_INTERVAL,
-        sleep_fn=wait,
-        async_sleep_fn=wait_async,
-    )
+    sent = submitter.send(attempt, backend.backoff)
+    return PendingAPIFuture(sent, operation_type=_label(operation), keepalive=keepalive)

@@ -48,6 +48,9 @@ class Backend(Protocol):
     def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]: ...
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]: ...
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool: ...
+    def on_operation_done(
+        self, name: str, operation_id: str, callback: Callable[[], None]
+    ) -> None: ...
     def get_tokenizer(self, name: str) -> Any: ...
     def backoff(self, seconds: float) -> None:
         """Wait before a client retries a throttled or 5xx-refused request."""
@@ -93,15 +96,15 @@ def _exceptions(service: str) -> Any:
     return ClientExceptionsFactory().create_client_exceptions(_service_model(service))
 
 
-def check_params(operation_name: str, params: dict[str, Any]) -> None:
-    """Validate a runtime request as botocore does before sending it (sagemaker-sdk.md §15.1).
+def check_params(operation_name: str, params: dict[str, Any], service: str = RUNTIME) -> None:
+    """Validate a request as botocore does before sending it (sagemaker-sdk.md §15.1).
 
-    Raises ``ParamValidationError`` for what the real SDK rejects client-side: unknown or
-    missing members, wrong types, and values under a modelled minimum.
+    Raises ``ParamValidationError`` for what the real SDK's client rejects before any request:
+    unknown or missing members, wrong types, and values outside a modelled range or length.
     """
     from botocore.validate import ParamValidator
 
-    shape = _runtime_model().operation_model(operation_name).input_shape
+    shape = _service_model(service).operation_model(operation_name).input_shape
     report = ParamValidator().validate(params, shape)
     if report.has_errors():
         text = report.generate_report()
@@ -111,3 +114,11 @@ def check_params(operation_name: str, params: dict[str, Any]) -> None:
                 "ServiceClient(..., strict=False) or `localsession serve --relaxed`."
             )
         raise ParamValidationError(report=text)
+
+
+def control(operation_name: str, request: dict[str, Any], send: Callable[..., _R]) -> _R:
+    """A control-plane call as the SDK's boto3 client makes it: checked against botocore's
+    ``sagemaker`` model first (``ParamValidationError``), then sent (refusals as
+    ``ClientError``)."""
+    check_params(operation_name, request, CONTROL_PLANE)
+    return call(operation_name, lambda: send(request))

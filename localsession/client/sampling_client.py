@@ -18,29 +18,27 @@ from localsession.exceptions import ResultMismatchError, TrainingSessionError
 from localsession.futures import APIFuture
 from localsession.types import SampleResponse, SamplingParams
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger("localsession.client")
 
-_T = TypeVar("_T")
-
-
-def _parse_sample_result(raw: Dict[str, Any]) -> SampleResponse:
-    operation_result = raw.get("operationResult") or {}
-    return SampleResponse._from_api(operation_result.get("sample") or {})
+_Out = TypeVar("_Out")
 
 
-def _make_compute_logprobs_parser(
-    expected_tokens: Optional[int],
-) -> Callable[[Dict[str, Any]], List[Optional[float]]]:
-    def parse(raw: Dict[str, Any]) -> List[Optional[float]]:
-        operation_result = raw.get("operationResult") or {}
-        logprobs: List[Optional[float]] = (operation_result.get("computeLogprobs") or {}).get(
-            "logprobs", []
-        )
-        if expected_tokens is not None and len(logprobs) != expected_tokens:
-            raise ResultMismatchError("computeLogprobs", expected_tokens, len(logprobs))
-        return logprobs
+def _sample_of(body: Dict[str, Any]) -> SampleResponse:
+    section = (body.get("operationResult") or {}).get("sample")
+    return SampleResponse._from_api(section or {})
 
-    return parse
+
+def _logprobs_reader(tokens: Optional[int]) -> Callable[[Dict[str, Any]], List[Optional[float]]]:
+    """Reads a computeLogprobs result, refusing one whose length is not the prompt's."""
+
+    def read(body: Dict[str, Any]) -> List[Optional[float]]:
+        section = (body.get("operationResult") or {}).get("computeLogprobs") or {}
+        values: List[Optional[float]] = section.get("logprobs", [])
+        if tokens is not None and tokens != len(values):
+            raise ResultMismatchError("computeLogprobs", tokens, len(values))
+        return values
+
+    return read
 
 
 class SamplingClient:
@@ -60,28 +58,31 @@ class SamplingClient:
         session_handle: Optional[_SessionHandle] = None,
         submitter: Optional[BackgroundSubmitter] = None,
     ) -> None:
-        self.training_session_name = training_session_name
-        self.model_package_arn = model_package_arn
-        self._runtime = runtime
-        self._base_model = base_model
-        self._tokenizer = tokenizer
-        self._hub_client = hub_client
-        self._hf_model_id = hf_model_id
-        self._service_client = service_client
+        self.training_session_name, self.model_package_arn = (
+            training_session_name,
+            model_package_arn,
+        )
+        self._runtime, self._service_client = runtime, service_client
+        self._base_model, self._tokenizer = base_model, tokenizer
+        self._hub_client, self._hf_model_id = hub_client, hf_model_id
         self._strict: bool = getattr(service_client, "_strict", True)
-        self._owns_session = session_handle is None
-        self._owns_submitter = submitter is None
-        self._submitter = submitter or BackgroundSubmitter(
+        # A client derived from a TrainingClient shares its session and submitter; one made
+        # by ServiceClient.create_sampling_client owns both.
+        self._owns_session, self._owns_submitter = session_handle is None, submitter is None
+        self._submitter = submitter if submitter is not None else BackgroundSubmitter(
             name=f"localsession-sampling-{training_session_name}"
         )
-        self._handle = session_handle or _SessionHandle(training_session_name, service_client)
+        self._handle = session_handle if session_handle is not None else _SessionHandle(
+            training_session_name, service_client
+        )
         self._closed = False
 
     def get_tokenizer(self) -> Any:
         """The session model's tokenizer, cached per client."""
-        if self._tokenizer is None:
+        if self._tokenizer is None:  # loaded once, on first use
             self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
-        return self._tokenizer
+        loaded = self._tokenizer
+        return loaded
 
     def sample(
         self,
@@ -93,26 +94,19 @@ class SamplingClient:
         topk_prompt_logprobs: Optional[int] = None,
     ) -> APIFuture[SampleResponse]:
         """Generate ``num_samples`` completions of ``prompt``; returns a future at once."""
-        params = (
-            SamplingParams.from_any(sampling_params)
-            if sampling_params is not None
-            else SamplingParams()
-        )
-        model_input = prompt_to_model_input(
-            prompt, tokenizer=self._tokenizer, tokenizer_loader=self.get_tokenizer
-        )
-        sample_config: Dict[str, Any] = {
-            "prompt": model_input,
-            "numSamples": num_samples,
-            "samplingParams": params._to_api(),
+        chosen = SamplingParams() if sampling_params is None else sampling_params
+        config: Dict[str, Any] = {
+            "prompt": self._model_input(prompt),
+            "numSamples": num_samples,  # the service answers 1 to 16
+            "samplingParams": SamplingParams.from_any(chosen)._to_api(),
         }
-        if self.model_package_arn:
-            sample_config["modelPackageArn"] = self.model_package_arn
-        if include_prompt_logprobs:
-            sample_config["includePromptLogprobs"] = True
-        if topk_prompt_logprobs is not None:
-            sample_config["topkPromptLogprobs"] = topk_prompt_logprobs
-        return self._submit_sample_op({"sample": sample_config}, _parse_sample_result)
+        extras = {
+            "modelPackageArn": self.model_package_arn or None,
+            "includePromptLogprobs": True if include_prompt_logprobs else None,
+            "topkPromptLogprobs": topk_prompt_logprobs,
+        }
+        config.update((k, v) for k, v in extras.items() if v is not None)
+        return self._send({"sample": config}, _sample_of)
 
     async def sample_async(
         self,
@@ -124,87 +118,81 @@ class SamplingClient:
         topk_prompt_logprobs: Optional[int] = None,
     ) -> SampleResponse:
         """Like :meth:`sample`, but awaits and returns the result (as the SDK does)."""
-        return await self.sample(
+        pending = self.sample(
             prompt,
-            num_samples=num_samples,
-            sampling_params=sampling_params,
+            num_samples,
+            sampling_params,
             include_prompt_logprobs=include_prompt_logprobs,
             topk_prompt_logprobs=topk_prompt_logprobs,
         )
+        return await pending
 
     def compute_logprobs(self, prompt: Any) -> APIFuture[List[Optional[float]]]:
         """Score ``prompt``: one logprob per token, the first ``None``."""
-        model_input = prompt_to_model_input(
-            prompt, tokenizer=self._tokenizer, tokenizer_loader=self.get_tokenizer
-        )
-        logprobs_config: Dict[str, Any] = {"prompt": model_input}
-        if self.model_package_arn:
-            logprobs_config["modelPackageArn"] = self.model_package_arn
-        return self._submit_sample_op(
-            {"computeLogprobs": logprobs_config},
-            _make_compute_logprobs_parser(model_input_token_count(model_input)),
-        )
+        wire_prompt = self._model_input(prompt)
+        config: Dict[str, Any] = {"prompt": wire_prompt}
+        if self.model_package_arn:  # score with the package's weights
+            config["modelPackageArn"] = self.model_package_arn
+        reader = _logprobs_reader(model_input_token_count(wire_prompt))
+        return self._send({"computeLogprobs": config}, reader)
 
     async def compute_logprobs_async(self, prompt: Any) -> List[Optional[float]]:
-        return await self.compute_logprobs(prompt)
+        pending = self.compute_logprobs(prompt)
+        return await pending
 
-    def _submit_sample_op(
-        self,
-        operation_config: Dict[str, Any],
-        parse_fn: Callable[[Dict[str, Any]], _T],
-    ) -> APIFuture[_T]:
-        if self._closed:
+    def _model_input(self, prompt: Any) -> Dict[str, Any]:
+        tok, load = self._tokenizer, self.get_tokenizer
+        return prompt_to_model_input(prompt, tokenizer=tok, tokenizer_loader=load)
+
+    def _send(
+        self, config: Dict[str, Any], parse: Callable[[Dict[str, Any]], _Out]
+    ) -> APIFuture[_Out]:
+        if self._closed:  # retired or stopped: no new ops
             raise TrainingSessionError(CLOSED_MESSAGE)
-        return self._submitter.submit(
-            lambda: submit(
-                self._runtime,
-                self.training_session_name,
-                "ExecuteSamplingOperation",
-                {"operationConfig": operation_config},
-                parse_fn,
-                strict=self._strict,
-                keepalive=self._handle,
-            )
+        request = {"operationConfig": config}
+        name, op = self.training_session_name, "ExecuteSamplingOperation"
+        return submit(
+            self._submitter, self._runtime, name, op, request, parse,
+            strict=self._strict, keepalive=self._handle,
         )
 
     def _retire(self) -> None:
         self._closed = True
-        if self._owns_submitter:
-            self._submitter.close()
+        if self._owns_submitter:  # a derived client shares its trainer's, which stays open
+            self._submitter.close(timeout=5.0)
 
     def stop(self) -> None:
         """Retire this client; stop the session too if this client owns it."""
-        self._retire()
-        if not self._owns_session:
-            return
-        if self._service_client is None:
-            logger.warning(
-                "SamplingClient owns session %r but has no ServiceClient to "
-                "stop it with; stop it via ServiceClient.stop_session(...).",
-                self.training_session_name,
-            )
+        self._retire()  # no new ops from here on
+        owner = self._service_client if self._owns_session else None
+        if owner is None:
+            if self._owns_session is True:
+                _log.warning(
+                    "SamplingClient owns session %r but has no ServiceClient to stop it with; "
+                    "stop it via ServiceClient.stop_session(...).",
+                    self.training_session_name,
+                )
             return
         try:
-            self._service_client.stop_session(self.training_session_name)
-        except Exception:
-            self._handle.note_explicit_stop_failed()
+            owner.stop_session(self.training_session_name)
+        except BaseException:  # the finalizer still tries later, without the warning
+            self._handle.note_explicit_stop_failed()  # remembered for the finalizer
             raise
-        self._handle.disarm()
+        self._handle.disarm()  # stopped: nothing left for the finalizer
 
     def __enter__(self) -> "SamplingClient":
         return self
 
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
-        if self._owns_session:
-            try:
-                self.stop()
-            except Exception:
-                logger.warning(
-                    "Failed to stop implicitly-created session %r on exit; it "
-                    "will be stopped when this client is collected, or after "
-                    "its inactivity timeout.",
-                    self.training_session_name,
-                    exc_info=True,
-                )
-        else:
-            self._retire()
+        if not self._owns_session:  # a derived client only retires itself
+            self._retire()  # the session stays with its TrainingClient
+            return
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001 - leaving the block must not raise over the body
+            _log.warning(
+                "Failed to stop implicitly-created session %r on exit; it will be stopped "
+                "when this client is collected, or after its inactivity timeout.",
+                self.training_session_name,
+                exc_info=True,
+            )

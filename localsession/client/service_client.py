@@ -16,12 +16,13 @@ import functools
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from typing import Any, Dict, List, Optional
 
 from botocore.exceptions import ClientError
 
 from localsession.client._inputs import _RETRY_CONFIG_CONSEQUENCE, _warn_unsupported_args
-from localsession.client.backend import Backend, call
+from localsession.client.backend import CONTROL_PLANE, Backend, check_params, control
 from localsession.client.sampling_client import SamplingClient
 from localsession.client.training_client import TrainingClient
 from localsession.types import (
@@ -35,13 +36,15 @@ from localsession.types import (
     VpcConfig,
 )
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger("localsession.client")
 
 DEFAULT_MODEL_PACKAGE_GROUP_NAME = "sagemaker-default"
 DEFAULT_SESSION_NAME_PREFIX = "sagemaker-training-session"
 
-_TERMINAL_STATUSES = frozenset({"Failed", "Stopped", "Stopping", "Blocked"})
-_STOP_IS_NOOP_STATUSES = frozenset({"Stopping", "Stopped", "Failed", "Deleting", "DeletionFailed"})
+# A session in one of these will never become Running.
+_WONT_RUN = ("Failed", "Stopped", "Stopping", "Blocked")
+# Stopping a session in one of these is refused, and there is nothing left to stop.
+_ALREADY_STOPPED = ("Stopping", "Stopped", "Failed", "Deleting", "DeletionFailed")
 _SESSION_WAIT_SECONDS = 600
 _MAX_RESULTS_PER_PAGE = 100
 _UNSUPPORTED_CONSEQUENCE = "the session was created without it"
@@ -50,18 +53,61 @@ _DEFAULT_SCAN_LIMIT = 20
 
 
 def _session_name_of(session: str) -> str:
-    return session.rsplit("/", 1)[-1] if session.startswith("arn:") else session
+    """A session name from a name or a session ARN."""
+    return session.split("/")[-1] if session.startswith("arn:") else session
+
+
+def _error_code(error: ClientError) -> str:
+    return str((error.response.get("Error") or {}).get("Code") or "")
 
 
 def _stop_already_done(error: ClientError) -> bool:
-    err = error.response.get("Error") or {}
-    if err.get("Code") != "ValidationException":
-        return False
-    message = err.get("Message") or ""
-    return any(
-        f"invalid session state transition from {status} to " in message
-        for status in _STOP_IS_NOOP_STATUSES
+    """A stop refused because the session is already past stopping."""
+    text = str((error.response.get("Error") or {}).get("Message") or "")
+    refused = _error_code(error) == "ValidationException"
+    phrases = (f"invalid session state transition from {state} to " for state in _ALREADY_STOPPED)
+    return refused and any(phrase in text for phrase in phrases)
+
+
+def _pages(
+    operation: str,
+    request: Dict[str, Any],
+    send: Callable[[Dict[str, Any]], Dict[str, Any]],
+    items: str,
+    limit: Optional[int],
+) -> List[Any]:
+    """Every item of a paginated List* call, at most ``limit`` of them (None: all)."""
+    found: List[Any] = []
+    token: Optional[str] = None
+    while limit is None or len(found) < limit:
+        page = dict(request)
+        if token:
+            page["NextToken"] = token
+        if limit is not None:
+            page["MaxResults"] = min(limit - len(found), _MAX_RESULTS_PER_PAGE)
+        answer = control(operation, page, send)
+        found += answer.get(items, [])
+        token = answer.get("NextToken")
+        if not token:
+            break
+    return found if limit is None else found[:limit]
+
+
+def _region_or_refuse(region: Optional[str]) -> str:
+    """The region as the SDK finds it: the argument, ``AWS_REGION``, then boto3's chain
+    (``AWS_DEFAULT_REGION``, the profile's config). None anywhere is the SDK's ValueError."""
+    if not region:
+        import boto3
+
+        region = os.environ.get("AWS_REGION") or boto3.Session().region_name
+    if region:
+        return region
+    problem = (
+        "No AWS Region configured. Pass region= to the client, or set up a local AWS "
+        "configuration with a Region that offers training sessions (AWS_REGION, "
+        "AWS_DEFAULT_REGION, or the region of your AWS profile)."
     )
+    raise ValueError(problem)
 
 
 class ServiceClient:
@@ -87,19 +133,14 @@ class ServiceClient:
             backend = default_service()
         self._backend: Backend = backend
         self._strict = strict
-        self._region = (
-            region
-            or os.environ.get("AWS_REGION")
-            or os.environ.get("AWS_DEFAULT_REGION")
-            or "us-west-2"
-        )
+        self._region = _region_or_refuse(region)
         self._role_arn = role_arn
         self._model_package_group_arn = model_package_group_arn
         self._s3_output_path = s3_output_path
         self._kms_key_arn = kms_key_arn
-        self._vpc_config = VpcConfig.from_any(vpc_config) if vpc_config is not None else None
+        self._vpc_config = None if vpc_config is None else VpcConfig.from_any(vpc_config)
         self._session_name_prefix = session_name_prefix
-        logger.debug(
+        _log.debug(
             "localsession runs locally; cloud-only settings are recorded, not used: "
             "role_arn=%r s3_output_path=%r kms_key_arn=%r vpc_config=%r max_pool_connections=%r",
             role_arn,
@@ -112,40 +153,29 @@ class ServiceClient:
     # -- model packages --------------------------------------------------------------------
 
     def _group(self, model_package_group_arn: Optional[str]) -> str:
-        group = model_package_group_arn or self._model_package_group_arn
-        if not group:
-            raise ValueError("No model_package_group_arn provided and none set on ServiceClient.")
-        return group
+        chosen = model_package_group_arn or self._model_package_group_arn
+        if chosen:
+            return chosen
+        problem = (
+            "No model_package_group_arn provided and none set on ServiceClient."
+        )
+        raise ValueError(problem)
 
     def _package_summaries(self, group: str, max_results: Optional[int]) -> List[Dict[str, Any]]:
-        summaries: List[Dict[str, Any]] = []
-        next_token: Optional[str] = None
-        while True:
-            args: Dict[str, Any] = {
-                "ModelPackageGroupName": group,
-                "SortBy": "CreationTime",
-                "SortOrder": "Descending",
-            }
-            if next_token:
-                args["NextToken"] = next_token
-            if max_results is not None:
-                remaining = max_results - len(summaries)
-                if remaining <= 0:
-                    break
-                args["MaxResults"] = min(remaining, _MAX_RESULTS_PER_PAGE)
-            resp = call(
-                "ListModelPackages", functools.partial(self._backend.list_model_packages, args)
-            )
-            summaries.extend(resp.get("ModelPackageSummaryList", []))
-            next_token = resp.get("NextToken")
-            if not next_token:
-                break
-        return summaries[:max_results] if max_results is not None else summaries
+        newest_first = {
+            "ModelPackageGroupName": group,
+            "SortBy": "CreationTime",
+            "SortOrder": "Descending",
+        }
+        send = self._backend.list_model_packages
+        key = "ModelPackageSummaryList"
+        return _pages("ListModelPackages", newest_first, send, key, max_results)
 
     def _describe_package(self, model_package_arn: str) -> Dict[str, Any]:
-        return call(
+        return control(
             "DescribeModelPackage",
-            lambda: self._backend.describe_model_package({"ModelPackageName": model_package_arn}),
+            {"ModelPackageName": model_package_arn},
+            self._backend.describe_model_package,
         )
 
     def _container(self, model_package_arn: str) -> Dict[str, Any]:
@@ -166,16 +196,13 @@ class ServiceClient:
         max_results: Optional[int] = _DEFAULT_LIST_LIMIT,
     ) -> List[ModelPackageInfo]:
         """Packages of a group, newest first; ``kind`` filters (so fewer may come back)."""
-        summaries = self._package_summaries(self._group(model_package_group_arn), max_results)
-        results = [ModelPackageInfo._from_summary(s) for s in summaries]
-        if kind is None:
-            return results
-        filtered: List[ModelPackageInfo] = []
-        for info in results:
-            info.kind = self._package_kind(info.model_package_arn)
-            if info.kind == kind:
-                filtered.append(info)
-        return filtered
+        listed = self._package_summaries(self._group(model_package_group_arn), max_results)
+        infos = [ModelPackageInfo._from_summary(entry) for entry in listed]
+        if kind is not None:  # the kind needs a describe per package
+            for info in infos:
+                info.kind = self._package_kind(info.model_package_arn)
+            infos = [info for info in infos if info.kind == kind]
+        return infos
 
     def get_latest_model_package(
         self,
@@ -186,107 +213,108 @@ class ServiceClient:
     ) -> Optional[ModelPackageInfo]:
         """The newest package of ``kind`` among the ``scan_limit`` newest of the group."""
         group = self._group(model_package_group_arn)
-        summaries = self._package_summaries(group, scan_limit)
-        for summary in summaries:
-            info = ModelPackageInfo._from_summary(summary)
-            info.kind = self._package_kind(info.model_package_arn)
-            if info.kind == kind:
-                return info
-        if len(summaries) >= scan_limit:
-            logger.warning(
-                "No %s package found in the %d most recent versions of group %s, but the "
-                "group has more; retry with a larger scan_limit.",
-                kind.value,
-                len(summaries),
-                group,
+        recent = self._package_summaries(group, scan_limit)
+        for entry in recent:
+            found = ModelPackageInfo._from_summary(entry)
+            found.kind = self._package_kind(found.model_package_arn)
+            if found.kind == kind:
+                return found
+        if len(recent) >= scan_limit:
+            _log.warning(
+                "No %s package found in the %d most recent versions of group %s, but the group "
+                "has more; retry with a larger scan_limit.",
+                kind.value, len(recent), group,
             )
         return None
 
     def delete_model_package(
-        self, model_package_arn: str, *, delete_artifacts: bool = False
+        self,
+        model_package_arn: str,
+        *,
+        delete_artifacts: bool = False,
     ) -> ModelPackageDeletion:
         """Delete a package; its files too with ``delete_artifacts`` (else they are kept)."""
+        drop = self._backend.delete_model_package
+        send = functools.partial(drop, delete_artifacts=delete_artifacts)
+        request = {"ModelPackageName": model_package_arn}
         try:
-            resp = call(
-                "DeleteModelPackage",
-                lambda: self._backend.delete_model_package(
-                    {"ModelPackageName": model_package_arn}, delete_artifacts=delete_artifacts
-                ),
-            )
-        except ClientError as e:
-            if (e.response.get("Error") or {}).get("Code") not in (
-                "ResourceNotFound",
-                "ResourceNotFoundException",
-            ):
-                raise
-            return ModelPackageDeletion(
-                model_package_arn=model_package_arn,
-                model_package_deleted=False,
-                retained_reason="the model package does not exist",
-            )
-        kept = resp.get("RetainedAt")
-        return ModelPackageDeletion(
+            answer = control("DeleteModelPackage", request, send)
+        except ClientError as refusal:
+            if _error_code(refusal) in ("ResourceNotFound", "ResourceNotFoundException"):
+                gone = "the model package does not exist"
+                return ModelPackageDeletion(  # already gone: nothing deleted, nothing kept
+                    model_package_arn=model_package_arn,
+                    model_package_deleted=False,
+                    retained_reason=gone,
+                )
+            raise
+        kept_at = answer.get("RetainedAt")
+        return ModelPackageDeletion(  # deleted now
             model_package_arn=model_package_arn,
             model_package_deleted=True,
-            s3_uri=resp.get("S3Uri") or kept,  # where the artifacts are (were), in S3 terms
-            objects_deleted=int(resp.get("ObjectsDeleted") or 0),
-            artifacts_retained=kept is not None,
-            retained_reason="delete_artifacts was not set" if kept else None,
+            s3_uri=answer.get("S3Uri") or kept_at,  # where the artifacts are (were), in S3 terms
+            objects_deleted=int(answer.get("ObjectsDeleted") or 0),
+            artifacts_retained=kept_at is not None,
+            retained_reason=None if not kept_at else "delete_artifacts was not set",
         )
 
     def _base_model_of(self, model_package_arn: str) -> str:
         name = (self._container(model_package_arn).get("BaseModel") or {}).get("HubContentName")
         if not name:
-            raise ValueError(
+            problem = (
                 f"Model package {model_package_arn!r} carries no base-model reference "
                 "(InferenceSpecification.Containers[0].BaseModel)."
             )
+            raise ValueError(problem)
         return str(name)
 
     def create_training_client_from_state(
-        self, model_package_arn: str, **kwargs: Any
+        self,
+        model_package_arn: str,
+        **kwargs: Any
     ) -> TrainingClient:
         """A new session with the package's adapter loaded (the optimizer starts fresh)."""
         return self._client_from_state(model_package_arn, load_optimizer=False, kwargs=kwargs)
 
     async def create_training_client_from_state_async(
-        self, model_package_arn: str, **kwargs: Any
+        self,
+        model_package_arn: str,
+        **kwargs: Any
     ) -> TrainingClient:
-        return await asyncio.to_thread(
-            self.create_training_client_from_state, model_package_arn=model_package_arn, **kwargs
-        )
+        make = functools.partial(self.create_training_client_from_state, **kwargs)
+        return await asyncio.to_thread(make, model_package_arn)
 
     def create_training_client_from_state_with_optimizer(
-        self, model_package_arn: str, **kwargs: Any
+        self,
+        model_package_arn: str,
+        **kwargs: Any
     ) -> TrainingClient:
         """A new session resuming a CHECKPOINT exactly: adapter and AdamW state."""
         return self._client_from_state(model_package_arn, load_optimizer=True, kwargs=kwargs)
 
     async def create_training_client_from_state_with_optimizer_async(
-        self, model_package_arn: str, **kwargs: Any
+        self,
+        model_package_arn: str,
+        **kwargs: Any
     ) -> TrainingClient:
-        return await asyncio.to_thread(
-            self.create_training_client_from_state_with_optimizer,
-            model_package_arn=model_package_arn,
-            **kwargs,
-        )
+        make = functools.partial(self.create_training_client_from_state_with_optimizer, **kwargs)
+        return await asyncio.to_thread(make, model_package_arn)
 
     def _client_from_state(
-        self, model_package_arn: str, *, load_optimizer: bool, kwargs: Dict[str, Any]
+        self, package: str, *, load_optimizer: bool, kwargs: Dict[str, Any]
     ) -> TrainingClient:
-        if "base_model" not in kwargs:
-            kwargs = {**kwargs, "base_model": self._base_model_of(model_package_arn)}
-        tc = self.create_lora_training_client(**kwargs)
+        options = dict(kwargs)
+        if "base_model" not in options:
+            options["base_model"] = self._base_model_of(package)
+        tc = self.create_lora_training_client(**options)
+        load = tc.load_state_with_optimizer if load_optimizer else tc.load_state
         try:
-            if load_optimizer:
-                tc.load_state_with_optimizer(model_package_arn).result()
-            else:
-                tc.load_state(model_package_arn).result()
-        except BaseException:
+            load(package).result()
+        except BaseException:  # stop what was started, then re-raise
             try:
                 tc.stop()
             except Exception:  # noqa: BLE001 - the load error matters more
-                logger.warning("Could not stop training session %r", tc.training_session_name)
+                _log.warning("Could not stop training session %r", tc.training_session_name)
             raise
         return tc
 
@@ -333,7 +361,7 @@ class ServiceClient:
             kms_key_arn=kms_key_arn,
             vpc_config=VpcConfig.from_any(vpc_config) if vpc_config is not None else None,
         )
-        return TrainingClient(
+        return TrainingClient(  # the session is Running
             training_session_name=name,
             runtime=self._backend,
             base_model=base_model,
@@ -342,9 +370,12 @@ class ServiceClient:
         )
 
     async def create_lora_training_client_async(
-        self, base_model: str, **kwargs: Any
+        self,
+        base_model: str,
+        **kwargs: Any
     ) -> TrainingClient:
-        return await asyncio.to_thread(self.create_lora_training_client, base_model, **kwargs)
+        make = functools.partial(self.create_lora_training_client, **kwargs)
+        return await asyncio.to_thread(make, base_model)
 
     def create_sampling_client(
         self,
@@ -373,7 +404,8 @@ class ServiceClient:
         )
 
     async def create_sampling_client_async(self, **kwargs: Any) -> SamplingClient:
-        return await asyncio.to_thread(self.create_sampling_client, **kwargs)
+        make = functools.partial(self.create_sampling_client, **kwargs)
+        return await asyncio.to_thread(make)
 
     def _create_session(
         self,
@@ -388,8 +420,6 @@ class ServiceClient:
         vpc_config: Optional[VpcConfig] = None,
     ) -> str:
         """CreateTrainingSession, then wait for Running (stopping the session on failure)."""
-        # Like the SDK's Hub lookup: an unknown model is a ValueError at the call site.
-        self._backend.resolve_base_model(base_model)
         group = (
             model_package_group_arn
             or self._model_package_group_arn
@@ -412,19 +442,24 @@ class ServiceClient:
         vpc = vpc_config or self._vpc_config
         if vpc is not None:
             request["VpcConfig"] = vpc._to_api()
-        call(
+        if base_model.startswith("arn:"):  # the SDK sends an ARN on unresolved: checks come first
+            check_params("CreateTrainingSession", request, CONTROL_PLANE)
+        # Like the SDK's Hub lookup of a name: an unknown model is a ValueError at the call site.
+        self._backend.resolve_base_model(base_model)
+        control(
             "CreateTrainingSession",
-            lambda: self._backend.create_training_session(
-                request, strict=self._strict, region=self._region
+            request,
+            functools.partial(
+                self._backend.create_training_session, strict=self._strict, region=self._region
             ),
         )
         try:
             self._wait_until_running(name)
-        except BaseException:
+        except BaseException:  # stop what was started, then re-raise
             try:
                 self._stop_session_if_active(name)
             except Exception:  # noqa: BLE001 - the original error matters more
-                logger.warning("Could not stop training session %r after it failed to start", name)
+                _log.warning("Could not stop training session %r after it failed to start", name)
             raise
         return group
 
@@ -432,24 +467,24 @@ class ServiceClient:
         status = self._backend.wait_for_session(name, _SESSION_WAIT_SECONDS)
         if status == "Running":
             return
-        detail = call(
+        detail = control(
             "DescribeTrainingSession",
-            lambda: self._backend.describe_training_session({"TrainingSessionName": name}),
+            {"TrainingSessionName": name},
+            self._backend.describe_training_session,
         )["TrainingSessionDetail"]
         status = detail["TrainingSessionStatus"]
         if status == "Running":
             return
-        if status in _TERMINAL_STATUSES:
+        if status in _WONT_RUN:
             reason = detail.get("ErrorDetails") or detail.get("ErrorMessage")
             suffix = f" ({reason})" if reason else ""
             raise RuntimeError(f"Session {name!r} entered terminal state: {status}{suffix}")
-        raise TimeoutError(
-            f"Session {name!r} did not reach Running within {_SESSION_WAIT_SECONDS}s"
-        )
+        limit = _SESSION_WAIT_SECONDS
+        raise TimeoutError(f"Session {name!r} did not reach Running within {limit}s")
 
     def _generate_session_name(self) -> str:
-        base = self._session_name_prefix or DEFAULT_SESSION_NAME_PREFIX
-        return f"{base}-{uuid.uuid4().hex[:8]}"
+        prefix = self._session_name_prefix or DEFAULT_SESSION_NAME_PREFIX
+        return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
     def list_sessions(
         self,
@@ -459,59 +494,36 @@ class ServiceClient:
         max_results: Optional[int] = None,
     ) -> "list[TrainingSessionSummary]":
         """Sessions of this service, newest first (auto-paginated)."""
-        filters: Dict[str, Any] = {}
-        if name_contains is not None:
-            filters["NameContains"] = name_contains
-        if status_equals is not None:
-            filters["StatusEquals"] = getattr(status_equals, "value", status_equals)
-        summaries: List[TrainingSessionSummary] = []
-        next_token: Optional[str] = None
-        while True:
-            args = dict(filters)
-            if next_token:
-                args["NextToken"] = next_token
-            if max_results is not None:
-                remaining = max_results - len(summaries)
-                if remaining <= 0:
-                    break
-                args["MaxResults"] = min(remaining, _MAX_RESULTS_PER_PAGE)
-            resp = call(
-                "ListTrainingSessions",
-                functools.partial(self._backend.list_training_sessions, args),
-            )
-            summaries.extend(
-                TrainingSessionSummary._from_summary(summary)
-                for summary in resp.get("TrainingSessionSummaries", [])
-            )
-            next_token = resp.get("NextToken")
-            if not next_token:
-                break
-        return summaries[:max_results] if max_results is not None else summaries
+        status = getattr(status_equals, "value", status_equals)
+        wanted = {"NameContains": name_contains, "StatusEquals": status}
+        request = {key: v for key, v in wanted.items() if v is not None}
+        send = self._backend.list_training_sessions
+        key = "TrainingSessionSummaries"
+        found = _pages("ListTrainingSessions", request, send, key, max_results)
+        return [TrainingSessionSummary._from_summary(entry) for entry in found]
 
     def stop_session(self, training_session: str) -> None:
         """Stop a session by name or ARN; stopping a stopped session is a no-op."""
-        self._stop_session_if_active(_session_name_of(training_session))
+        name = _session_name_of(training_session)
+        self._stop_session_if_active(name)
 
     def _stop_session_if_active(self, training_session_name: str) -> bool:
+        request = {"TrainingSessionName": training_session_name}
         try:
-            call(
-                "StopTrainingSession",
-                lambda: self._backend.stop_training_session(
-                    {"TrainingSessionName": training_session_name}
-                ),
-            )
-        except ClientError as e:
-            if not _stop_already_done(e):
-                raise
-            return False
+            control("StopTrainingSession", request, self._backend.stop_training_session)
+        except ClientError as refusal:
+            if _stop_already_done(refusal):
+                return False  # already stopped (or stopping): nothing to do
+            raise
         return True
 
     def delete_session(self, training_session: str, *, stop_if_active: bool = False) -> None:
         """Delete a stopped session (stopping it first with ``stop_if_active``)."""
         name = _session_name_of(training_session)
-        if stop_if_active:
-            self.stop_session(name)
-        call(
+        if stop_if_active:  # else deleting an active session is refused
+            self._stop_session_if_active(name)
+        control(
             "DeleteTrainingSession",
-            lambda: self._backend.delete_training_session({"TrainingSessionName": name}),
+            {"TrainingSessionName": name},
+            self._backend.delete_training_session,
         )

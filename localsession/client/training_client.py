@@ -42,19 +42,21 @@ from localsession.types import (
     _OperationResult,
 )
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger("localsession.client")
 
-_T = TypeVar("_T", bound=_OperationResult)
+_R = TypeVar("_R", bound=_OperationResult)
 
-# The SDK's wording for accepted-but-ignored save arguments (training_client.py).
-_SAVE_TTL_CONSEQUENCE = "the checkpoint was saved under the platform's retention policy instead"
-_SAVE_NAME_CONSEQUENCE = (
-    "a checkpoint is identified by its model package ARN, not a caller-chosen "
-    "name; pass description=... for a human-readable label"
-)
-_SAVE_OVERWRITE_CONSEQUENCE = (
-    "the save registered a new model package version instead, leaving earlier versions in place"
-)
+# What happens instead when a save argument the service does not honour is set.
+_IGNORED_SAVE_ARGS = {
+    "ttl_seconds": "the package is kept under the platform's retention policy instead",
+    "name": "a package is named by its ARN; pass description=... for a readable label",
+    "overwrite": "each save registers a new package version; earlier ones are kept",
+}
+
+
+def _warn_ignored_save_args(**given: Any) -> None:
+    for arg, value in given.items():
+        _warn_unsupported_args(_IGNORED_SAVE_ARGS[arg], **{arg: value})
 
 
 class TrainingClient:
@@ -72,27 +74,26 @@ class TrainingClient:
         model_package_group_arn: str = "",
         service_client: Any = None,
     ) -> None:
-        self.training_session_name = training_session_name
-        self._runtime = runtime
-        self._base_model = base_model
-        self._tokenizer = tokenizer
-        self._hub_client = hub_client
-        self._hf_model_id = hf_model_id
+        self.training_session_name: str = training_session_name
+        self._runtime, self._service_client = runtime, service_client
+        self._base_model, self._tokenizer = base_model, tokenizer
+        self._hub_client, self._hf_model_id = hub_client, hf_model_id
         self._model_package_group_arn = model_package_group_arn
-        self._service_client = service_client
         self._strict: bool = getattr(service_client, "_strict", True)
-        self._sequence_counter = 0
-        self._sequence_lock = threading.RLock()
+        # Sequence numbers start at 1; the re-entrant lock also spans a split batch's chunks.
+        self._sequence_counter, self._sequence_lock = 0, threading.RLock()
         self._submitter = BackgroundSubmitter(name=f"localsession-training-{training_session_name}")
-        self._handle = _SessionHandle(training_session_name, service_client)
-        self._latest_by_kind: Dict[ModelPackageKind, ModelPackageInfo] = {}
-        self._cache_lock = threading.Lock()
+        self._handle = _SessionHandle(training_session_name, service_client)  # auto-stop
+        # The newest package of each kind this client saved (get_latest_model_package).
+        self._latest_by_kind: Dict[ModelPackageKind, ModelPackageInfo] = dict()
+        self._cache_lock = threading.Lock()  # guards _latest_by_kind
 
     def get_tokenizer(self) -> Any:
         """The session model's tokenizer (a ``transformers`` tokenizer), cached per client."""
-        if self._tokenizer is None:
+        if self._tokenizer is None:  # loaded once, on first use
             self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
-        return self._tokenizer
+        loaded = self._tokenizer
+        return loaded
 
     # -- training primitives ---------------------------------------------------------------
 
@@ -113,7 +114,8 @@ class TrainingClient:
         loss_fn_inputs: Optional[Dict[str, Any]] = None,
         loss_fn_config: Optional[Dict[str, float]] = None,
     ) -> APIFuture[ForwardBackwardOutput]:
-        return self.forward_backward(batch, loss_fn, loss_fn_inputs, loss_fn_config=loss_fn_config)
+        pending = self.forward_backward(batch, loss_fn, loss_fn_inputs, loss_fn_config)
+        return pending
 
     def forward(
         self,
@@ -132,7 +134,8 @@ class TrainingClient:
         loss_fn_inputs: Optional[Dict[str, Any]] = None,
         loss_fn_config: Optional[Dict[str, float]] = None,
     ) -> APIFuture[ForwardBackwardOutput]:
-        return self.forward(batch, loss_fn, loss_fn_inputs, loss_fn_config=loss_fn_config)
+        pending = self.forward(batch, loss_fn, loss_fn_inputs, loss_fn_config)
+        return pending
 
     def _run_loss(
         self,
@@ -142,47 +145,41 @@ class TrainingClient:
         loss_fn_inputs: Optional[Dict[str, Any]],
         loss_fn_config: Optional[Dict[str, float]],
     ) -> APIFuture[ForwardBackwardOutput]:
-        loss = LossFunction(loss_fn)
-        datum_list = batch_to_datum_list(
-            batch,
-            tokenizer=self._tokenizer,
-            loss_fn_inputs=loss_fn_inputs,
-            tokenizer_loader=self.get_tokenizer,
-            loss_fn_name=loss.value,
+        loss = LossFunction(loss_fn).value
+        datums = batch_to_datum_list(
+            batch, self._tokenizer, loss_fn_inputs, self.get_tokenizer, loss_fn_name=loss
         )
-        chunks = chunk_datum_list(datum_list) or [datum_list]
+        chunks = chunk_datum_list(datums) or [datums]
+        extra = {} if loss_fn_config is None else {"lossFnConfig": loss_fn_config}
 
-        def one(chunk: List[Dict[str, Any]]) -> APIFuture[ForwardBackwardOutput]:
-            config: Dict[str, Any] = {"lossFnName": loss.value, "datumList": chunk}
-            if loss_fn_config is not None:
-                config["lossFnConfig"] = loss_fn_config
-            return self._submit({kind: config}, ForwardBackwardOutput)
+        def one(part: List[Dict[str, Any]]) -> APIFuture[ForwardBackwardOutput]:
+            body = {"lossFnName": loss, "datumList": part, **extra}
+            return self._submit({kind: body}, ForwardBackwardOutput)
 
-        if len(chunks) == 1:
+        if len(chunks) < 2:
             return one(chunks[0])
         # Chunks of one forward_backward take contiguous sequence numbers (SDK §5.5).
-        with self._sequence_lock:
-            futures = [one(chunk) for chunk in chunks]
-        return CombinedFuture(
-            futures,
-            functools.partial(
-                combine_forward_backward_results, datum_counts=[len(c) for c in chunks]
-            ),
-        )
+        with self._sequence_lock:  # no other op may take a number in between
+            parts = [one(part) for part in chunks]
+        sizes = [len(part) for part in chunks]
+        fold = functools.partial(combine_forward_backward_results, datum_counts=sizes)
+        return CombinedFuture(parts, fold)
 
     def optim_step(
-        self, adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None
+        self,
+        adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None,
     ) -> APIFuture[OptimStepResponse]:
         """Apply the accumulated gradients with AdamW and zero them."""
-        params = AdamParams.from_any(adam_params) if adam_params is not None else AdamParams()
-        return self._submit(
-            {"optimizerStep": {"adamParamsConfig": params._to_api()}}, OptimStepResponse
-        )
+        chosen = AdamParams() if adam_params is None else AdamParams.from_any(adam_params)
+        body = {"adamParamsConfig": chosen._to_api()}
+        return self._submit({"optimizerStep": body}, OptimStepResponse)
 
     async def optim_step_async(
-        self, adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None
+        self,
+        adam_params: "Optional[AdamParams | Dict[str, Any] | Any]" = None,
     ) -> APIFuture[OptimStepResponse]:
-        return self.optim_step(adam_params)
+        pending = self.optim_step(adam_params)
+        return pending
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -195,18 +192,11 @@ class TrainingClient:
         name: Optional[str] = None,
     ) -> APIFuture[SaveWeightsResponse]:
         """Save the adapter as a MODEL package (``merge_weights`` adds a merged full model)."""
-        _warn_unsupported_args(_SAVE_TTL_CONSEQUENCE, ttl_seconds=ttl_seconds)
-        _warn_unsupported_args(_SAVE_NAME_CONSEQUENCE, name=name)
-        config: Dict[str, Any] = {}
-        if merge_weights:
-            config["mergeWeights"] = True
-        if description:
-            config["description"] = description
-        return self._submit(
-            {"saveWeights": config},
-            SaveWeightsResponse,
-            record_fn=self._cache_on_save(ModelPackageKind.MODEL),
-        )
+        _warn_ignored_save_args(ttl_seconds=ttl_seconds, name=name)
+        config: Dict[str, Any] = {"mergeWeights": True} if merge_weights else {}
+        config.update({"description": description} if description else {})
+        remember = self._remembers(ModelPackageKind.MODEL)
+        return self._submit({"saveWeights": config}, SaveWeightsResponse, record_fn=remember)
 
     async def save_weights_for_sampler_async(
         self,
@@ -216,12 +206,10 @@ class TrainingClient:
         ttl_seconds: Optional[int] = None,
         name: Optional[str] = None,
     ) -> APIFuture[SaveWeightsResponse]:
-        return self.save_weights_for_sampler(
-            description=description,
-            merge_weights=merge_weights,
-            ttl_seconds=ttl_seconds,
-            name=name,
+        future = self.save_weights_for_sampler(
+            description, merge_weights, ttl_seconds=ttl_seconds, name=name
         )
+        return future  # as the SDK: the future, not its result
 
     def save_state(
         self,
@@ -232,17 +220,12 @@ class TrainingClient:
         name: Optional[str] = None,
     ) -> APIFuture[SaveStateResponse]:
         """Save adapter + optimizer state as a CHECKPOINT package, resumable later."""
-        _warn_unsupported_args(_SAVE_TTL_CONSEQUENCE, ttl_seconds=ttl_seconds)
-        _warn_unsupported_args(_SAVE_OVERWRITE_CONSEQUENCE, overwrite=True if overwrite else None)
-        _warn_unsupported_args(_SAVE_NAME_CONSEQUENCE, name=name)
-        config: Dict[str, Any] = {}
-        if description:
-            config["description"] = description
-        return self._submit(
-            {"saveState": config},
-            SaveStateResponse,
-            record_fn=self._cache_on_save(ModelPackageKind.CHECKPOINT),
+        _warn_ignored_save_args(
+            ttl_seconds=ttl_seconds, overwrite=overwrite or None, name=name
         )
+        config = {"description": description} if description else {}
+        remember = self._remembers(ModelPackageKind.CHECKPOINT)
+        return self._submit({"saveState": config}, SaveStateResponse, record_fn=remember)
 
     async def save_state_async(
         self,
@@ -252,30 +235,29 @@ class TrainingClient:
         overwrite: bool = False,
         name: Optional[str] = None,
     ) -> APIFuture[SaveStateResponse]:
-        return self.save_state(
-            description=description, ttl_seconds=ttl_seconds, overwrite=overwrite, name=name
-        )
+        return self.save_state(description, ttl_seconds=ttl_seconds, overwrite=overwrite, name=name)
 
     def load_state(self, model_package_arn: str) -> APIFuture[LoadStateResponse]:
         """Restore the adapter weights from a package (the optimizer starts fresh)."""
-        return self._submit_load_state(model_package_arn, load_optimizer=False)
+        return self._load(model_package_arn, False)
 
     async def load_state_async(self, model_package_arn: str) -> APIFuture[LoadStateResponse]:
-        return self.load_state(model_package_arn)
+        pending = self.load_state(model_package_arn)
+        return pending
 
     def load_state_with_optimizer(self, model_package_arn: str) -> APIFuture[LoadStateResponse]:
         """Restore the adapter weights and the AdamW state from a CHECKPOINT package."""
-        return self._submit_load_state(model_package_arn, load_optimizer=True)
+        return self._load(model_package_arn, True)
 
     async def load_state_with_optimizer_async(
-        self, model_package_arn: str
+        self,
+        model_package_arn: str,
     ) -> APIFuture[LoadStateResponse]:
-        return self.load_state_with_optimizer(model_package_arn)
+        pending = self.load_state_with_optimizer(model_package_arn)
+        return pending
 
-    def _submit_load_state(
-        self, model_package_arn: str, *, load_optimizer: bool
-    ) -> APIFuture[LoadStateResponse]:
-        config = {"modelPackageArn": model_package_arn, "loadOptimizer": load_optimizer}
+    def _load(self, arn: str, with_optimizer: bool) -> APIFuture[LoadStateResponse]:
+        config = {"modelPackageArn": arn, "loadOptimizer": with_optimizer}
         return self._submit({"loadState": config}, LoadStateResponse)
 
     def list_model_packages(
@@ -285,83 +267,84 @@ class TrainingClient:
         max_results: Optional[int] = None,
     ) -> List[ModelPackageInfo]:
         """Packages of this session's group, newest first (via the ServiceClient)."""
-        kwargs: Dict[str, Any] = {"model_package_group_arn": self._require_group()}
-        if kind is not None:
-            kwargs["kind"] = kind
-        if max_results is not None:
-            kwargs["max_results"] = max_results
-        return self._require_service_client().list_model_packages(**kwargs)  # type: ignore[no-any-return]
+        options = {"kind": kind, "max_results": max_results}
+        chosen = {key: v for key, v in options.items() if v is not None}
+        service = self._require_service_client()
+        listed: List[ModelPackageInfo] = service.list_model_packages(
+            model_package_group_arn=self._require_group(), **chosen
+        )
+        return listed
 
     def get_latest_model_package(self, kind: ModelPackageKind) -> Optional[ModelPackageInfo]:
         """The newest package of ``kind`` this client saved (answered locally, as the SDK does)."""
-        with self._cache_lock:
-            return self._latest_by_kind.get(kind)
+        with self._cache_lock:  # a save may be recording one right now
+            latest = self._latest_by_kind.get(kind)
+        return latest
 
-    def _cache_on_save(self, kind: ModelPackageKind) -> Callable[[Any], None]:
-        def _record(result: Any) -> None:
-            arn = result.model_package_arn
-            if arn:
-                with self._cache_lock:
-                    self._latest_by_kind[kind] = ModelPackageInfo(model_package_arn=arn, kind=kind)
+    def _remembers(self, kind: ModelPackageKind) -> Callable[[Any], None]:
+        """A hook that records a save's package as the latest of ``kind``."""
 
-        return _record
+        def note(saved: Any) -> None:
+            if saved.model_package_arn:
+                info = ModelPackageInfo(model_package_arn=saved.model_package_arn, kind=kind)
+                with self._cache_lock:  # parse runs on whichever thread resolves the future
+                    self._latest_by_kind[kind] = info
+
+        return note
 
     def _require_group(self) -> str:
-        if not self._model_package_group_arn:
-            raise ValueError(
-                "This client has no model package group associated, so checkpoints "
-                "cannot be listed. Use ServiceClient.list_model_packages(...) with an "
-                "explicit model_package_group_arn instead."
-            )
-        return self._model_package_group_arn
+        group = self._model_package_group_arn
+        if group:
+            return group
+        problem = (
+            "This client has no model package group associated, so checkpoints cannot be "
+            "listed. Use ServiceClient.list_model_packages(...) with an explicit "
+            "model_package_group_arn instead."
+        )
+        raise ValueError(problem)
 
     def _require_service_client(self) -> Any:
-        if self._service_client is None:
-            raise ValueError(
-                "This client was not created by a ServiceClient, so checkpoint "
-                "lookups are unavailable. Use ServiceClient.list_model_packages(...) "
-                "directly."
-            )
-        return self._service_client
+        owner = self._service_client
+        if owner is not None:
+            return owner
+        problem = (
+            "This client was not created by a ServiceClient, so checkpoint lookups are "
+            "unavailable. Use ServiceClient.list_model_packages(...) directly."
+        )
+        raise ValueError(problem)
 
     def _submit(
         self,
         operation_config: Dict[str, Any],
-        result_cls: Type[_T],
+        result_cls: Type[_R],
         *,
-        record_fn: Optional[Callable[[_T], None]] = None,
-    ) -> APIFuture[_T]:
-        client_token = str(uuid.uuid4())
+        record_fn: Optional[Callable[[_R], None]] = None,
+    ) -> APIFuture[_R]:
+        def parse(body: Dict[str, Any]) -> _R:
+            parsed: _R = result_cls._from_api(body.get("operationResult", {}))
+            if record_fn is not None:  # e.g. remember the package a save registered
+                record_fn(parsed)
+            return parsed
 
-        def parse_fn(response: Dict[str, Any]) -> _T:
-            result = result_cls._from_api(response.get("operationResult", {}))
-            if record_fn is not None:
-                record_fn(result)
-            return result
-
-        with self._sequence_lock:
-            self._sequence_counter += 1
-            params = {
-                "sequenceNumber": self._sequence_counter,
-                "clientToken": client_token,
+        token = str(uuid.uuid4())
+        with self._sequence_lock:  # numbers are taken and submitted in one order
+            self._sequence_counter = number = self._sequence_counter + 1
+            request = {
+                "sequenceNumber": number,
+                "clientToken": token,
                 "operationConfig": operation_config,
             }
-            return self._submitter.submit(
-                lambda: submit(
-                    self._runtime,
-                    self.training_session_name,
-                    "ExecuteTrainingOperation",
-                    params,
-                    parse_fn,
-                    strict=self._strict,
-                    keepalive=self._handle,
-                )
+            name, op = self.training_session_name, "ExecuteTrainingOperation"
+            return submit(
+                self._submitter, self._runtime, name, op, request, parse,
+                strict=self._strict, keepalive=self._handle,
             )
 
     @property
     def current_sequence_number(self) -> int:
         """The last sequence number allocated; 0 before any op."""
-        return self._sequence_counter
+        last: int = self._sequence_counter
+        return last
 
     # -- sampling clients ------------------------------------------------------------------
 
@@ -374,20 +357,17 @@ class TrainingClient:
         retry_config: Optional[Any] = None,
     ) -> SamplingClient:
         """Save the weights (blocking), point this session's samplers at them, return one."""
-        result = self.save_weights_for_sampler(
-            description=description, merge_weights=merge_weights, name=name
-        ).result()
-        model_package_arn = result.model_package_arn
-        if not model_package_arn:
-            raise TrainingSessionError(
-                "The weights were saved but the service returned no checkpoint "
-                "ARN, so there is nothing to sample from. Retry the save, or "
-                "call save_weights_for_sampler() and inspect its result."
-            )
-        self._load_weights_for_sampling(model_package_arn)
-        return self.create_sampling_client(
-            model_package_arn=model_package_arn, retry_config=retry_config
+        saved = self.save_weights_for_sampler(description, merge_weights, name=name).result()
+        arn = saved.model_package_arn
+        if arn:
+            self._load_weights_for_sampling(arn)
+            return self.create_sampling_client(arn, retry_config=retry_config)
+        problem = (
+            "The weights were saved but the service returned no checkpoint ARN, so there is "
+            "nothing to sample from. Retry the save, or call save_weights_for_sampler() and "
+            "inspect its result."
         )
+        raise TrainingSessionError(problem)
 
     async def save_weights_and_get_sampling_client_async(
         self,
@@ -397,13 +377,10 @@ class TrainingClient:
         name: Optional[str] = None,
         retry_config: Optional[Any] = None,
     ) -> SamplingClient:
-        return await asyncio.to_thread(
-            self.save_weights_and_get_sampling_client,
-            description=description,
-            merge_weights=merge_weights,
-            name=name,
-            retry_config=retry_config,
+        make = functools.partial(
+            self.save_weights_and_get_sampling_client, name=name, retry_config=retry_config
         )
+        return await asyncio.to_thread(make, description, merge_weights)
 
     def _load_weights_for_sampling(self, model_package_arn: str) -> LoadStateResponse:
         """ExecuteSamplingOperation{loadWeightsForSampling}, sent from the caller's thread."""
@@ -426,8 +403,8 @@ class TrainingClient:
         self, model_package_arn: str = "", *, retry_config: Optional[Any] = None
     ) -> SamplingClient:
         """A sampling client on this session; ``""`` samples without a package ARN."""
-        _warn_unsupported_args(_RETRY_CONFIG_CONSEQUENCE, retry_config=retry_config)
-        return SamplingClient(
+        _warn_unsupported_args(_RETRY_CONFIG_CONSEQUENCE, retry_config=retry_config)  # ignored
+        return SamplingClient(  # shares this client's session, handle and submitter
             training_session_name=self.training_session_name,
             runtime=self._runtime,
             model_package_arn=model_package_arn,
@@ -443,40 +420,39 @@ class TrainingClient:
     async def create_sampling_client_async(
         self, model_package_arn: str = "", *, retry_config: Optional[Any] = None
     ) -> SamplingClient:
-        return await asyncio.to_thread(
-            self.create_sampling_client,
-            model_package_arn=model_package_arn,
-            retry_config=retry_config,
-        )
+        make = functools.partial(self.create_sampling_client, retry_config=retry_config)
+        return await asyncio.to_thread(make, model_package_arn)
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def _require_lifecycle_client(self) -> Any:
-        if self._service_client is None:
-            raise ValueError(
-                "This client was not created by a ServiceClient, so it cannot "
-                "stop or delete the session. Use ServiceClient.stop_session(name) "
-                "or ServiceClient.delete_session(name) instead."
-            )
-        return self._service_client
+    def _lifecycle_owner(self) -> Any:
+        owner = self._service_client
+        if owner is not None:
+            return owner
+        problem = (
+            "This client was not created by a ServiceClient, so it cannot stop or delete the "
+            "session. Use ServiceClient.stop_session(name) or ServiceClient.delete_session(name) "
+            "instead."
+        )
+        raise ValueError(problem)
 
     def stop(self) -> None:
         """Close this client and stop its session (idempotent on the service side)."""
-        self._submitter.close()
+        self._submitter.close()  # no new ops; queued submits still go out
+        owner = self._lifecycle_owner()
         try:
-            self._require_lifecycle_client().stop_session(self.training_session_name)
-        except Exception:
-            self._handle.note_explicit_stop_failed()
+            owner.stop_session(self.training_session_name)
+        except BaseException:  # the finalizer still tries later, without the warning
+            self._handle.note_explicit_stop_failed()  # remembered for the finalizer
             raise
-        self._handle.disarm()
+        self._handle.disarm()  # stopped: nothing left for the finalizer
 
     def delete(self, *, stop_if_active: bool = False) -> None:
         """Close this client and delete its session."""
-        self._submitter.close()
-        self._require_lifecycle_client().delete_session(
-            self.training_session_name, stop_if_active=stop_if_active
-        )
-        self._handle.disarm()
+        self._submitter.close()  # no new ops; queued submits still go out
+        owner = self._lifecycle_owner()
+        owner.delete_session(self.training_session_name, stop_if_active=stop_if_active)
+        self._handle.disarm()  # deleted: nothing left for the finalizer
 
     def __enter__(self) -> "TrainingClient":
         return self
@@ -484,10 +460,10 @@ class TrainingClient:
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
         try:
             self.stop()
-        except Exception:
-            logger.warning(
-                "Failed to stop session %r on exit; it will be stopped when "
-                "this client is collected, or after its inactivity timeout.",
+        except Exception:  # noqa: BLE001 - leaving the block must not raise over the body
+            _log.warning(
+                "Failed to stop session %r on exit; it will be stopped when this client is "
+                "collected, or after its inactivity timeout.",
                 self.training_session_name,
                 exc_info=True,
             )

@@ -146,8 +146,8 @@ def test_owning_and_derived_clients(relaxed: ServiceClient, tc: TrainingClient) 
 
 
 def test_result_mismatch_is_raised_for_a_wrong_length() -> None:
-    from localsession.client.sampling_client import _make_compute_logprobs_parser
+    from localsession.client.sampling_client import _logprobs_reader
 
-    parse = _make_compute_logprobs_parser(3)
+    parse = _logprobs_reader(3)
     with pytest.raises(ResultMismatchError):
         parse({"operationResult": {"computeLogprobs": {"logprobs": [None, -1.0]}}})

@@ -1,0 +1,68 @@
+"""``result(timeout=t)`` through the unmodified SDK over HTTP returns or raises within
+t + 2 s (the SDK's poll interval) + 1 s, because the server holds a result poll for at most
+its default long-poll (issue 16, item 2)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from localsession.runtime.service import Service, ServiceConfig, _default_engine_factory
+from localsession.server.runner import ServerThread, client_env
+
+ROLE = "arn:aws:iam::123456789012:role/differential"
+GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/differential"
+S3 = "s3://differential-bucket/out"
+SLOW_OP_S = 8.0
+
+
+class _SlowOptimizer:
+    """A real engine whose optimizer step takes ``SLOW_OP_S`` (cut short at teardown)."""
+
+    def __init__(self, engine: Any, release: threading.Event) -> None:
+        self._engine, self._release = engine, release
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+        self._release.wait(SLOW_OP_S)
+        return self._engine.optim_step(adam_params)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def slow_server(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[threading.Event]:
+    release = threading.Event()
+    config = ServiceConfig(
+        home=tmp_path,
+        engine_factory=lambda spec: _SlowOptimizer(_default_engine_factory(spec), release),
+    )
+    service = Service(config)
+    with ServerThread(service) as url:  # the default long-poll hold, as `serve` uses it
+        for key, value in client_env(url, "us-west-2").items():
+            monkeypatch.setenv(key, value)
+        yield release
+        release.set()
+    service.close()
+
+
+def test_result_timeout_over_the_wire_is_bounded(slow_server: threading.Event) -> None:
+    from sagemaker.train.training_session import AdamParams, ServiceClient
+
+    sdk = ServiceClient(role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path=S3)
+    with sdk.create_lora_training_client(base_model="localsession-tiny", rank=8) as tc:
+        future = tc.optim_step(AdamParams(learning_rate=1e-3))
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            future.result(timeout=0.5)
+        waited = time.monotonic() - started
+        assert waited < 0.5 + 2.0 + 1.0, f"result(timeout=0.5) took {waited:.2f}s"
+        assert not future.done()
+        slow_server.set()  # let the op finish now instead of after 8 s
+        assert future.result(timeout=30) is not None
