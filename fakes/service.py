@@ -42,7 +42,7 @@ from fakes.clock import Gate
 from fakes.knobs import EngineKnobs
 from fakes.script import Script
 from localsession import vocab
-from localsession.runtime.catalog import StaticCatalog
+from localsession.runtime.catalog import ModelCatalog, StaticCatalog
 from localsession.runtime.engine_api import EngineSpec
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
@@ -83,9 +83,11 @@ class FakeService:
         numerics: bool = False,
         torch_threads: int | None = 1,
         engine_factory: Callable[..., Any] | None = None,
+        catalog: ModelCatalog | None = None,
     ) -> None:
         """``engine_factory(spec, *, script, knobs, manual)`` replaces the fake engine class
-        (the conformance self-check plants defects this way)."""
+        (the conformance self-check plants defects this way). ``catalog`` replaces the
+        hermetic default built from ``base_models`` (``localsession.mock`` lists its map)."""
         self._tmp = None if home is not None else tempfile.TemporaryDirectory(prefix="fakes-")
         self.script = Script()
         self.calls = CallLog()
@@ -114,7 +116,8 @@ class FakeService:
             # Requests come from the fake's own client: skip loading the sagemaker model.
             check_create_members=numerics,
         )
-        catalog = StaticCatalog(base_models or [DEFAULT_MODEL], accept_any=base_models is None)
+        if catalog is None:
+            catalog = StaticCatalog(base_models or [DEFAULT_MODEL], accept_any=base_models is None)
         self.runtime = Service(config, catalog=catalog)
         self.runtime.add_observer(self._observe)
 

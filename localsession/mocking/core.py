@@ -151,7 +151,16 @@ class Mock:
             with _import_lock:
                 from fakes.service import FakeService  # torch: only for engine="fake"
 
-            service = FakeService(home=self.home, strict=self.strict, manual=self._manual)
+            from localsession.engine import write_tokenizer
+            from localsession.runtime.catalog import BUILTIN_MODELS, StaticCatalog
+
+            # Any name runs on the fake model; the built-ins and the map are listed, as by
+            # serve, and the SDK's get_tokenizer() gets the built-in tokenizer they name.
+            listed = {**{m: m for m in BUILTIN_MODELS}, **self.model_map}
+            catalog = StaticCatalog(listed, accept_any=True, tokenizer_writer=write_tokenizer)
+            service = FakeService(
+                home=self.home, strict=self.strict, manual=self._manual, catalog=catalog
+            )
             service.config.region = self.region
             return service
         # serve's choices (server/serve.py build_service): limits per `strict`, session
