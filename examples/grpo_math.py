@@ -6,13 +6,15 @@ loss_fn="ppo")``, ``optim_step`` and ``save_weights_and_get_sampling_client()`` 
 (a fresh sampler each step). The sampling temperature goes to the trainer as the
 ``temperature`` input, so the ratio starts at exactly 1 (``kl_sample_train`` ~ 0). Prompts are
 rendered with the model's own chat template; sampling stops at its end-of-turn token. Held-out
-accuracy (questions never trained on) is reported greedy and sampled (the mean reward of 4
-answers per question at the training temperature), with one held-out reply before and after.
+accuracy (questions never trained on) is reported greedy and sampled (the mean reward of
+``--eval-samples`` answers per question at the training temperature), with one held-out reply
+before and after.
 
 Two tasks (``--task``, picked from the base model by default):
 - ``chat`` (any pretrained instruct model, e.g. HuggingFaceTB/SmolLM2-135M-Instruct):
-  "What is 27 + 82? Answer with just the number.", scored on the reply's last number;
-  8 prompts x 8 samples, lr 2e-4, 16-token answers, 15 steps, no warm start.
+  "Compute 27 + 82. Reply with the result only.", scored on the reply's last number;
+  8 prompts x 8 samples at temperature 0.7, lr 2e-4, 16-token answers, 15 steps, 40 held-out
+  questions, no warm start.
 - ``gsm8k`` (the built-in random-init models): one-sentence word problems answered in the
   GSM8K ``#### <n>`` format, after a 60-step SFT warm start (the tiny model knows no
   arithmetic or format at all); 16 prompts x 8 samples, lr 3e-4, 40 steps.
@@ -52,9 +54,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         group_size=8,
         prompts=8,
         learning_rate=2e-4,
-        temperature=1.0,
+        temperature=0.7,
         eval_size=40,
         eval_every=5,
+        eval_samples=1,
         max_tokens=16,
     ),
     "gsm8k": dict(
@@ -66,6 +69,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         temperature=0.7,
         eval_size=128,
         eval_every=10,
+        eval_samples=4,
         max_tokens=24,
     ),
 }
@@ -79,7 +83,12 @@ def add_options(parser: Any) -> None:
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     parser.add_argument("--eval-size", type=int, default=None, help="held-out questions")
-    parser.add_argument("--eval-every", type=int, default=None, help="steps between evals")
+    parser.add_argument(
+        "--eval-every", type=int, default=None, help="steps between evals (0: none)"
+    )
+    parser.add_argument(
+        "--eval-samples", type=int, default=None, help="sampled answers per question"
+    )
     parser.add_argument("--max-tokens", type=int, default=None, help="answer length limit")
 
 
@@ -103,13 +112,13 @@ def prompt_ids(tokenizer: Any, problem: MathProblem) -> list[int]:
 def evaluate(
     svc: loop.Service, sampler: Any, tok: Any, problems: list[MathProblem], args: Any
 ) -> dict[str, Any]:
-    """Held-out accuracy, sampled (the mean reward of 4 answers per question at the training
-    temperature: the policy GRPO optimises) and greedy, plus the first question's greedy
+    """Held-out accuracy, sampled (the mean reward of ``--eval-samples`` answers per question at
+    the training temperature: the policy GRPO optimises) and greedy, plus the first question's greedy
     reply. Every request is in flight before any result is awaited."""
     sampled = svc.params(args.max_tokens, temperature=args.temperature, seed=12345, stop=None)
     greedy = svc.params(args.max_tokens, temperature=0.0, seed=0, stop=None)
     prompts = [prompt_ids(tok, p) for p in problems]
-    s_futures = [sampler.sample(p, 4, sampled) for p in prompts]
+    s_futures = [sampler.sample(p, args.eval_samples, sampled) for p in prompts]
     g_futures = [sampler.sample(p, 1, greedy) for p in prompts]
     g_texts = [loop.decode(tok, f.result().sequences[0]) for f in g_futures]
     s_scores = [
@@ -223,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             problems = rng.sample(train, args.prompts)
             metrics = grpo_step(svc, tc, sampler, tok, problems, args.seed * 100_003 + step, args)
             sampler = tc.save_weights_and_get_sampling_client()
-            if step % args.eval_every == 0 and step != args.steps:
+            if args.eval_every and step % args.eval_every == 0 and step != args.steps:
                 mid = evaluate(svc, sampler, tok, held_out, args)
                 metrics["eval_accuracy"], metrics["eval_greedy_accuracy"] = (
                     mid["sampled"],

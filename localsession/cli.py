@@ -12,13 +12,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localsession", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
-        "demo", help="run the math SFT -> GRPO loop (examples/grpo_math.py) on a built-in model"
+        "demo", help="a short SFT loop on a built-in model (`make demo`: GRPO on a real model)"
     )
     demo.add_argument("--model", default="localsession/tiny")
-    demo.add_argument("--steps", type=int, help="GRPO steps (40), or SFT steps with --sft (60)")
+    demo.add_argument("--steps", type=int, help="SFT steps (60)")
     demo.add_argument("--learning-rate", type=float)
-    demo.add_argument("--run-dir", help="where metrics.jsonl and the plot go")
-    demo.add_argument("--sft", action="store_true", help="the short SFT-only demo instead")
+    demo.add_argument("--sft", action="store_true", help="the SFT demo (the default; accepted)")
     plot = commands.add_parser("plot", help="draw a run directory's metrics.jsonl as a PNG")
     plot.add_argument("run_dir", help="a run directory holding metrics.jsonl")
     plot.add_argument("--out", help="PNG path (default RUN_DIR/metrics.png)")

@@ -13,9 +13,9 @@ is 1 for the right number and 0 otherwise (a missing, malformed or trailing-text
 scores 0, so a policy cannot pad its answer).
 
 The ``chat`` style is for pretrained instruct models: two-digit addition asked in plain
-words (``What is 27 + 82? Answer with just the number.``), scored on the last number of the
-reply. SmolLM2-135M-Instruct gets about 15% of these right out of the box (it answers
-"27 + 82 = 198"), so GRPO has something to teach.
+words (``Compute 27 + 82. Reply with the result only.``), scored on the last number of the
+reply. SmolLM2-135M-Instruct gets 10-15% of these right greedily out of the box (it answers
+"20 + 21 = 32"), and about 2.5% of its samples at temperature 0.7 are right.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ ADD = ["{n} has {a} {t} and buys {b}. How many {t} now?"]
 SUB = ["{n} has {a} {t} and sold {b}. How many {t} now?"]
 _ANSWER = re.compile(r"####\s*(-?\d+)\s*$")  # the answer line ends the response
 _NUMBER = re.compile(r"-?\d+")
-CHAT_QUESTION = "What is {a} + {b}? Answer with just the number."
+CHAT_QUESTION = "Compute {a} + {b}. Reply with the result only."
 
 
 @dataclass(frozen=True)
