@@ -112,9 +112,9 @@ def prompt_ids(tokenizer: Any, problem: MathProblem) -> list[int]:
 def evaluate(
     svc: loop.Service, sampler: Any, tok: Any, problems: list[MathProblem], args: Any
 ) -> dict[str, Any]:
-    """Held-out accuracy, sampled (the mean reward of ``--eval-samples`` answers per question at
-    the training temperature: the policy GRPO optimises) and greedy, plus the first question's greedy
-    reply. Every request is in flight before any result is awaited."""
+    """Held-out accuracy, sampled (the mean reward of ``--eval-samples`` answers per question
+    at the training temperature: the policy GRPO optimises) and greedy, plus the first
+    question's greedy reply. Every request is in flight before any result is awaited."""
     sampled = svc.params(args.max_tokens, temperature=args.temperature, seed=12345, stop=None)
     greedy = svc.params(args.max_tokens, temperature=0.0, seed=0, stop=None)
     prompts = [prompt_ids(tok, p) for p in problems]

@@ -8,7 +8,6 @@ greedy decoding, ``peft.PeftModel.from_pretrained`` for a saved adapter.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,10 +71,8 @@ def test_conversion_is_cached_and_reused(
 ) -> None:
     marker = smol_dir / MARKER
     stamp = marker.stat().st_mtime_ns
-    started = time.perf_counter()
     again = ensure_converted(shipped_gguf, smol_cache)
     assert again == smol_dir and marker.stat().st_mtime_ns == stamp  # not converted again
-    assert time.perf_counter() - started < 10  # hashing only, no dequantising
     assert [p.name for p in smol_cache.iterdir() if p.name.startswith(".")] == []  # no temp dirs
     config = json.loads((smol_dir / "config.json").read_text())
     assert config["model_type"] == "llama" and "quantization_config" not in config
