@@ -142,6 +142,8 @@ def warm_start(
     tc: Any, tok: Any, train: list[MathProblem], steps: int, rng: random.Random, log: Any, q: bool
 ) -> None:
     """SFT on the reference solutions at a constant learning rate of 3e-3."""
+    if steps == 0:
+        return
     for step in loop.progress(range(steps), desc="SFT warm start", quiet=q):
         batch = [
             loop.sft_datum(prompt_ids(tok, p), loop.completion_ids(tok, p.solution))
