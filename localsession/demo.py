@@ -1,23 +1,19 @@
-"""The demo (``make demo`` / ``localsession demo``): real training loops on a built-in model.
+"""``localsession demo``: a short SFT loop that needs nothing but the installed package.
 
-By default it runs ``examples/grpo_math.py`` from the source checkout end to end: an SFT warm
-start, then GRPO on arithmetic word problems, with progress bars, held-out accuracy before and
-after, per-step metrics in a run directory, and a plot of them when matplotlib is installed.
+It opens a LoRA session on ``localsession/tiny`` (or ``--model``), fine-tunes it with
+``cross_entropy`` on a small chat dataset rendered with the model's chat template (prompt
+tokens weighted 0), and prints one summary line: training and held-out loss before and after,
+and training tokens per second.
 
-``--sft`` (or an installed package without the examples) runs the smaller loop below: it opens
-a LoRA session on ``localsession/tiny``, fine-tunes it with ``cross_entropy`` on a small chat
-dataset rendered with the model's chat template (prompt tokens weighted 0), and prints one
-summary line: held-out loss before and after, and training tokens per second.
+``make demo`` (a source checkout) runs ``examples/grpo_math.py`` directly instead: GRPO on a
+real chat model. The demo never loads files from ``examples/`` itself.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from tqdm import tqdm
 
@@ -112,41 +108,8 @@ def run(
     return result
 
 
-#: The math GRPO example, where a source checkout has it.
-GRPO_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grpo_math.py"
-
-
-def run_math(argv: list[str]) -> dict[str, Any]:
-    """``examples/grpo_math.py``'s ``main(argv)``; returns its summary."""
-    spec = importlib.util.spec_from_file_location("grpo_math", GRPO_EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    summary: dict[str, Any] = module.main(argv)
-    return summary
-
-
 def cli(args: argparse.Namespace) -> int:
-    """``localsession demo``: the math SFT -> GRPO loop, or ``--sft`` for the SFT loop."""
-    if args.sft or not GRPO_EXAMPLE.exists():
-        if not args.sft:
-            print(f"{GRPO_EXAMPLE} is not here (not a source checkout): running the SFT demo.")
-        result = run(args.model, args.steps or 60, args.learning_rate or 5e-3)
-        return 0 if result.loss_after < result.loss_before else 1
-    argv = ["--base-model", args.model]
-    if args.steps is not None:
-        argv += ["--steps", str(args.steps)]
-    if args.learning_rate is not None:
-        argv += ["--learning-rate", str(args.learning_rate)]
-    if args.run_dir is not None:
-        argv += ["--run-dir", str(args.run_dir)]
-    summary = run_math(argv)
-    from localsession.plot import PlotUnavailable, plot_run
-
-    try:
-        print(f"plot: {plot_run(summary['run_dir'])}")
-    except PlotUnavailable as exc:
-        print(f"no plot: {exc}")
-    before, after = summary["held_out_accuracy_before"], summary["held_out_accuracy_after"]
-    print(f"demo: held-out accuracy {before:.1%} -> {after:.1%} ({summary['seconds']}s)")
-    return 0 if after > before else 1
+    """``localsession demo``: the SFT loop. The exit code reports errors, not learning: a
+    run whose loss did not fall still exits 0 (its summary line says what happened)."""
+    run(args.model, args.steps or 60, args.learning_rate or 5e-3)
+    return 0

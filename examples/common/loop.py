@@ -28,13 +28,15 @@ SERVICE_MIN_MAX_TOKENS = 512  # docs/wire.md#10
 def parse_args(
     description: str | None,
     *,
-    steps: int,
+    steps: int | None,
     smoke_steps: int,
     base_model: str = "localsession/tiny",
     argv: Sequence[str] | None = None,
     extra: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> argparse.Namespace:
-    """``--steps --seed --base-model --smoke --run-dir`` plus the example's own options."""
+    """``--steps --seed --base-model --smoke --run-dir`` plus the example's own options.
+
+    ``steps=None`` leaves ``args.steps`` None when not given (the example picks a default)."""
     parser = argparse.ArgumentParser(
         description=(description or "").split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -159,6 +161,11 @@ def group_advantages(rewards: Sequence[float]) -> list[float]:
     """GRPO: reward minus the group mean, over the group's standard deviation."""
     mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
     return [(r - mean) / (std + 1e-6) for r in rewards]
+
+
+def is_builtin(base_model: str) -> bool:
+    """True for localsession's built-in random-init models (byte tokenizer, no pretraining)."""
+    return base_model.startswith("localsession/")
 
 
 def decode(tokenizer: Any, seq: SampledSequence) -> str:

@@ -76,6 +76,18 @@ def test_two_turn_warm_start_renders_the_tool_turn_in_the_chat_format() -> None:
     assert TOOL_CALL in text and text.endswith(task.solution + "<|im_end|>")
 
 
+def test_chat_problems_score_the_replys_last_number() -> None:
+    train, test = make_split(0, 50, 10, style="chat")
+    assert not {p.question for p in train} & {p.question for p in test}
+    p = test[0]
+    assert p.question == f"Compute {p.a} + {p.b}. Reply with the result only."
+    assert 10 <= p.a <= 99 and 10 <= p.b <= 99 and p.answer == p.a + p.b
+    assert math_reward(f"{p.a} + {p.b} = {p.answer}", p) == 1.0
+    assert math_reward(f"{p.answer}", p) == 1.0
+    assert math_reward(f"{p.a} + {p.b} = {p.answer + 1}", p) == 0.0
+    assert math_reward("I cannot", p) == 0.0
+
+
 def test_rl_datum_passes_the_sampling_temperature() -> None:
     datum = loop.rl_datum([257, 1], [2, 3], [-1.0, -2.0], [0.5, 0.5], temperature=0.7)
     assert datum.loss_fn_inputs["temperature"].data == [0.7] * 3
@@ -128,11 +140,20 @@ def test_grpo_step_trains_on_groups_with_signal(relaxed: object) -> None:
     with relaxed.create_lora_training_client("localsession/tiny", rank=4, alpha=8) as tc:  # type: ignore[attr-defined]
         tok = tc.get_tokenizer()
         sampler = _ScriptedSampler([right, "1 + 1 = 2\n#### 99", "junk", "#### 0 trailing"])
-        metrics = grpo_math.grpo_step(svc, tc, sampler, tok, problems[:1], 4, 0, 1e-3, 1.0)
+        args = grpo_math.resolve_options(
+            grpo_math.loop.parse_args(
+                "",
+                steps=None,
+                smoke_steps=1,
+                argv=["--group-size", "4", "--learning-rate", "1e-3", "--temperature", "1.0"],
+                extra=grpo_math.add_options,
+            )
+        )
+        metrics = grpo_math.grpo_step(svc, tc, sampler, tok, problems[:1], 0, args)
         assert metrics["reward"] == 0.25 and metrics["groups_used"] == 1.0
         assert {"loss", "kl_sample_train", "clipfrac", "grad_norm", "train_tokens"} <= set(metrics)
         assert metrics["kl_sample_train"] != 0.0  # scripted logprobs are not the policy's
         flat = grpo_math.grpo_step(
-            svc, tc, _ScriptedSampler(["junk"] * 4), tok, problems[:1], 4, 0, 1e-3, 1.0
+            svc, tc, _ScriptedSampler(["junk"] * 4), tok, problems[:1], 0, args
         )
         assert flat["groups_used"] == 0.0 and "loss" not in flat
