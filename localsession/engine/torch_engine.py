@@ -61,8 +61,15 @@ from localsession.engine.losses import (
     parse_loss_config,
     token_logprobs,
 )
-from localsession.engine.merged import can_merge, plain_model, remerge_
-from localsession.engine.model import LoadedModel, load_model
+from localsession.engine.base_pool import POOL, SharedBase, load_shared
+from localsession.engine.merged import (
+    MERGED_CACHE,
+    can_merge,
+    merged_bytes,
+    plain_model,
+    remerge_,
+)
+from localsession.engine.model import LoadedModel
 from localsession.engine.optim import AdamParams, LoraAdamW
 from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
@@ -78,7 +85,12 @@ class TorchEngine:
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:
         self.spec = spec
-        self._loaded = loaded if loaded is not None else load_model(spec)
+        #: the shared base this session's adapter sits on (base_pool.py); None when the
+        #: caller handed in its own ``loaded`` model
+        self._shared: SharedBase | None = None
+        if loaded is None:
+            loaded, self._shared = load_shared(spec)
+        self._loaded = loaded
         self._lock = threading.Lock()
         self._optimizer = LoraAdamW(self._loaded.model.named_parameters())
         self._sampler = BatchSampler(
@@ -98,11 +110,12 @@ class TorchEngine:
             OrderedDict()
         )
         self._snapshot_lock = threading.Lock()
-        #: Decoding models (merged.py): the plain base model, and the latest snapshot with
-        #: its merged copy. Built lazily under the lock.
+        #: Decoding models (merged.py): the plain base model (shares every tensor), and
+        #: merged snapshot copies in the process-wide ``MERGED_CACHE`` under this owner.
         self._can_merge = can_merge(self._loaded.model, self._loaded.dtype)
+        self._merged_bytes = merged_bytes(self._loaded.model) if self._can_merge else 0
         self._plain_base: torch.nn.Module | None = None
-        self._merged: tuple[dict[str, torch.Tensor], torch.nn.Module] | None = None
+        self._cache_owner = object()
         self._closed = False
 
     # -- introspection (tests, checkpoints) ---------------------------------------------
@@ -248,10 +261,13 @@ class TorchEngine:
 
     # -- sampling -----------------------------------------------------------------------
 
-    def _snapshot(self, weights: str | None) -> dict[str, torch.Tensor] | None:
-        """The adapter tensors of package ``weights`` (cached), or ``None`` for the base."""
+    def _snapshot(
+        self, weights: str | None
+    ) -> tuple[tuple[str, int, int, int] | None, dict[str, torch.Tensor] | None]:
+        """(file key, adapter tensors) of package ``weights`` (cached); ``(None, None)``
+        for the base."""
         if weights is None:
-            return None
+            return None, None
         path = Path(weights)
         key: tuple[str, int, int, int] | None
         try:
@@ -262,7 +278,7 @@ class TorchEngine:
         with self._snapshot_lock:
             if key is not None and key in self._snapshots:
                 self._snapshots.move_to_end(key)
-                return self._snapshots[key]
+                return key, self._snapshots[key]
         tensors = read_adapter(path, self._layout)
         snapshot = {
             name: tensors[k].to(dtype=self._adapter[name].dtype)
@@ -273,7 +289,7 @@ class TorchEngine:
                 self._snapshots[key] = snapshot
                 while len(self._snapshots) > SNAPSHOT_CACHE_SIZE:
                     self._snapshots.popitem(last=False)
-        return snapshot
+        return key, snapshot
 
     @contextmanager
     def _use_weights(self, snapshot: dict[str, torch.Tensor] | None) -> Iterator[None]:
@@ -335,9 +351,9 @@ class TorchEngine:
         checked = [self._check_request(i, r) for i, r in enumerate(requests)]
         if not checked:
             return []
-        snapshot = self._snapshot(weights)
+        key, snapshot = self._snapshot(weights)
         with self._lock, torch.no_grad():
-            decoder = self._decoder(snapshot)
+            decoder = self._decoder(key, snapshot)
             if decoder is not None:
                 grouped = self._sampler.run(checked, decoder)
             else:
@@ -370,30 +386,37 @@ class TorchEngine:
                             response["topkPromptLogprobs"] = top
         return responses
 
-    def _decoder(self, snapshot: dict[str, torch.Tensor] | None) -> torch.nn.Module | None:
+    def _decoder(
+        self, key: tuple[str, int, int, int] | None, snapshot: dict[str, torch.Tensor] | None
+    ) -> torch.nn.Module | None:
         """The plain model that decodes for ``snapshot`` (merged.py), or ``None`` to decode
-        with the peft model (half precision, or a model too large to copy). Caller holds
-        the lock."""
+        with the peft model over the shared base (half precision, no cache key, or a merged
+        copy larger than the cache budget). Caller holds the lock."""
         if snapshot is None:
             if self._plain_base is None:
                 self._plain_base = plain_model(self._loaded.model, merge=False)
             return self._plain_base
-        if not self._can_merge:
+        if not self._can_merge or key is None or self._merged_bytes > MERGED_CACHE.budget:
             return None
-        if self._merged is None:
-            with self._use_weights(snapshot):
-                self._merged = (snapshot, plain_model(self._loaded.model, merge=True))
-        elif self._merged[0] is not snapshot:
-            with self._use_weights(snapshot):
-                remerge_(self._merged[1], self._loaded.model)
-            self._merged = (snapshot, self._merged[1])
-        return self._merged[1]
+        owner = self._cache_owner
+        cached = MERGED_CACHE.get(owner, key)
+        if cached is not None:
+            return cached
+        reused = MERGED_CACHE.make_room(owner, self._merged_bytes)
+        with self._use_weights(snapshot):
+            if reused is not None:
+                remerge_(reused, self._loaded.model)
+                merged = reused
+            else:
+                merged = plain_model(self._loaded.model, merge=True)
+        MERGED_CACHE.put(owner, key, merged, self._merged_bytes)
+        return merged
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
         """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
         self._check_open()
         ids = self._check_prompt(tokens, "`prompt`")
-        snapshot = self._snapshot(weights)
+        _, snapshot = self._snapshot(weights)
         with self._lock, self._use_weights(snapshot), torch.no_grad():
             values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)
         return [None, *values[1:]]
@@ -462,8 +485,12 @@ class TorchEngine:
             device = self._loaded.device
             self._optimizer.zero_grad()
             self._snapshots.clear()
-            self._plain_base = self._merged = None
+            self._plain_base = None
+            MERGED_CACHE.drop_owner(self._cache_owner)
             del self._sampler, self._optimizer, self._loaded, self._adapter
+            if self._shared is not None:
+                POOL.release(self._shared)
+                self._shared = None
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
