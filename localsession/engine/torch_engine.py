@@ -24,6 +24,7 @@ a half-applied update (engine_api threading contract).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 from collections import OrderedDict
@@ -334,14 +335,7 @@ class TorchEngine:
             problems.append(f"`top_p` must be in (0, 1], got {req.top_p}")
         if problems:
             raise EngineInputError(f"{what}: " + "; ".join(problems))
-        if prompt == req.prompt:
-            return req
-        return SampleRequest(
-            prompt=prompt, num_samples=req.num_samples, max_tokens=req.max_tokens,
-            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
-            stop=req.stop, include_prompt_logprobs=req.include_prompt_logprobs,
-            topk_prompt_logprobs=req.topk_prompt_logprobs,
-        )
+        return req if prompt == req.prompt else dataclasses.replace(req, prompt=prompt)
 
     def sample(
         self, weights: str | None, requests: list[SampleRequest]

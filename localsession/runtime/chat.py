@@ -9,8 +9,9 @@ same scheduler, batching and token accounting as ``sample``.
 
 Local decisions: the ``logprob`` of each chosen token is the sampler's (tempered, as for
 ``sample``); ``top_logprobs`` are at T = 1 (the prompt-logprob convention of
-local-semantics §3), so at the default temperature the two agree. A stream is sent once
-generation finishes (batched decoding has no per-token callback), in OpenAI's chunk format.
+local-semantics §3), so at the default temperature the two agree. Streams are sent token by
+token as decoded (``runtime/streaming.py``); :func:`chunks` serves the one case that needs
+the whole completion first (``top_logprobs``).
 """
 
 from __future__ import annotations
