@@ -96,7 +96,9 @@ def plan_from_env(resolved: ResolvedModel) -> PlacementPlan | None:
     return PlacementPlan(parse_max_memory(raw), strategy, offload)
 
 
-def load_placed(resolved: ResolvedModel, dtype: torch.dtype, plan: PlacementPlan) -> tuple[Any, Any]:
+def load_placed(
+    resolved: ResolvedModel, dtype: torch.dtype, plan: PlacementPlan
+) -> tuple[Any, Any]:
     """(model dispatched by accelerate under ``plan``, tokenizer); nothing is downloaded."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
     ADAPTER_WEIGHTS,
     adapter_config_dict,
@@ -62,7 +63,6 @@ from localsession.engine.losses import (
     parse_loss_config,
     token_logprobs,
 )
-from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.merged import (
     MERGED_CACHE,
     can_merge,

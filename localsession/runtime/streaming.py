@@ -97,9 +97,12 @@ def stream_chat(
         on_token=lambda i, token, logprob: events.put((i, token, logprob)),
     )
     op = submit(sample)
-    threading.Thread(
-        target=lambda: (op.done.wait(), events.put(None)), name="chat-stream", daemon=True
-    ).start()
+
+    def closer() -> None:
+        op.done.wait()
+        events.put(None)
+
+    threading.Thread(target=closer, name="chat-stream", daemon=True).start()
     base = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion.chunk",

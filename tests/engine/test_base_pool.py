@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 import torch
 
-from localsession.engine.base_pool import POOL
 from localsession.engine import torch_engine
+from localsession.engine.base_pool import POOL
 from localsession.engine.merged import MergedCache, merged_bytes
 from localsession.engine.model import load_model
 from localsession.engine.torch_engine import TorchEngine
 from localsession.runtime.engine_api import EngineSpec, SampleRequest
+
 from .helpers import make_datum, random_tokens
 
 SMALL = "localsession/small"

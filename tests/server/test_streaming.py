@@ -33,7 +33,9 @@ def session(server: Running) -> Iterator[TrainingClient]:
         yield tc
 
 
-def test_first_chunk_arrives_while_decoding_is_held(server: Running, session: TrainingClient) -> None:
+def test_first_chunk_arrives_while_decoding_is_held(
+    server: Running, session: TrainingClient
+) -> None:
     oai: Any = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
     kwargs: dict[str, Any] = {
         "model": session.training_session_name, "messages": MESSAGES, "max_tokens": 24, "seed": 3,
