@@ -1,8 +1,10 @@
 """``TorchEngine``: the real engine behind a session (the ``Engine`` protocol in torch).
 
-One instance holds one session's base model with its trainable LoRA adapter, the AdamW state
-and the accumulated gradients. All compute runs under one lock, so a sampling batch never sees
-a half-applied update (engine_api threading contract).
+One instance holds one session's trainable LoRA adapter, the AdamW state and the accumulated
+gradients, on a view of a base model that every session on the same base shares
+(``base_pool``: one copy of the weights per resolved model, device, dtype and placement).
+All compute runs under the session's lock, so a sampling batch never sees a half-applied
+update (engine_api threading contract).
 
 - ``forward_backward`` / ``forward`` share one code path (``forward`` runs it under
   ``torch.no_grad``), so their logprobs agree bit for bit. Datums are right-padded into one
@@ -13,9 +15,12 @@ a half-applied update (engine_api threading contract).
   disabled); with a package directory they read that package's adapter snapshot, never the
   live training weights (local-semantics §3). Snapshots are loaded lazily and cached (LRU);
   decoding runs on a plain copy of the model (``merged``): the base layers themselves for
-  the base, the snapshot merged into the weights in float32 (one copy, re-merged in place
-  when the snapshot changes). Prompt logprobs swap the snapshot into the peft adapter under
-  the lock and restore the live tensors bit for bit afterwards, so they match ``forward``.
+  the base, the snapshot merged into the weights in float32, held in the process-wide
+  ``MERGED_CACHE`` under its memory budget (a copy evicted from it is re-merged in place for
+  the next snapshot; a copy larger than the budget is never made, and that snapshot decodes
+  through the peft model over the shared base instead). Prompt logprobs swap the snapshot
+  into the peft adapter under the lock and restore the live tensors bit for bit afterwards,
+  so they match ``forward``. A request's ``on_token`` hears each token as it is decoded.
 - ``save_package`` / ``load_package`` (local-semantics §5, file formats in ``checkpoint``):
   tensors are copied under the lock and written outside it; a load reads and checks every
   file before anything live changes, then copies into the existing parameters so the

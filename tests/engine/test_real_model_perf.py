@@ -99,7 +99,8 @@ def test_disk_offload_matches_unplaced(
     placed = TorchEngine(spec)
     engines.append(placed)
     on_disk = placement.offloaded_modules(placed.model.get_base_model())
-    assert on_disk, "the budget should have put some layers on disk"
+    layers_on_disk = [n for n in on_disk if ".layers." in n]
+    assert len(layers_on_disk) >= 10, on_disk  # the budget put a third of the layers on disk
     lora = [p for n, p in placed.model.named_parameters() if ".lora_" in n]
     assert lora and all(p.device.type == "cpu" for p in lora)
     assert plain.adapter_state_dict().keys() == placed.adapter_state_dict().keys()
