@@ -453,7 +453,8 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args.model, args.batch, args.length, args.sessions)))
         return
-    emit(collect(args.smoke, args.runs, args.parts), args, "real model: localsession vs raw torch + peft")
+    rows = collect(args.smoke, args.runs, args.parts)
+    emit(rows, args, "real model: localsession vs raw torch + peft")
 
 
 if __name__ == "__main__":
