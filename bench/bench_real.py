@@ -351,6 +351,9 @@ def worker(kind: str, name: str, batch: int, length: int, sessions: int) -> dict
             api_step(tc, rows)
             if kind == "train":
                 continue
+            # warm the decode path on the base first (KV cache, threads), so what is measured
+            # is what one more sampler on a saved snapshot adds
+            sample_burst(tc.create_sampling_client(), prompt, 8)
             before = current_rss_mb()
             sampler = tc.save_weights_and_get_sampling_client()
             sample_burst(sampler, prompt, 8)

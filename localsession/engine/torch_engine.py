@@ -428,6 +428,7 @@ class TorchEngine:
             else:
                 merged = plain_model(self._loaded.model, merge=True)
         MERGED_CACHE.put(owner, key, merged, self._merged_bytes)
+        self._trim(self._merged_bytes)  # the merge's temporaries (deltas, stashed adapter)
         return merged
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
