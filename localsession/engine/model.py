@@ -198,11 +198,17 @@ def apply_lora(base: Any, rank: int, alpha: int, seed: int) -> PeftModel:
     return peft_model  # type: ignore[no-any-return]
 
 
+def local_model(resolved: ResolvedModel) -> ResolvedModel:
+    """A GGUF model as the plain directory it loads from (converted once, then cached);
+    any other model as it is."""
+    if resolved.kind == "gguf":
+        return replace(resolved, kind="local", target=model_directory(resolved))
+    return resolved
+
+
 def load_model(spec: EngineSpec, resolved: ResolvedModel | None = None) -> LoadedModel:
     """Load and LoRA-wrap the spec's resolved base model on the chosen device."""
-    resolved = resolved if resolved is not None else spec_model(spec)
-    if resolved.kind == "gguf":  # from here on it is the converted directory
-        resolved = replace(resolved, kind="local", target=model_directory(resolved))
+    resolved = local_model(resolved if resolved is not None else spec_model(spec))
     device, dtype = pick_device()
     base, tokenizer = _load_base(resolved, dtype)
     base = base.to(device=device)

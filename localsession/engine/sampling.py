@@ -15,12 +15,17 @@ Generation stops at an EOS id or when a stop string appears in the decoded compl
 tokens decode to nothing there, so "<bos>" never completes the stop string "o"); the
 returned tokens include that last token. Reported logprobs are log-softmax(logits / T) of the
 chosen token before top-k / top-p (T = 0 is greedy and reports T = 1 values).
+
+Streaming: a request's ``on_token`` is called with (sample index, token, logprob) as each of
+its tokens is chosen, between decode steps of the whole batch, so other requests keep being
+decoded alongside. :func:`add_step_hook` registers a function run after every decode step
+(tests use it to slow decoding down deterministically).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,12 +49,23 @@ DRAW_CHUNK = 32
 #: is finished; then the KV cache is compacted once, instead of once per finished stream.
 COMPACT_FRACTION = 0.25
 
+#: Functions run after every decode step with the number of steps done (``add_step_hook``).
+_STEP_HOOKS: list[Callable[[int], None]] = []
+
+
+def add_step_hook(hook: Callable[[int], None]) -> Callable[[], None]:
+    """Run ``hook(steps_done)`` after each decode step of every batch (a test seam: a hook
+    that blocks holds the decoder there). Returns a function that removes it."""
+    _STEP_HOOKS.append(hook)
+    return lambda: _STEP_HOOKS.remove(hook)
+
 
 @dataclass
 class SampledStream:
     """One (request, sample i) decode stream and its result so far."""
 
     request: int
+    index: int  # the sample's index within its request
     prompt_len: int
     temperature: float
     top_k: int
@@ -156,7 +172,7 @@ class BatchSampler:
                 gen = torch.Generator(device="cpu")
                 gen.manual_seed((req.seed + i) % _SEED_MOD)
                 streams.append(
-                    SampledStream(r, len(req.prompt), req.temperature, req.top_k, req.top_p,
+                    SampledStream(r, i, len(req.prompt), req.temperature, req.top_k, req.top_p,
                             req.max_tokens, tuple(req.stop), gen)
                 )
         grouped: list[list[SampledStream]] = [[] for _ in requests]
@@ -179,6 +195,8 @@ class BatchSampler:
         temp_S = torch.tensor([s.temperature for s in rows], device=self.device)
         k_S = torch.tensor([s.top_k for s in rows], device=self.device)
         p_S = torch.tensor([s.top_p for s in rows], device=self.device)
+        callbacks = [req.on_token for req in requests]
+        steps = 0
         while True:
             chosen_S, lp_S = self._choose(logits_SV, rows, temp_S, k_S, p_S)
             for s, token, lp in zip(rows, chosen_S.tolist(), lp_S.tolist(), strict=True):
@@ -186,6 +204,12 @@ class BatchSampler:
                     s.tokens.append(token)
                     s.logprobs.append(lp)
                     self._finish_check(s, token)
+                    callback = callbacks[s.request]
+                    if callback is not None:
+                        callback(s.index, token, lp)
+            steps += 1
+            for hook in list(_STEP_HOOKS):
+                hook(steps)
             keep = [j for j, s in enumerate(rows) if s.stop_reason is None]
             if not keep:
                 return grouped

@@ -1,8 +1,10 @@
 """``TorchEngine``: the real engine behind a session (the ``Engine`` protocol in torch).
 
-One instance holds one session's base model with its trainable LoRA adapter, the AdamW state
-and the accumulated gradients. All compute runs under one lock, so a sampling batch never sees
-a half-applied update (engine_api threading contract).
+One instance holds one session's trainable LoRA adapter, the AdamW state and the accumulated
+gradients, on a view of a base model that every session on the same base shares
+(``base_pool``: one copy of the weights per resolved model, device, dtype and placement).
+All compute runs under the session's lock, so a sampling batch never sees a half-applied
+update (engine_api threading contract).
 
 - ``forward_backward`` / ``forward`` share one code path (``forward`` runs it under
   ``torch.no_grad``), so their logprobs agree bit for bit. Datums are right-padded into one
@@ -13,9 +15,12 @@ a half-applied update (engine_api threading contract).
   disabled); with a package directory they read that package's adapter snapshot, never the
   live training weights (local-semantics §3). Snapshots are loaded lazily and cached (LRU);
   decoding runs on a plain copy of the model (``merged``): the base layers themselves for
-  the base, the snapshot merged into the weights in float32 (one copy, re-merged in place
-  when the snapshot changes). Prompt logprobs swap the snapshot into the peft adapter under
-  the lock and restore the live tensors bit for bit afterwards, so they match ``forward``.
+  the base, the snapshot merged into the weights in float32, held in the process-wide
+  ``MERGED_CACHE`` under its memory budget (a copy evicted from it is re-merged in place for
+  the next snapshot; a copy larger than the budget is never made, and that snapshot decodes
+  through the peft model over the shared base instead). Prompt logprobs swap the snapshot
+  into the peft adapter under the lock and restore the live tensors bit for bit afterwards,
+  so they match ``forward``. A request's ``on_token`` hears each token as it is decoded.
 - ``save_package`` / ``load_package`` (local-semantics §5, file formats in ``checkpoint``):
   tensors are copied under the lock and written outside it; a load reads and checks every
   file before anything live changes, then copies into the existing parameters so the
@@ -24,6 +29,7 @@ a half-applied update (engine_api threading contract).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 import time
@@ -35,6 +41,8 @@ from typing import Any
 
 import torch
 
+from localsession.engine import memory
+from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
     ADAPTER_NAME,
     ADAPTER_WEIGHTS,
@@ -50,8 +58,15 @@ from localsession.engine.checkpoint import (
     write_optimizer,
 )
 from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
-from localsession.engine.merged import adapted_layers, can_merge, plain_model, remerge_
-from localsession.engine.model import LoadedModel, load_model
+from localsession.engine.merged import (
+    MERGED_CACHE,
+    adapted_layers,
+    can_merge,
+    merged_bytes,
+    plain_model,
+    remerge_,
+)
+from localsession.engine.model import LoadedModel
 from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.numerics.datums import (
     Batch,
@@ -74,6 +89,10 @@ from localsession.runtime.engine_api import EngineInputError, EngineSpec, Sample
 
 #: Padded tokens per training micro-batch on a CPU (``TorchEngine._chunked_backward``).
 CHUNK_TOKENS = 4096
+#: Float32 logits per training micro-batch on a CPU: a large vocabulary's logits (and the
+#: activations that come with as many tokens) set the step's peak memory (measured on
+#: SmolLM2-135M, 8×256 tokens: 6.6 GB peak RSS in one batch).
+CHUNK_LOGIT_BYTES = 128 * 2**20
 #: How many package snapshots ``sample`` keeps loaded (CPU memory, per engine).
 SNAPSHOT_CACHE_SIZE = 8
 
@@ -90,7 +109,12 @@ class TorchEngine:
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:
         self.spec = spec
-        self._loaded = loaded if loaded is not None else load_model(spec)
+        #: the shared base this session's adapter sits on (base_pool.py); None when the
+        #: caller handed in its own ``loaded`` model
+        self._shared: SharedBase | None = None
+        if loaded is None:
+            loaded, self._shared = load_shared(spec)
+        self._loaded = loaded
         self._lock = threading.Lock()
         self._optimizer = LoraAdamW(self._loaded.model.named_parameters())
         self._sampler = BatchSampler(
@@ -110,8 +134,8 @@ class TorchEngine:
             OrderedDict()
         )
         self._snapshot_lock = threading.Lock()
-        #: Decoding models (merged.py): the plain base model, and the latest snapshot with
-        #: its merged copy. Built lazily under the lock.
+        #: Decoding models (merged.py): the plain base model (shares every tensor), and
+        #: merged snapshot copies in the process-wide ``MERGED_CACHE`` under this owner.
         self._can_merge = can_merge(self._loaded.model, self._loaded.dtype)
         #: The most positions the model takes (``max_position_embeddings``; None: unknown).
         self.max_positions: int | None = (
@@ -119,8 +143,14 @@ class TorchEngine:
         )
         #: (non-embedding parameters, layers, width) for the FLOP count (flops.py)
         self._shape = count_params(self._loaded.model)
+        self._merged_bytes = merged_bytes(self._loaded.model) if self._can_merge else 0
         self._plain_base: torch.nn.Module | None = None
-        self._merged: tuple[dict[str, torch.Tensor], torch.nn.Module] | None = None
+        self._cache_owner = object()
+        #: rough bytes of activations (or KV cache) per token, for ``memory.trim_after``
+        config = getattr(self._loaded.model.get_base_model(), "config", None)
+        layers = int(getattr(config, "num_hidden_layers", 1) or 1)
+        hidden = int(getattr(config, "hidden_size", 64) or 64)
+        self._token_bytes = 2 * layers * hidden * 4
         self._closed = False
 
     # -- introspection (tests, checkpoints) ---------------------------------------------
@@ -182,10 +212,13 @@ class TorchEngine:
         grad_mode: AbstractContextManager[Any] = (
             torch.enable_grad() if backward else torch.no_grad()
         )
-        with self._lock, grad_mode:
-            start = time.perf_counter()
-            result = self._loss_step(batch, loss_fn, clip, backward)
-            seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
+        try:
+            with self._lock, grad_mode:
+                start = time.perf_counter()
+                result = self._loss_step(batch, loss_fn, clip, backward)
+                seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
+        finally:
+            self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
         params, layers, width = self._shape
         flops = model_flops(params, layers, width, batch.lengths, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
@@ -223,11 +256,14 @@ class TorchEngine:
 
     def _chunk_rows(self, batch: Batch) -> int:
         """Rows per micro-batch: all of them, except on a CPU when the padded batch holds
-        more than ``CHUNK_TOKENS`` tokens (see ``_chunked_backward``)."""
-        rows, width = batch.tokens_BT.shape
-        if self._loaded.device.type != "cpu" or rows * width <= CHUNK_TOKENS:
-            return int(rows)
-        return max(1, CHUNK_TOKENS // int(width))
+        more than ``CHUNK_TOKENS`` tokens or more than ``CHUNK_LOGIT_BYTES`` of float32
+        logits (see ``_chunked_backward``)."""
+        rows, width = (int(n) for n in batch.tokens_BT.shape)
+        if self._loaded.device.type != "cpu":
+            return rows
+        by_tokens = CHUNK_TOKENS // width
+        by_logits = CHUNK_LOGIT_BYTES // (width * self.vocab_size * 4)
+        return min(rows, max(1, min(by_tokens, by_logits)))
 
     def _chunked_backward(
         self, batch: Batch, loss_fn: str, clip: ClipConfig
@@ -235,8 +271,9 @@ class TorchEngine:
         """Forward + backward one micro-batch of rows at a time, accumulating gradients.
 
         On a CPU a batch past ~4k tokens outgrows the caches and runs slower per token
-        (measured: 128×128 tokens at 0.6× the tokens/s of 32×128, raw torch too); the
-        summed loss makes micro-batching exact up to float rounding. Metrics are computed
+        (measured: 128×128 tokens at 0.6× the tokens/s of 32×128, raw torch too), and a
+        large vocabulary's logits and activations set the peak memory; the summed loss
+        makes micro-batching exact up to float rounding. Metrics are computed
         once over the whole batch's logprobs, as unchunked. A non-finite chunk puts the
         gradients back as they were before this call, then raises.
         """
@@ -281,10 +318,13 @@ class TorchEngine:
 
     # -- sampling -----------------------------------------------------------------------
 
-    def _snapshot(self, weights: str | None) -> dict[str, torch.Tensor] | None:
-        """The adapter tensors of package ``weights`` (cached), or ``None`` for the base."""
+    def _snapshot(
+        self, weights: str | None
+    ) -> tuple[tuple[str, int, int, int] | None, dict[str, torch.Tensor] | None]:
+        """(file key, adapter tensors) of package ``weights`` (cached); ``(None, None)``
+        for the base."""
         if weights is None:
-            return None
+            return None, None
         path = Path(weights)
         key: tuple[str, int, int, int] | None
         try:
@@ -295,7 +335,7 @@ class TorchEngine:
         with self._snapshot_lock:
             if key is not None and key in self._snapshots:
                 self._snapshots.move_to_end(key)
-                return self._snapshots[key]
+                return key, self._snapshots[key]
         tensors, scaling = read_sampling_adapter(path, self._layout)
         snapshot: dict[str, torch.Tensor]
         if scaling is None:
@@ -314,7 +354,7 @@ class TorchEngine:
                 self._snapshots[key] = snapshot
                 while len(self._snapshots) > SNAPSHOT_CACHE_SIZE:
                     self._snapshots.popitem(last=False)
-        return snapshot
+        return key, snapshot
 
     @contextmanager
     def _use_weights(self, snapshot: dict[str, torch.Tensor] | None) -> Iterator[None]:
@@ -390,14 +430,7 @@ class TorchEngine:
             )
         if problems:
             raise EngineInputError(f"{what}: " + "; ".join(problems))
-        if prompt == req.prompt:
-            return req
-        return SampleRequest(
-            prompt=prompt, num_samples=req.num_samples, max_tokens=req.max_tokens,
-            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
-            stop=req.stop, include_prompt_logprobs=req.include_prompt_logprobs,
-            topk_prompt_logprobs=req.topk_prompt_logprobs,
-        )
+        return req if prompt == req.prompt else dataclasses.replace(req, prompt=prompt)
 
     def sample(
         self, weights: str | None, requests: list[SampleRequest]
@@ -407,9 +440,9 @@ class TorchEngine:
         checked = [self._check_request(i, r) for i, r in enumerate(requests)]
         if not checked:
             return []
-        snapshot = self._snapshot(weights)
+        key, snapshot = self._snapshot(weights)
         with self._lock, torch.no_grad():
-            decoder = self._decoder(snapshot)
+            decoder = self._decoder(key, snapshot)
             if decoder is not None:
                 grouped = self._sampler.run(checked, decoder)
             else:
@@ -440,26 +473,36 @@ class TorchEngine:
                             response["promptLogprobs"] = values
                         if topk > 0:
                             response["topkPromptLogprobs"] = top
+        streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
+        self._trim(streams * self._token_bytes)
         return responses
 
-    def _decoder(self, snapshot: dict[str, torch.Tensor] | None) -> torch.nn.Module | None:
+    def _decoder(
+        self, key: tuple[str, int, int, int] | None, snapshot: dict[str, torch.Tensor] | None
+    ) -> torch.nn.Module | None:
         """The plain model that decodes for ``snapshot`` (merged.py), or ``None`` to decode
-        with the peft model (half precision, or a model too large to copy). Caller holds
-        the lock."""
+        with the peft model over the shared base (half precision, no cache key, or a merged
+        copy larger than the cache budget). Caller holds the lock."""
         if snapshot is None:
             if self._plain_base is None:
                 self._plain_base = plain_model(self._loaded.model, merge=False)
             return self._plain_base
-        if not self._can_merge:
+        if not self._can_merge or key is None or self._merged_bytes > MERGED_CACHE.budget:
             return None
-        if self._merged is None:
-            with self._use_weights(snapshot):
-                self._merged = (snapshot, plain_model(self._loaded.model, merge=True))
-        elif self._merged[0] is not snapshot:
-            with self._use_weights(snapshot):
-                remerge_(self._merged[1], self._loaded.model)
-            self._merged = (snapshot, self._merged[1])
-        return self._merged[1]
+        owner = self._cache_owner
+        cached = MERGED_CACHE.get(owner, key)
+        if cached is not None:
+            return cached
+        reused = MERGED_CACHE.make_room(owner, self._merged_bytes)
+        with self._use_weights(snapshot):
+            if reused is not None:
+                remerge_(reused, self._loaded.model)
+                merged = reused
+            else:
+                merged = plain_model(self._loaded.model, merge=True)
+        MERGED_CACHE.put(owner, key, merged, self._merged_bytes)
+        self._trim(self._merged_bytes)  # the merge's temporaries (deltas, stashed adapter)
+        return merged
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
         """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
@@ -470,9 +513,10 @@ class TorchEngine:
                 f"`prompt` has {len(ids)} tokens, past the model's maximum context length of "
                 f"{self.max_positions}; shorten it"
             )
-        snapshot = self._snapshot(weights)
+        _, snapshot = self._snapshot(weights)
         with self._lock, self._use_weights(snapshot), torch.no_grad():
             values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)
+        self._trim(len(ids) * (self._token_bytes + 4 * self.vocab_size))
         return [None, *values[1:]]
 
     # -- packages -----------------------------------------------------------------------
@@ -526,6 +570,12 @@ class TorchEngine:
         """The model's ``transformers`` tokenizer."""
         return self._loaded.tokenizer
 
+    def _trim(self, nbytes: int) -> None:
+        """Hand a big op's freed memory back to the OS (memory.py): sessions train on
+        their own threads, and glibc would keep each one's peak in that thread's arena."""
+        if self._loaded.device.type == "cpu":
+            memory.trim_after(nbytes)
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this engine has been closed")
@@ -539,8 +589,12 @@ class TorchEngine:
             device = self._loaded.device
             self._optimizer.zero_grad()
             self._snapshots.clear()
-            self._plain_base = self._merged = None
+            self._plain_base = None
+            MERGED_CACHE.drop_owner(self._cache_owner)
             del self._sampler, self._optimizer, self._loaded, self._adapter
+            if self._shared is not None:
+                POOL.release(self._shared)
+                self._shared = None
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -18,8 +18,9 @@ sampling cannot force one.
 
 Local decisions: the ``logprob`` of each chosen token is the sampler's (tempered, as for
 ``sample``); ``top_logprobs`` are at T = 1 (the prompt-logprob convention of
-docs/semantics.md#3), so at the default temperature the two agree. A stream is sent once
-generation finishes (batched decoding has no per-token callback), in OpenAI's chunk format.
+docs/semantics.md#3), so at the default temperature the two agree. Streams are sent token by
+token as decoded (``runtime/streaming.py``); :func:`chunks` serves the one case that needs
+the whole completion first (``top_logprobs``).
 """
 
 from __future__ import annotations

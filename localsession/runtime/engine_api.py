@@ -11,6 +11,7 @@ serialises its own compute (one lock), so a sampling batch never sees a half-app
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -21,6 +22,11 @@ class EngineConfigError(Exception):
     The message names the setting and its fix; the session fails with it, and it is logged
     as one line, without a traceback.
     """
+
+#: ``on_token(sample_index, token_id, logprob)``: called by the engine as each token of a
+#: request's sample ``sample_index`` is decoded (streaming); engines that cannot stream
+#: never call it, and the final result is authoritative either way.
+TokenCallback = Callable[[int, int, float], None]
 
 
 class EngineInputError(Exception):
@@ -49,6 +55,8 @@ class SampleRequest:
     stop: tuple[str, ...] = ()
     include_prompt_logprobs: bool = False
     topk_prompt_logprobs: int | None = None
+    #: streaming hook (see ``TokenCallback``); not part of the request's identity
+    on_token: TokenCallback | None = field(default=None, compare=False, repr=False)
 
 
 #: How a resolved base model is loaded: a built-in model the engine builds itself, a

@@ -16,12 +16,12 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localsession.runtime import chat, errors, hub, validate
+from localsession.runtime import chat, errors, hub, streaming, validate
 from localsession.runtime.catalog import (
     LocalCatalog,
     ModelCatalog,
@@ -614,6 +614,21 @@ class Service:
         ]
         decode = lambda ids: tokenizer.decode(ids)  # noqa: E731
         return chat.completion(request, prepared.target, choices, len(prompt), decode)
+
+    def chat_stream(self, prepared: PreparedChat) -> Iterator[dict[str, Any]]:
+        """``chat.completion.chunk`` bodies for a prepared request, sent as tokens are
+        decoded (runtime/streaming.py); batched and counted like ``chat_run``."""
+        if prepared.request.top_logprobs:  # needs a scoring pass after generation
+            yield from chat.chunks(self.chat_run(prepared), prepared.request)
+            return
+
+        def submit(request: SampleRequest) -> Operation:
+            op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+            job = make_job(prepared.session, op, prepared.weights, request, request.prompt)
+            self._scheduler.submit(job)
+            return op
+
+        yield from streaming.stream_chat(submit, prepared, _chat_text)
 
     def _chat_target(self, target: str, model_package: str | None) -> tuple[Session, str | None]:
         """The session that samples a chat request, and which weights it reads."""

