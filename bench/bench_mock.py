@@ -44,22 +44,25 @@ t1 = time.perf_counter()
 
 def once():
     with localsession.mock(engine="fake", model_map={"openai/gpt-oss-20b": "localsession/tiny"}):
-        seen = grpo("openai-gpt-oss-20b", steps=2)
+        seen = grpo("openai/gpt-oss-20b", steps=2)
     assert len(seen["metrics"]) == 2
 
 def over_http():
     import os
     from fakes.service import FakeService
-    from localsession.server.runner import ServerThread, client_env
+    from localsession.engine import write_tokenizer
+    from localsession.runtime.catalog import StaticCatalog
+    from localsession.server.runner import ServerThread
+    from localsession.server.serve import serve_exports
 
-    service = FakeService()
-    with ServerThread(service, long_poll=15.0) as url:
-        env = client_env(url, "us-west-2")
-        env["LOCALSESSION_MODEL_MAP"] = "openai/gpt-oss-20b=localsession/tiny"
+    mapped = {"openai/gpt-oss-20b": "localsession/tiny"}
+    service = FakeService(catalog=StaticCatalog(mapped, tokenizer_writer=write_tokenizer))
+    with ServerThread(service, long_poll=0.9) as url:
+        env = serve_exports(url, service)
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            seen = grpo("openai-gpt-oss-20b", steps=2)
+            seen = grpo("openai/gpt-oss-20b", steps=2)
         finally:
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)

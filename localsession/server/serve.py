@@ -18,7 +18,7 @@ from localsession.runtime import hub
 from localsession.runtime.catalog import LocalCatalog
 from localsession.runtime.home import HomeError, HomeLock, require_writable
 from localsession.runtime.hub import HUB_CACHE_DIR
-from localsession.runtime.model_sources import localsession_home
+from localsession.runtime.model_sources import localsession_home, parse_map_entries
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
 from localsession.server.runner import client_env, make_server, url_of
@@ -79,9 +79,7 @@ def warn_if_exposed(host: str, authenticated: bool) -> None:
     )
 
 
-def build_service(
-    options: ServeOptions, home: Path | None = None, model_map: dict[str, str] | None = None
-) -> Service:
+def build_service(options: ServeOptions, home: Path | None = None) -> Service:
     """The service a server runs, from the command line over ``LOCALSESSION_*`` defaults."""
     overrides: dict[str, object] = {
         "strict": not options.relaxed,
@@ -101,7 +99,8 @@ def build_service(
     if options.gap_timeout is not None:
         overrides["gap_timeout"] = options.gap_timeout
     config = ServiceConfig.from_env(**overrides)
-    return Service(config, catalog=server_catalog(config.home, model_map or {}))
+    model_map = parse_map_entries(options.model_map, "--model-map")
+    return Service(config, catalog=server_catalog(config.home, model_map))
 
 
 def server_catalog(
@@ -151,7 +150,7 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
         lock.release()
         raise
     try:
-        service = build_service(options, home, model_map)
+        service = build_service(options, home)
     except BaseException:
         sock.close()
         lock.release()

@@ -21,8 +21,8 @@ def socket_guard() -> Iterator[None]:
 def serve_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any]:
     """Run ``fn`` against a real ``localsession serve`` (uvicorn on port 0, built exactly as the
     CLI builds it), with the SDK pointed at it through the printed exports."""
-    from localsession.server.runner import ServerThread, client_env
-    from localsession.server.serve import ServeOptions, build_service
+    from localsession.server.runner import ServerThread
+    from localsession.server.serve import ServeOptions, build_service, serve_exports
 
     def run(fn: Callable[[], Any], model_map: dict[str, str], strict: bool = True) -> Any:
         with monkeypatch.context() as patch:
@@ -35,7 +35,7 @@ def serve_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., 
             service = build_service(options)
             try:
                 with ServerThread(service, long_poll=options.long_poll) as url:
-                    for key, value in client_env(url, service.config.region).items():
+                    for key, value in serve_exports(url, service).items():
                         patch.setenv(key, value)
                     return fn()
             finally:

@@ -234,26 +234,17 @@ def test_imports_stay_light() -> None:
     assert out.stdout.strip() == ""
 
 
-def test_hugging_face_settings_from_the_exports_are_scoped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Whatever ``serve`` exports for Hugging Face (a hub cache of exported tokenizers, say)
-    applies inside the mock, to the variables and to huggingface_hub's import-time copies,
-    and is undone on exit."""
+def test_hugging_face_settings_from_the_exports_are_scoped() -> None:
+    """The Hugging Face settings ``serve`` exports (its own hub cache of exported tokenizers,
+    offline) apply inside the mock, to the variables and to huggingface_hub's import-time
+    copies, and are undone on exit."""
     from huggingface_hub import constants
 
-    from localsession.server import runner
-
-    exported = tmp_path / "hf"
-    real = runner.client_env
-    monkeypatch.setattr(
-        runner, "client_env", lambda url, region: {**real(url, region), "HF_HOME": str(exported)}
-    )
-    before = (constants.HF_HUB_CACHE, constants.HF_HOME, constants.HF_HUB_OFFLINE)
-    env_before = {k: os.environ.get(k) for k in ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE")}
-    with localsession.mock(engine="fake"):
-        assert os.environ["HF_HOME"] == str(exported)
-        assert constants.HF_HUB_CACHE == os.environ["HF_HUB_CACHE"] == str(exported / "hub")
-        assert constants.HF_HOME == str(exported) and constants.HF_HUB_OFFLINE is True
-    assert (constants.HF_HUB_CACHE, constants.HF_HOME, constants.HF_HUB_OFFLINE) == before
+    before = (constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE)
+    env_before = {k: os.environ.get(k) for k in ("HF_HUB_CACHE", "HF_HUB_OFFLINE")}
+    with localsession.mock(engine="fake") as m:
+        exported = str(m.home / "hf-hub")
+        assert constants.HF_HUB_CACHE == os.environ["HF_HUB_CACHE"] == exported
+        assert constants.HF_HUB_OFFLINE is True
+    assert (constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE) == before
     assert {k: os.environ.get(k) for k in env_before} == env_before

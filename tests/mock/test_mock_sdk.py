@@ -13,24 +13,15 @@ from mock_support import no_sockets
 import localsession
 
 MAP = {"openai/gpt-oss-20b": "localsession/tiny"}
-#: The blog names the model by its id; the Hub publishes ids once the catalog work (issue 16,
-#: divergence 1) lands. Until then the id form fails the same way in the mock and over HTTP,
-#: and the Hub content name of the mapped model exercises the same path.
-BY_ID = pytest.param(
-    "openai/gpt-oss-20b",
-    marks=pytest.mark.xfail(
-        reason="the local Hub does not publish model ids yet (issue 16.1)", strict=False
-    ),
-)
+BY_ID = "openai/gpt-oss-20b"  # the blog names its model by id, as the Hub lists it
 
 
-@pytest.mark.parametrize("base_model", [BY_ID, "openai-gpt-oss-20b"])
-def test_blog_grpo_in_the_mock_equals_serve(base_model: str, serve_env: Any) -> None:
+def test_blog_grpo_in_the_mock_equals_serve(serve_env: Any) -> None:
     """Bit for bit. Each prompt's samples are awaited before the next is sent, so both runs
     batch the same requests (see the next test for why that matters)."""
     with no_sockets(), localsession.mock(model_map=MAP):
-        in_mock = blog.grpo(base_model, concurrent=False)
-    over_http = serve_env(lambda: blog.grpo(base_model, concurrent=False), MAP)
+        in_mock = blog.grpo(BY_ID, concurrent=False)
+    over_http = serve_env(lambda: blog.grpo(BY_ID, concurrent=False), MAP)
     assert len(in_mock["tokens"]) == 2 * len(blog.QUESTIONS) * 4
     assert all(m["loss"] == m["loss"] for m in in_mock["metrics"])  # finite, not NaN
     assert in_mock == over_http
@@ -42,8 +33,8 @@ def test_blog_grpo_all_in_flight_matches_serve(serve_env: Any) -> None:
     in the last float bit with its composition (so two runs of the same carrier can too):
     tokens are exact, floats agree to 1e-5."""
     with no_sockets(), localsession.mock(model_map=MAP):
-        in_mock = blog.grpo("openai-gpt-oss-20b")
-    over_http = serve_env(lambda: blog.grpo("openai-gpt-oss-20b"), MAP)
+        in_mock = blog.grpo(BY_ID)
+    over_http = serve_env(lambda: blog.grpo(BY_ID), MAP)
     assert in_mock["tokens"] == over_http["tokens"] and in_mock["arn"] == over_http["arn"]
     for mine, theirs in zip(in_mock["logprobs"], over_http["logprobs"], strict=True):
         assert mine == pytest.approx(theirs, abs=1e-5)
@@ -55,7 +46,7 @@ def test_blog_grpo_all_in_flight_matches_serve(serve_env: Any) -> None:
 def test_blog_loop_with_every_socket_refused(socket_guard: None) -> None:
     """Only the real SDK is imported by the loop; connect() fails for the whole test."""
     with localsession.mock(model_map=MAP) as m:
-        seen = blog.grpo("openai-gpt-oss-20b", steps=1, group=2)
+        seen = blog.grpo(BY_ID, steps=1, group=2)
         assert m.service.list_training_sessions({})["TrainingSessionSummaries"]
     assert seen["tokens"] and seen["metrics"][0]["loss"] == seen["metrics"][0]["loss"]
 
@@ -91,13 +82,14 @@ def test_s3_requests_reach_the_mock_in_process(socket_guard: None) -> None:
     with localsession.mock(engine="fake") as m:
         s3 = boto3.client("s3")
         url = m.url
-        assert s3.meta.endpoint_url == url
+        assert s3.meta.endpoint_url == f"{url}/s3"  # serve's S3 routes, path-style
         s3.meta.events.register("before-send", lambda request, **_: seen.append(request.url))
         try:
-            s3.list_objects_v2(Bucket="bucket", Prefix="out/")
-        except ClientError as exc:  # no S3 routes in this server yet: the app's 404
+            listed = s3.list_objects_v2(Bucket="bucket", Prefix="out/")
+            assert listed.get("KeyCount", 0) == 0  # no package was saved under it
+        except ClientError as exc:  # a bucket no session wrote to
             assert exc.response["ResponseMetadata"]["HTTPStatusCode"] in (403, 404)
-    assert seen and seen[0].startswith(f"{url}/bucket?list-type=2")
+    assert seen and seen[0].startswith(f"{url}/s3/bucket?list-type=2")
 
 
 def test_get_tokenizer_for_every_listed_model_leaves_the_hf_cache_alone(

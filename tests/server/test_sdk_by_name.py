@@ -168,6 +168,7 @@ def test_launch_post_grpo_in_process_after_swapping_the_import(tmp_path: Path) -
             "LOCALSESSION_HOME": str(tmp_path / "ls-home"),
             "HF_HUB_CACHE": str(tmp_path / "empty-hf"),
             "HF_HUB_OFFLINE": "1",
+            "AWS_DEFAULT_REGION": "us-west-2",  # as the user's AWS configuration gives it
         },
     )
     out = _run(env, [str(script)], tmp_path)
