@@ -134,19 +134,19 @@ class CallLog:
     """Every call, in submission order; a read-only sequence plus assertion helpers."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._calls: list[Call] = []
 
     def record(
         self, session: str, kind: str, seq: int | None, body: Any, request: dict[str, Any]
     ) -> Call:
-        with self._lock:
+        with self._mutex:
             call = Call(len(self._calls), session, kind, seq, summarise(kind, body), request)
             self._calls.append(call)
             return call
 
     def __iter__(self) -> Iterator[Call]:
-        with self._lock:
+        with self._mutex:
             return iter(list(self._calls))
 
     def __len__(self) -> int:
@@ -156,7 +156,7 @@ class CallLog:
         return self._calls[index]
 
     def clear(self) -> None:
-        with self._lock:
+        with self._mutex:
             self._calls.clear()
 
     def methods(self, session: str | None = None) -> list[str]:

@@ -10,15 +10,15 @@ class EngineKnobs:
     ``compute_logprobs`` results come back one value short."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self.truncate_logprobs = 0
 
     def add_truncation(self, count: int) -> None:
-        with self._lock:
+        with self._mutex:
             self.truncate_logprobs += count
 
     def take_truncation(self) -> bool:
-        with self._lock:
+        with self._mutex:
             if self.truncate_logprobs <= 0:
                 return False
             self.truncate_logprobs -= 1

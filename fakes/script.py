@@ -135,7 +135,7 @@ class Script:
     """What the fake engine's ``sample`` returns. Thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._rules: list[_Rule] = []
         self._queue: deque[Completion] = deque()
         self._policies: list[Policy] = []
@@ -154,24 +154,24 @@ class Script:
             rule = _Rule(prompt, None, match, scripted)
         else:
             rule = _Rule(None, tuple(int(t) for t in prompt), "exact", scripted)
-        with self._lock:
+        with self._mutex:
             self._rules.append(rule)
 
     def enqueue(self, *completions: CompletionLike) -> None:
         """Queue completions; each sample no prompt rule answers takes the next one."""
         items = [as_completion(c) for c in completions]
-        with self._lock:
+        with self._mutex:
             self._queue.extend(items)
 
     def policy(self, fn: Policy) -> Policy:
         """Add a policy (usable as a decorator). It returns completions, or None to pass."""
-        with self._lock:
+        with self._mutex:
             self._policies.append(fn)
         return fn
 
     def clear(self) -> None:
         """Forget every rule, queued completion and policy."""
-        with self._lock:
+        with self._mutex:
             self._rules.clear()
             self._queue.clear()
             self._policies.clear()
@@ -184,7 +184,7 @@ class Script:
     def resolve(self, info: PromptInfo) -> list[Completion | None]:
         """One scripted completion per sample, ``None`` where the fake model samples."""
         n = info.num_samples
-        with self._lock:
+        with self._mutex:
             for rule in reversed(self._rules):
                 if rule.matches(info):
                     return [rule.completions[i % len(rule.completions)] for i in range(n)]

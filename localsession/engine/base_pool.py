@@ -43,7 +43,7 @@ class SharedBase:
     dtype: torch.dtype
     refs: int = 0
     #: guards ``refs``; set by the pool
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _mutex: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 def pool_key(
@@ -60,7 +60,7 @@ class BasePool:
     """Loaded base models by :func:`pool_key`, reference-counted."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._entries: dict[PoolKey, SharedBase] = {}
 
     def acquire(
@@ -72,7 +72,7 @@ class BasePool:
         frozen here. Loading happens under the pool lock, so two sessions opening at once
         still load one copy.
         """
-        with self._lock:
+        with self._mutex:
             entry = self._entries.get(key)
             if entry is None:
                 model, tokenizer, device, dtype = load()
@@ -85,18 +85,18 @@ class BasePool:
 
     def release(self, entry: SharedBase) -> None:
         """Drop one reference; the last one removes the base from the pool."""
-        with self._lock:
+        with self._mutex:
             entry.refs -= 1
             if entry.refs <= 0 and self._entries.get(entry.key) is entry:
                 del self._entries[entry.key]
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._mutex:
             return len(self._entries)
 
     def entries(self) -> list[SharedBase]:
         """The bases loaded now (tests, diagnostics)."""
-        with self._lock:
+        with self._mutex:
             return list(self._entries.values())
 
 

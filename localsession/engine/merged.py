@@ -143,7 +143,7 @@ class MergedCache:
 
     def __init__(self, budget: int | None = None) -> None:
         self._fixed_budget = budget
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._entries: OrderedDict[tuple[object, Hashable], _Entry] = OrderedDict()
 
     @property
@@ -154,12 +154,12 @@ class MergedCache:
     @property
     def used(self) -> int:
         """Bytes held now."""
-        with self._lock:
+        with self._mutex:
             return sum(e.nbytes for e in self._entries.values())
 
     def get(self, owner: object, key: Hashable) -> torch.nn.Module | None:
         """The cached copy, marked most recently used, or ``None``."""
-        with self._lock:
+        with self._mutex:
             entry = self._entries.get((owner, key))
             if entry is None:
                 return None
@@ -171,7 +171,7 @@ class MergedCache:
         first evicted entry of ``owner`` itself is returned for reuse (re-merged in place,
         no allocation), its bytes then counting as the room made."""
         reused: torch.nn.Module | None = None
-        with self._lock:
+        with self._mutex:
             used = sum(e.nbytes for e in self._entries.values())
             for full_key in list(self._entries):
                 if used + (0 if reused is not None else nbytes) <= self.budget:
@@ -184,12 +184,12 @@ class MergedCache:
 
     def put(self, owner: object, key: Hashable, module: torch.nn.Module, nbytes: int) -> None:
         """Add (most recently used)."""
-        with self._lock:
+        with self._mutex:
             self._entries[(owner, key)] = _Entry(module, nbytes, owner)
 
     def drop_owner(self, owner: object) -> None:
         """Forget every entry of ``owner`` (its engine closed)."""
-        with self._lock:
+        with self._mutex:
             for full_key in [k for k, e in self._entries.items() if e.owner is owner]:
                 del self._entries[full_key]
 

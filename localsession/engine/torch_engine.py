@@ -115,7 +115,7 @@ class TorchEngine:
         if loaded is None:
             loaded, self._shared = load_shared(spec)
         self._loaded = loaded
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._optimizer = LoraAdamW(self._loaded.model.named_parameters())
         self._sampler = BatchSampler(
             self._loaded.model,
@@ -178,11 +178,11 @@ class TorchEngine:
     @property
     def lock(self) -> threading.Lock:
         """The compute lock (hold it to read weights consistently from another thread)."""
-        return self._lock
+        return self._mutex
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
         """A CPU copy of every trainable (LoRA) tensor, keyed by parameter name."""
-        with self._lock:
+        with self._mutex:
             return {
                 name: p.detach().to("cpu", copy=True)
                 for name, p in self._loaded.model.named_parameters()
@@ -213,7 +213,7 @@ class TorchEngine:
             torch.enable_grad() if backward else torch.no_grad()
         )
         try:
-            with self._lock, grad_mode:
+            with self._mutex, grad_mode:
                 start = time.perf_counter()
                 result = self._loss_step(batch, loss_fn, clip, backward)
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
@@ -308,12 +308,12 @@ class TorchEngine:
         """Apply and zero the accumulated gradients with AdamW (local-semantics §2)."""
         self._check_open()
         hp = AdamParams.from_wire(adam_params)
-        with self._lock:
+        with self._mutex:
             return self._optimizer.step(hp)
 
     def zero_grad(self) -> None:
         """Drop accumulated gradients (``load_state`` does this)."""
-        with self._lock:
+        with self._mutex:
             self._optimizer.zero_grad()
 
     # -- sampling -----------------------------------------------------------------------
@@ -441,7 +441,7 @@ class TorchEngine:
         if not checked:
             return []
         key, snapshot = self._snapshot(weights)
-        with self._lock, torch.no_grad():
+        with self._mutex, torch.no_grad():
             decoder = self._decoder(key, snapshot)
             if decoder is not None:
                 grouped = self._sampler.run(checked, decoder)
@@ -514,7 +514,7 @@ class TorchEngine:
                 f"{self.max_positions}; shorten it"
             )
         _, snapshot = self._snapshot(weights)
-        with self._lock, self._use_weights(snapshot), torch.no_grad():
+        with self._mutex, self._use_weights(snapshot), torch.no_grad():
             values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)
         self._trim(len(ids) * (self._token_bytes + 4 * self.vocab_size))
         return [None, *values[1:]]
@@ -528,7 +528,7 @@ class TorchEngine:
         self._check_open()
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
-        with self._lock:
+        with self._mutex:
             adapter = {
                 file_key(name): p.detach().to("cpu", copy=True)
                 for name, p in self._adapter.items()
@@ -553,7 +553,7 @@ class TorchEngine:
         if load_optimizer:
             moments, last_params = read_optimizer(directory, self._layout)
         names = self._layout.names
-        with self._lock, torch.no_grad():
+        with self._mutex, torch.no_grad():
             for key, name in names.items():
                 self._adapter[name].copy_(tensors[key])
             if load_optimizer:
@@ -582,7 +582,7 @@ class TorchEngine:
 
     def close(self) -> None:
         """Release the model and optimizer memory; later calls raise ``RuntimeError``."""
-        with self._lock:
+        with self._mutex:
             if self._closed:
                 return
             self._closed = True

@@ -106,7 +106,7 @@ class Mock:
         self.host = ""
         #: The thread that started it: clients made on that thread are bound to it.
         self.thread = 0
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._service: Any = None
         self._bridge: Any = None
         self._tmp: str | None = None
@@ -208,7 +208,7 @@ class Mock:
         return env
 
     def start(self) -> Mock:
-        with self._lock:
+        with self._mutex:
             if self.host:
                 raise RuntimeError(
                     "this localsession.mock() is already active; nest a new localsession.mock()"
@@ -242,7 +242,7 @@ class Mock:
         return self
 
     def stop(self) -> None:
-        with self._lock:
+        with self._mutex:
             if self.host:
                 self._teardown()
 

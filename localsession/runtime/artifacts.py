@@ -67,7 +67,7 @@ class Artifacts:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self._etags: dict[tuple[str, int, int, int], str] = {}
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
 
     def _dirs(self, bucket: str) -> Iterator[tuple[str, Path]]:
         """(key prefix, directory) of every package stored in ``bucket``."""
@@ -89,7 +89,7 @@ class Artifacts:
 
     def _etag(self, path: Path, inode: int, mtime_ns: int, size: int) -> str:
         cache_key = (str(path), inode, mtime_ns, size)
-        with self._lock:
+        with self._mutex:
             cached = self._etags.get(cache_key)
         if cached is not None:
             return cached
@@ -98,7 +98,7 @@ class Artifacts:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
         etag = f'"{digest.hexdigest()}"'
-        with self._lock:
+        with self._mutex:
             self._etags[cache_key] = etag
         return etag
 

@@ -88,7 +88,7 @@ class Faults:
     """Pending faults of one service. Thread-safe; every method may be called at any time."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._rules: list[_Rule] = []
         self._throttle = 0
         #: Whether any fault is pending (the runtime's zero-cost check before each hook).
@@ -128,27 +128,27 @@ class Faults:
             raise ValueError(f"fault code {code!r}: use one of {', '.join(SUBMIT_CODES)}")
         if message is not None and not isinstance(message, str):
             raise ValueError(f"fault message must be a string, got {type(message).__name__}")
-        with self._lock:
+        with self._mutex:
             self._rules.append(_Rule(kinds, count, at, code, message))
             self.armed = True
 
     def throttle_next(self, count: int) -> None:
         """Refuse the next ``count`` runtime requests with ``ThrottlingException`` (429)."""
         count = _check_count(count)
-        with self._lock:
+        with self._mutex:
             self._throttle += count
             self.armed = True
 
     def clear(self) -> None:
         """Drop every pending fault."""
-        with self._lock:
+        with self._mutex:
             self._rules.clear()
             self._throttle = 0
             self.armed = False
 
     def pending(self) -> dict[str, Any]:
         """What is still armed, as JSON: ``{"throttle": n, "failures": [rule, ...]}``."""
-        with self._lock:
+        with self._mutex:
             return {
                 "throttle": self._throttle,
                 "failures": [rule.describe() for rule in self._rules],
@@ -158,7 +158,7 @@ class Faults:
 
     def on_request(self) -> None:
         """Raise ``ThrottlingException`` if a throttle is pending (consuming one)."""
-        with self._lock:
+        with self._mutex:
             if self._throttle <= 0:
                 return
             self._throttle -= 1
@@ -187,7 +187,7 @@ class Faults:
         return rule.message or f"{kind} failed while running (injected fault: fail_next)."
 
     def _take(self, kind: str, at: str) -> _Rule | None:
-        with self._lock:
+        with self._mutex:
             for i, rule in enumerate(self._rules):
                 if rule.matches(kind, at):
                     rule.remaining -= 1

@@ -121,7 +121,7 @@ class SessionStore:
 
     def __init__(self, home: Path) -> None:
         self.root = home / "sessions"
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self.owner = owner_token()
 
     def _path(self, name: str) -> Path:
@@ -141,14 +141,14 @@ class SessionStore:
                 json.dump(record, handle, default=str)
                 handle.flush()
                 os.fsync(handle.fileno())
-            with self._lock:  # a delete racing a late status write: the delete wins below
+            with self._mutex:  # a delete racing a late status write: the delete wins below
                 os.replace(staging, target)
         except OSError:
             logger.exception("could not record session %s under %s", record["name"], self.root)
             staging.unlink(missing_ok=True)
 
     def remove(self, name: str) -> None:
-        with self._lock:
+        with self._mutex:
             self._path(name).unlink(missing_ok=True)
 
     def _in_flight(self, staging: str) -> bool:

@@ -129,7 +129,7 @@ class Registry:
         self.retained = home / "retained"
         self.region, self.account = region, account
         self._tmp = self.root / ".tmp"
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._tmp.mkdir(parents=True, exist_ok=True)
         for stale in self._tmp.iterdir():  # writes a crash interrupted
             shutil.rmtree(stale, ignore_errors=True)
@@ -189,7 +189,7 @@ class Registry:
     @contextmanager
     def _group_lock(self, group: str) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
-        with self._lock, open(self.root / f".{group}.lock", "a") as handle:
+        with self._mutex, open(self.root / f".{group}.lock", "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield

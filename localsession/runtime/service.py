@@ -149,7 +149,7 @@ class Service:
         self.catalog: ModelCatalog = catalog or LocalCatalog(
             self.config.home, tokenizer_writer=_default_tokenizer_writer
         )
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._observers: list[Observer] = []
         gather = self.config.gather_quiet_s
@@ -178,7 +178,7 @@ class Service:
     @property
     def registry(self) -> Registry:
         """The package registry, opened (and swept of interrupted writes) on first use."""
-        with self._lock:
+        with self._mutex:
             if self._registry is None:
                 self._registry = Registry(self.config.home, self.config.region, self.config.account)
             return self._registry
@@ -191,7 +191,7 @@ class Service:
 
     def sessions(self) -> list[Session]:
         """Every session this service holds (a snapshot list, any status)."""
-        with self._lock:
+        with self._mutex:
             return list(self._sessions.values())
 
     def operation(self, name: str, operation_id: str) -> Operation:
@@ -222,7 +222,7 @@ class Service:
 
     def _session(self, name: Any, *, runtime: bool) -> Session:
         self._expire_idle()
-        with self._lock:
+        with self._mutex:
             session = self._sessions.get(name) if isinstance(name, str) else None
         if session is None:
             raise errors.not_found(f"Training session {name!r} does not exist.", runtime=runtime)
@@ -233,7 +233,7 @@ class Service:
         if idle is None:
             return
         now = time.monotonic()
-        with self._lock:
+        with self._mutex:
             sessions = list(self._sessions.values())
         for session in sessions:
             if session.running_op is None and now - session.last_activity > idle:
@@ -289,7 +289,7 @@ class Service:
             if key in request
         }
         spec = EngineSpec(base_model=model, rank=rank, alpha=alpha, model=resolved)
-        with self._lock:
+        with self._mutex:
             if name in self._sessions:
                 raise errors.resource_in_use(f"Training session {name} already exists.")
             active = sum(s.status in ACTIVE for s in self._sessions.values())
@@ -331,7 +331,7 @@ class Service:
         self._expire_idle()
         validate.list_sessions_request(request)
         contains, status = request.get("NameContains"), request.get("StatusEquals")
-        with self._lock:
+        with self._mutex:
             sessions = sorted(self._sessions.values(), key=lambda s: s.creation_time, reverse=True)
         rows = [
             s
@@ -369,7 +369,7 @@ class Service:
             raise errors.validation(
                 f"Training session {session.name} is {session.status}; stop it before deleting it."
             )
-        with self._lock:
+        with self._mutex:
             self._sessions.pop(session.name, None)
         if self._store is not None:
             self._store.remove(session.name)
@@ -636,7 +636,7 @@ class Service:
             session = self._session(target, runtime=True)
             session.require_accepting()
             return session, self._sampling_weights(session, model_package)
-        with self._lock:
+        with self._mutex:
             running = [s for s in self._sessions.values() if s.status in ACTIVE]
         problems = []
         for session in running:
@@ -664,7 +664,7 @@ class Service:
 
     def chat_models(self) -> list[dict[str, Any]]:
         """``/v1/models``: the running sessions, then every model package, newest first."""
-        with self._lock:
+        with self._mutex:
             sessions = [s for s in self._sessions.values() if s.status in ACTIVE]
         rows = [
             {
@@ -746,7 +746,7 @@ class Service:
     def reset(self, *, forget: bool = True) -> int:
         """Stop and forget every session (the server's admin reset); return how many.
         Model packages on disk are kept; so are session records when ``forget`` is False."""
-        with self._lock:
+        with self._mutex:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             if session.status in ACTIVE:
