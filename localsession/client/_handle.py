@@ -8,7 +8,7 @@ and every later submit queues behind it until the backlog drains, so the caller 
 once and sequence order is kept, as with the SDK's background submitter. Closing it makes
 every later submit raise the SDK's "client is closed" ``TrainingSessionError``.
 
-``_SessionHandle`` follows the SDK's contract (sagemaker-sdk.md §13.2): one per session,
+``_SessionHandle`` follows the SDK's contract (docs/wire.md#9): one per session,
 shared by the training client, its derived sampling clients and their futures; when the last
 of them is collected, a ``weakref.finalize`` stops the session unless an explicit stop
 succeeded.

@@ -97,7 +97,7 @@ def _exceptions(service: str) -> Any:
 
 
 def check_params(operation_name: str, params: dict[str, Any], service: str = RUNTIME) -> None:
-    """Validate a request as botocore does before sending it (sagemaker-sdk.md §15.1).
+    """Validate a request as botocore does before sending it (docs/wire.md#5).
 
     Raises ``ParamValidationError`` for what the real SDK's client rejects before any request:
     unknown or missing members, wrong types, and values outside a modelled range or length.

@@ -1,7 +1,7 @@
 """``SamplingClient``: the SDK's sampling surface over a ``Backend``.
 
 Sampling ops carry no sequence number and run concurrently; the runtime's scheduler batches
-them. Ownership follows the SDK (sagemaker-sdk.md §9): a client made by
+them. Ownership follows the SDK (docs/wire.md#7): a client made by
 ``ServiceClient.create_sampling_client`` owns its session and stops it; one derived from a
 ``TrainingClient`` shares that client's handle and submit gate and only retires itself.
 """

@@ -5,7 +5,7 @@ arguments (role, S3 path, KMS key, VPC, pool size) are accepted, recorded on the
 the real service would, and logged at debug level. Two keyword-only extensions, both optional:
 
 - ``strict`` (default True): enforce the service's limits; ``strict=False`` lifts them for fast
-  local experiments (local-semantics §4), e.g. ``max_tokens`` below 512.
+  local experiments (docs/semantics.md#4), e.g. ``max_tokens`` below 512.
 - ``backend``: the ``Backend`` to talk to; default the process-wide in-process service.
 """
 
@@ -389,7 +389,7 @@ class ServiceClient:
         if bool(base_model) == bool(model_package_arn):
             raise ValueError("Specify exactly one of base_model or model_package_arn.")
         if model_package_arn:
-            # Per-request ARN, no loadWeightsForSampling (SDK §3.2); like the SDK, the session
+            # Per-request ARN, no loadWeightsForSampling (docs/wire.md#3); like the SDK, the session
             # is rank 32, alpha 64 whatever the package's (the engine samples it with its own).
             base_model = self._base_model_of(model_package_arn)
         name = self._generate_session_name()

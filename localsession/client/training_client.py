@@ -158,7 +158,7 @@ class TrainingClient:
 
         if len(chunks) < 2:
             return one(chunks[0])
-        # Chunks of one forward_backward take contiguous sequence numbers (SDK §5.5).
+        # Chunks of one forward_backward take contiguous sequence numbers (docs/wire.md#5).
         with self._sequence_lock:  # no other op may take a number in between
             parts = [one(part) for part in chunks]
         sizes = [len(part) for part in chunks]

@@ -1,6 +1,6 @@
 """Load a resolved base model onto a device and put a seeded LoRA adapter on it.
 
-- Device (local-semantics §2 and the engine contract): CUDA in bfloat16 when available,
+- Device (docs/semantics.md#2 and the engine contract): CUDA in bfloat16 when available,
   else CPU in float32; ``LOCALSESSION_DEVICE=cpu|cuda`` overrides. With ``cpu`` no CUDA API
   is touched at all.
 - The base model is frozen. LoRA (peft) goes on every linear projection of the attention and

@@ -8,12 +8,12 @@ update (engine_api threading contract).
 
 - ``forward_backward`` / ``forward`` share one code path (``forward`` runs it under
   ``torch.no_grad``), so their logprobs agree bit for bit. Datums are right-padded into one
-  batch; the loss is the plain sum over real tokens (local-semantics §1).
+  batch; the loss is the plain sum over real tokens (docs/semantics.md#1).
 - Inputs are validated before any tensor reaches the model; an ``EngineInputError`` leaves
   no gradient behind.
 - ``sample`` / ``compute_logprobs`` with ``weights=None`` read the *base* model (adapter
   disabled); with a package directory they read that package's adapter snapshot, never the
-  live training weights (local-semantics §3). Snapshots are loaded lazily and cached (LRU);
+  live training weights (docs/semantics.md#3). Snapshots are loaded lazily and cached (LRU);
   decoding runs on a plain copy of the model (``merged``): the base layers themselves for
   the base, the snapshot merged into the weights in float32, held in the process-wide
   ``MERGED_CACHE`` under its memory budget (a copy evicted from it is re-merged in place for
@@ -21,7 +21,7 @@ update (engine_api threading contract).
   through the peft model over the shared base instead). Prompt logprobs swap the snapshot
   into the peft adapter under the lock and restore the live tensors bit for bit afterwards,
   so they match ``forward``. A request's ``on_token`` hears each token as it is decoded.
-- ``save_package`` / ``load_package`` (local-semantics §5, file formats in ``checkpoint``):
+- ``save_package`` / ``load_package`` (docs/semantics.md#5, file formats in ``checkpoint``):
   tensors are copied under the lock and written outside it; a load reads and checks every
   file before anything live changes, then copies into the existing parameters so the
   optimizer's references stay valid.
@@ -199,7 +199,7 @@ class TorchEngine:
         *,
         backward: bool,
     ) -> dict[str, Any]:
-        """Run the §1 loss over wire datums; accumulate gradients when ``backward``."""
+        """Run the docs/semantics.md#1 loss over wire datums; accumulate gradients when ``backward``."""
         self._check_open()
         check_loss_fn(loss_fn)
         clip = parse_loss_config(loss_fn, loss_fn_config)
@@ -305,7 +305,7 @@ class TorchEngine:
         return lp_all, torch.cat(loss_parts), metrics
 
     def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
-        """Apply and zero the accumulated gradients with AdamW (local-semantics §2)."""
+        """Apply and zero the accumulated gradients with AdamW (docs/semantics.md#2)."""
         self._check_open()
         hp = AdamParams.from_wire(adam_params)
         with self._mutex:
@@ -435,7 +435,7 @@ class TorchEngine:
     def sample(
         self, weights: str | None, requests: list[SampleRequest]
     ) -> list[dict[str, Any]]:
-        """Run several sample requests as one batch (local-semantics §3)."""
+        """Run several sample requests as one batch (docs/semantics.md#3)."""
         self._check_open()
         checked = [self._check_request(i, r) for i, r in enumerate(requests)]
         if not checked:

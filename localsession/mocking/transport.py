@@ -4,7 +4,7 @@
 turned into an ASGI ``http`` call on the same Starlette app that ``localsession serve`` runs
 (``localsession.server.app.create_app``), scheduled on that loop, and the app's answer comes
 back as a botocore ``AWSResponse``. So the mock and the server share every handler, the
-long-poll included; only the bytes' carrier differs (sagemaker-sdk.md §16, DESIGN.md "one wire
+long-poll included; only the bytes' carrier differs (docs/wire.md#1, DESIGN.md "one wire
 path, three carriers").
 
 The loop thread is the app's only event loop: long-polls wait on it without holding a

@@ -1,6 +1,6 @@
 """The local SageMaker Public Hub: ``ListHubContents`` and ``DescribeHubContent``.
 
-The SDK names base models through the Hub (sagemaker-sdk.md §8): ``list_base_models()`` scans
+The SDK names base models through the Hub (docs/wire.md#3): ``list_base_models()`` scans
 it and reports each entry's ``HuggingfaceId``, a model id is described to get a versioned ARN,
 and ``get_tokenizer()`` calls ``AutoTokenizer.from_pretrained(HuggingfaceId)``. Locally, every
 model the service's catalog lists is one Hub entry:

@@ -60,7 +60,7 @@ def _env_float(name: str, default: float | None) -> float | None:
 
 @dataclass
 class ServiceConfig:
-    """Service-wide settings (local-semantics §4); every one is configurable."""
+    """Service-wide settings (docs/semantics.md#4); every one is configurable."""
 
     region: str = "us-west-2"
     account: str = DEFAULT_ACCOUNT
@@ -73,7 +73,7 @@ class ServiceConfig:
     lenient_sequence: bool = False
     #: Seconds of inactivity before a session becomes Expired; None = never.
     idle_timeout: float | None = None
-    #: State directory: the model-package registry lives under it (local-semantics §5).
+    #: State directory: the model-package registry lives under it (docs/semantics.md#5).
     home: Path = field(default_factory=localsession_home)
     engine_factory: Callable[[EngineSpec], Engine] = field(default=_default_engine_factory)
     #: Training ops one session may hold queued; past it submits get ThrottlingException
@@ -688,7 +688,7 @@ class Service:
         return rows
 
     def _sampling_weights(self, session: Session, arn: str | None) -> str | None:
-        """Which weights a sampling op reads (local-semantics §3): the ARN's package, else
+        """Which weights a sampling op reads (docs/semantics.md#3): the ARN's package, else
         the session's ``loadWeightsForSampling`` package, else the base model (None)."""
         if not arn:
             return session.sampling_package

@@ -4,7 +4,7 @@ A thin layer: each route parses the request, calls the runtime's operation of th
 and serialises what comes back. Every behaviour (validation, ordering, limits, errors) is the
 runtime's, shared with the in-process clients. The only thing done here is the long-poll of
 ``Get*OperationResult`` and of a starting session's ``DescribeTrainingSession``, which turns
-the SDK's fixed 2 s poll and 10 s status wait into near-zero latency (sagemaker-sdk.md §16.4).
+the SDK's fixed 2 s poll and 10 s status wait into near-zero latency (docs/wire.md#4).
 
 Nothing that can block runs on the event loop: every runtime call (which takes locks, and
 may write a session record with ``fsync``) goes to the thread pool; only the long-poll's

@@ -49,7 +49,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
 
-#: The largest request body accepted (sagemaker-sdk.md §16.3 rule 12: at least 64 MB).
+#: The largest request body accepted (docs/wire.md#4 rule 12: at least 64 MB).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 #: How far a request's ``X-Amz-Date`` may be from the server's clock (AWS allows 15 min).
 MAX_CLOCK_SKEW = timedelta(minutes=15)

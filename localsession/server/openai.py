@@ -1,7 +1,7 @@
 """Chat-completion routes: the runtime's pass-through sample operations and OpenAI's API.
 
 - ``POST /training-sessions/{name}/sample`` and ``.../sample-with-response-stream``
-  (SampleTrainingSession[WithResponseStream], sagemaker-sdk.md §9.5): the session is in the
+  (SampleTrainingSession[WithResponseStream], docs/wire.md#7): the session is in the
   path, the ``X-Amzn-SageMaker-Model-Package`` header may pick a checkpoint, and refusals use
   the runtime's AWS error shape.
 - ``POST /v1/chat/completions`` and ``GET /v1/models``, for ``openai.OpenAI(base_url=...)``:

@@ -3,7 +3,7 @@
 - The control plane speaks AWS json 1.1: errors are ``{"__type": code, "message": text}``
   with the status the runtime chose (400 for client faults).
 - The runtime speaks rest-json: errors carry the code in the ``x-amzn-ErrorType`` header and
-  ``{"message": text}`` in the body (sagemaker-sdk.md §14, §16.5).
+  ``{"message": text}`` in the body (docs/wire.md#4, #4).
 
 Timestamps go out as epoch seconds, which botocore parses for both protocols.
 """

@@ -1,6 +1,6 @@
 """``forward_backward_custom`` against the built-in losses and a direct autograd computation.
 
-Two sessions created with the same arguments start bit-identical (local-semantics §2). One
+Two sessions created with the same arguments start bit-identical (docs/semantics.md#2). One
 trains with a loss written here in torch through ``forward_backward_custom``; the other with
 the built-in loss. Their accumulated gradients, the optimizer's ``grad_norm`` (scale matters:
 Adam's first steps barely do) and the weights after ``optim_step`` must agree.

@@ -61,7 +61,7 @@ def test_pipelined_ops_resolve_in_sequence_order(client: ServiceClient, service:
 def test_failed_op_fails_alone_and_changes_nothing(client: ServiceClient) -> None:
     """A bad op fails its own future, names datum and key, adds no gradient; later ops run."""
     ppo_good = [datum([1, 72, 101, 108], advantages=[0.5] * 4, logprobs=[-5.5] * 4)]
-    # `advantages` is not length-checked client-side (SDK §5.4), so the runtime must catch it.
+    # `advantages` is not length-checked client-side (SDK docs/wire.md#5), so the runtime must catch it.
     bad = ppo_good + [datum([1, 72, 101], advantages=[1.0] * 5, logprobs=[-1.0] * 3)]
 
     def run(with_failure: bool) -> float:
@@ -194,7 +194,7 @@ def test_throttled_and_5xx_submits_are_retried_as_the_sdk_does(
     client: ServiceClient, service: Service
 ) -> None:
     """The SDK resends a ThrottlingException/5xx-refused submit with the same sequence number
-    (sagemaker-sdk.md §6.6); a 4xx refusal is not retried and surfaces at result()."""
+    (docs/wire.md#6); a 4xx refusal is not retried and surfaces at result()."""
     with client.create_lora_training_client(MODEL, rank=4, alpha=8) as tc:
         service.faults.throttle_next(2)
         first = tc.forward_backward(BATCH).result(timeout=60)

@@ -1,4 +1,4 @@
-"""Metrics as the SDK reads them (issue 16 item 6, local-semantics §1).
+"""Metrics as the SDK reads them (issue 16 item 6, docs/semantics.md#1).
 
 The independent reference is the installed SDK's own chunk combiner
 (``combine_forward_backward_results``): a 1,100-datum batch run as one op must report the

@@ -120,7 +120,7 @@ def test_resume_from_state_with_optimizer_and_quiet_exit(
         resumed.optim_step(ts.AdamParams(learning_rate=5e-3)).result()
         got = resumed.forward(batch, "cross_entropy").result().metrics["loss"]
         resumed.stop()
-        resumed.stop()  # a second stop is absorbed by the SDK (§16.3 idempotency message)
+        resumed.stop()  # a second stop is absorbed by the SDK (docs/wire.md#4 idempotency message)
     # The same third step from the checkpoint lands on the same loss (same optimizer state).
     assert got == pytest.approx(expected, rel=1e-5)
     noise = [r for r in caplog.records if "http://" not in r.getMessage()]

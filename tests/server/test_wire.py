@@ -1,5 +1,5 @@
 """The wire contract, spoken by plain boto3 clients: error codes and statuses, the MUST
-behaviours of sagemaker-sdk.md §16.3, sequence gaps, long-poll, Hub and admin routes."""
+behaviours of docs/wire.md#4, sequence gaps, long-poll, Hub and admin routes."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_runtime_ops_results_and_duplicates(clients: tuple[Any, Any]) -> None:
 def test_server_side_range_checks(
     clients: tuple[Any, Any], config: dict[str, Any], field: str
 ) -> None:
-    """botocore checks only minimums; the server enforces every maximum (sdk.md §15.1, §17)."""
+    """botocore checks only minimums; the server enforces every maximum (sdk.md docs/wire.md#5, docs/wire.md#10)."""
     cp, rt = clients
     name = _create(cp)
     cp.describe_training_session(TrainingSessionName=name)
