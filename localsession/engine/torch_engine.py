@@ -199,7 +199,8 @@ class TorchEngine:
         *,
         backward: bool,
     ) -> dict[str, Any]:
-        """Run the docs/semantics.md#1 loss over wire datums; accumulate gradients when ``backward``."""
+        """Run the loss (docs/semantics.md#1) over wire datums; accumulate gradients when
+        ``backward``."""
         self._check_open()
         check_loss_fn(loss_fn)
         clip = parse_loss_config(loss_fn, loss_fn_config)

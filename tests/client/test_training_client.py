@@ -61,7 +61,7 @@ def test_pipelined_ops_resolve_in_sequence_order(client: ServiceClient, service:
 def test_failed_op_fails_alone_and_changes_nothing(client: ServiceClient) -> None:
     """A bad op fails its own future, names datum and key, adds no gradient; later ops run."""
     ppo_good = [datum([1, 72, 101, 108], advantages=[0.5] * 4, logprobs=[-5.5] * 4)]
-    # `advantages` is not length-checked client-side (SDK docs/wire.md#5), so the runtime must catch it.
+    # `advantages` is not length-checked client-side (docs/wire.md#5): the runtime catches it.
     bad = ppo_good + [datum([1, 72, 101], advantages=[1.0] * 5, logprobs=[-1.0] * 3)]
 
     def run(with_failure: bool) -> float:

@@ -141,7 +141,7 @@ def test_runtime_ops_results_and_duplicates(clients: tuple[Any, Any]) -> None:
 def test_server_side_range_checks(
     clients: tuple[Any, Any], config: dict[str, Any], field: str
 ) -> None:
-    """botocore checks only minimums; the server enforces every maximum (sdk.md docs/wire.md#5, docs/wire.md#10)."""
+    """botocore checks only minimums; the server enforces every maximum (docs/wire.md#5, #10)."""
     cp, rt = clients
     name = _create(cp)
     cp.describe_training_session(TrainingSessionName=name)
