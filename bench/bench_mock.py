@@ -61,11 +61,15 @@ def over_http():
         env = serve_exports(url, service)
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
+        from huggingface_hub import constants  # imported already: its copy follows the env
+
+        hub_cache, constants.HF_HUB_CACHE = constants.HF_HUB_CACHE, env["HF_HUB_CACHE"]
         try:
             seen = grpo("openai/gpt-oss-20b", steps=2)
         finally:
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            constants.HF_HUB_CACHE = hub_cache
     service.close()
     assert len(seen["metrics"]) == 2
 

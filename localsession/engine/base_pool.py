@@ -142,7 +142,10 @@ def load_shared(spec: Any, resolved: ResolvedModel | None = None) -> tuple[Any, 
         peft_model = loading.apply_lora(view, spec.rank, spec.alpha, spec.seed)
         if plan is not None:
             placement.materialise_lora(peft_model, plan.execution_device, spec.seed)
-        tokenizer = entry.tokenizer
+        # The tokenizer is shared too, but its name is the session's model id (a mapped name
+        # and its target share weights, not names): a shallow copy carries it.
+        tokenizer = copy.copy(entry.tokenizer)
+        tokenizer.name_or_path = resolved.name
         pad_id = tokenizer.pad_token_id
         if pad_id is None:
             pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0

@@ -162,10 +162,10 @@ class Mock:
                 home=self.home, strict=self.strict, manual=self._manual, catalog=catalog
             )
             service.config.region = self.region
+            service.config.hub_cache = hooks.shared_hub_cache()
             return service
         # serve's choices (server/serve.py build_service): limits per `strict`, session
         # records kept, and only listed models (or their Hub ARNs) accepted over the wire.
-        from localsession.runtime.model_sources import hf_hub_cache
         from localsession.runtime.service import Service, ServiceConfig
         from localsession.server.serve import server_catalog
 
@@ -175,13 +175,13 @@ class Mock:
             strict=self.strict,
             persist_sessions=True,
             local_model_paths=False,
+            hub_cache=hooks.shared_hub_cache(),
         )
         # Models are read from the user's HF cache as it is now, before the mock points
         # HF_HUB_CACHE at its own export cache (which holds tokenizers only).
-        return Service(config, catalog=server_catalog(self.home, {}, hf_cache=hf_hub_cache()))
+        return Service(config, catalog=server_catalog(self.home, {}))
 
     def _environment(self, s3: bool) -> dict[str, str | None]:
-        from localsession.runtime.hub import HUB_CACHE_DIR
         from localsession.server.runner import client_env
 
         env: dict[str, str | None] = dict(client_env(self.url, self.region))
@@ -201,8 +201,8 @@ class Mock:
                 "AWS_SHARED_CREDENTIALS_FILE": str(self.home / "aws-credentials"),
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
-                # The SDK's get_tokenizer() reads the tokenizers the mock's Hub exports there.
-                "HF_HUB_CACHE": str(self.home / HUB_CACHE_DIR),
+                # The SDK's get_tokenizer() reads the tokenizers the mocks' Hub exports there.
+                "HF_HUB_CACHE": str(hooks.shared_hub_cache()),
             }
         )
         return env

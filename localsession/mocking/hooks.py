@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -49,6 +52,7 @@ class Target(Protocol):
 
 _lock = threading.RLock()
 _live: list[Target] = []
+_hub_cache: Path | None = None
 _saved_env: dict[str, str | None] = {}
 _saved_attrs: list[tuple[Any, str, Any]] = []
 _default_session: Any = None
@@ -255,6 +259,24 @@ def deactivate(target: Target) -> None:
         else:
             _restore()
             _remove_hook()
+            _drop_hub_cache()
+
+
+def _drop_hub_cache() -> None:
+    global _hub_cache
+    if _hub_cache is not None:
+        shutil.rmtree(_hub_cache, ignore_errors=True)
+        _hub_cache = None
+
+
+def shared_hub_cache() -> Path:
+    """The Hugging Face cache every live mock's Hub exports tokenizers into: HF_HUB_CACHE is
+    process-wide, so mocks on several threads must share it. Removed with the last mock."""
+    global _hub_cache
+    with _lock:
+        if _hub_cache is None:
+            _hub_cache = Path(tempfile.mkdtemp(prefix="localsession-mock-hf-"))
+        return _hub_cache
 
 
 def live() -> list[Target]:

@@ -138,21 +138,22 @@ def export_tokenizer(catalog: ModelCatalog, model: str, cache: Path) -> Path:
     return snapshot
 
 
-def export_all(catalog: ModelCatalog, home: Path) -> None:
-    """Export every listed model's tokenizer ahead of the first describe (a server warms its
-    Hub with this on a background thread: a GGUF tokenizer takes seconds to read)."""
+def export_all(catalog: ModelCatalog, cache: Path) -> None:
+    """Export every listed model's tokenizer into the HF cache ``cache`` ahead of the first
+    describe (a server warms its Hub with this on a background thread: a GGUF tokenizer takes
+    seconds to read)."""
     for listed in catalog.names():
         try:
-            export_tokenizer(catalog, catalog.canonical_name(listed), home / HUB_CACHE_DIR)
+            export_tokenizer(catalog, catalog.canonical_name(listed), cache)
         except Exception as exc:  # noqa: BLE001 - describe reports it again, per model
             logger.warning("could not export the tokenizer of %r: %s", listed, exc)
 
 
 def describe_hub_content(
-    request: dict[str, Any], region: str, catalog: ModelCatalog, home: Path
+    request: dict[str, Any], region: str, catalog: ModelCatalog, cache: Path
 ) -> dict[str, Any]:
     """DescribeHubContent of one base model, with its ``HuggingfaceId`` document; exports
-    its tokenizer into ``home/hf-hub`` (see the module docstring)."""
+    its tokenizer into the HF cache ``cache`` (see the module docstring)."""
     _check_hub(request)
     name = request.get("HubContentName")
     entries = _entries(catalog)
@@ -165,7 +166,7 @@ def describe_hub_content(
             runtime=False,
         )
     try:
-        export_tokenizer(catalog, model, home / HUB_CACHE_DIR)
+        export_tokenizer(catalog, model, cache)
     except Exception as exc:  # noqa: BLE001 - one broken model must not break the listing
         # The listing still answers; the client's tokenizer load will say it is missing.
         logger.warning("could not export the tokenizer of %r: %s", model, exc)

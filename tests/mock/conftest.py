@@ -21,6 +21,8 @@ def socket_guard() -> Iterator[None]:
 def serve_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Any]:
     """Run ``fn`` against a real ``localsession serve`` (uvicorn on port 0, built exactly as the
     CLI builds it), with the SDK pointed at it through the printed exports."""
+    from huggingface_hub import constants as hf_constants
+
     from localsession.server.runner import ServerThread
     from localsession.server.serve import ServeOptions, build_service, serve_exports
 
@@ -35,8 +37,12 @@ def serve_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., 
             service = build_service(options)
             try:
                 with ServerThread(service, long_poll=options.long_poll) as url:
-                    for key, value in serve_exports(url, service).items():
+                    exports = serve_exports(url, service)
+                    for key, value in exports.items():
                         patch.setenv(key, value)
+                    # A user's shell has the exports before Python starts; this process
+                    # imported huggingface_hub already, so its copy of the cache path follows.
+                    patch.setattr(hf_constants, "HF_HUB_CACHE", exports["HF_HUB_CACHE"])
                     return fn()
             finally:
                 service.close()

@@ -243,8 +243,9 @@ def test_hugging_face_settings_from_the_exports_are_scoped() -> None:
     before = (constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE)
     env_before = {k: os.environ.get(k) for k in ("HF_HUB_CACHE", "HF_HUB_OFFLINE")}
     with localsession.mock(engine="fake") as m:
-        exported = str(m.home / "hf-hub")
-        assert constants.HF_HUB_CACHE == os.environ["HF_HUB_CACHE"] == exported
+        exported = m.service.hub_cache  # shared by the live mocks: the env is process-wide
+        assert constants.HF_HUB_CACHE == os.environ["HF_HUB_CACHE"] == str(exported)
         assert constants.HF_HUB_OFFLINE is True
     assert (constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE) == before
+    assert not exported.exists()  # removed with the last mock
     assert {k: os.environ.get(k) for k in env_before} == env_before
