@@ -37,7 +37,7 @@ from typing import Any
 
 from fakes.clock import Gate
 from fakes.light_math import Row, lp_row, sample_row, token_loss
-from fakes.script import Completion, PromptInfo, Script
+from fakes.script import Completion, Script
 from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession import vocab
 from localsession.numerics.inputs import (
@@ -216,18 +216,7 @@ class LightEngine:
         self, delta: dict[int, Row] | None, req: SampleRequest, what: str
     ) -> dict[str, Any]:
         prompt = _check_prompt(req.prompt, f"{what}: `prompt`")
-        info = PromptInfo(
-            tokens=tuple(prompt),
-            text=_TOKENIZER.decode(prompt, skip_special_tokens=True),
-            num_samples=req.num_samples,
-            max_tokens=req.max_tokens,
-            temperature=req.temperature,
-            seed=req.seed,
-        )
-        try:
-            scripted = self.script.resolve(info)
-        except Exception as exc:  # noqa: BLE001 - a broken policy fails the op, not the scheduler
-            raise EngineInputError(f"{what}: the script's policy raised {exc!r}") from exc
+        scripted = self.script.resolve_request(prompt, req, what)
         with self.lock:
             sequences = [
                 self._generate(delta, req, i) if c is None else self._scripted(delta, req, c)

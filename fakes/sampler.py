@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fakes.script import Completion, PromptInfo, Script
+from fakes.script import Completion, Script
 from fakes.tokenizer import EOS_ID, VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.filters import (
     sample_from_logits,
@@ -129,18 +129,7 @@ def sample_request(
 ) -> dict[str, Any]:
     """The wire ``SampleResponse`` for one request: scripted where the script answers."""
     prompt = check_tokens(list(req.prompt), f"{what}: `prompt`")
-    info = PromptInfo(
-        tokens=tuple(prompt),
-        text=_TOKENIZER.decode(prompt, skip_special_tokens=True),
-        num_samples=req.num_samples,
-        max_tokens=req.max_tokens,
-        temperature=req.temperature,
-        seed=req.seed,
-    )
-    try:
-        scripted = script.resolve(info)
-    except Exception as exc:  # noqa: BLE001 - a broken policy fails the op, not the scheduler
-        raise EngineInputError(f"{what}: the script's policy raised {exc!r}") from exc
+    scripted = script.resolve_request(prompt, req, what)
     sequences = [
         _generate(table_VV, req, i) if c is None else _scripted(table_VV, req, c)
         for i, c in enumerate(scripted)

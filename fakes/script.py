@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fakes.tokenizer import EOS_ID, VOCAB_SIZE, ByteTokenizer
+from localsession.runtime.engine_api import EngineInputError, SampleRequest
 
 _TOKENIZER = ByteTokenizer()
 
@@ -199,3 +200,21 @@ class Script:
             if answer is not None:
                 return [answer[i % len(answer)] for i in range(n)]
         return [None] * n
+
+    def resolve_request(
+        self, prompt: list[int], req: SampleRequest, what: str
+    ) -> list[Completion | None]:
+        """:meth:`resolve` for a checked sampling request; a policy that raises fails the op
+        (``EngineInputError`` naming the request), not the scheduler."""
+        info = PromptInfo(
+            tokens=tuple(prompt),
+            text=_TOKENIZER.decode(prompt, skip_special_tokens=True),
+            num_samples=req.num_samples,
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            seed=req.seed,
+        )
+        try:
+            return self.resolve(info)
+        except Exception as exc:  # noqa: BLE001 - a broken policy fails the op, not the scheduler
+            raise EngineInputError(f"{what}: the script's policy raised {exc!r}") from exc

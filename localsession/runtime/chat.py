@@ -25,6 +25,7 @@ the whole completion first (``top_logprobs``).
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any
 
 from localsession.runtime import errors
 from localsession.runtime.chat_tools import parse_tool_calls, parse_tools, split_tool_calls
+from localsession.runtime.engine_api import SampleRequest, TokenCallback
 
 #: Request fields served; anything else (response_format, ...) is refused by name.
 SUPPORTED = frozenset(
@@ -311,6 +313,24 @@ def chunks(body: dict[str, Any], request: ChatRequest) -> list[dict[str, Any]]:
     if request.include_usage:
         events.append({**base, "choices": [], "usage": body["usage"]})
     return events
+
+
+def sample_request(
+    request: ChatRequest, prompt: list[int], on_token: TokenCallback | None = None
+) -> SampleRequest:
+    """The sampling request of a chat request: its ``n``, limits and stops, and its seed, or a
+    fresh one (``on_token`` streams each decoded token)."""
+    seed = random.SystemRandom().randrange(2**31) if request.seed is None else request.seed
+    return SampleRequest(
+        prompt=prompt,
+        num_samples=request.n,
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        seed=seed,
+        stop=request.stop,
+        on_token=on_token,
+    )
 
 
 def openai_error(exc: errors.ServiceError) -> dict[str, Any]:

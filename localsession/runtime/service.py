@@ -577,20 +577,7 @@ class Service:
         in the session's usage."""
         request, session, weights = prepared.request, prepared.session, prepared.weights
         tokenizer, prompt = prepared.tokenizer, prepared.prompt
-        seed = random.SystemRandom().randrange(2**31) if request.seed is None else request.seed
-        sampled = self._sample_now(
-            session,
-            weights,
-            SampleRequest(
-                prompt=prompt,
-                num_samples=request.n,
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                top_p=request.top_p,
-                seed=seed,
-                stop=request.stop,
-            ),
-        )
+        sampled = self._sample_now(session, weights, chat.sample_request(request, prompt))
         sequences = sampled["sequences"]
         tops: list[list[list[tuple[str, float]]] | None] = [None] * len(sequences)
         if request.top_logprobs:

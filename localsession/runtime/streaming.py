@@ -17,7 +17,6 @@ such a request is answered by the non-incremental path (``chat.chunks``).
 from __future__ import annotations
 
 import queue
-import random
 import threading
 import time
 import uuid
@@ -85,16 +84,8 @@ def stream_chat(
     request: chat.ChatRequest = prepared.request
     tokenizer, prompt = prepared.tokenizer, prepared.prompt
     events: queue.Queue[_Event] = queue.Queue()
-    seed = random.SystemRandom().randrange(2**31) if request.seed is None else request.seed
-    sample = SampleRequest(
-        prompt=prompt,
-        num_samples=request.n,
-        max_tokens=request.max_tokens,
-        temperature=request.temperature,
-        top_p=request.top_p,
-        seed=seed,
-        stop=request.stop,
-        on_token=lambda i, token, logprob: events.put((i, token, logprob)),
+    sample = chat.sample_request(
+        request, prompt, on_token=lambda i, token, logprob: events.put((i, token, logprob))
     )
     op = submit(sample)
 
