@@ -24,7 +24,8 @@ def _writer(model: ResolvedModel, directory: Path) -> None:
 
 
 def _describe(catalog: Any, home: Path, name: str) -> dict[str, Any]:
-    return hub.describe_hub_content({**REQUEST, "HubContentName": name}, REGION, catalog, home)
+    request = {**REQUEST, "HubContentName": name}
+    return hub.describe_hub_content(request, REGION, catalog, home / hub.HUB_CACHE_DIR)
 
 
 def test_entries_are_published_under_the_ids_users_type(tmp_path: Path) -> None:
