@@ -176,8 +176,8 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument(
         "--long-poll",
         type=float,
-        default=0.9,
-        help="seconds the server may hold a result poll of a running op (default 0.9: an "
+        default=0.5,
+        help="seconds the server may hold a result poll of a running op (default 0.5: an "
         "SDK result(timeout=t) then returns within t + 3 s)",
     )
     serve.add_argument(

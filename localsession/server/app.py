@@ -167,7 +167,7 @@ class Routes:
 
 
 def create_app(
-    service: Service, *, long_poll: float = 0.9, credential: auth.Credential | None = None
+    service: Service, *, long_poll: float = 0.5, credential: auth.Credential | None = None
 ) -> Starlette:
     """The ASGI app serving ``service``: both SageMaker services and ``/_localsession/``,
     behind the body limit and, with ``credential``, SigV4 checks (server/auth.py)."""

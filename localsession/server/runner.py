@@ -52,7 +52,7 @@ def url_of(sock: socket.socket) -> str:
 def make_server(
     service: Service,
     *,
-    long_poll: float = 0.9,
+    long_poll: float = 0.5,
     credential: Credential | None = None,
     **config: Any,
 ) -> uvicorn.Server:
@@ -70,7 +70,7 @@ class ServerThread:
         service: Service,
         host: str = "127.0.0.1",
         port: int = 0,
-        long_poll: float = 0.9,
+        long_poll: float = 0.5,
         credential: Credential | None = None,
     ) -> None:
         self.service = service

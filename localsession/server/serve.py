@@ -40,7 +40,7 @@ class ServeOptions:
     max_sessions: int | None = None
     gap_timeout: float | None = None
     lenient_sequence: bool = False
-    long_poll: float = 0.9
+    long_poll: float = 0.5
     max_queued_ops: int | None = None
     #: ``ACCESS_KEY:SECRET``: require SigV4 requests signed with it (server/auth.py).
     auth: str | None = None
