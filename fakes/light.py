@@ -37,7 +37,7 @@ from typing import Any
 
 from fakes.clock import Gate
 from fakes.light_math import Row, lp_row, sample_row, token_loss
-from fakes.script import Completion, Script
+from fakes.script import Completion, Script, stop_reason
 from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession import vocab
 from localsession.numerics.inputs import (
@@ -241,7 +241,7 @@ class LightEngine:
             token, lp = sample_row(self.row(prev, delta), req, rng)
             tokens.append(token)
             logprobs.append(lp)
-            prev, reason = token, _stop_reason(tokens, req.stop, req.max_tokens)
+            prev, reason = token, stop_reason(tokens, req.stop, req.max_tokens)
         return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
 
     def _scripted(
@@ -253,7 +253,7 @@ class LightEngine:
             if reason is not None:
                 break
             tokens.append(token)
-            reason = _stop_reason(tokens, req.stop, req.max_tokens)
+            reason = stop_reason(tokens, req.stop, req.max_tokens)
         if completion.logprobs is not None:
             logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
         else:
@@ -372,12 +372,3 @@ def _check_prompt(tokens: list[int], what: str) -> list[int]:
     return token_ids(list(tokens), VOCAB_SIZE, what)
 
 
-def _stop_reason(tokens: list[int], stop: tuple[str, ...], max_tokens: int) -> str | None:
-    """Why a stream whose last token is ``tokens[-1]`` ends there, or None to go on."""
-    if tokens[-1] == EOS_ID:
-        return "stop"
-    if stop and any(s and s in _TOKENIZER.decode(tokens) for s in stop):
-        return "stop"
-    if len(tokens) >= max_tokens:
-        return "length"
-    return None

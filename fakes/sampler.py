@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fakes.script import Completion, Script
-from fakes.tokenizer import EOS_ID, VOCAB_SIZE, ByteTokenizer
+from fakes.script import Completion, Script, stop_reason
+from fakes.tokenizer import VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.filters import (
     sample_from_logits,
     top_k_filter,
@@ -37,17 +37,6 @@ def check_tokens(tokens: list[int], what: str) -> list[int]:
             f"{what} holds token id {bad[0]}, outside the vocabulary [0, {VOCAB_SIZE})"
         )
     return tokens
-
-
-def _stop_reason(tokens: list[int], stop: tuple[str, ...], max_tokens: int) -> str | None:
-    """Why a stream whose last token is ``tokens[-1]`` ends there, or None to go on."""
-    if tokens[-1] == EOS_ID:
-        return "stop"
-    if stop and any(s and s in _TOKENIZER.decode(tokens) for s in stop):
-        return "stop"
-    if len(tokens) >= max_tokens:
-        return "length"
-    return None
 
 
 def _tempered_logprobs(
@@ -75,7 +64,7 @@ def _generate(table_VV: Tensor, req: SampleRequest, i: int) -> dict[str, Any]:
             )
             token = int(sample_from_logits(filtered_1V, torch.rand(1, generator=gen))[0])
         tokens.append(token)
-        prev, reason = token, _stop_reason(tokens, req.stop, req.max_tokens)
+        prev, reason = token, stop_reason(tokens, req.stop, req.max_tokens)
     prevs = [req.prompt[-1], *tokens[:-1]]
     logprobs = _tempered_logprobs(table_VV, prevs, tokens, req.temperature)
     return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
@@ -89,7 +78,7 @@ def _scripted(table_VV: Tensor, req: SampleRequest, completion: Completion) -> d
         if reason is not None:
             break
         tokens.append(token)
-        reason = _stop_reason(tokens, req.stop, req.max_tokens)
+        reason = stop_reason(tokens, req.stop, req.max_tokens)
     if completion.logprobs is not None:
         logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
     else:

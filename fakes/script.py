@@ -218,3 +218,15 @@ class Script:
             return self.resolve(info)
         except Exception as exc:  # noqa: BLE001 - a broken policy fails the op, not the scheduler
             raise EngineInputError(f"{what}: the script's policy raised {exc!r}") from exc
+
+
+def stop_reason(tokens: list[int], stop: tuple[str, ...], max_tokens: int) -> str | None:
+    """Why a fake engine's sample stream whose last token is ``tokens[-1]`` ends there, or
+    None to go on (both fake engines stop the same way)."""
+    if tokens[-1] == EOS_ID:
+        return "stop"
+    if stop and any(s and s in _TOKENIZER.decode(tokens) for s in stop):
+        return "stop"
+    if len(tokens) >= max_tokens:
+        return "length"
+    return None
