@@ -79,7 +79,7 @@ def parity(steps: int, model: str = "localsession/small", vocab: int = 256,
            length: int = 64) -> bool:
     """Checks 1 and 3: CUDA/bf16 losses and logprobs against CPU/fp32; print and return
     the verdict."""
-    from localsession.engine.model import DEVICE_ENV
+    from localsession.engine.loading import DEVICE_ENV
     from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
     from localsession.runtime.engine_api import EngineSpec
@@ -127,7 +127,7 @@ def half_billion_engine() -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from localsession.engine.builtin import build_tokenizer
-    from localsession.engine.model import LoadedModel, apply_lora
+    from localsession.engine.loading import LoadedModel, apply_lora
     from localsession.engine.torch_engine import TorchEngine
     from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
@@ -219,7 +219,7 @@ def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None,
 def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> bool | None:
     """Check 3 on SmolLM2-135M-Instruct; ``None`` when the model is not available."""
     from bench import real_model as real
-    from localsession.engine.model import DEVICE_ENV
+    from localsession.engine.loading import DEVICE_ENV
     from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
     from localsession.runtime.engine_api import EngineSpec

@@ -56,6 +56,7 @@ from localsession.engine.checkpoint import (
     write_optimizer,
 )
 from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
+from localsession.engine.loading import LoadedModel
 from localsession.engine.merged import (
     MERGED_CACHE,
     can_merge,
@@ -63,14 +64,13 @@ from localsession.engine.merged import (
     plain_model,
     remerge_,
 )
-from localsession.engine.model import LoadedModel
 from localsession.engine.request_checks import check_logprobs_prompt, check_request
 from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.train_step import loss_step
 from localsession.numerics.datums import parse_datums
 from localsession.numerics.losses import check_loss_fn, parse_loss_config
-from localsession.numerics.optim import AdamParams, LoraAdamW
+from localsession.numerics.optim import AdamHyperparams, LoraAdamW
 from localsession.runtime.engine_api import EngineSpec, SampleRequest
 
 
@@ -205,7 +205,7 @@ class TorchEngine:
     def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
         """Apply and zero the accumulated gradients with AdamW (docs/semantics.md#2)."""
         self._check_open()
-        hp = AdamParams.from_wire(adam_params)
+        hp = AdamHyperparams.from_wire(adam_params)
         with self._mutex:
             return self._optimizer.step(hp)
 
