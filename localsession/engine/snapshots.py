@@ -62,9 +62,7 @@ class SnapshotCache:
         self._snapshots: OrderedDict[SnapshotKey, dict[str, torch.Tensor]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(
-        self, weights: str | None
-    ) -> tuple[SnapshotKey | None, dict[str, torch.Tensor] | None]:
+    def get(self, weights: str | None) -> tuple[SnapshotKey | None, dict[str, torch.Tensor] | None]:
         """(file key, adapter tensors) of package ``weights`` (cached); ``(None, None)``
         for the base."""
         if weights is None:
