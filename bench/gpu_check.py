@@ -79,12 +79,13 @@ def parity(steps: int, model: str = "localsession/small", vocab: int = 256,
            length: int = 64) -> bool:
     """Checks 1 and 3: CUDA/bf16 losses and logprobs against CPU/fp32; print and return
     the verdict."""
-    from localsession.engine.model import DEVICE_ENV
+    from localsession.engine.loading import DEVICE_ENV
     from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
+    from localsession.runtime.catalog import LocalCatalog
     from localsession.runtime.engine_api import EngineSpec
 
-    spec = EngineSpec(model, rank=32, alpha=64)
+    spec = EngineSpec(model, rank=32, alpha=64, model=LocalCatalog().resolve(model))
     engines = {}
     for device, dtype in (("cpu", "fp32"), ("cuda", "bf16")):
         os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = device, dtype
@@ -127,7 +128,7 @@ def half_billion_engine() -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from localsession.engine.builtin import build_tokenizer
-    from localsession.engine.model import LoadedModel, apply_lora
+    from localsession.engine.loading import LoadedModel, apply_lora
     from localsession.engine.torch_engine import TorchEngine
     from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
@@ -219,9 +220,10 @@ def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None,
 def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> bool | None:
     """Check 3 on SmolLM2-135M-Instruct; ``None`` when the model is not available."""
     from bench import real_model as real
-    from localsession.engine.model import DEVICE_ENV
+    from localsession.engine.loading import DEVICE_ENV
     from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
+    from localsession.runtime.catalog import LocalCatalog
     from localsession.runtime.engine_api import EngineSpec
 
     if not real.available():
@@ -231,7 +233,8 @@ def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> b
     print(f"real model: {directory}")
     ok = parity(steps, directory, vocab=49152, length=256)
     os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = "cuda", "bf16"
-    engine = TorchEngine(EngineSpec(directory, rank=32, alpha=64))
+    resolved = LocalCatalog().resolve(directory)
+    engine = TorchEngine(EngineSpec(directory, rank=32, alpha=64, model=resolved))
     os.environ.pop(DEVICE_ENV, None)
     os.environ.pop(DTYPE_ENV, None)
     config = engine.model.get_base_model().config

@@ -33,7 +33,7 @@ from fakes.script import Script
 from fakes.tokenizer import PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.adamw import PlainAdamW
 from localsession.numerics.datums import finite_or_raise, fwd_result, parse_datums
-from localsession.numerics.inputs import AdamParams
+from localsession.numerics.inputs import AdamHyperparams
 from localsession.numerics.losses import (
     check_loss_fn,
     compute_loss,
@@ -112,7 +112,7 @@ class FakeEngine:
 
     def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
         self.gate.pass_through()
-        hp = AdamParams.from_wire(adam_params)
+        hp = AdamHyperparams.from_wire(adam_params)
         with self.lock:
             metrics = self.optimizer.step(hp)
             self.steps += 1
@@ -206,7 +206,7 @@ class FakeEngine:
         path = Path(directory)
         tensors = self._read_adapter(path)  # every check before any change
         moments: dict[str, NamedMoments] = {}
-        last: AdamParams | None = None
+        last: AdamHyperparams | None = None
         if load_optimizer:
             try:
                 state = json.loads((path / OPTIMIZER_META).read_text())
@@ -221,7 +221,7 @@ class FakeEngine:
                 for name, step in state["steps"].items()
             }
             if state["last_params"] is not None:
-                last = AdamParams(**state["last_params"])
+                last = AdamHyperparams(**state["last_params"])
         with self.lock, torch.no_grad():
             for name, p in self.model.named_parameters():
                 p.copy_(tensors[name])

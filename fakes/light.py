@@ -41,7 +41,7 @@ from fakes.script import Completion, Script, stop_reason
 from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession import vocab
 from localsession.numerics.inputs import (
-    AdamParams,
+    AdamHyperparams,
     finite_or_raise,
     fwd_result_body,
     parse_loss_config,
@@ -78,7 +78,7 @@ class LightEngine:
         self.adam_step = 0
         self.exp_avg: dict[int, Row] = {}
         self.exp_avg_sq: dict[int, Row] = {}
-        self.last_params: AdamParams | None = None
+        self.last_params: AdamHyperparams | None = None
         self._snapshots: dict[str, dict[int, Row]] = {}
 
     # -- the model -----------------------------------------------------------------------
@@ -165,7 +165,7 @@ class LightEngine:
 
     def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
         self.gate.pass_through()
-        hp = AdamParams.from_wire(adam_params)
+        hp = AdamHyperparams.from_wire(adam_params)
         with self.lock:
             self.last_params = hp
             self.steps += 1
@@ -349,7 +349,7 @@ class LightEngine:
                 self.exp_avg = {int(k): v for k, v in state["exp_avg"].items()}
                 self.exp_avg_sq = {int(k): v for k, v in state["exp_avg_sq"].items()}
                 last = state["last_params"]
-                self.last_params = AdamParams(**last) if last else None
+                self.last_params = AdamHyperparams(**last) if last else None
 
     # -- misc ----------------------------------------------------------------------------
 

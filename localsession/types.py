@@ -14,6 +14,9 @@ Every type also has a private wire form: ``_to_api()`` writes the runtime's came
 look-alike objects, numpy and torch values) but never silently drop what the caller meant:
 a value that cannot be read raises and says what to pass instead. numpy and torch are only
 touched through duck typing, so importing this module imports neither.
+
+Length: one module, as in the SDK (``sagemaker.train.training_session.types``): pydantic field
+annotations name their types' module, and ``tests/test_parity.py`` compares those annotations.
 """
 
 from __future__ import annotations

@@ -1,11 +1,20 @@
-"""The torch engine: everything in localsession that touches tensors.
+"""The torch engine: everything in localsession that touches model weights.
 
 ``create_engine(spec)`` builds a :class:`TorchEngine` (the runtime's ``Engine`` protocol) for
 one session; ``write_tokenizer`` is the tokenizer export the service's catalog uses for the
-models the engine makes itself (built-in and GGUF). The pure parts (``losses``, ``optim``,
-``datums``, ``sampling``) import only torch, and the fakes reuse them; ``TorchEngine``
-(transformers, peft) is imported on first use (PEP 562), so importing a pure submodule never
-loads transformers.
+models the engine makes itself (built-in and GGUF). ``TorchEngine`` (transformers, peft) is
+imported on first use (PEP 562), so importing this package never loads transformers.
+
+- ``torch_engine``: ``TorchEngine``, one session's adapter, optimizer and lock, with its parts
+  ``train_step`` (the loss and its gradients), ``snapshots`` (package adapters for sampling),
+  ``request_checks`` (sample and logprob inputs), ``sampling`` (the batched KV-cache sampler),
+  ``merged`` (plain decoding copies) and ``checkpoint`` (package files).
+- ``loading`` (a resolved model onto a device with a seeded LoRA), ``base_pool`` (one copy of
+  a base shared by sessions), ``placement`` (bases bigger than the device), ``precision``,
+  ``gguf``, ``builtin`` (the built-in tiny models), ``flops`` and ``memory``.
+
+The pure math (losses, AdamW, datums, sampling filters) is ``localsession.numerics``, shared
+with the fakes. From the runtime the engine imports only the port, ``runtime.engine_api``.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ def write_tokenizer(model: ResolvedModel, directory: Path) -> None:
     ``AutoTokenizer`` reads too), into ``directory`` with ``save_pretrained``: how the
     service's catalog exports built-in and GGUF tokenizers for the Hub."""
     with _IMPORT_LOCK:
-        from localsession.engine.model import export_tokenizer
+        from localsession.engine.loading import export_tokenizer
 
     export_tokenizer(model, directory)
 

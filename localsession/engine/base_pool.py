@@ -119,9 +119,8 @@ def session_view(base: torch.nn.Module) -> Any:
 
 def load_shared(spec: Any, resolved: ResolvedModel | None = None) -> tuple[Any, SharedBase]:
     """(``LoadedModel`` with this session's seeded LoRA on a view of the shared base, the
-    pool entry to release on close). The drop-in for ``model.load_model``."""
-    from localsession.engine import model as loading
-    from localsession.engine import placement
+    pool entry to release on close). The drop-in for ``loading.load_model``."""
+    from localsession.engine import loading, placement
     from localsession.engine.precision import pick_dtype
 
     resolved = loading.local_model(resolved if resolved is not None else loading.spec_model(spec))

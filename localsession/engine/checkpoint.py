@@ -34,7 +34,7 @@ from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from localsession.numerics.optim import WIRE_KEYS, AdamParams, NamedMoments
+from localsession.numerics.optim import WIRE_KEYS, AdamHyperparams, NamedMoments
 from localsession.runtime.engine_api import EngineInputError
 
 ADAPTER_NAME = "default"
@@ -235,7 +235,7 @@ def read_sampling_adapter(
 # -- the optimizer ---------------------------------------------------------------------
 
 
-def adam_params_to_wire(hp: AdamParams) -> dict[str, float]:
+def adam_params_to_wire(hp: AdamHyperparams) -> dict[str, float]:
     """The wire ``AdamParamsConfig`` of ``hp`` (unset optional keys left out)."""
     out: dict[str, float] = {}
     for wire, field_name in WIRE_KEYS.items():
@@ -246,7 +246,7 @@ def adam_params_to_wire(hp: AdamParams) -> dict[str, float]:
 
 
 def write_optimizer(
-    directory: Path, moments: dict[str, NamedMoments], last_params: AdamParams | None
+    directory: Path, moments: dict[str, NamedMoments], last_params: AdamHyperparams | None
 ) -> None:
     """``optimizer.safetensors`` + ``optimizer.json`` for moments keyed by file key."""
     tensors: dict[str, Tensor] = {}
@@ -269,7 +269,7 @@ def write_optimizer(
 
 def read_optimizer(
     directory: str | Path, layout: AdapterLayout
-) -> tuple[dict[str, NamedMoments], AdamParams | None]:
+) -> tuple[dict[str, NamedMoments], AdamHyperparams | None]:
     """(moments by file key, last hyperparameters), checked against ``layout``."""
     path = Path(directory)
     fix = (
@@ -296,7 +296,7 @@ def read_optimizer(
     last_params = None
     if meta.get("last_adam_params") is not None:
         try:
-            last_params = AdamParams.from_wire(meta["last_adam_params"])
+            last_params = AdamHyperparams.from_wire(meta["last_adam_params"])
         except EngineInputError as err:
             raise _error(directory, f"{OPTIMIZER_CONFIG}: {err}", fix) from None
     tensors = _read_tensors(path, OPTIMIZER_WEIGHTS, fix)

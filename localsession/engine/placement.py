@@ -127,7 +127,7 @@ def offloaded_modules(model: Any) -> list[str]:
 def materialise_lora(peft_model: Any, device: torch.device, seed: int) -> int:
     """Give every LoRA parameter left on ``meta`` real storage on ``device``; re-draw the
     seeded A matrices (B stays zero). Returns how many parameters were materialised."""
-    from localsession.engine.model import seed_lora_a
+    from localsession.engine.loading import seed_lora_a
 
     moved = 0
     for module_name, module in peft_model.named_modules():

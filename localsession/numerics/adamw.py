@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from localsession.numerics.inputs import AdamParams
+from localsession.numerics.inputs import AdamHyperparams
 from localsession.numerics.optim import NamedMoments, clip_grads_, global_grad_norm, is_lora_b
 
 
@@ -40,7 +40,7 @@ class PlainAdamW:
         #: name -> (step, exp_avg, exp_avg_sq); absent until the parameter's first update.
         self.state: dict[str, NamedMoments] = {}
         #: The hyperparameters of the last ``step`` call (``None`` before the first).
-        self.last_params: AdamParams | None = None
+        self.last_params: AdamHyperparams | None = None
 
     def has_grad(self) -> bool:
         """Whether any gradient has been accumulated since the last step."""
@@ -52,7 +52,7 @@ class PlainAdamW:
             p.grad = None
 
     @torch.no_grad()
-    def step(self, hp: AdamParams) -> dict[str, float]:
+    def step(self, hp: AdamHyperparams) -> dict[str, float]:
         """Clip, apply and zero the accumulated gradients; return the step's metrics."""
         hp.check()
         self.last_params = hp
@@ -82,7 +82,7 @@ class PlainAdamW:
 
     @staticmethod
     def _update(
-        p: Tensor, g: Tensor, state: NamedMoments | None, hp: AdamParams, lr: float
+        p: Tensor, g: Tensor, state: NamedMoments | None, hp: AdamHyperparams, lr: float
     ) -> NamedMoments:
         step = (state.step if state is not None else 0) + 1
         m = state.exp_avg if state is not None else torch.zeros_like(p)
@@ -104,7 +104,7 @@ class PlainAdamW:
         }
 
     def load_named_state(
-        self, moments: Mapping[str, NamedMoments], last_params: AdamParams | None
+        self, moments: Mapping[str, NamedMoments], last_params: AdamHyperparams | None
     ) -> None:
         """Replace the whole state with ``moments`` (names and shapes checked by the caller);
         drops accumulated gradients."""

@@ -5,7 +5,7 @@ engine) reads its inputs through these functions, so a bad input fails with the 
 whichever engine runs it, and always before any state changes:
 
 - ``loss_fn`` and ``loss_fn_config`` (:func:`check_loss_fn`, :func:`parse_loss_config`);
-- ``adam_params`` (:class:`AdamParams`);
+- ``adam_params`` (:class:`AdamHyperparams`);
 - wire datums: their tokens (:func:`datum_tokens`), their ``loss_fn_inputs`` keys
   (:func:`check_input_keys`) and, as plain lists, every value (:func:`read_datums`);
 - the wire ``FwdResult`` built from per-datum rows (:func:`fwd_result_body`).
@@ -82,8 +82,11 @@ def parse_loss_config(loss_fn: str, config: Mapping[str, Any] | None) -> ClipCon
 
 
 @dataclass(frozen=True)
-class AdamParams:
-    """One step's AdamW hyperparameters (the SDK's defaults)."""
+class AdamHyperparams:
+    """One step's AdamW hyperparameters, parsed from the wire (the SDK's defaults).
+
+    Internal to the engines; the SDK-facing type users build is ``localsession.AdamParams``.
+    """
 
     learning_rate: float = vocab.ADAM_DEFAULTS["learningRate"]
     beta1: float = vocab.ADAM_DEFAULTS["beta1"]
@@ -94,7 +97,7 @@ class AdamParams:
     lora_plus_lr_ratio: float | None = None
 
     @classmethod
-    def from_wire(cls, wire: Mapping[str, Any]) -> AdamParams:
+    def from_wire(cls, wire: Mapping[str, Any]) -> AdamHyperparams:
         """Parse a wire ``AdamParamsConfig``; raise ``EngineInputError`` naming a bad key.
 
         Only semantic sanity is checked here (the service's stricter ranges are enforced by

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from localsession.numerics.inputs import WIRE_KEYS, AdamParams
+from localsession.numerics.inputs import WIRE_KEYS, AdamHyperparams
 
 __all__ = [
     "WIRE_KEYS",
-    "AdamParams",
+    "AdamHyperparams",
     "LoraAdamW",
     "NamedMoments",
     "clip_grads_",
@@ -92,7 +92,7 @@ class LoraAdamW:
         self.params: list[torch.nn.Parameter] = [p for _, p in named]
         self.names: list[str] = [n for n, _ in named]
         #: The hyperparameters of the last ``step`` call (``None`` before the first).
-        self.last_params: AdamParams | None = None
+        self.last_params: AdamHyperparams | None = None
         groups = [
             {"params": self.params_a, "lr": 0.0, "name": "lora_A"},
             {"params": self.params_b, "lr": 0.0, "name": "lora_B"},
@@ -112,7 +112,7 @@ class LoraAdamW:
         for p in self.params:
             p.grad = None
 
-    def _set_hyperparameters(self, hp: AdamParams) -> None:
+    def _set_hyperparameters(self, hp: AdamHyperparams) -> None:
         ratio = hp.lora_plus_lr_ratio if hp.lora_plus_lr_ratio is not None else 1.0
         for group in self.optimizer.param_groups:
             scale = ratio if group.get("name") == "lora_B" else 1.0
@@ -122,7 +122,7 @@ class LoraAdamW:
             group["weight_decay"] = hp.weight_decay
 
     @torch.no_grad()
-    def step(self, hp: AdamParams) -> dict[str, float]:
+    def step(self, hp: AdamHyperparams) -> dict[str, float]:
         """Clip, apply and zero the accumulated gradients; return the step's metrics
         (docs/semantics.md#2)."""
         hp.check()
@@ -184,7 +184,7 @@ class LoraAdamW:
         return out
 
     def load_named_state(
-        self, moments: Mapping[str, NamedMoments], last_params: AdamParams | None
+        self, moments: Mapping[str, NamedMoments], last_params: AdamHyperparams | None
     ) -> None:
         """Replace the whole AdamW state with ``moments`` (see :meth:`named_state`).
 

@@ -29,7 +29,7 @@ from starlette.routing import Route
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
-from localsession.server import admin, auth, openai, s3, wire
+from localsession.server import admin, auth, chat_routes, s3, wire
 
 #: Control-plane operations served on ``POST /`` (``X-Amz-Target: SageMaker.<Op>``).
 CONTROL_PLANE = (
@@ -181,7 +181,7 @@ def create_app(
             Route(f"{session}/operations/{{op}}", routes.result, methods=["GET"]),
             Route(f"{session}/sampling-operations", routes.execute, methods=["POST"]),
             Route(f"{session}/sampling-operations/{{op}}", routes.result, methods=["GET"]),
-            *openai.routes(service),
+            *chat_routes.routes(service),
             *admin.routes(service),
             *s3.routes(lambda: service.registry),
         ]

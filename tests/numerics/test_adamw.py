@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from localsession.numerics.adamw import PlainAdamW
-from localsession.numerics.inputs import AdamParams
+from localsession.numerics.inputs import AdamHyperparams
 
 
 def _params() -> list[tuple[str, torch.nn.Parameter]]:
@@ -25,13 +25,13 @@ def _grads(step: int) -> list[torch.Tensor]:
 @pytest.mark.parametrize(
     "hp",
     [
-        AdamParams(learning_rate=1e-2),
-        AdamParams(learning_rate=3e-3, beta1=0.5, beta2=0.9, eps=1e-6, weight_decay=0.1),
-        AdamParams(learning_rate=1e-2, lora_plus_lr_ratio=4.0),
-        AdamParams(learning_rate=1e-2, grad_clip_norm=0.5),
+        AdamHyperparams(learning_rate=1e-2),
+        AdamHyperparams(learning_rate=3e-3, beta1=0.5, beta2=0.9, eps=1e-6, weight_decay=0.1),
+        AdamHyperparams(learning_rate=1e-2, lora_plus_lr_ratio=4.0),
+        AdamHyperparams(learning_rate=1e-2, grad_clip_norm=0.5),
     ],
 )
-def test_matches_torch_adamw(hp: AdamParams) -> None:
+def test_matches_torch_adamw(hp: AdamHyperparams) -> None:
     ours, theirs = _params(), _params()
     plain = PlainAdamW(ours)
     ratio = hp.lora_plus_lr_ratio or 1.0
@@ -67,10 +67,10 @@ def test_zero_learning_rate_and_no_grad_leave_weights_bit_identical() -> None:
     params = _params()
     plain = PlainAdamW(params)
     before = [p.detach().clone() for _, p in params]
-    assert plain.step(AdamParams(learning_rate=1e-2))["grad_norm"] == 0.0  # nothing accumulated
+    assert plain.step(AdamHyperparams(learning_rate=1e-2))["grad_norm"] == 0.0  # none accumulated
     for (_, p), g in zip(params, _grads(0), strict=True):
         p.grad = g
-    assert plain.step(AdamParams(learning_rate=0.0))["grad_norm"] > 0
+    assert plain.step(AdamHyperparams(learning_rate=0.0))["grad_norm"] > 0
     for (_, p), b in zip(params, before, strict=True):
         assert torch.equal(p.detach(), b)
     assert plain.named_state() == {} and not plain.has_grad()
@@ -79,7 +79,7 @@ def test_zero_learning_rate_and_no_grad_leave_weights_bit_identical() -> None:
 def test_named_state_round_trip_resumes_exactly() -> None:
     a, b = _params(), _params()
     first, second = PlainAdamW(a), PlainAdamW(b)
-    hp = AdamParams(learning_rate=1e-2)
+    hp = AdamHyperparams(learning_rate=1e-2)
     for (_, p), g in zip(a, _grads(0), strict=True):
         p.grad = g.clone()
     first.step(hp)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from localsession.numerics.optim import AdamParams, LoraAdamW
+from localsession.numerics.optim import AdamHyperparams, LoraAdamW
 from localsession.runtime.engine_api import EngineInputError
 
 
@@ -23,7 +23,7 @@ def grads_for(step: int, params: list[tuple[str, torch.nn.Parameter]]) -> list[t
     return [torch.randn(p.shape, generator=gen) for _, p in params]
 
 
-HP = AdamParams(learning_rate=1e-2, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1)
+HP = AdamHyperparams(learning_rate=1e-2, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1)
 
 
 def test_matches_torch_adamw_over_several_steps() -> None:
@@ -50,7 +50,7 @@ def test_grad_clip_and_norm_metric() -> None:
     for (_, p), r, g in zip(named, ref, grads, strict=True):
         p.grad, r.grad = g.clone(), g.clone()
     expected_norm = float(torch.sqrt(torch.stack([(g**2).sum() for g in grads]).sum()))
-    hp = AdamParams(learning_rate=1e-2, weight_decay=0.0, grad_clip_norm=0.5)
+    hp = AdamHyperparams(learning_rate=1e-2, weight_decay=0.0, grad_clip_norm=0.5)
     metrics = LoraAdamW(named).step(hp)
     assert metrics["grad_norm"] == pytest.approx(expected_norm, rel=1e-6)
     torch.nn.utils.clip_grad_norm_(ref, 0.5)
@@ -67,7 +67,7 @@ def test_lora_plus_ratio_first_step_closed_form() -> None:
         p.grad = g.clone()
     lr, wd, eps, ratio = 1e-2, 0.1, 1e-8, 16.0
     LoraAdamW(named).step(
-        AdamParams(learning_rate=lr, weight_decay=wd, eps=eps, lora_plus_lr_ratio=ratio)
+        AdamHyperparams(learning_rate=lr, weight_decay=wd, eps=eps, lora_plus_lr_ratio=ratio)
     )
     # First step: m_hat = g, v_hat = g^2, so p <- p (1 - lr wd) - lr g / (|g| + eps).
     for (name, p), p0, g in zip(named, before, grads, strict=True):
@@ -81,7 +81,7 @@ def test_zero_learning_rate_is_bit_identical() -> None:
     before = [p.detach().clone() for _, p in named]
     for (_, p), g in zip(named, grads_for(0, named), strict=True):
         p.grad = g
-    metrics = LoraAdamW(named).step(AdamParams(learning_rate=0.0, weight_decay=0.5))
+    metrics = LoraAdamW(named).step(AdamHyperparams(learning_rate=0.0, weight_decay=0.5))
     assert metrics["num_params_updated"] == 0 and metrics["grad_norm"] > 0
     for (_, p), p0 in zip(named, before, strict=True):
         assert torch.equal(p.detach(), p0)
@@ -103,10 +103,10 @@ def test_step_with_nothing_accumulated_leaves_weights() -> None:
 
 
 def test_from_wire_parses_all_fields() -> None:
-    hp = AdamParams.from_wire({"learningRate": 1e-4, "beta1": 0.8, "beta2": 0.9, "eps": 1e-7,
+    hp = AdamHyperparams.from_wire({"learningRate": 1e-4, "beta1": 0.8, "beta2": 0.9, "eps": 1e-7,
                                "weightDecay": 0, "gradClipNorm": 1.0, "loraPlusLrRatio": 8})
-    assert hp == AdamParams(1e-4, 0.8, 0.9, 1e-7, 0.0, 1.0, 8.0)
-    assert AdamParams.from_wire({"learningRate": 0}).weight_decay == 0.01  # SDK default
+    assert hp == AdamHyperparams(1e-4, 0.8, 0.9, 1e-7, 0.0, 1.0, 8.0)
+    assert AdamHyperparams.from_wire({"learningRate": 0}).weight_decay == 0.01  # SDK default
 
 
 @pytest.mark.parametrize(
@@ -123,4 +123,4 @@ def test_from_wire_parses_all_fields() -> None:
 )
 def test_from_wire_rejects_bad_values(wire: dict[str, object], needle: str) -> None:
     with pytest.raises(EngineInputError, match=needle):
-        AdamParams.from_wire(wire)
+        AdamHyperparams.from_wire(wire)

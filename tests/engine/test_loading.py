@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from localsession.engine.builtin import save_builtin
-from localsession.engine.model import load_model, load_tokenizer
+from localsession.engine.loading import load_model, load_tokenizer
 from localsession.runtime.catalog import LocalCatalog
 from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 

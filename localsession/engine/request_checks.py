@@ -1,0 +1,66 @@
+"""Checks on a sampling or logprob request before any tensor reaches the model.
+
+``TorchEngine.sample`` and ``compute_logprobs`` call these first: a bad prompt (not a list,
+empty, a non-integer, an id outside the vocabulary), a bad sampling parameter or a request
+longer than the model's context raises ``EngineInputError`` naming the request and the fix,
+and nothing in the engine has changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from localsession.numerics.datums import check_vocab, int_tensor
+from localsession.runtime.engine_api import EngineInputError, SampleRequest
+
+
+def check_prompt(tokens: Sequence[Any], vocab_size: int, what: str) -> list[int]:
+    """``tokens`` as plain ints, each in ``[0, vocab_size)``; ``what`` names it in errors."""
+    if not isinstance(tokens, (list, tuple)) or not tokens:
+        raise EngineInputError(f"{what} must be a non-empty list of token ids")
+    ids = int_tensor(list(tokens), what)
+    check_vocab(ids, vocab_size, what)
+    return [int(t) for t in ids.tolist()]
+
+
+def check_request(
+    index: int, req: SampleRequest, vocab_size: int, max_positions: int | None
+) -> SampleRequest:
+    """Request ``index`` of a sample batch, checked (every problem named in one error), with
+    its prompt as plain ints."""
+    what = f"request {index}"
+    prompt = check_prompt(req.prompt, vocab_size, f"{what}: `prompt`")
+    problems = []
+    if req.num_samples < 1:
+        problems.append(f"`num_samples` must be >= 1, got {req.num_samples}")
+    if req.max_tokens < 0:
+        problems.append(f"`max_tokens` must be >= 0, got {req.max_tokens}")
+    if not req.temperature >= 0:
+        problems.append(f"`temperature` must be >= 0, got {req.temperature}")
+    if not 0 < req.top_p <= 1:
+        problems.append(f"`top_p` must be in (0, 1], got {req.top_p}")
+    limit = max_positions
+    if limit is not None and len(prompt) + max(req.max_tokens, 0) > limit:
+        problems.append(
+            f"the prompt's {len(prompt)} tokens plus max_tokens={req.max_tokens} make "
+            f"{len(prompt) + req.max_tokens} positions, past the model's maximum context "
+            f"length of {limit}; shorten the prompt or lower max_tokens"
+        )
+    if problems:
+        raise EngineInputError(f"{what}: " + "; ".join(problems))
+    return req if prompt == req.prompt else dataclasses.replace(req, prompt=prompt)
+
+
+def check_logprobs_prompt(
+    tokens: Sequence[Any], vocab_size: int, max_positions: int | None
+) -> list[int]:
+    """The prompt of a ``compute_logprobs`` call, checked and within the model's context."""
+    ids = check_prompt(tokens, vocab_size, "`prompt`")
+    if max_positions is not None and len(ids) > max_positions:
+        raise EngineInputError(
+            f"`prompt` has {len(ids)} tokens, past the model's maximum context length of "
+            f"{max_positions}; shorten it"
+        )
+    return ids
