@@ -174,10 +174,6 @@ class Service:
         session = self.table.get(request.get("TrainingSessionName"), runtime=False)
         return {"TrainingSessionDetail": session.describe()}
 
-    def wait_for_session(self, name: str, timeout: float | None = None) -> str:
-        """Block until a new session leaves Created (in-process shortcut for Describe polling)."""
-        return self.table.get(name, runtime=False).wait_until_started(timeout)
-
     def list_training_sessions(self, request: dict[str, Any]) -> dict[str, Any]:
         self.table.expire_idle()
         validate.list_sessions_request(request)
@@ -256,14 +252,6 @@ class Service:
         """The Hugging Face cache the local Hub exports tokenizers into (runtime/hub.py)."""
         return self.config.hub_cache or self.config.home / hub.HUB_CACHE_DIR
 
-    def list_base_models(self) -> list[str]:
-        """The ids the SDK's ``list_base_models()`` reports over the wire, in its order."""
-        return self.catalog.names()
-
-    def resolve_base_model(self, name: str) -> None:
-        """Raise ``ValueError`` (listing the models and the fix) if ``name`` cannot load."""
-        self.catalog.resolve(name)
-
     # -- runtime (runtime/dataplane.py) ---------------------------------------------------
 
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -316,6 +304,18 @@ class Service:
     def in_process(self) -> Service:
         """What only an in-process caller can ask (waits, callbacks, tokenizers, models)."""
         return self
+
+    def wait_for_session(self, name: str, timeout: float | None = None) -> str:
+        """Block until a new session leaves Created (in-process shortcut for Describe polling)."""
+        return self.table.get(name, runtime=False).wait_until_started(timeout)
+
+    def list_base_models(self) -> list[str]:
+        """The ids the SDK's ``list_base_models()`` reports over the wire, in its order."""
+        return self.catalog.names()
+
+    def resolve_base_model(self, name: str) -> None:
+        """Raise ``ValueError`` (listing the models and the fix) if ``name`` cannot load."""
+        self.catalog.resolve(name)
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         """Block until an op is terminal or ``timeout`` passes; True if terminal."""
