@@ -158,9 +158,6 @@ class FakeService:
     def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         return self.runtime.describe_training_session(request)
 
-    def wait_for_session(self, name: str, timeout: float | None = None) -> str:
-        return self.runtime.wait_for_session(name, timeout)
-
     def list_training_sessions(self, request: dict[str, Any]) -> dict[str, Any]:
         return self.runtime.list_training_sessions(request)
 
@@ -180,18 +177,6 @@ class FakeService:
         self, request: dict[str, Any], *, delete_artifacts: bool = False
     ) -> dict[str, Any]:
         return self.runtime.delete_model_package(request, delete_artifacts=delete_artifacts)
-
-    def list_base_models(self) -> list[str]:
-        return self.runtime.list_base_models()
-
-    def resolve_base_model(self, name: str) -> None:
-        self.runtime.resolve_base_model(name)
-
-    def get_tokenizer(self, name: str) -> Any:
-        return self.runtime.get_tokenizer(name)
-
-    def backoff(self, seconds: float) -> None:
-        """A client's wait before retrying a refused submit: none, in the fakes."""
 
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         return self.runtime.execute_training_operation(name, request)
@@ -213,6 +198,28 @@ class FakeService:
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         response = self.runtime.get_sampling_operation_result(name, operation_id)
         return response if self._visible(operation_id) else {"status": vocab.OP_PENDING}
+
+    # -- the in-process extension (client/backend.py): waits and callbacks follow the clock --
+
+    @property
+    def in_process(self) -> FakeService:
+        """The calls only an in-process backend has; the fake's own, clock-aware ones."""
+        return self
+
+    def wait_for_session(self, name: str, timeout: float | None = None) -> str:
+        return self.runtime.wait_for_session(name, timeout)
+
+    def list_base_models(self) -> list[str]:
+        return self.runtime.list_base_models()
+
+    def resolve_base_model(self, name: str) -> None:
+        self.runtime.resolve_base_model(name)
+
+    def get_tokenizer(self, name: str) -> Any:
+        return self.runtime.get_tokenizer(name)
+
+    def backoff(self, seconds: float) -> None:
+        """A client's wait before retrying a refused submit: none, in the fakes."""
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         if not self._manual:

@@ -47,7 +47,7 @@ class RuntimeFuture(APIFuture[_Value]):
         operation_id: str,
         parse_fn: Callable[[dict[str, Any]], _Value],
     ) -> None:
-        training = operation == _TRAINING
+        training, local = operation == _TRAINING, backend.in_process
         read = backend.get_training_operation_result if training else (
             backend.get_sampling_operation_result
         )
@@ -57,9 +57,9 @@ class RuntimeFuture(APIFuture[_Value]):
             lambda: call(_READS[operation], lambda: read(session_name, operation_id)),
             parse_fn,
             operation_type=_label(operation),
-            sleep_fn=backend.backoff,
+            sleep_fn=local.backoff,
         )
-        self._watch = lambda fn: backend.on_operation_done(session_name, operation_id, fn)
+        self._watch = lambda fn: local.on_operation_done(session_name, operation_id, fn)
         self._finished = threading.Event()
         self._watch(self._finished.set)
 
@@ -149,5 +149,5 @@ def submit(
         accepted = call(operation, lambda: execute(session_name, request))
         return RuntimeFuture(backend, session_name, operation, accepted["operationId"], parse_fn)
 
-    sent = submitter.send(attempt, backend.backoff)
+    sent = submitter.send(attempt, backend.in_process.backoff)
     return PendingAPIFuture(sent, operation_type=_label(operation), keepalive=keepalive)

@@ -80,7 +80,7 @@ class SamplingClient:
     def get_tokenizer(self) -> Any:
         """The session model's tokenizer, cached per client."""
         if self._tokenizer is None:  # loaded once, on first use
-            self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
+            self._tokenizer = self._runtime.in_process.get_tokenizer(self.training_session_name)
         loaded = self._tokenizer
         return loaded
 

@@ -322,7 +322,7 @@ class ServiceClient:
 
     def list_base_models(self) -> List[str]:
         """Models a session can start on: the built-in ones first, then mapped and cached."""
-        return self._backend.list_base_models()
+        return self._backend.in_process.list_base_models()
 
     def create_lora_training_client(
         self,
@@ -445,7 +445,7 @@ class ServiceClient:
         if base_model.startswith("arn:"):  # the SDK sends an ARN on unresolved: checks come first
             check_params("CreateTrainingSession", request, CONTROL_PLANE)
         # Like the SDK's Hub lookup of a name: an unknown model is a ValueError at the call site.
-        self._backend.resolve_base_model(base_model)
+        self._backend.in_process.resolve_base_model(base_model)
         control(
             "CreateTrainingSession",
             request,
@@ -464,7 +464,7 @@ class ServiceClient:
         return group
 
     def _wait_until_running(self, name: str) -> None:
-        status = self._backend.wait_for_session(name, _SESSION_WAIT_SECONDS)
+        status = self._backend.in_process.wait_for_session(name, _SESSION_WAIT_SECONDS)
         if status == "Running":
             return
         detail = control(

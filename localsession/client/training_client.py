@@ -91,7 +91,7 @@ class TrainingClient:
     def get_tokenizer(self) -> Any:
         """The session model's tokenizer (a ``transformers`` tokenizer), cached per client."""
         if self._tokenizer is None:  # loaded once, on first use
-            self._tokenizer = self._runtime.get_tokenizer(self.training_session_name)
+            self._tokenizer = self._runtime.in_process.get_tokenizer(self.training_session_name)
         loaded = self._tokenizer
         return loaded
 

@@ -85,6 +85,37 @@ def create_request(request: dict[str, Any], *, check_members: bool = True) -> No
         group_name(group, field="ModelPackageGroupArn")
 
 
+def lora_and_base_model(request: dict[str, Any]) -> tuple[int, int, str]:
+    """A CreateTrainingSession's LoRA rank and alpha and its ``BaseModelArn``, checked."""
+    lora = request.get("LoraConfig") or {}
+    rank, alpha = lora.get("Rank"), lora.get("Alpha")
+    if not isinstance(rank, int) or not 1 <= rank <= 256:
+        raise validation(f"LoraConfig.Rank={rank!r} must be an integer in [1, 256]")
+    if not isinstance(alpha, int) or alpha < 1:
+        raise validation(f"LoraConfig.Alpha={alpha!r} must be an integer >= 1")
+    base_model = (request.get("ModelConfig") or {}).get("BaseModelArn")
+    if not isinstance(base_model, str) or not base_model:
+        raise validation("ModelConfig.BaseModelArn is required")
+    return rank, alpha, base_model
+
+
+#: The CreateTrainingSession members a session keeps and DescribeTrainingSession reports.
+SESSION_DETAIL_KEYS = (
+    "ModelPackageGroupArn",
+    "RoleArn",
+    "LoraConfig",
+    "ModelConfig",
+    "OutputConfig",
+    "VpcConfig",
+    "Tags",
+)
+
+
+def session_details(request: dict[str, Any]) -> dict[str, Any]:
+    """The members of a CreateTrainingSession request that its session keeps."""
+    return {key: request[key] for key in SESSION_DETAIL_KEYS if key in request}
+
+
 def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 

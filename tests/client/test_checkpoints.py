@@ -45,7 +45,7 @@ def train(tc: TrainingClient, steps: int) -> None:
 
 
 def adapter(service: Service, tc: TrainingClient) -> dict[str, torch.Tensor]:
-    engine = service._session(tc.training_session_name, runtime=True).engine
+    engine = service.session(tc.training_session_name).engine
     return engine.adapter_state_dict()  # type: ignore[union-attr, attr-defined, no-any-return]
 
 

@@ -88,7 +88,7 @@ def pair(relaxed: ServiceClient) -> Iterator[tuple[TrainingClient, TrainingClien
 
 
 def engine_of(service: Service, tc: TrainingClient) -> Any:
-    return service._session(tc.training_session_name, runtime=True).engine
+    return service.session(tc.training_session_name).engine
 
 
 def grads(service: Service, tc: TrainingClient) -> dict[str, torch.Tensor]:

@@ -104,7 +104,7 @@ def test_temperature_relation_on_sampled_positions(tc: TrainingClient) -> None:
 
 def record_batches(service: Service, tc: TrainingClient, monkeypatch: Any) -> list[int]:
     """Patch the session's engine to record the request count of every sample batch."""
-    engine = service._session(tc.training_session_name, runtime=True).engine
+    engine = service.session(tc.training_session_name).engine
     assert engine is not None
     sizes: list[int] = []
     original = engine.sample

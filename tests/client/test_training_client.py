@@ -43,7 +43,7 @@ def test_pipelined_ops_resolve_in_sequence_order(client: ServiceClient, service:
         assert tc.current_sequence_number == 6
         results = [f.result(timeout=60) for f in futures]
         ops = [
-            service._session(tc.training_session_name, runtime=True).ops[f.operation_id]
+            service.session(tc.training_session_name).ops[f.operation_id]
             for f in futures
         ]
         assert [op.seq for op in ops] == [1, 2, 3, 4, 5, 6]

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from localsession.runtime.service import Service, ServiceConfig, _default_engine_factory
+from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.wiring import default_engine_factory
 from localsession.server.runner import ServerThread, client_env
 
 ROLE = "arn:aws:iam::123456789012:role/differential"
@@ -41,7 +42,7 @@ def slow_server(
     release = threading.Event()
     config = ServiceConfig(
         home=tmp_path,
-        engine_factory=lambda spec: _SlowOptimizer(_default_engine_factory(spec), release),
+        engine_factory=lambda spec: _SlowOptimizer(default_engine_factory(spec), release),
     )
     service = Service(config)
     with ServerThread(service) as url:  # the default long-poll hold, as `serve` uses it

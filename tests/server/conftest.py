@@ -1,4 +1,5 @@
-"""Servers on port 0 over a fresh home, and the unmodified SDK pointed at them."""
+"""A server on port 0 over a fresh home (``testkit.running_server``), and the unmodified SDK
+pointed at it."""
 
 from __future__ import annotations
 
@@ -6,25 +7,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from testkit import running_server
 
-from localsession.runtime.service import Service, ServiceConfig
-from localsession.server.runner import ServerThread, client_env
+from localsession.server.runner import client_env
 
 from .common import GROUP, REGION, ROLE, S3, Running
-
-
-def _start(tmp_path_factory: pytest.TempPathFactory, **config: Any) -> Iterator[Running]:
-    home = tmp_path_factory.mktemp("server-home")
-    service = Service(ServiceConfig(home=home, max_sessions=8, **config))
-    with ServerThread(service, long_poll=5.0) as url:
-        yield Running(url, service)
-    service.close()
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """A strict server (every service limit on), as users run it by default."""
-    yield from _start(tmp_path_factory, gap_timeout=1.0)
+    home = tmp_path_factory.mktemp("server-home")
+    with running_server(home, long_poll=5.0, max_sessions=8, gap_timeout=1.0) as served:
+        yield served
 
 
 @pytest.fixture

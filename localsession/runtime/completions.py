@@ -1,0 +1,179 @@
+"""OpenAI chat completions over running sessions (SampleTrainingSession, /v1/chat/completions).
+
+:class:`Completions` checks a request and renders its prompt (``prepare``), then samples it
+whole (``run``) or streamed (``stream``). Sampling goes through the service's scheduler, so it
+is batched with ``sample`` ops and counted in the session's usage. The request format itself
+lives in runtime/chat.py; this module binds it to sessions and weights.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from localsession.runtime import chat, errors, streaming
+from localsession.runtime.engine_api import SampleRequest
+from localsession.runtime.operations import COMPLETED, Operation
+from localsession.runtime.scheduler import make_job
+from localsession.runtime.session import ACTIVE, PackageMismatch, Session
+
+if TYPE_CHECKING:
+    from localsession.runtime.service import Service
+
+
+@dataclass
+class PreparedChat:
+    """A checked chat request, bound to the session and weights that will sample it."""
+
+    request: chat.ChatRequest
+    target: str
+    session: Session
+    weights: str | None
+    tokenizer: Any
+    prompt: list[int]
+
+
+def chat_text(tokenizer: Any, tokens: list[int], stop: tuple[str, ...]) -> str:
+    """A completion's text: special tokens dropped, cut before the first stop string
+    (OpenAI returns the text without the stop sequence; the tokens keep it)."""
+    text = str(tokenizer.decode(tokens, skip_special_tokens=True))
+    cuts = [text.find(s) for s in stop if s in text]
+    return text[: min(cuts)] if cuts else text
+
+
+class Completions:
+    """Chat completions sampled by a service's sessions."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def prepare(
+        self, target: str, body: dict[str, Any], *, model_package: str | None = None
+    ) -> PreparedChat:
+        """Check an OpenAI chat-completions request and render its prompt (no sampling yet).
+
+        ``target`` is a session name or a model-package ARN (then any running session that
+        can load it samples it); ``model_package`` (the ``X-Amzn-SageMaker-Model-Package``
+        header) picks a checkpoint of the named session. Refusals raise here, before a
+        response (or a stream) starts.
+        """
+        session, weights = self._target(target, model_package)
+        request = chat.parse_request(body)
+        tokenizer = self.service.get_tokenizer(session.name)
+        encoded = tokenizer.apply_chat_template(
+            request.messages, tools=request.tools, add_generation_prompt=True, tokenize=True
+        )
+        prompt = [int(t) for t in (encoded["input_ids"] if "input_ids" in encoded else encoded)]
+        return PreparedChat(request, target, session, weights, tokenizer, prompt)
+
+    def run(self, prepared: PreparedChat) -> dict[str, Any]:
+        """Sample a prepared chat request (blocking) and return the ``chat.completion`` body."""
+        request, session, weights = prepared.request, prepared.session, prepared.weights
+        tokenizer, prompt = prepared.tokenizer, prepared.prompt
+        sampled = self._sample_now(session, weights, chat.sample_request(request, prompt))
+        sequences = sampled["sequences"]
+        tops: list[list[list[tuple[str, float]]] | None] = [None] * len(sequences)
+        if request.top_logprobs:
+            decode_one = lambda t: tokenizer.decode([t])  # noqa: E731
+            for i, seq in enumerate(sequences):
+                scored = self._sample_now(
+                    session,
+                    weights,
+                    SampleRequest(
+                        prompt=prompt + seq["tokens"],
+                        max_tokens=1,
+                        temperature=0.0,
+                        topk_prompt_logprobs=request.top_logprobs,
+                    ),
+                )["topkPromptLogprobs"][len(prompt) :]
+                tops[i] = [
+                    [(decode_one(a["tokenId"]), float(a["logprob"])) for a in position]
+                    for position in scored
+                ]
+        choices = [
+            chat.Choice(
+                text=chat_text(tokenizer, seq["tokens"], request.stop),
+                finish_reason="stop" if seq["stopReason"] == "stop" else "length",
+                tokens=seq["tokens"],
+                logprobs=seq["logprobs"],
+                top=top,
+            )
+            for seq, top in zip(sequences, tops, strict=True)
+        ]
+        decode = lambda ids: tokenizer.decode(ids)  # noqa: E731
+        return chat.completion(request, prepared.target, choices, len(prompt), decode)
+
+    def stream(self, prepared: PreparedChat) -> Iterator[dict[str, Any]]:
+        """``chat.completion.chunk`` bodies for a prepared request, sent as tokens are
+        decoded (runtime/streaming.py); batched and counted like :meth:`run`."""
+        # top_logprobs need a scoring pass after generation, and a reply that offers tools
+        # is parsed for tool calls once it is whole: both are sent when generation ends.
+        if prepared.request.top_logprobs or prepared.request.tools:
+            yield from chat.chunks(self.run(prepared), prepared.request)
+            return
+
+        def submit(request: SampleRequest) -> Operation:
+            op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+            job = make_job(prepared.session, op, prepared.weights, request, request.prompt)
+            self.service.scheduler.submit(job)
+            return op
+
+        yield from streaming.stream_chat(submit, prepared, chat_text)
+
+    def models(self) -> list[dict[str, Any]]:
+        """``/v1/models``: the running sessions, then every model package, newest first."""
+        sessions = [s for s in self.service.sessions() if s.status in ACTIVE]
+        rows = [
+            {
+                "id": s.name,
+                "object": "model",
+                "created": int(s.creation_time.timestamp()),
+                "owned_by": "localsession",
+            }
+            for s in sessions
+        ]
+        registry = self.service.registry
+        for group in registry.groups():
+            rows += [
+                {
+                    "id": p.arn,
+                    "object": "model",
+                    "created": int(p.created().timestamp()),
+                    "owned_by": "localsession",
+                }
+                for p in registry.list(group)
+            ]
+        return rows
+
+    def _target(self, target: str, model_package: str | None) -> tuple[Session, str | None]:
+        """The session that samples a chat request, and which weights it reads."""
+        if not target.startswith("arn:"):
+            session = self.service.session(target)
+            session.require_accepting()
+            return session, self.service.sampling_weights(session, model_package)
+        running = [s for s in self.service.sessions() if s.status in ACTIVE]
+        problems = []
+        for session in running:
+            try:
+                return session, str(session.compatible_package(target))
+            except (PackageMismatch, errors.ServiceError) as exc:
+                problems.append(str(exc))
+        raise errors.not_found(
+            f"No running session can sample model package {target}: start a session on its "
+            "base model with its LoRA rank, or name a session as the model."
+            + (f" ({problems[0]})" if problems else ""),
+            runtime=True,
+        )
+
+    def _sample_now(
+        self, session: Session, weights: str | None, request: SampleRequest
+    ) -> dict[str, Any]:
+        """Run one sample request through the scheduler and wait for its result."""
+        op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+        self.service.scheduler.submit(make_job(session, op, weights, request, request.prompt))
+        op.done.wait()
+        if op.status != COMPLETED or op.result is None:
+            raise errors.validation(f"sampling failed: {op.error}")
+        return op.result

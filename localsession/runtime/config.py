@@ -1,0 +1,81 @@
+"""Service-wide settings: :class:`ServiceConfig`, its defaults and its ``LOCALSESSION_*`` variables.
+
+Every setting of the in-process service lives here (docs/semantics.md#4); the default engine
+factory comes from :mod:`localsession.runtime.wiring`, which imports the engine (and torch) only
+when a session starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from localsession.runtime.catalog import localsession_home
+from localsession.runtime.engine_api import Engine, EngineSpec
+from localsession.runtime.wiring import default_engine_factory
+
+DEFAULT_ACCOUNT = "000000000000"
+
+
+def _env_float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+@dataclass
+class ServiceConfig:
+    """Service-wide settings (docs/semantics.md#4); every one is configurable."""
+
+    region: str = "us-west-2"
+    account: str = DEFAULT_ACCOUNT
+    max_sessions: int = 4
+    #: Service limits on (the default) or lifted (``--relaxed`` / ``strict=False``).
+    strict: bool = True
+    #: Seconds a missing sequence number blocks later ops before it is recorded lost.
+    gap_timeout: float = 60.0
+    #: Count a sequence number whose submit was refused (4xx) as used (``--lenient-sequence``).
+    lenient_sequence: bool = False
+    #: Seconds of inactivity before a session becomes Expired; None = never.
+    idle_timeout: float | None = None
+    #: State directory: the model-package registry lives under it (docs/semantics.md#5).
+    home: Path = field(default_factory=localsession_home)
+    engine_factory: Callable[[EngineSpec], Engine] = field(default=default_engine_factory)
+    #: Training ops one session may hold queued; past it submits get ThrottlingException
+    #: (which the SDK retries). ``--max-queued-ops``.
+    max_queued_ops: int = 1024
+    #: Keep a record of every session under ``home/sessions`` and load them at start, so a
+    #: restarted server reports the sessions it lost as Failed (runtime/persist.py). The
+    #: server turns this on; in-process sessions end with their process.
+    persist_sessions: bool = False
+    #: Let ``BaseModelArn`` name a local directory or any resolvable name. A server turns
+    #: this off: remote callers may name only the listed models (or their Hub ARNs), never a
+    #: path on the server's disk.
+    local_model_paths: bool = True
+    #: Where the local Hub exports tokenizers for clients (default ``home/hf-hub``); live
+    #: ``localsession.mock()`` contexts share one, since HF_HUB_CACHE is process-wide.
+    hub_cache: Path | None = None
+    #: The sampling scheduler's gathering window in seconds (None: the scheduler's default).
+    #: An instant engine (the fakes) sets 0: a batch is taken as soon as one op is queued.
+    gather_quiet_s: float | None = None
+    #: Refuse CreateTrainingSession members outside botocore's model of the ``sagemaker``
+    #: API. Reading that model costs 0.1-0.5 s on the first create; the light fakes, whose
+    #: requests come from their own client, turn it off.
+    check_create_members: bool = True
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> ServiceConfig:
+        """Defaults, then ``LOCALSESSION_*`` variables, then explicit overrides."""
+        config = cls(
+            region=os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+            or "us-west-2",
+            max_sessions=int(os.environ.get("LOCALSESSION_MAX_SESSIONS", "4")),
+            gap_timeout=_env_float("LOCALSESSION_GAP_TIMEOUT", 60.0) or 0.0,
+            idle_timeout=_env_float("LOCALSESSION_IDLE_TIMEOUT", None),
+        )
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        return config

@@ -1,0 +1,130 @@
+"""The runtime's data plane: Execute{Training,Sampling}Operation, Get*OperationResult, waits.
+
+:class:`DataPlane` validates a submit, hands a training op to its session's ordered queue or a
+sampling op to the service's scheduler, and answers polls and waits. Observers see every
+submit, accepted or refused (the fakes' call log). It reaches the service only through its
+public accessors (``session``, ``operation``, ``scheduler``, ``sampling_weights``).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from localsession.runtime import errors, validate
+from localsession.runtime.engine_api import SampleRequest
+from localsession.runtime.operations import COMPLETED, FAILED, TERMINAL, Operation
+from localsession.runtime.scheduler import make_job
+
+if TYPE_CHECKING:
+    from localsession.runtime.service import Service
+
+#: A runtime submit as an observer sees it: the session name, the wire request, and the
+#: response (``{"operationId": ...}``) or the :class:`~errors.ServiceError` that refused it.
+Observer = Callable[[str, dict[str, Any], "dict[str, Any] | errors.ServiceError"], None]
+
+
+def sample_request(body: dict[str, Any], tokens: list[int]) -> SampleRequest:
+    """The engine's request for a checked ``sample`` op body (a random seed if none)."""
+    params = body["samplingParams"]
+    seed = params.get("seed")
+    return SampleRequest(
+        prompt=tokens,
+        num_samples=body["numSamples"],
+        max_tokens=params["maxTokens"],
+        temperature=params.get("temperature", 1.0),
+        top_p=params.get("topP", 1.0),
+        top_k=params.get("topK", -1),
+        seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
+        stop=tuple(params.get("stop") or ()),
+        include_prompt_logprobs=bool(body.get("includePromptLogprobs")),
+        topk_prompt_logprobs=body.get("topkPromptLogprobs"),
+    )
+
+
+class DataPlane:
+    """The runtime operations of a service's sessions."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.observers: list[Observer] = []
+
+    def _observed(
+        self, name: str, request: dict[str, Any], submit: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        if not self.observers:
+            return submit()
+        try:
+            response = submit()
+        except errors.ServiceError as exc:
+            for observer in self.observers:
+                observer(name, request, exc)
+            raise
+        for observer in self.observers:
+            observer(name, request, response)
+        return response
+
+    def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self._observed(name, request, lambda: self._execute_training(name, request))
+
+    def _execute_training(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        faults = self.service.faults
+        if faults.armed:
+            faults.on_request()
+        session = self.service.session(name)
+        try:
+            seq, token, kind, body = validate.training_request(request, session.strict)
+            if faults.armed:
+                faults.on_submit(kind)
+            return {"operationId": session.submit_training(seq, token, kind, body)}
+        except errors.ServiceError as exc:
+            number = request.get("sequenceNumber")
+            refused = exc.http_status < 500 and exc.code != "ThrottlingException"  # 429 is retried
+            if self.service.config.lenient_sequence and refused and type(number) is int:
+                session.consume(number)
+            raise
+
+    def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self._observed(name, request, lambda: self._execute_sampling(name, request))
+
+    def _execute_sampling(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        faults = self.service.faults
+        if faults.armed:
+            faults.on_request()
+        session = self.service.session(name)
+        session.require_accepting()
+        kind, body, tokens = validate.sampling_request(request, session.strict)
+        if faults.armed:
+            faults.on_submit(kind)
+        weights = self.service.sampling_weights(session, body.get("modelPackageArn"))
+        op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
+        with session.cond:
+            session.ops[op.id] = op
+        if faults.armed and (failure := faults.on_execute(kind)) is not None:
+            op.finish(FAILED, error=failure)  # an injected fault: the op ran and failed
+            return {"operationId": op.id}
+        if kind == "loadWeightsForSampling":
+            session.sampling_package = weights
+            op.finish(COMPLETED, result={})
+            return {"operationId": op.id}
+        request_ = sample_request(body, tokens) if kind == "sample" else None
+        self.service.scheduler.submit(make_job(session, op, weights, request_, tokens))
+        return {"operationId": op.id}
+
+    def get_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
+        """Get{Training,Sampling}OperationResult (both read the session's op table)."""
+        if self.service.faults.armed:
+            self.service.faults.on_request()
+        return self.service.operation(name, operation_id).response()
+
+    def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
+        """Block until an op is terminal or ``timeout`` passes; True if terminal."""
+        op = self.service.operation(name, operation_id)
+        return op.status in TERMINAL or op.done.wait(timeout)
+
+    def on_operation_done(self, name: str, operation_id: str, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the op is terminal (at once if it is), from the finishing
+        thread: the non-blocking form of :meth:`wait_operation`, for an event loop."""
+        self.service.operation(name, operation_id).add_done_callback(callback)
