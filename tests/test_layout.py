@@ -34,7 +34,6 @@ ENGINE_PORT = "localsession.runtime.engine_api"
 #: expected. Drop an entry once its file is split or states its reason;
 #: ``test_pending_entries_are_still_pending`` fails while a stale entry remains.
 PENDING_LENGTH: dict[str, str] = {
-    "localsession/runtime/session.py": "split, or a Length: reason",
     "localsession/client/service_client.py": "split, or a Length: reason",
     "localsession/client/training_client.py": "split, or a Length: reason",
     "localsession/futures.py": "split, or a Length: reason",

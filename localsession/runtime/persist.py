@@ -2,8 +2,9 @@
 
 One small JSON file per session, ``<home>/sessions/<name>.json``, written atomically (a
 temporary file, ``fsync``, then ``os.replace``) when the session is created and whenever its
-status changes, and removed when the session is deleted. A service started on the same home
-loads them back as terminal sessions (:func:`restored_status`):
+status changes, and removed when the session is deleted. :func:`session_record` writes what a
+record holds and :func:`restore_session` reads it; a service started on the same home loads
+the records back as terminal sessions (:func:`restored_status`):
 
 - a session that was still active when its server died (Created, Running, Blocked) comes back
   ``Failed``, with ErrorDetails saying the server restarted and how to resume;
@@ -36,10 +37,15 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from localsession import vocab
+from localsession.runtime.engine_api import EngineSpec
+from localsession.runtime.registry import Registry
+from localsession.runtime.session import Session
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +120,63 @@ def restored_status(status: str, error: str | None) -> tuple[str, str | None]:
     if status == "Stopping":
         return "Stopped", error
     return status, error
+
+
+def session_record(session: Session) -> dict[str, Any]:
+    """What a session's record keeps of it (JSON-able), read under its lock."""
+    with session.cond:
+        return {
+            "name": session.name,
+            "arn": session.arn,
+            "status": session.status,
+            "error_details": session.error_details,
+            "creation_time": session.creation_time.isoformat(),
+            "last_modified_time": session.last_modified_time.isoformat(),
+            "end_time": session.end_time.isoformat() if session.end_time else None,
+            "last_received": session.queue.last_received,
+            "usage": dict(session.usage),
+            "spec": {
+                "base_model": session.spec.base_model,
+                "rank": session.spec.rank,
+                "alpha": session.spec.alpha,
+            },
+            "strict": session.strict,
+            "details": session.details,
+        }
+
+
+def restore_session(
+    record: dict[str, Any],
+    registry: Callable[[], Registry],
+    on_change: Callable[[Session], None] | None = None,
+) -> Session:
+    """A terminal session rebuilt from its record: no worker, no engine; a session that was
+    live when its server died comes back Failed (:func:`restored_status`)."""
+    spec = record["spec"]
+    session = Session(
+        record["name"],
+        record["arn"],
+        EngineSpec(spec["base_model"], int(spec["rank"]), int(spec["alpha"])),
+        dict(record.get("details") or {}),
+        strict=bool(record.get("strict", True)),
+        gap_timeout=0.0,
+        engine_factory=lambda spec: None,  # type: ignore[arg-type,return-value]
+        registry=registry,
+        on_change=on_change,
+        start=False,
+    )
+    session.status, session.error_details = restored_status(
+        record["status"], record.get("error_details")
+    )
+    session.creation_time = datetime.fromisoformat(record["creation_time"])
+    session.last_modified_time = datetime.fromisoformat(record["last_modified_time"])
+    if record.get("end_time"):
+        session.end_time = datetime.fromisoformat(record["end_time"])
+    elif session.status != record["status"]:
+        session.end_time = session.last_modified_time
+    session.queue.last_received = int(record.get("last_received", 0))
+    session.usage.update(record.get("usage") or {})
+    return session
 
 
 class SessionStore:

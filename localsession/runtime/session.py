@@ -1,9 +1,11 @@
-"""One training session: its status machine, its engine and its ordered training queue.
+"""One training session: its status machine, its engine and the worker that runs its ops.
 
 Training ops run one at a time on the session's worker thread, strictly in sequence-number
-order (docs/semantics.md#4). A missing number blocks later ops until it arrives or the gap
-timeout records it lost. A failed op changes no state and later ops still run. Stopping skips
-what is still queued; completed results stay readable until the session is deleted.
+order (docs/semantics.md#4): the session's ``TrainingQueue`` (runtime/training_queue.py)
+decides which op is next, and the session waits, Blocked while a missing number holds later
+ops. A failed op changes no state and later ops still run. Stopping skips what is still
+queued; completed results stay readable until the session is deleted. What a session's
+on-disk record holds, and how one is restored, is runtime/persist.py's.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from localsession.runtime.engine_api import (
     ResolvedModel,
 )
 from localsession.runtime.faults import Faults
-from localsession.runtime.operations import COMPLETED, FAILED, SKIPPED, Operation
+from localsession.runtime.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.registry import CHECKPOINT, MODEL, Registry
+from localsession.runtime.training_queue import TrainingQueue
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +75,11 @@ class Session:
         resolve_model: Callable[[str], ResolvedModel] | None = None,
     ) -> None:
         self.name, self.arn, self.spec, self.details = name, arn, spec, details
-        #: Training ops that may wait in the queue before submits are throttled (None: any).
-        self.max_queued = max_queued
+        #: Training ops in sequence order (max_queued: how many may wait before throttling).
+        self.queue = TrainingQueue(name, gap_timeout=gap_timeout, max_queued=max_queued)
         #: Called (under ``cond``) after every status change: the service persists the record.
         self._on_change = on_change
         self.strict = strict
-        self.gap_timeout = gap_timeout
         self.status = CREATED
         self.error_details: str | None = None
         self.creation_time = self.last_modified_time = _now()
@@ -87,12 +89,6 @@ class Session:
         self.engine: Engine | None = None
         self.ops: dict[str, Operation] = {}
         self.cond = threading.Condition()
-        self._by_seq: dict[int, Operation] = {}
-        self._queued: dict[int, Operation] = {}
-        self._lost: set[int] = set()
-        self._next_seq = 1
-        self._last_received = 0
-        self._gap_since: float | None = None
         self.running_op: Operation | None = None
         self._engine_factory = engine_factory
         #: The service's catalog lookup, to tell whether a package's base model is this one.
@@ -104,65 +100,6 @@ class Session:
         self._worker = threading.Thread(target=self._run, name=f"localsession-{name}", daemon=True)
         if start:
             self._worker.start()
-
-    @classmethod
-    def restore(
-        cls,
-        record: dict[str, Any],
-        registry: Callable[[], Registry],
-        on_change: Callable[[Session], None] | None = None,
-    ) -> Session:
-        """A terminal session rebuilt from its record (runtime/persist.py): no worker, no
-        engine; a session that was live when its server died comes back Failed."""
-        from localsession.runtime.persist import restored_status
-
-        spec = record["spec"]
-        session = cls(
-            record["name"],
-            record["arn"],
-            EngineSpec(spec["base_model"], int(spec["rank"]), int(spec["alpha"])),
-            dict(record.get("details") or {}),
-            strict=bool(record.get("strict", True)),
-            gap_timeout=0.0,
-            engine_factory=lambda spec: None,  # type: ignore[arg-type,return-value]
-            registry=registry,
-            on_change=on_change,
-            start=False,
-        )
-        session.status, session.error_details = restored_status(
-            record["status"], record.get("error_details")
-        )
-        session.creation_time = datetime.fromisoformat(record["creation_time"])
-        session.last_modified_time = datetime.fromisoformat(record["last_modified_time"])
-        if record.get("end_time"):
-            session.end_time = datetime.fromisoformat(record["end_time"])
-        elif session.status != record["status"]:
-            session.end_time = session.last_modified_time
-        session._last_received = int(record.get("last_received", 0))
-        session.usage.update(record.get("usage") or {})
-        return session
-
-    def record(self) -> dict[str, Any]:
-        """What runtime/persist.py keeps of this session (JSON-able)."""
-        with self.cond:
-            return {
-                "name": self.name,
-                "arn": self.arn,
-                "status": self.status,
-                "error_details": self.error_details,
-                "creation_time": self.creation_time.isoformat(),
-                "last_modified_time": self.last_modified_time.isoformat(),
-                "end_time": self.end_time.isoformat() if self.end_time else None,
-                "last_received": self._last_received,
-                "usage": dict(self.usage),
-                "spec": {
-                    "base_model": self.spec.base_model,
-                    "rank": self.spec.rank,
-                    "alpha": self.spec.alpha,
-                },
-                "strict": self.strict,
-                "details": self.details,
-            }
 
     @property
     def region(self) -> str:
@@ -202,7 +139,7 @@ class Session:
                 "TrainingSessionStatus": self.status,
                 "CreationTime": self.creation_time,
                 "LastModifiedTime": self.last_modified_time,
-                "LastReceivedSequenceNumber": self._last_received,
+                "LastReceivedSequenceNumber": self.queue.last_received,
                 "BillableTokenUsage": dict(self.usage),
                 **self.details,
             }
@@ -221,9 +158,7 @@ class Session:
                     f"transition from {self.status} to Stopping"
                 )
             self._set_status(STOPPING)
-            for op in self._queued.values():
-                op.finish(SKIPPED, error="The session was stopped before this operation ran.")
-            self._queued.clear()
+            self.queue.skip_all("The session was stopped before this operation ran.")
             self._set_status(STOPPED)
 
     def join(self, timeout: float) -> None:
@@ -234,9 +169,7 @@ class Session:
     def expire(self) -> None:
         with self.cond:
             if self.status in (RUNNING, BLOCKED):
-                for op in self._queued.values():
-                    op.finish(SKIPPED, error="The session expired after inactivity.")
-                self._queued.clear()
+                self.queue.skip_all("The session expired after inactivity.")
                 self._set_status(EXPIRED, "The session was idle longer than its idle timeout.")
 
     def require_accepting(self) -> None:
@@ -247,40 +180,15 @@ class Session:
                 "Running session. Create a new session (or wait for this one to start)."
             )
 
-    # -- training queue --------------------------------------------------------------------
+    # -- training queue (runtime/training_queue.py) ---------------------------------------
 
     def submit_training(self, seq: int, token: str, kind: str, body: dict[str, Any]) -> str:
         """Queue an op under its sequence number; return its operation id (idempotent)."""
         with self.cond:
             self.require_accepting()
             self.last_activity = time.monotonic()
-            seen = self._by_seq.get(seq)
-            if seen is not None:
-                if token and seen.client_token == token and seen.same_request(kind, body):
-                    return seen.id
-                raise errors.validation(
-                    f"sequenceNumber {seq} was already used by another operation in session "
-                    f"{self.name}; the next free number is {self._last_received + 1}"
-                )
-            if seq < self._next_seq or seq in self._lost:
-                raise errors.validation(
-                    f"sequenceNumber {seq} is behind this session's queue (next expected: "
-                    f"{self._next_seq}); numbers increase by 1 per training op"
-                )
-            # The number the worker waits for is always let in, so a full queue of later
-            # numbers cannot wait forever on a throttled one.
-            full = self.max_queued is not None and len(self._queued) >= self.max_queued
-            if full and seq != self._next_seq:
-                raise errors.throttling(
-                    f"Training session {self.name} already has {len(self._queued)} training "
-                    f"operations queued (the limit is {self.max_queued}); retry once earlier "
-                    "ones finish, or raise the limit (--max-queued-ops)."
-                )
-            op = Operation(kind=kind, body=body, seq=seq, client_token=token)
+            op = self.queue.admit(seq, token, kind, body)
             self.ops[op.id] = op
-            self._by_seq[seq] = op
-            self._queued[seq] = op
-            self._last_received = max(self._last_received, seq)
             self.cond.notify_all()
             return op.id
 
@@ -288,62 +196,29 @@ class Session:
         """Record a number whose submit was refused as used, so nothing waits on it (the
         server's lenient mode, docs/semantics.md#4). A number already taken is left alone."""
         with self.cond:
-            if seq >= self._next_seq and seq not in self._by_seq:
-                self._lost.add(seq)
-                self._last_received = max(self._last_received, seq)
+            if self.queue.consume(seq):
                 self.cond.notify_all()
 
     def _next_op(self) -> Operation | None:
         """Wait for the op holding the next sequence number; None once the session ends."""
         with self.cond:
-            while True:
-                if self.status not in (RUNNING, BLOCKED):
-                    return None
-                if self._next_seq in self._lost:
-                    self._next_seq += 1
-                    continue
-                op = self._queued.pop(self._next_seq, None)
-                if op is not None:
-                    self._next_seq += 1
-                    self._gap_since = None
+            while self.status in (RUNNING, BLOCKED):
+                step = self.queue.advance(time.monotonic())
+                if isinstance(step, Operation):
                     if self.status == BLOCKED:
                         self._set_status(RUNNING)
-                    return op
-                if not self._queued:
+                    return step
+                if step is None:  # nothing queued
                     self.cond.wait()
-                    continue
-                # A gap: later numbers are queued while _next_seq is missing.
-                now = time.monotonic()
-                if self._gap_since is None:
-                    self._gap_since = now
-                waited = now - self._gap_since
-                if waited >= self.gap_timeout:
-                    first = min(self._queued)
-                    self._lost.update(range(self._next_seq, first))
-                    missing = (
-                        f"operation number {self._next_seq}"
-                        if first - 1 == self._next_seq
-                        else f"operation numbers {self._next_seq}-{first - 1}"
-                    )
-                    logger.warning(
-                        "session %s: %s never arrived, most likely a request refused (for "
-                        "example by validation) after the SDK had numbered it. Later operations "
-                        "waited %.0fs for it and now run in order; nothing is wrong with them. "
-                        "(`localsession serve --lenient-sequence` stops a refused request from "
-                        "holding up the ones after it.)",
-                        self.name,
-                        missing,
-                        self.gap_timeout,
-                    )
-                    self._next_seq = first
                     continue
                 if self.status != BLOCKED:
                     self._set_status(
                         BLOCKED,
-                        f"Waiting for sequence number {self._next_seq}; later operations are "
-                        f"queued behind it (gap timeout {self.gap_timeout:.0f}s).",
+                        f"Waiting for sequence number {step.missing}; later operations are "
+                        f"queued behind it (gap timeout {self.queue.gap_timeout:.0f}s).",
                     )
-                self.cond.wait(self.gap_timeout - waited)
+                self.cond.wait(step.remaining)
+            return None
 
     def _run(self) -> None:
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from localsession.runtime import errors
 from localsession.runtime.config import ServiceConfig
-from localsession.runtime.persist import SessionStore
+from localsession.runtime.persist import SessionStore, restore_session, session_record
 from localsession.runtime.registry import Registry
 from localsession.runtime.session import ACTIVE, Session
 
@@ -35,17 +35,17 @@ class SessionTable:
         if self._store is not None:
             for record in self._store.load():
                 try:
-                    session = Session.restore(record, registry, self.persist)
+                    session = restore_session(record, registry, self.persist)
                 except (KeyError, TypeError, ValueError) as exc:
                     logger.warning("skipping session record %r: %r", record.get("name"), exc)
                     continue
                 self._sessions[session.name] = session
-                self._store.save(session.record())
+                self._store.save(session_record(session))
 
     def persist(self, session: Session) -> None:
         """Record a session's new status (called under its lock; see runtime/persist.py)."""
         if self._store is not None:
-            self._store.save(session.record())
+            self._store.save(session_record(session))
 
     def get(self, name: Any, *, runtime: bool) -> Session:
         """A session by name (idle ones expired first); ``ResourceNotFoundException`` of the

@@ -55,7 +55,7 @@ def test_the_lost_sequence_warning_says_what_happened(
         _session(service, "gappy")
         assert service.wait_for_session("gappy", 10) == "Running"
         step = {"optimizerStep": {"adamParamsConfig": {"learningRate": 1e-3}}}
-        with caplog.at_level(logging.WARNING, logger="localsession.runtime.session"):
+        with caplog.at_level(logging.WARNING, logger="localsession.runtime.training_queue"):
             op = service.execute_training_operation(
                 "gappy", {"sequenceNumber": 3, "operationConfig": step}
             )["operationId"]
