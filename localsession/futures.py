@@ -13,11 +13,10 @@ A poll that fails transiently (``is_retryable``) is retried after a jittered, do
 the SDK does, so a wait overruns its timeout by at most one interval plus one poll. Clock,
 sleeps and jitter are constructor arguments so that tests can script all of it.
 
-Two internal variants resolve in stages: ``PendingAPIFuture`` waits for a background submit
-and then for the future it produced; ``CombinedFuture`` waits for the chunks of one large
-batch and folds them. Both turn ``timeout`` into one deadline for the whole wait. The
-in-process clients subclass ``APIFuture`` to wait on the runtime's completion event instead
-of polling (``localsession.client._submit``).
+Two internal variants that resolve in stages live with the clients that make them
+(``localsession.client._staged``): one waits for a background submit, one for the chunks of a
+large batch. The in-process clients subclass ``APIFuture`` to wait on the runtime's
+completion event instead of polling (``localsession.client._submit``).
 """
 
 from __future__ import annotations
@@ -26,10 +25,8 @@ import asyncio
 import random
 import threading
 import time
-from concurrent.futures import Future as _ConcurrentFuture
-from concurrent.futures import TimeoutError as _ConcurrentTimeout
 from enum import Enum
-from typing import Any, Awaitable, Callable, Dict, Generator, Generic, List, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Dict, Generator, Generic, Optional, TypeVar
 
 from localsession.exceptions import OperationError, TrainingSessionError, is_retryable
 
@@ -48,8 +45,6 @@ DEFAULT_BACKOFF_BASE_SECONDS: float = 0.5
 DEFAULT_BACKOFF_MAX_SECONDS: float = 4.0
 
 _NOTHING: Any = object()  # "not resolved yet" (``None`` is a legitimate result)
-# A wait that ran out (asyncio's is a distinct class before Python 3.11).
-_TIMED_OUT = (TimeoutError, asyncio.TimeoutError)
 
 
 def _jittered(
@@ -289,158 +284,3 @@ class APIFuture(Generic[_T]):
     def cancelled(self) -> bool:
         """Always ``False``, see ``cancel()``."""
         return self.cancel()
-
-
-class PendingAPIFuture(APIFuture[_T]):
-    """A future whose submit is still running in the background.
-
-    ``submit_future`` (a ``concurrent.futures.Future``) yields the op's ``APIFuture``, or the
-    error the submit met; that error surfaces here, at ``result()``. ``keepalive`` holds the
-    client's session handle so the session is not auto-stopped while this is outstanding.
-    """
-
-    def __init__(
-        self,
-        submit_future: Any,
-        *,
-        operation_type: str = "operation",
-        keepalive: Any = None,
-        time_fn: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._submit_future: _ConcurrentFuture[APIFuture[_T]] = submit_future
-        self._operation_type, self._time_fn = operation_type, time_fn
-        self._keepalive = keepalive
-        self._outcome = _Outcome()
-
-    def _unsent(self, timeout: Optional[float]) -> TimeoutError:
-        what = f"{self._operation_type} operation"
-        return TimeoutError(f"{what} was not submitted within {_limit_text(timeout)}")
-
-    def _inner(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> APIFuture[_T]:
-        try:
-            inner: APIFuture[_T] = self._submit_future.result(timeout)
-            return inner
-        except _ConcurrentTimeout:
-            raise self._unsent(timeout) from None
-
-    @property
-    def operation_id(self) -> str:
-        """The op's id; waits for the submit if it is still running."""
-        return self._inner().operation_id
-
-    def _known_id(self) -> str:
-        sent = self._submit_future
-        if sent.done() and sent.exception() is None:
-            return sent.result().operation_id
-        unknown = "<not submitted>"
-        return unknown
-
-    def done(self) -> bool:
-        if self._outcome.known():
-            return True
-        sent = self._submit_future
-        return sent.done() and sent.exception() is None and sent.result().done()
-
-    def _late(self, inner: APIFuture[_T], timeout: Optional[float]) -> TimeoutError:
-        what = f"{self._operation_type} operation {inner.operation_id}"
-        return TimeoutError(f"{what} did not complete within {_limit_text(timeout)}")
-
-    def result(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> _T:
-        if self._outcome.known():
-            return self._outcome.replay()  # type: ignore[no-any-return]
-        deadline = _Deadline(timeout, self._time_fn)
-        inner = self._inner(deadline.left())
-        try:
-            value = inner.result(deadline.left())
-        except _TIMED_OUT:
-            raise self._late(inner, timeout) from None
-        except TrainingSessionError as failure:
-            self._outcome.fail(failure)
-            raise
-        return self._outcome.settle(lambda: value)  # type: ignore[no-any-return]
-
-    async def result_async(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> _T:
-        if self._outcome.known():
-            return self._outcome.replay()  # type: ignore[no-any-return]
-        deadline = _Deadline(timeout, self._time_fn)
-        waiting = asyncio.shield(asyncio.wrap_future(self._submit_future))
-        try:
-            inner = await asyncio.wait_for(waiting, deadline.left())
-        except _TIMED_OUT:
-            raise self._unsent(timeout) from None
-        try:
-            value = await inner.result_async(deadline.left())
-        except _TIMED_OUT:
-            raise self._late(inner, timeout) from None
-        except TrainingSessionError as failure:
-            self._outcome.fail(failure)
-            raise
-        return self._outcome.settle(lambda: value)  # type: ignore[no-any-return]
-
-
-class CombinedFuture(APIFuture[_T]):
-    """One future over the chunk futures of a split batch, folded by ``combine_fn``.
-
-    Chunks are awaited in submission order, so the first failing chunk is the one reported.
-    """
-
-    def __init__(
-        self,
-        futures: List[APIFuture[_T]],
-        combine_fn: Callable[[List[_T]], _T],
-        *,
-        time_fn: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if len(futures) == 0:
-            raise ValueError("CombinedFuture requires at least one sub-future")  # noqa: TRY003
-        self._futures, self._combine_fn = futures, combine_fn
-        self._time_fn = time_fn
-        self._outcome = _Outcome()
-
-    @property
-    def operation_id(self) -> str:
-        """The first chunk's op id."""
-        first = self._futures[0]
-        return first.operation_id
-
-    def done(self) -> bool:
-        return self._outcome.known() or all(part.done() for part in self._futures)
-
-    def _timed_out(self, timeout: Optional[float]) -> TimeoutError:
-        first = self._futures[0]
-        known = first._known_id() if isinstance(first, PendingAPIFuture) else first.operation_id
-        parts = len(self._futures)
-        limit = _limit_text(timeout)
-        return TimeoutError(  # the whole budget, not the slice the last chunk was given
-            f"chunked operation {known} did not complete within {limit} ({parts} sub-operations)"
-        )
-
-    def result(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> _T:
-        if self._outcome.known():
-            return self._outcome.replay()  # type: ignore[no-any-return]
-        deadline = _Deadline(timeout, self._time_fn)
-        parts: List[_T] = []
-        try:
-            for part in self._futures:
-                parts.append(part.result(deadline.left()))
-        except _TIMED_OUT:
-            raise self._timed_out(timeout) from None
-        except TrainingSessionError as failure:
-            self._outcome.fail(failure)
-            raise
-        return self._outcome.settle(lambda: self._combine_fn(parts))  # type: ignore[no-any-return]
-
-    async def result_async(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> _T:
-        if self._outcome.known():
-            return self._outcome.replay()  # type: ignore[no-any-return]
-        deadline = _Deadline(timeout, self._time_fn)
-        parts: List[_T] = []
-        try:
-            for part in self._futures:
-                parts.append(await part.result_async(deadline.left()))
-        except _TIMED_OUT:
-            raise self._timed_out(timeout) from None
-        except TrainingSessionError as failure:
-            self._outcome.fail(failure)
-            raise
-        return self._outcome.settle(lambda: self._combine_fn(parts))  # type: ignore[no-any-return]

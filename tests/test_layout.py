@@ -36,7 +36,6 @@ ENGINE_PORT = "localsession.runtime.engine_api"
 PENDING_LENGTH: dict[str, str] = {
     "localsession/client/service_client.py": "split, or a Length: reason",
     "localsession/client/training_client.py": "split, or a Length: reason",
-    "localsession/futures.py": "split, or a Length: reason",
 }
 
 

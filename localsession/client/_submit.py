@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from localsession.client._handle import BackgroundSubmitter
+from localsession.client._staged import PendingAPIFuture
 from localsession.client.backend import Backend, call, check_params
-from localsession.futures import APIFuture, PendingAPIFuture, call_with_transient_retry
+from localsession.futures import APIFuture, call_with_transient_retry
 
 _Value = TypeVar("_Value")
 

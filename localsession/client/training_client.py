@@ -24,11 +24,12 @@ from localsession.client._inputs import (
     chunk_datum_list,
     combine_forward_backward_results,
 )
+from localsession.client._staged import CombinedFuture
 from localsession.client._submit import operation_future, submit
 from localsession.client.backend import call
 from localsession.client.sampling_client import SamplingClient
 from localsession.exceptions import TrainingSessionError
-from localsession.futures import APIFuture, CombinedFuture
+from localsession.futures import APIFuture
 from localsession.types import (
     AdamParams,
     ForwardBackwardOutput,
