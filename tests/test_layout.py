@@ -30,15 +30,6 @@ LENGTH_MARKER = "Length:"
 #: The one runtime module the engine may import.
 ENGINE_PORT = "localsession.runtime.engine_api"
 
-#: Files over MAX_LINES that still need a split or a ``Length:`` reason, each with what is
-#: expected. Drop an entry once its file is split or states its reason;
-#: ``test_pending_entries_are_still_pending`` fails while a stale entry remains.
-PENDING_LENGTH: dict[str, str] = {
-    "localsession/client/service_client.py": "split, or a Length: reason",
-    "localsession/client/training_client.py": "split, or a Length: reason",
-}
-
-
 # -- reading imports ----------------------------------------------------------------------
 
 
@@ -164,17 +155,11 @@ def test_shared_math_and_fakes_use_no_engine(package: str) -> None:
 
 
 def test_long_files_state_their_reason() -> None:
-    found = {f: n for f, n in overlong(ROOT).items() if f not in PENDING_LENGTH}
+    found = overlong(ROOT)
     assert found == {}, (
         f"files over {MAX_LINES} lines: split them, or add a line starting {LENGTH_MARKER!r} "
         "to the module docstring saying why the file is one piece"
     )
-
-
-def test_pending_entries_are_still_pending() -> None:
-    pending = overlong(ROOT)
-    stale = sorted(f for f in PENDING_LENGTH if f not in pending)
-    assert stale == [], "now short or with a stated reason: drop from PENDING_LENGTH"
 
 
 # -- the checkers themselves, on a made-up tree ---------------------------------------------

@@ -7,6 +7,11 @@ the real service would, and logged at debug level. Two keyword-only extensions, 
 - ``strict`` (default True): enforce the service's limits; ``strict=False`` lifts them for fast
   local experiments (docs/semantics.md#4), e.g. ``max_tokens`` below 512.
 - ``backend``: the ``Backend`` to talk to; default the process-wide in-process service.
+
+Length: one class, the SDK's ``ServiceClient``, is most of the file. ``tests/test_parity.py``
+compares its MRO and every public method with the SDK's, so it cannot be cut into mixins; its
+two halves (model packages, sessions) share the client's settings and backend, and moving
+their bodies to helper modules would leave each public method a one-line forward.
 """
 
 from __future__ import annotations
