@@ -18,6 +18,7 @@ to its version directory in one atomic ``rename``. A directory without ``package
 never listed, so a crash at any point leaves no partial package visible; stale ``.tmp``
 entries are swept on start. Versions count up per group from 1, allocated under a lock (a
 thread lock plus an ``flock`` on the group, so two processes on one home never collide).
+Only writes create directories, so reading a home (even a read-only one) creates nothing.
 """
 
 from __future__ import annotations
@@ -130,9 +131,11 @@ class Registry:
         self.region, self.account = region, account
         self._tmp = self.root / ".tmp"
         self._mutex = threading.Lock()
-        self._tmp.mkdir(parents=True, exist_ok=True)
-        for stale in self._tmp.iterdir():  # writes a crash interrupted
-            shutil.rmtree(stale, ignore_errors=True)
+        # Opening creates nothing (reading a read-only home works); ``.tmp`` is made by the
+        # first write. A sweep that cannot delete (a read-only home) leaves things as they are.
+        if self._tmp.is_dir():
+            for stale in self._tmp.iterdir():  # writes a crash interrupted
+                shutil.rmtree(stale, ignore_errors=True)
 
     def arn(self, group: str, version: int, region: str | None = None) -> str:
         """A package version's ARN, in ``region`` (default: the registry's)."""
@@ -216,6 +219,7 @@ class Registry:
         ``s3_output_path`` (:func:`package_s3_uri`)."""
         group = group_name(group)
         staging = self._tmp / uuid.uuid4().hex
+        self._tmp.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
         try:
             write(staging)
@@ -288,6 +292,7 @@ class Registry:
             os.rename(target / INDEX_FILE, target / RETAINED_FILE)
             return target, 0
         doomed = self._tmp / f"deleted-{uuid.uuid4().hex}"
+        self._tmp.mkdir(parents=True, exist_ok=True)
         os.rename(source, doomed)
         count = sum(1 for _ in artifact_files(doomed))
         shutil.rmtree(doomed)
