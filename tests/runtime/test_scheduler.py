@@ -151,7 +151,7 @@ def test_close_waits_for_the_running_batch_and_ends_the_thread() -> None:
     returns once the batch in progress has finished and the thread has ended."""
     before = set(threading.enumerate())
     sched = SamplingScheduler()
-    (thread,) = set(threading.enumerate()) - before
+    (thread,) = {t for t in threading.enumerate() if t.name == "localsession-sampler"} - before
     op = submit(sched, StubSession(StubEngine(delay=0.3)), seed=0)
     time.sleep(0.1)  # generating now
     sched.close()
