@@ -92,6 +92,7 @@ INTEGRATION = (
     "test_import_hygiene.py",
     "client/test_checkpoints.py::test_listing_latest_and_delete",
     "runtime/test_registry.py::test_a_killed_writer_leaves_no_package_and_no_corrupt_index",
+    "runtime/test_registry.py::test_opening_a_home_sweeps_only_writes_whose_process_is_gone",
     "test_isolation.py::test_subprocesses_inherit_the_isolation",
     "test_vocab.py::test_vocab_imports_nothing_heavy",
 )
