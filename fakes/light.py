@@ -6,9 +6,9 @@ are still exact for its own model:
 
 - The model is a bigram logit table over the 259 byte tokens: ``z[prev] = base[prev] +
   delta[prev]``. ``base`` rows are drawn lazily (seeded by the base-model name, the spec's
-  seed and the row), with the numeric fake's shape (``<eos>`` raised, ``<pad>``/``<bos>``
-  lowered). ``delta`` is the trainable table (one ``[V, V]`` parameter, zero at start, kept
-  by row).
+  seed and the row), with the numeric fake's shape (the EOS ``<|im_end|>`` raised,
+  ``<|endoftext|>``/``<|im_start|>`` lowered). ``delta`` is the trainable table (one
+  ``[V, V]`` parameter, zero at start, kept by row).
 - ``forward_backward`` reads its inputs through :func:`~localsession.numerics.inputs.read_datums`
   (the checks and messages of the torch engine), computes ``lp = log softmax(z / T)[target]``
   and the loss of docs/semantics.md#1 per token in closed form, with its gradient

@@ -5,8 +5,9 @@ the previous one. ``base`` ([V, V]) is frozen and seeded from the session's base
 and seed, so equal specs give equal models in every process. The adapter is the LoRA pair:
 ``A`` ([V, r], seeded) and ``B`` ([r, V], zeros), so a new session samples exactly like its
 base model, and LoRA+ / weight decay / clipping in the optimizer act on real LoRA matrices.
-The ``<eos>`` column of ``base`` is raised so unscripted completions are short (mean about
-15 tokens); ``<pad>`` and ``<bos>`` are made unlikely (but keep finite logprobs).
+The EOS (``<|im_end|>``) column of ``base`` is raised so unscripted completions are short
+(mean about 15 tokens); ``<|endoftext|>`` (padding) and ``<|im_start|>`` (BOS) are made
+unlikely (but keep finite logprobs).
 """
 
 from __future__ import annotations

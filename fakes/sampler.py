@@ -2,8 +2,9 @@
 
 A stream draws its tokens one at a time from ``table[previous token]``: temperature, then
 top-k, then top-p (the torch engine's own filters), with a private generator seeded
-``seed + i`` for sample i. It stops at ``<eos>`` or a stop string (the returned tokens include
-the token that ended it; ``stop_reason`` ``"stop"``) or at ``max_tokens`` (``"length"``).
+``seed + i`` for sample i. It stops at the EOS ``<|im_end|>`` or a stop string (matched in the
+text decoded with special tokens skipped, as the torch engine matches it; the returned tokens
+include the token that ended it; ``stop_reason`` ``"stop"``) or at ``max_tokens`` (``"length"``).
 Reported logprobs are log-softmax(logits / T) of each token before filtering (T = 0: greedy,
 T = 1 values). Scripted completions get the same truncation and, unless scripted too, the
 same logprobs.

@@ -21,9 +21,12 @@ fake model* (the weights the request samples, at the request's temperature, as t
 sampler reports them), so importance ratios start at 1, exactly as with real samples. Give
 ``Completion(..., logprobs=[...])`` to script them too; those are returned verbatim.
 
-**Stopping.** A text completion gets ``<eos>`` appended (``eos=False`` to leave it off), as
-a real completion ends. ``max_tokens`` and stop strings truncate scripted completions the
-way they truncate generated ones (``stop_reason`` ``"length"`` / ``"stop"``).
+**Stopping.** A text completion gets the EOS token ``<|im_end|>`` (id 258) appended
+(``eos=False`` to leave it off), as a real completion ends: its text decodes to
+``"...<|im_end|>"``, and to the plain text with ``skip_special_tokens=True``, exactly as the
+built-in models' tokenizer decodes a real completion. ``max_tokens`` and stop strings
+truncate scripted completions the way they truncate generated ones (``stop_reason``
+``"length"`` / ``"stop"``).
 """
 
 from __future__ import annotations
@@ -46,9 +49,9 @@ class Completion:
     text: str | None = None
     tokens: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None
-    #: Reported when the completion ends without ``<eos>``, a stop string or ``max_tokens``.
+    #: Reported when the completion ends without EOS, a stop string or ``max_tokens``.
     stop_reason: str = "stop"
-    #: Append ``<eos>`` to a text completion.
+    #: Append the EOS token (``<|im_end|>``) to a text completion.
     eos: bool = True
 
     def __post_init__(self) -> None:
@@ -61,7 +64,7 @@ class Completion:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids()):
             raise ValueError(
                 f"Completion has {len(self.token_ids())} tokens but {len(self.logprobs)} "
-                "logprobs; give one logprob per token (with eos=True that includes <eos>)"
+                "logprobs; give one logprob per token (with eos=True that includes the EOS token)"
             )
         if self.stop_reason not in ("stop", "length"):
             raise ValueError(
@@ -222,10 +225,13 @@ class Script:
 
 def stop_reason(tokens: list[int], stop: tuple[str, ...], max_tokens: int) -> str | None:
     """Why a fake engine's sample stream whose last token is ``tokens[-1]`` ends there, or
-    None to go on (both fake engines stop the same way)."""
+    None to go on (both fake engines stop the same way). Stop strings are matched in the text
+    decoded with special tokens skipped, as the torch engine matches them, so a sampled
+    ``<|endoftext|>`` never completes the stop string ``"e"``."""
     if tokens[-1] == EOS_ID:
         return "stop"
-    if stop and any(s and s in _TOKENIZER.decode(tokens) for s in stop):
+    text = _TOKENIZER.decode(tokens, skip_special_tokens=True) if stop else ""
+    if any(s and s in text for s in stop):
         return "stop"
     if len(tokens) >= max_tokens:
         return "length"

@@ -31,58 +31,36 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-PAD_ID = 256
-BOS_ID = 257
-EOS_ID = 258
-VOCAB_SIZE = 259
-MAX_POSITIONS = 2048
-
-PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
-
-#: The Qwen chat format with tool calls (the layout of Qwen2.5/Qwen3's own template, worded
-#: here afresh): a system turn only when one is given or ``tools`` are offered.
-CHAT_TEMPLATE = (
-    "{%- set has_system = messages and messages[0]['role'] == 'system' %}"
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\n' }}"
-    "{%- if has_system %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
-    "{{- '# Tools\\n\\nCall a function when it helps to answer. The functions you may call "
-    "are listed as JSON signatures inside <tools></tools>:\\n<tools>' }}"
-    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nTo call one, reply with a JSON object holding the function name "
-    "and its arguments inside <tool_call></tool_call> tags, one block per call:\\n"
-    '<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n'
-    "</tool_call><|im_end|>\\n' }}"
-    "{%- elif has_system %}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message['role'] == 'system' and loop.first %}"
-    "{%- elif message['role'] == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
-    "{%- for call in message['tool_calls'] or [] %}"
-    "{%- set fn = call['function'] if call['function'] is defined else call %}"
-    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
-    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
-    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}"
-    "{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
-    "{{- '}\\n</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- elif message['role'] == 'tool' %}"
-    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}"
-    "{{- '<|im_start|>user' }}"
-    "{%- endif %}"
-    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
-    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+from localsession.chat_format import (
+    BOS_ID,
+    BOS_TOKEN,
+    CHAT_TEMPLATE,
+    EOS_ID,
+    EOS_TOKEN,
+    MAX_POSITIONS,
+    PAD_ID,
+    PAD_TOKEN,
+    VOCAB_SIZE,
+    bytes_to_unicode,
 )
+
+__all__ = [
+    "BOS_ID",
+    "BOS_TOKEN",
+    "BUILTIN_SHAPES",
+    "CHAT_TEMPLATE",
+    "EOS_ID",
+    "EOS_TOKEN",
+    "MAX_POSITIONS",
+    "PAD_ID",
+    "PAD_TOKEN",
+    "VOCAB_SIZE",
+    "build_builtin",
+    "build_tokenizer",
+    "builtin_config",
+    "describe_builtin",
+    "save_builtin",
+]
 
 
 @dataclass(frozen=True)
@@ -136,27 +114,10 @@ def builtin_config(name: str) -> LlamaConfig:
     )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable-character map (what ByteLevel pre-tokenizes to)."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    chars = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            chars.append(256 + extra)
-            extra += 1
-    return {byte: chr(code) for byte, code in zip(printable, chars, strict=True)}
-
-
 def build_tokenizer(name: str = "") -> PreTrainedTokenizerFast:
     """The byte-level tokenizer shared by all built-in models (token id == byte value);
     ``name`` becomes its ``name_or_path`` (the model id it serves)."""
-    byte_chars = _bytes_to_unicode()
+    byte_chars = bytes_to_unicode()
     vocab = {byte_chars[b]: b for b in range(256)}
     # BPE with no merges: every pre-tokenized symbol (one byte) maps straight to its id.
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))

@@ -15,9 +15,11 @@ calls with. Retained artifacts keep their URI, as objects left in S3 would.
 
 A package is written whole into ``.tmp`` (engine files, then ``package.json``), then renamed
 to its version directory in one atomic ``rename``. A directory without ``package.json`` is
-never listed, so a crash at any point leaves no partial package visible; stale ``.tmp``
-entries are swept on start. Versions count up per group from 1, allocated under a lock (a
-thread lock plus an ``flock`` on the group, so two processes on one home never collide).
+never listed, so a crash at any point leaves no partial package visible; ``.tmp`` entries
+whose writer process no longer runs are swept on start (another process's write in progress
+is left alone). Versions count up per group from 1, allocated under a lock (a thread lock
+plus an ``flock`` on the group, so two processes on one home never collide).
+Only writes create directories, so reading a home (even a read-only one) creates nothing.
 """
 
 from __future__ import annotations
@@ -130,9 +132,12 @@ class Registry:
         self.region, self.account = region, account
         self._tmp = self.root / ".tmp"
         self._mutex = threading.Lock()
-        self._tmp.mkdir(parents=True, exist_ok=True)
-        for stale in self._tmp.iterdir():  # writes a crash interrupted
-            shutil.rmtree(stale, ignore_errors=True)
+        # Opening creates nothing (reading a read-only home works); ``.tmp`` is made by the
+        # first write. A sweep that cannot delete (a read-only home) leaves things as they are.
+        if self._tmp.is_dir():
+            for stale in self._tmp.iterdir():  # writes a crash interrupted
+                if not _writer_alive(stale.name):
+                    shutil.rmtree(stale, ignore_errors=True)
 
     def arn(self, group: str, version: int, region: str | None = None) -> str:
         """A package version's ARN, in ``region`` (default: the registry's)."""
@@ -215,7 +220,8 @@ class Registry:
         Its ARN names ``region`` (default the registry's); its S3 URI lies under
         ``s3_output_path`` (:func:`package_s3_uri`)."""
         group = group_name(group)
-        staging = self._tmp / uuid.uuid4().hex
+        staging = self._tmp / f"{os.getpid()}-{uuid.uuid4().hex}"
+        self._tmp.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
         try:
             write(staging)
@@ -287,7 +293,8 @@ class Registry:
             os.rename(source, target)
             os.rename(target / INDEX_FILE, target / RETAINED_FILE)
             return target, 0
-        doomed = self._tmp / f"deleted-{uuid.uuid4().hex}"
+        doomed = self._tmp / f"deleted-{os.getpid()}-{uuid.uuid4().hex}"
+        self._tmp.mkdir(parents=True, exist_ok=True)
         os.rename(source, doomed)
         count = sum(1 for _ in artifact_files(doomed))
         shutil.rmtree(doomed)
@@ -320,6 +327,22 @@ def artifact_files(folder: Path) -> Iterator[Path]:
             continue
         if path.is_file():
             yield path
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that made ``.tmp`` entry ``name`` (``[deleted-]<pid>-<id>``) still
+    runs: another process on this home may be writing that package right now, so only the
+    entries of dead writers (and unnamed ones, from older versions) are swept."""
+    pid = name.removeprefix("deleted-").split("-", 1)[0]
+    if not pid.isdigit() or not 0 < int(pid) < 2**31:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by someone else
+    return True
 
 
 def _info(data: dict[str, Any]) -> PackageInfo:

@@ -70,10 +70,14 @@ class SamplingScheduler:
             self._jobs.append(job)
             self._cond.notify()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop taking work and wait (up to ``timeout`` s) for the thread to finish its
+        current batch and end, so a closed service (or a mock's exit) leaves no thread."""
         with self._cond:
             self._closed = True
             self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
 
     def _take_batch(self) -> list[_Job] | None:
         """Wait for work; take the oldest job and every queued job batchable with it."""

@@ -127,3 +127,31 @@ def test_list_says_when_nothing_matched(tmp_path: Path) -> None:
         "run-a",
         "run-b",
     ]
+
+
+def test_list_reads_a_read_only_home_without_a_tmp_directory(tmp_path: Path) -> None:
+    """A home that has ``packages/`` but no ``packages/.tmp`` (copied, or made read-only after
+    its last write) lists its packages and is left exactly as it was. (As root, chmod does not
+    stop a write; the unchanged tree is what proves nothing was attempted.)"""
+    made = _fill(tmp_path)
+    (tmp_path / "packages" / ".tmp").rmdir()
+    before = _tree(tmp_path)
+    for path in [tmp_path, *tmp_path.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        done = run_cli("packages", "list", home=tmp_path)
+        show = run_cli("packages", "show", _arn("run-b", 2), home=tmp_path)
+    finally:
+        for path in [tmp_path, *tmp_path.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    listed = sorted(line.split("\t")[0].split("/", 1)[1] for line in done.stdout.splitlines())
+    assert listed == sorted(made)
+    assert show.returncode == 0, show.stderr
+    assert json.loads(show.stdout)["ModelPackageArn"] == _arn("run-b", 2)
+    assert _tree(tmp_path) == before
+
+
+def _arn(group: str, version: int) -> str:
+    return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:model-package/{group}/{version}"

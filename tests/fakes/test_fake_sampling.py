@@ -184,4 +184,5 @@ def test_the_tokenizer_round_trips_without_transformers(sampler: Any) -> None:
     ids = tok.encode("héllo")
     assert ids[0] == 257 and tok.decode(ids, skip_special_tokens=True) == "héllo"
     chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
-    assert tok.decode(chat) == "<bos><|user|>\nhi<eos>\n<|assistant|>\n"
+    rendered = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.decode(chat["input_ids"]) == rendered

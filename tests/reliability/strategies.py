@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-#: The built-in tiny model's vocabulary: 256 bytes plus <pad>, <bos>, <eos>.
+#: The built-in tiny model's vocabulary: 256 bytes plus <|endoftext|>, <|im_start|>, <|im_end|>.
 VOCAB = 259
 REGION, ACCOUNT = "us-west-2", "000000000000"
 SUBMIT, EXECUTE = "submit", "execute"

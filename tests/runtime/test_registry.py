@@ -86,3 +86,27 @@ def test_a_killed_writer_leaves_no_package_and_no_corrupt_index(tmp_path: Path) 
     assert [p.version for p in reopened.list(GROUP)] == [1]
     started = time.monotonic()
     assert parse_arn(make(reopened))[1] == 2 and time.monotonic() - started < 5
+
+
+def test_opening_a_home_sweeps_only_writes_whose_process_is_gone(tmp_path: Path) -> None:
+    """Two processes on one home: the second's registry must not delete the write the first
+    has in progress in ``.tmp``; leftovers of dead writers (and unnamed ones) are swept."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(done.stdout)
+    tmp = tmp_path / "packages" / ".tmp"
+    names = [
+        f"{os.getpid()}-inflight",
+        f"deleted-{os.getpid()}-x",
+        f"{dead}-crashed",
+        f"deleted-{dead}-x",
+        "0123abcd",
+    ]
+    for name in names:
+        (tmp / name).mkdir(parents=True)
+    Registry(tmp_path, "us-west-2", "000000000000")
+    assert sorted(p.name for p in tmp.iterdir()) == sorted(names[:2])

@@ -144,3 +144,16 @@ def test_sessions_never_generate_at_once(scheduler: SamplingScheduler) -> None:
         t.join()
     assert len(ops) == 15 and all(op.done.wait(10) for op in ops)
     assert all(op.status == COMPLETED for op in ops)  # a concurrent run would have failed
+
+
+def test_close_waits_for_the_running_batch_and_ends_the_thread() -> None:
+    """A closed scheduler leaves no thread behind (a mock's exit checks exactly that): close
+    returns once the batch in progress has finished and the thread has ended."""
+    before = set(threading.enumerate())
+    sched = SamplingScheduler()
+    (thread,) = {t for t in threading.enumerate() if t.name == "localsession-sampler"} - before
+    op = submit(sched, StubSession(StubEngine(delay=0.3)), seed=0)
+    time.sleep(0.1)  # generating now
+    sched.close()
+    assert not thread.is_alive()
+    assert op.done.is_set() and op.status == COMPLETED
