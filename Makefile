@@ -78,6 +78,7 @@ bench: $(SDK_STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check localsession fakes conformance tests examples bench
+	$(PY) -m ruff format --check localsession fakes conformance tests examples bench
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

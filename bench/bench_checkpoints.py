@@ -96,12 +96,21 @@ def collect(smoke: bool = False, runs: int = 20) -> list[Row]:
 
     short = model_name.split("/")[-1]
     out = []
-    for label, key, limit in (("save_state", "save", 50.0), ("load_state_with_optimizer",
-                                                              "load", 100.0)):
+    for label, key, limit in (
+        ("save_state", "save", 50.0),
+        ("load_state_with_optimizer", "load", 100.0),
+    ):
         ours, base = median(times[f"api {key}"]) * 1e3, median(times[f"raw {key}"]) * 1e3
         out.append(
-            Row(f"checkpoint: {label}, {short} (ms)", ours, "ms", f"≤ {limit:g} ms",
-                ours <= limit, base, ours / base)
+            Row(
+                f"checkpoint: {label}, {short} (ms)",
+                ours,
+                "ms",
+                f"≤ {limit:g} ms",
+                ours <= limit,
+                base,
+                ours / base,
+            )
         )
     return out
 

@@ -57,9 +57,7 @@ def median_of(fn: Callable[[], int], runs: int) -> tuple[float, int]:
     return statistics.median(times), tokens
 
 
-def api_paths(
-    sc: SamplingClient, max_tokens: int
-) -> tuple[Callable[[], int], Callable[[], int]]:
+def api_paths(sc: SamplingClient, max_tokens: int) -> tuple[Callable[[], int], Callable[[], int]]:
     """(concurrent, one-at-a-time) workloads through the public API; each returns tokens."""
 
     def params(i: int) -> SamplingParams:
@@ -93,8 +91,14 @@ def raw_generate(name: str, max_tokens: int) -> Callable[[], int]:
     def run() -> int:
         with torch.no_grad():
             out_NL = model.generate(
-                input_ids=ids_BL, attention_mask=mask_BL, do_sample=True, temperature=1.0,
-                top_k=0, top_p=1.0, max_new_tokens=max_tokens, num_return_sequences=NUM_SAMPLES,
+                input_ids=ids_BL,
+                attention_mask=mask_BL,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_tokens,
+                num_return_sequences=NUM_SAMPLES,
             )
         is_eos_NL = out_NL[:, width:] == EOS_ID
         # tokens up to and including the first EOS (generate pads the rest), else all
@@ -128,14 +132,23 @@ def bench_model(name: str, max_tokens: int, runs: int, home: Path) -> list[Row]:
     ):
         ratio = ours / base
         out.append(
-            Row(f"sampling 32×4, {short}: {label} (tok/s)", ours, "tok/s", f"≥ {target:g}×",
-                ratio >= target, base, ratio)
+            Row(
+                f"sampling 32×4, {short}: {label} (tok/s)",
+                ours,
+                "tok/s",
+                f"≥ {target:g}×",
+                ratio >= target,
+                base,
+                ratio,
+            )
         )
     return out
 
 
 def collect(
-    smoke: bool = False, max_tokens: int = 64, runs: int = 3,
+    smoke: bool = False,
+    max_tokens: int = 64,
+    runs: int = 3,
     models: tuple[str, ...] = ("tiny", "small"),
 ) -> list[Row]:
     """Every row (``smoke``: tiny only, 4 new tokens, one repetition)."""

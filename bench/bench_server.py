@@ -45,9 +45,7 @@ def _latest_finish(service: Service, session: str) -> float:
     return max(op.finished_at or 0.0 for op in ops)
 
 
-def http_latency_ms(
-    service: Service, sdk: Any, ts: Any, runs: int, repeat: int = 4
-) -> list[float]:
+def http_latency_ms(service: Service, sdk: Any, ts: Any, runs: int, repeat: int = 4) -> list[float]:
     """Completion-to-``result()`` latencies (ms) of ``runs`` forward_backward calls."""
     tokens = list(range(1, 257)) * repeat  # a forward_backward that runs ~100 ms, polled
     batch = [
@@ -145,8 +143,15 @@ def collect(smoke: bool = False, runs: int = 10) -> list[Row]:
     return [
         Row("HTTP latency p50, completion to result() (ms)", p50, "ms", "≤ 50 ms", p50 <= 50),
         Row("HTTP latency max (ms)", worst, "ms", "info", None),
-        Row("HTTP GRPO step, SDK over HTTP vs in-process (s)", over_http, "s", "≤ 1.3×",
-            ratio <= 1.3, in_process, ratio),
+        Row(
+            "HTTP GRPO step, SDK over HTTP vs in-process (s)",
+            over_http,
+            "s",
+            "≤ 1.3×",
+            ratio <= 1.3,
+            in_process,
+            ratio,
+        ),
     ]
 
 

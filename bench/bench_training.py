@@ -76,8 +76,12 @@ class RawLoop:
         base, _ = build_builtin(name)
         base.requires_grad_(False)
         config = LoraConfig(
-            r=RANK, lora_alpha=ALPHA, target_modules="all-linear", lora_dropout=0.0,
-            bias="none", task_type="CAUSAL_LM",
+            r=RANK,
+            lora_alpha=ALPHA,
+            target_modules="all-linear",
+            lora_dropout=0.0,
+            bias="none",
+            task_type="CAUSAL_LM",
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
@@ -155,8 +159,15 @@ def training_step_rows(
     ours, base = tokens / median(times["ours"]), tokens / median(times["raw"])
     ratio = ours / base
     return [
-        Row(f"training step {batch}×{length}, {short} (tok/s)", ours, "tok/s", "≥ 0.90×",
-            ratio >= 0.90, base, ratio)
+        Row(
+            f"training step {batch}×{length}, {short} (tok/s)",
+            ours,
+            "tok/s",
+            "≥ 0.90×",
+            ratio >= 0.90,
+            base,
+            ratio,
+        )
     ]
 
 
@@ -187,8 +198,14 @@ def overhead_rows(client: ServiceClient, runs: int) -> list[Row]:
         for q, limit in ((0.5, 0.5), (0.99, 1.0)):
             over = (quantile(api, q) - quantile(base, q)) * 1e3
             out.append(
-                Row(f"overhead p{round(q * 100)}: {label}, tiny (ms)", over, "ms",
-                    f"≤ {limit:g} ms", over <= limit, quantile(base, q) * 1e3)
+                Row(
+                    f"overhead p{round(q * 100)}: {label}, tiny (ms)",
+                    over,
+                    "ms",
+                    f"≤ {limit:g} ms",
+                    over <= limit,
+                    quantile(base, q) * 1e3,
+                )
             )
     return out
 
@@ -203,8 +220,15 @@ def growth_rows(
         need = first if prev == scales[0] else later
         ratio = rates[cur] / rates[prev]
         out.append(
-            Row(f"scaling: {what} tok/s at {cur}× vs {prev}× {unit_batch}", rates[cur],
-                "tok/s", f"≥ {need:.2f}×", ratio >= need, rates[prev], ratio)
+            Row(
+                f"scaling: {what} tok/s at {cur}× vs {prev}× {unit_batch}",
+                rates[cur],
+                "tok/s",
+                f"≥ {need:.2f}×",
+                ratio >= need,
+                rates[prev],
+                ratio,
+            )
         )
     return out
 
@@ -226,14 +250,17 @@ class SampleWorkload:
             )
             for i in range(self.n_prompts)
         ]
-        self.tokens = sum(
-            len(s.tokens) for f in futures for s in f.result(timeout=600).sequences
-        )
+        self.tokens = sum(len(s.tokens) for f in futures for s in f.result(timeout=600).sequences)
 
 
 def scaling_rows(
-    client: ServiceClient, runs: int, scales: tuple[int, ...], batch: int, length: int,
-    prompts: int, max_tokens: int,
+    client: ServiceClient,
+    runs: int,
+    scales: tuple[int, ...],
+    batch: int,
+    length: int,
+    prompts: int,
+    max_tokens: int,
 ) -> list[Row]:
     """Training and sampling tokens/s at each scale of the base batch (tiny, via the API)."""
     tc = client.create_lora_training_client("localsession/tiny", rank=RANK, alpha=ALPHA)
@@ -268,11 +295,20 @@ def collect(smoke: bool = False, runs: int = 10, overhead_runs: int = 300) -> li
         client = ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
         try:
             steps: list[Any] = [
-                *(lambda s=short: training_step_rows(client, s, runs, batch, length)
-                  for short in models),
+                *(
+                    lambda s=short: training_step_rows(client, s, runs, batch, length)
+                    for short in models
+                ),
                 lambda: overhead_rows(client, overhead_runs),
-                lambda: scaling_rows(client, runs, (1, 2) if smoke else (1, 4, 16), batch,
-                                     length, 1 if smoke else 4, 4 if smoke else 32),
+                lambda: scaling_rows(
+                    client,
+                    runs,
+                    (1, 2) if smoke else (1, 4, 16),
+                    batch,
+                    length,
+                    1 if smoke else 4,
+                    4 if smoke else 32,
+                ),
             ]
             for step in tqdm(steps, desc="bench_training", unit="part", disable=smoke):
                 out += step()

@@ -75,8 +75,9 @@ def token_rows(batch: int, length: int, vocab: int, seed: int) -> list[list[int]
     return torch.randint(0, vocab, (batch, length + 1), generator=gen).tolist()  # type: ignore[no-any-return]
 
 
-def parity(steps: int, model: str = "localsession/small", vocab: int = 256,
-           length: int = 64) -> bool:
+def parity(
+    steps: int, model: str = "localsession/small", vocab: int = 256, length: int = 64
+) -> bool:
     """Checks 1 and 3: CUDA/bf16 losses and logprobs against CPU/fp32; print and return
     the verdict."""
     from localsession.engine.loading import DEVICE_ENV
@@ -105,8 +106,9 @@ def parity(steps: int, model: str = "localsession/small", vocab: int = 256,
         rel = abs(gpu_loss - cpu_loss) / abs(cpu_loss)
         diffs = [
             abs(a - b)
-            for oc, og in zip(out["cpu"]["lossFnOutputs"], out["cuda"]["lossFnOutputs"],
-                              strict=True)
+            for oc, og in zip(
+                out["cpu"]["lossFnOutputs"], out["cuda"]["lossFnOutputs"], strict=True
+            )
             for a, b in zip(oc["logprobs"]["data"], og["logprobs"]["data"], strict=True)
         ]
         mean_diff = sum(diffs) / len(diffs)
@@ -133,9 +135,17 @@ def half_billion_engine() -> Any:
     from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
     config = LlamaConfig(
-        vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=26,
-        num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=4096,
-        tie_word_embeddings=False, pad_token_id=256, bos_token_id=257, eos_token_id=258,
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=26,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        pad_token_id=256,
+        bos_token_id=257,
+        eos_token_id=258,
     )
     device = torch.device("cuda")
     with torch.device(device):
@@ -145,16 +155,26 @@ def half_billion_engine() -> Any:
     spec = EngineSpec("gpu-check/llama-0.5b", rank=32, alpha=64)
     model = apply_lora(base, spec.rank, spec.alpha, spec.seed)
     loaded = LoadedModel(
-        model=model, tokenizer=build_tokenizer(), device=device, dtype=torch.bfloat16,
-        vocab_size=config.vocab_size, eos_ids=frozenset({258}), pad_id=256,
+        model=model,
+        tokenizer=build_tokenizer(),
+        device=device,
+        dtype=torch.bfloat16,
+        vocab_size=config.vocab_size,
+        eos_ids=frozenset({258}),
+        pad_id=256,
         resolved=ResolvedModel(name=spec.base_model, kind="builtin", target=spec.base_model),
     )
     return TorchEngine(spec, loaded=loaded), config
 
 
-def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None,
-               made: tuple[Any, Any] | None = None, sample_shape: tuple[int, int] = (32, 128),
-               ) -> None:
+def throughput(
+    batch: int,
+    seq: int,
+    steps: int,
+    peak_tflops: float | None,
+    made: tuple[Any, Any] | None = None,
+    sample_shape: tuple[int, int] = (32, 128),
+) -> None:
     """Checks 2 and 3: training tokens/s and MFU, then sampling tokens/s, on the 0.5B
     model (or on ``made``: an (engine, config) pair)."""
     import torch
@@ -186,14 +206,17 @@ def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None,
     seconds = (time.perf_counter() - started) / steps
     tokens_per_s = batch * seq / seconds
     flops_per_token = (
-        4 * (n_frozen - n_embed) + 6 * n_lora
+        4 * (n_frozen - n_embed)
+        + 6 * n_lora
         + 12 * config.num_hidden_layers * seq * config.hidden_size
     )
     achieved = tokens_per_s * flops_per_token
     name = torch.cuda.get_device_name()
     peak = peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    mfu = f"{100 * achieved / (peak * 1e12):.1f}% of {peak:g} TFLOP/s" if peak else (
-        "unknown peak (pass --peak-tflops)"
+    mfu = (
+        f"{100 * achieved / (peak * 1e12):.1f}% of {peak:g} TFLOP/s"
+        if peak
+        else ("unknown peak (pass --peak-tflops)")
     )
     print(
         f"training {batch}×{seq} on {name}: {seconds * 1e3:.1f} ms/step, "
@@ -212,8 +235,10 @@ def throughput(batch: int, seq: int, steps: int, peak_tflops: float | None,
     torch.cuda.synchronize()
     seconds = time.perf_counter() - started
     generated = sum(len(s["tokens"]) for r in out for s in r["sequences"])
-    print(f"sampling {prompts}×4 streams, ≤{new_tokens} new tokens: "
-          f"{generated / seconds:,.0f} tok/s ({seconds:.2f} s)")
+    print(
+        f"sampling {prompts}×4 streams, ≤{new_tokens} new tokens: "
+        f"{generated / seconds:,.0f} tok/s ({seconds:.2f} s)"
+    )
     engine.close()
 
 
@@ -254,16 +279,20 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("gpu_check: skip: no CUDA device (torch.cuda.is_available() is False); run it "
-              "on a GPU machine")
+        print(
+            "gpu_check: skip: no CUDA device (torch.cuda.is_available() is False); run it "
+            "on a GPU machine"
+        )
         return 0
     ok = parity(args.steps)
     throughput(args.batch, args.seq, max(args.steps, 5), args.peak_tflops)
     if not args.no_real:
         real_ok = real_model(args.steps, args.batch, args.seq, args.peak_tflops)
         ok = ok and real_ok is not False
-    print(f"gpu_check: {'pass' if ok else 'MISS'}: bf16 parity "
-          f"{'within' if ok else 'outside'} tolerance")
+    print(
+        f"gpu_check: {'pass' if ok else 'MISS'}: bf16 parity "
+        f"{'within' if ok else 'outside'} tolerance"
+    )
     return 0 if ok else 1
 
 

@@ -159,9 +159,7 @@ class LightEngine:
         if all("ref_log_prob" in d.columns for d in rows):
             metrics["actor/kl_ref"] = _mean(sums["ref"], sums["w"])
         lengths = [len(d.tokens) for d in rows]
-        return fwd_result_body(
-            lengths, lp_rows, loss_rows, metrics, {"actor/pg_loss": per_datum}
-        )
+        return fwd_result_body(lengths, lp_rows, loss_rows, metrics, {"actor/pg_loss": per_datum})
 
     def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
         self.gate.pass_through()
@@ -370,5 +368,3 @@ def _check_prompt(tokens: list[int], what: str) -> list[int]:
     if not tokens:
         raise EngineInputError(f"{what} must be a non-empty list of token ids")
     return token_ids(list(tokens), VOCAB_SIZE, what)
-
-

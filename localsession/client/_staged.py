@@ -23,13 +23,13 @@ from typing import Any, TypeVar
 from localsession.exceptions import TrainingSessionError
 from localsession.futures import DEFAULT_TIMEOUT, APIFuture, _Deadline, _limit_text, _Outcome
 
-_T = TypeVar("_T")
+_Value = TypeVar("_Value")
 
 # A wait that ran out (asyncio's is a distinct class before Python 3.11).
 _TIMED_OUT = (TimeoutError, asyncio.TimeoutError)
 
 
-class PendingAPIFuture(APIFuture[_T]):
+class PendingAPIFuture(APIFuture[_Value]):
     """A future whose submit is still running in the background.
 
     ``submit_future`` (a ``concurrent.futures.Future``) yields the op's ``APIFuture``, or the
@@ -45,7 +45,7 @@ class PendingAPIFuture(APIFuture[_T]):
         keepalive: Any = None,
         time_fn: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._submit_future: _ConcurrentFuture[APIFuture[_T]] = submit_future
+        self._submit_future: _ConcurrentFuture[APIFuture[_Value]] = submit_future
         self._operation_type, self._time_fn = operation_type, time_fn
         self._keepalive = keepalive
         self._outcome = _Outcome()
@@ -54,9 +54,9 @@ class PendingAPIFuture(APIFuture[_T]):
         what = f"{self._operation_type} operation"
         return TimeoutError(f"{what} was not submitted within {_limit_text(timeout)}")
 
-    def _inner(self, timeout: float | None = DEFAULT_TIMEOUT) -> APIFuture[_T]:
+    def _inner(self, timeout: float | None = DEFAULT_TIMEOUT) -> APIFuture[_Value]:
         try:
-            inner: APIFuture[_T] = self._submit_future.result(timeout)
+            inner: APIFuture[_Value] = self._submit_future.result(timeout)
             return inner
         except _ConcurrentTimeout:
             raise self._unsent(timeout) from None
@@ -79,11 +79,11 @@ class PendingAPIFuture(APIFuture[_T]):
         sent = self._submit_future
         return sent.done() and sent.exception() is None and sent.result().done()
 
-    def _late(self, inner: APIFuture[_T], timeout: float | None) -> TimeoutError:
+    def _late(self, inner: APIFuture[_Value], timeout: float | None) -> TimeoutError:
         what = f"{self._operation_type} operation {inner.operation_id}"
         return TimeoutError(f"{what} did not complete within {_limit_text(timeout)}")
 
-    def result(self, timeout: float | None = DEFAULT_TIMEOUT) -> _T:
+    def result(self, timeout: float | None = DEFAULT_TIMEOUT) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
         deadline = _Deadline(timeout, self._time_fn)
@@ -97,7 +97,7 @@ class PendingAPIFuture(APIFuture[_T]):
             raise
         return self._outcome.settle(lambda: value)  # type: ignore[no-any-return]
 
-    async def result_async(self, timeout: float | None = DEFAULT_TIMEOUT) -> _T:
+    async def result_async(self, timeout: float | None = DEFAULT_TIMEOUT) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
         deadline = _Deadline(timeout, self._time_fn)
@@ -116,7 +116,7 @@ class PendingAPIFuture(APIFuture[_T]):
         return self._outcome.settle(lambda: value)  # type: ignore[no-any-return]
 
 
-class CombinedFuture(APIFuture[_T]):
+class CombinedFuture(APIFuture[_Value]):
     """One future over the chunk futures of a split batch, folded by ``combine_fn``.
 
     Chunks are awaited in submission order, so the first failing chunk is the one reported.
@@ -124,8 +124,8 @@ class CombinedFuture(APIFuture[_T]):
 
     def __init__(
         self,
-        futures: list[APIFuture[_T]],
-        combine_fn: Callable[[list[_T]], _T],
+        futures: list[APIFuture[_Value]],
+        combine_fn: Callable[[list[_Value]], _Value],
         *,
         time_fn: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -153,11 +153,11 @@ class CombinedFuture(APIFuture[_T]):
             f"chunked operation {known} did not complete within {limit} ({parts} sub-operations)"
         )
 
-    def result(self, timeout: float | None = DEFAULT_TIMEOUT) -> _T:
+    def result(self, timeout: float | None = DEFAULT_TIMEOUT) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
         deadline = _Deadline(timeout, self._time_fn)
-        parts: list[_T] = []
+        parts: list[_Value] = []
         try:
             for part in self._futures:
                 parts.append(part.result(deadline.left()))
@@ -168,11 +168,11 @@ class CombinedFuture(APIFuture[_T]):
             raise
         return self._outcome.settle(lambda: self._combine_fn(parts))  # type: ignore[no-any-return]
 
-    async def result_async(self, timeout: float | None = DEFAULT_TIMEOUT) -> _T:
+    async def result_async(self, timeout: float | None = DEFAULT_TIMEOUT) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
         deadline = _Deadline(timeout, self._time_fn)
-        parts: list[_T] = []
+        parts: list[_Value] = []
         try:
             for part in self._futures:
                 parts.append(await part.result_async(deadline.left()))

@@ -49,8 +49,10 @@ class RuntimeFuture(APIFuture[_Value]):
         parse_fn: Callable[[dict[str, Any]], _Value],
     ) -> None:
         training, local = operation == _TRAINING, backend.in_process
-        read = backend.get_training_operation_result if training else (
-            backend.get_sampling_operation_result
+        read = (
+            backend.get_training_operation_result
+            if training
+            else (backend.get_sampling_operation_result)
         )
         APIFuture.__init__(
             self,
@@ -133,8 +135,10 @@ def submit(
     keepalive: Any,
 ) -> APIFuture[_Value]:
     """Queue one runtime op on ``submitter``; returns its future at once."""
-    execute = backend.execute_training_operation if operation == _TRAINING else (
-        backend.execute_sampling_operation
+    execute = (
+        backend.execute_training_operation
+        if operation == _TRAINING
+        else (backend.execute_sampling_operation)
     )
     checked: Exception | None = None
     try:

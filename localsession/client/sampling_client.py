@@ -69,11 +69,15 @@ class SamplingClient:
         # A client derived from a TrainingClient shares its session and submitter; one made
         # by ServiceClient.create_sampling_client owns both.
         self._owns_session, self._owns_submitter = session_handle is None, submitter is None
-        self._submitter = submitter if submitter is not None else BackgroundSubmitter(
-            name=f"localsession-sampling-{training_session_name}"
+        self._submitter = (
+            submitter
+            if submitter is not None
+            else BackgroundSubmitter(name=f"localsession-sampling-{training_session_name}")
         )
-        self._handle = session_handle if session_handle is not None else _SessionHandle(
-            training_session_name, service_client
+        self._handle = (
+            session_handle
+            if session_handle is not None
+            else _SessionHandle(training_session_name, service_client)
         )
         self._closed = False
 
@@ -152,8 +156,14 @@ class SamplingClient:
         request = {"operationConfig": config}
         name, op = self.training_session_name, "ExecuteSamplingOperation"
         return submit(
-            self._submitter, self._runtime, name, op, request, parse,
-            strict=self._strict, keepalive=self._handle,
+            self._submitter,
+            self._runtime,
+            name,
+            op,
+            request,
+            parse,
+            strict=self._strict,
+            keepalive=self._handle,
         )
 
     def _retire(self) -> None:

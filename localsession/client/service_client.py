@@ -161,9 +161,7 @@ class ServiceClient:
         chosen = model_package_group_arn or self._model_package_group_arn
         if chosen:
             return chosen
-        problem = (
-            "No model_package_group_arn provided and none set on ServiceClient."
-        )
+        problem = "No model_package_group_arn provided and none set on ServiceClient."
         raise ValueError(problem)
 
     def _package_summaries(self, group: str, max_results: Optional[int]) -> List[Dict[str, Any]]:
@@ -228,7 +226,9 @@ class ServiceClient:
             _log.warning(
                 "No %s package found in the %d most recent versions of group %s, but the group "
                 "has more; retry with a larger scan_limit.",
-                kind.value, len(recent), group,
+                kind.value,
+                len(recent),
+                group,
             )
         return None
 
@@ -274,33 +274,25 @@ class ServiceClient:
         return str(name)
 
     def create_training_client_from_state(
-        self,
-        model_package_arn: str,
-        **kwargs: Any
+        self, model_package_arn: str, **kwargs: Any
     ) -> TrainingClient:
         """A new session with the package's adapter loaded (the optimizer starts fresh)."""
         return self._client_from_state(model_package_arn, load_optimizer=False, kwargs=kwargs)
 
     async def create_training_client_from_state_async(
-        self,
-        model_package_arn: str,
-        **kwargs: Any
+        self, model_package_arn: str, **kwargs: Any
     ) -> TrainingClient:
         make = functools.partial(self.create_training_client_from_state, **kwargs)
         return await asyncio.to_thread(make, model_package_arn)
 
     def create_training_client_from_state_with_optimizer(
-        self,
-        model_package_arn: str,
-        **kwargs: Any
+        self, model_package_arn: str, **kwargs: Any
     ) -> TrainingClient:
         """A new session resuming a CHECKPOINT exactly: adapter and AdamW state."""
         return self._client_from_state(model_package_arn, load_optimizer=True, kwargs=kwargs)
 
     async def create_training_client_from_state_with_optimizer_async(
-        self,
-        model_package_arn: str,
-        **kwargs: Any
+        self, model_package_arn: str, **kwargs: Any
     ) -> TrainingClient:
         make = functools.partial(self.create_training_client_from_state_with_optimizer, **kwargs)
         return await asyncio.to_thread(make, model_package_arn)
@@ -375,9 +367,7 @@ class ServiceClient:
         )
 
     async def create_lora_training_client_async(
-        self,
-        base_model: str,
-        **kwargs: Any
+        self, base_model: str, **kwargs: Any
     ) -> TrainingClient:
         make = functools.partial(self.create_lora_training_client, **kwargs)
         return await asyncio.to_thread(make, base_model)

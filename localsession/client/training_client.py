@@ -226,9 +226,7 @@ class TrainingClient:
         name: Optional[str] = None,
     ) -> APIFuture[SaveStateResponse]:
         """Save adapter + optimizer state as a CHECKPOINT package, resumable later."""
-        _warn_ignored_save_args(
-            ttl_seconds=ttl_seconds, overwrite=overwrite or None, name=name
-        )
+        _warn_ignored_save_args(ttl_seconds=ttl_seconds, overwrite=overwrite or None, name=name)
         config = {"description": description} if description else {}
         remember = self._remembers(ModelPackageKind.CHECKPOINT)
         return self._submit({"saveState": config}, SaveStateResponse, record_fn=remember)
@@ -342,8 +340,14 @@ class TrainingClient:
             }
             name, op = self.training_session_name, "ExecuteTrainingOperation"
             return submit(
-                self._submitter, self._runtime, name, op, request, parse,
-                strict=self._strict, keepalive=self._handle,
+                self._submitter,
+                self._runtime,
+                name,
+                op,
+                request,
+                parse,
+                strict=self._strict,
+                keepalive=self._handle,
             )
 
     @property

@@ -154,9 +154,7 @@ def adapter_config_dict(model: Any, base_model_path: str | None) -> dict[str, An
     return config
 
 
-def write_adapter(
-    directory: Path, tensors: dict[str, Tensor], config: dict[str, Any]
-) -> None:
+def write_adapter(directory: Path, tensors: dict[str, Tensor], config: dict[str, Any]) -> None:
     """``adapter_model.safetensors`` (file keys) and ``adapter_config.json``."""
     save_file(tensors, str(directory / ADAPTER_WEIGHTS), metadata={"format": "pt"})
     text = json.dumps(config, indent=2, sort_keys=True, default=str)
@@ -168,7 +166,8 @@ def read_adapter(directory: str | Path, layout: AdapterLayout) -> dict[str, Tens
     path = Path(directory)
     if not path.is_dir():
         raise _error(
-            directory, "no such package directory",
+            directory,
+            "no such package directory",
             "pass the directory of a saved package (save_weights_for_sampler / save_state)",
         )
     fix = (
@@ -178,11 +177,13 @@ def read_adapter(directory: str | Path, layout: AdapterLayout) -> dict[str, Tens
     config = _read_json(path, ADAPTER_CONFIG, fix)
     rank, alpha = config.get("r"), config.get("lora_alpha")
     if rank != layout.rank:
-        raise _error(directory, f"the adapter has LoRA rank {rank}, this session {layout.rank}",
-                     fix)
+        raise _error(
+            directory, f"the adapter has LoRA rank {rank}, this session {layout.rank}", fix
+        )
     if not isinstance(alpha, (int, float)) or float(alpha) != layout.alpha:
-        raise _error(directory, f"the adapter has lora_alpha {alpha}, this session "
-                     f"{layout.alpha:g}", fix)
+        raise _error(
+            directory, f"the adapter has lora_alpha {alpha}, this session {layout.alpha:g}", fix
+        )
     if bool(config.get("use_rslora", False)) != layout.use_rslora:
         raise _error(directory, "the adapter's use_rslora differs from this session's", fix)
     tensors = _read_tensors(path, ADAPTER_WEIGHTS, fix)
@@ -291,8 +292,12 @@ def read_optimizer(
         raise _error(directory, f"{OPTIMIZER_CONFIG}: `steps` must map keys to counts", fix)
     unknown = sorted(set(steps) - set(layout.shapes))
     if unknown:
-        raise _error(directory, f"{OPTIMIZER_CONFIG} names {len(unknown)} parameter(s) this "
-                     f"adapter does not have (e.g. {unknown[0]!r})", fix)
+        raise _error(
+            directory,
+            f"{OPTIMIZER_CONFIG} names {len(unknown)} parameter(s) this "
+            f"adapter does not have (e.g. {unknown[0]!r})",
+            fix,
+        )
     last_params = None
     if meta.get("last_adam_params") is not None:
         try:
@@ -369,4 +374,3 @@ def _quiet_transformers() -> Iterator[None]:
     finally:
         if was_on:
             hf_logging.enable_progress_bar()
-

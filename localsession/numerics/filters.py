@@ -51,9 +51,7 @@ def top_p_filter(logits_SV: Tensor, p_S: Tensor) -> Tensor:
     return torch.empty_like(logits_SV).scatter_(-1, order_SV, sorted_SV)
 
 
-def filter_logits(
-    logits_SV: Tensor, temperature_S: Tensor, k_S: Tensor, p_S: Tensor
-) -> Tensor:
+def filter_logits(logits_SV: Tensor, temperature_S: Tensor, k_S: Tensor, p_S: Tensor) -> Tensor:
     """Temperature, then top-k, then top-p (on the renormalised top-k distribution)."""
     return top_p_filter(top_k_filter(apply_temperature(logits_SV, temperature_S), k_S), p_S)
 

@@ -60,9 +60,7 @@ def parse_loss_config(loss_fn: str, config: Mapping[str, Any] | None) -> ClipCon
     values = {"clip_low_threshold": low, "clip_high_threshold": high}
     for key, value in config.items():
         if key not in vocab.LOSS_CONFIG_RANGES:
-            raise EngineInputError(
-                f"loss_fn_config: unsupported key {key!r}; allowed keys: {keys}"
-            )
+            raise EngineInputError(f"loss_fn_config: unsupported key {key!r}; allowed keys: {keys}")
         lo_bound, hi_bound = vocab.LOSS_CONFIG_RANGES[key]
         if (
             isinstance(value, bool)

@@ -95,9 +95,7 @@ def ppo_clipped_side(
     """
     log_hi = math.log(clip_high)
     log_lo = math.log(clip_low) if clip_low > 0 else -math.inf
-    return torch.where(
-        advantages > 0, log_ratio > log_hi, (advantages < 0) & (log_ratio < log_lo)
-    )
+    return torch.where(advantages > 0, log_ratio > log_hi, (advantages < 0) & (log_ratio < log_lo))
 
 
 def importance_sampling(

@@ -184,5 +184,5 @@ def create_app(
             *chat_routes.routes(service),
             *admin.routes(service),
             *s3.routes(lambda: service.registry),
-        ]
+        ],
     )

@@ -104,8 +104,7 @@ def too_large(size: int | None = None) -> ServiceError:
     seen = f"request body of {size} bytes" if size is not None else "request body"
     return ServiceError(
         "ValidationException",
-        f"{seen} exceeds the {MAX_BODY_BYTES}-byte (64 MiB) limit; send fewer datums per "
-        "request",
+        f"{seen} exceeds the {MAX_BODY_BYTES}-byte (64 MiB) limit; send fewer datums per request",
         413,
     )
 

@@ -20,8 +20,13 @@ BENCHES = [p.stem for p in scripts()]
 
 
 def test_every_bench_script_is_covered() -> None:
-    assert {"bench_training", "bench_sampling", "bench_checkpoints", "bench_server",
-            "bench_fakes"} <= set(BENCHES)
+    assert {
+        "bench_training",
+        "bench_sampling",
+        "bench_checkpoints",
+        "bench_server",
+        "bench_fakes",
+    } <= set(BENCHES)
 
 
 @pytest.mark.parametrize("name", BENCHES)

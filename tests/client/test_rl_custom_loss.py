@@ -62,8 +62,10 @@ def column(datum: Any, key: str) -> torch.Tensor:
 
 def ce_loss(datums: list[Datum], lps: list[torch.Tensor]) -> torch.Tensor:
     """-Σ w·lp, written independently of the engine."""
-    return sum((-(column(d, "weights") * lp).sum() for d, lp in zip(datums, lps, strict=True)),
-               torch.zeros(()))
+    return sum(
+        (-(column(d, "weights") * lp).sum() for d, lp in zip(datums, lps, strict=True)),
+        torch.zeros(()),
+    )
 
 
 def is_loss(datums: list[Datum], lps: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -77,8 +79,10 @@ def is_loss(datums: list[Datum], lps: list[torch.Tensor]) -> tuple[torch.Tensor,
 
 @pytest.fixture
 def pair(relaxed: ServiceClient) -> Iterator[tuple[TrainingClient, TrainingClient]]:
-    with relaxed.create_lora_training_client(MODEL, rank=4, alpha=8) as a, \
-            relaxed.create_lora_training_client(MODEL, rank=4, alpha=8) as b:
+    with (
+        relaxed.create_lora_training_client(MODEL, rank=4, alpha=8) as a,
+        relaxed.create_lora_training_client(MODEL, rank=4, alpha=8) as b,
+    ):
         # one identical warm-up step, so the LoRA B matrices are non-zero and A gets gradient
         warm = make_datums(seed=99)
         for tc in (a, b):
@@ -132,8 +136,10 @@ def test_custom_importance_sampling_equals_builtin(
 ) -> None:
     a, b = pair
     plain = make_datums(seed=2)
-    lps = [o["logprobs"]["data"] for o in
-           b.forward(plain, "cross_entropy").result(timeout=60).loss_fn_outputs or []]
+    lps = [
+        o["logprobs"]["data"]
+        for o in b.forward(plain, "cross_entropy").result(timeout=60).loss_fn_outputs or []
+    ]
     datums = with_rl_inputs(plain, lps, seed=3)
     out = forward_backward_custom(a, datums, is_loss)
     builtin = b.forward_backward(datums, "importance_sampling").result(timeout=60)

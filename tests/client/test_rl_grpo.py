@@ -70,7 +70,10 @@ def test_grpo_three_steps(relaxed: ServiceClient) -> None:
             assert opt.metrics["grad_norm"] > 0
             sampler = tc.save_weights_and_get_sampling_client()
         # The weights moved: the first (base) sampler's logprobs no longer match the trainer's.
-        seq = first_sampler.sample(PROMPTS[0], sampling_params={**params, "seed": 1}).result(
-            timeout=60).sequences[0]
+        seq = (
+            first_sampler.sample(PROMPTS[0], sampling_params={**params, "seed": 1})
+            .result(timeout=60)
+            .sequences[0]
+        )
         stale = tc.forward([grpo_datum(PROMPTS[0], seq, 1.0)], "ppo").result(timeout=60)
         assert abs(stale.metrics["actor/ppo_kl"]) > 1e-3

@@ -50,7 +50,7 @@ def rl_datum(
 
 
 def completion_logprobs(out: Any, seqs: list[SampledSequence]) -> list[list[float]]:
-    return [o["logprobs"]["data"][len(PROMPT) - 1:] for o in out.loss_fn_outputs][: len(seqs)]
+    return [o["logprobs"]["data"][len(PROMPT) - 1 :] for o in out.loss_fn_outputs][: len(seqs)]
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
@@ -90,16 +90,22 @@ def test_temperature_relation_on_sampled_positions(tc: TrainingClient) -> None:
     params = SamplingParams(max_tokens=20, temperature=temperature, seed=9)
     (seq,) = sc.sample(PROMPT, sampling_params=params).result(timeout=60).sequences
     tokens = PROMPT + seq.tokens
-    alt = tokens[1:len(PROMPT)] + [(t + 101) % 256 for t in seq.tokens]
-    batch = [rl_datum(seq, temperature), rl_datum(seq, temperature, alt),
-             rl_datum(seq, 1.0), rl_datum(seq, 1.0, alt)]
+    alt = tokens[1 : len(PROMPT)] + [(t + 101) % 256 for t in seq.tokens]
+    batch = [
+        rl_datum(seq, temperature),
+        rl_datum(seq, temperature, alt),
+        rl_datum(seq, 1.0),
+        rl_datum(seq, 1.0, alt),
+    ]
     out = tc.forward(batch, "cross_entropy").result(timeout=60)
     lp_t_i, lp_t_j, lp_1_i, lp_1_j = completion_logprobs(out, [seq] * 4)
     assert lp_t_i == pytest.approx(seq.logprobs, abs=1e-4)  # sampler reports p_T
     for a, b, c, d in zip(lp_t_i, lp_t_j, lp_1_i, lp_1_j, strict=True):
         assert a - b == pytest.approx((c - d) / temperature, abs=1e-4)
-    assert any(abs((a - b) - (c - d)) > 0.1 for a, b, c, d in
-               zip(lp_t_i, lp_t_j, lp_1_i, lp_1_j, strict=True))  # T really matters here
+    assert any(
+        abs((a - b) - (c - d)) > 0.1
+        for a, b, c, d in zip(lp_t_i, lp_t_j, lp_1_i, lp_1_j, strict=True)
+    )  # T really matters here
 
 
 def record_batches(service: Service, tc: TrainingClient, monkeypatch: Any) -> list[int]:
@@ -136,8 +142,9 @@ def test_concurrent_requests_share_one_batch_without_changing_results(
     alone = sc.sample(prompts[target], num_samples=4, sampling_params=params(target))
     alone_seqs = alone.result(timeout=60).sequences
     assert sizes == [1]
-    futures = [sc.sample(p, num_samples=4, sampling_params=params(i))
-               for i, p in enumerate(prompts)]
+    futures = [
+        sc.sample(p, num_samples=4, sampling_params=params(i)) for i, p in enumerate(prompts)
+    ]
     results = [f.result(timeout=120) for f in futures]
     assert sum(sizes[1:]) == 32
     assert max(sizes[1:]) >= 16, f"concurrent requests were not batched: {sizes}"

@@ -42,10 +42,7 @@ def test_pipelined_ops_resolve_in_sequence_order(client: ServiceClient, service:
             futures.append(tc.optim_step(AdamParams(learning_rate=1e-3)))
         assert tc.current_sequence_number == 6
         results = [f.result(timeout=60) for f in futures]
-        ops = [
-            service.session(tc.training_session_name).ops[f.operation_id]
-            for f in futures
-        ]
+        ops = [service.session(tc.training_session_name).ops[f.operation_id] for f in futures]
         assert [op.seq for op in ops] == [1, 2, 3, 4, 5, 6]
         finished = [op.finished_at for op in ops]
         assert finished == sorted(finished)

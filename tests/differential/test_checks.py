@@ -16,17 +16,22 @@ from ._sdk import sdk
 ROLE = "arn:aws:iam::123456789012:role/differential"
 GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/differential"
 S3 = "s3://differential-bucket/out"
-ARN = (
-    "arn:aws:sagemaker:us-west-2:aws:hub-content/SageMakerPublicHub/Model/localsession-tiny/1.0.0"
-)
+ARN = "arn:aws:sagemaker:us-west-2:aws:hub-content/SageMakerPublicHub/Model/localsession-tiny/1.0.0"
 
 
 @pytest.fixture
 def no_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """No region, no credentials and no config anywhere: the SDK can reach no service."""
-    for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID",
-                "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
-                "AWS_ENDPOINT_URL_SAGEMAKER"):
+    for key in (
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_SAGEMAKER",
+    ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))

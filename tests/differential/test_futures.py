@@ -17,9 +17,7 @@ from hypothesis import strategies as st
 
 from ._sdk import our_exceptions, our_futures, outcome, sdk_exceptions, sdk_futures
 
-SETTINGS = settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 steps = st.one_of(
     st.tuples(st.just("status"), st.sampled_from(["Pending", "InProgress", "Weird", None])),

@@ -15,9 +15,7 @@ from hypothesis import strategies as st
 
 from ._sdk import our_inputs, our_types, ours, outcome, sdk, sdk_types, sdk_utils
 
-SETTINGS = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LOSSES = [None, "cross_entropy", "importance_sampling", "ppo", "cispo", "custom"]
 
 
@@ -132,9 +130,7 @@ def test_single_token_list_batch_alike(ids: list[int], shared: Any, loss: Any) -
 def test_prompts_coerce_alike(recipe: tuple[str, Any]) -> None:
     def run(utils: Any, module: Any) -> Any:
         element = _element(recipe, module)
-        return outcome(
-            lambda: utils.prompt_to_model_input(element, tokenizer_loader=ByteTokenizer)
-        )
+        return outcome(lambda: utils.prompt_to_model_input(element, tokenizer_loader=ByteTokenizer))
 
     _same_problem(run(our_inputs, ours), run(sdk_utils, sdk))
 

@@ -16,9 +16,7 @@ from hypothesis import strategies as st
 
 from ._sdk import our_types, ours, outcome, same_outcome, sdk, sdk_types
 
-SETTINGS = settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 logging.getLogger("localsession.types").setLevel(logging.ERROR)
 logging.getLogger("sagemaker.train.training_session.types").setLevel(logging.ERROR)
 
@@ -140,9 +138,22 @@ class _Foreign:
 @given(
     attrs=st.dictionaries(
         st.sampled_from(
-            ["model_input", "chunks", "prompt", "loss_fn_inputs", "weight", "tokens",
-             "learning_rate", "max_tokens", "temp", "subnets", "security_group_ids", "data",
-             "dtype", "shape"]
+            [
+                "model_input",
+                "chunks",
+                "prompt",
+                "loss_fn_inputs",
+                "weight",
+                "tokens",
+                "learning_rate",
+                "max_tokens",
+                "temp",
+                "subnets",
+                "security_group_ids",
+                "data",
+                "dtype",
+                "shape",
+            ]
         ),
         value,
         max_size=3,

@@ -36,9 +36,7 @@ class _SlowOptimizer:
 
 
 @pytest.fixture
-def slow_server(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[threading.Event]:
+def slow_server(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     release = threading.Event()
     config = ServiceConfig(
         home=tmp_path,

@@ -20,8 +20,10 @@ def make_datum(tokens: list[int], **inputs: list[Any]) -> dict[str, Any]:
         key: tensor_data(values, "int64" if key == "target_tokens" else "float32")
         for key, values in inputs.items()
     }
-    return {"modelInput": {"chunks": [{"tokens": tokens, "type": "encoded_text"}]},
-            "lossFnInputs": loss_inputs}
+    return {
+        "modelInput": {"chunks": [{"tokens": tokens, "type": "encoded_text"}]},
+        "lossFnInputs": loss_inputs,
+    }
 
 
 #: Metrics that time the op (engine/flops.py): they differ between two runs of one batch.

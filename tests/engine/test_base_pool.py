@@ -31,9 +31,7 @@ SMALL = "localsession/small"
 
 
 def _base_tensors(engine: TorchEngine) -> dict[str, torch.Tensor]:
-    return {
-        n: p for n, p in engine.model.named_parameters() if not p.requires_grad
-    }
+    return {n: p for n, p in engine.model.named_parameters() if not p.requires_grad}
 
 
 def test_sessions_share_base_storage(make_engine: Callable[..., TorchEngine]) -> None:

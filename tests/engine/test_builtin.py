@@ -71,11 +71,22 @@ def test_special_tokens_never_reach_the_text(tok: Any) -> None:
     ("name", "hidden", "layers", "heads", "kv_heads", "params"),
     [
         # embed + head: 2*259*h; per layer: attention + 3*h*i MLP + 2 norms; final norm
-        ("localsession/tiny", 128, 2, 4, 4, 2 * 259 * 128 + 2 * (4 * 128 * 128 + 3 * 128 * 512
-                                                                 + 2 * 128) + 128),
-        ("localsession/small", 256, 4, 8, 4, 2 * 259 * 256 + 4 * (2 * 256 * 256 + 2 * 256 * 128
-                                                                   + 3 * 256 * 1024 + 2 * 256)
-         + 256),
+        (
+            "localsession/tiny",
+            128,
+            2,
+            4,
+            4,
+            2 * 259 * 128 + 2 * (4 * 128 * 128 + 3 * 128 * 512 + 2 * 128) + 128,
+        ),
+        (
+            "localsession/small",
+            256,
+            4,
+            8,
+            4,
+            2 * 259 * 256 + 4 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 1024 + 2 * 256) + 256,
+        ),
     ],
 )
 def test_builtin_shapes(

@@ -54,8 +54,7 @@ def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
 
 
 def moments(engine: TorchEngine) -> dict[str, tuple[int, torch.Tensor, torch.Tensor]]:
-    return {n: (m.step, m.exp_avg, m.exp_avg_sq)
-            for n, m in engine.optimizer.named_state().items()}
+    return {n: (m.step, m.exp_avg, m.exp_avg_sq) for n, m in engine.optimizer.named_state().items()}
 
 
 def grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
@@ -140,8 +139,9 @@ def test_adapter_loads_with_plain_peft(
     loaded = PeftModel.from_pretrained(fresh, str(tmp_path))
     assert loaded.peft_config["default"].base_model_name_or_path is None  # no hub id
     for tokens in random_tokens(2, 30, seed=8):
-        torch.testing.assert_close(forward_logprobs(loaded, tokens),
-                                   engine_logprobs(engine, tokens), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            forward_logprobs(loaded, tokens), engine_logprobs(engine, tokens), atol=1e-5, rtol=0
+        )
 
 
 def test_merged_model_loads_alone_and_package_has_no_pickle(
@@ -163,8 +163,13 @@ def test_merged_model_loads_alone_and_package_has_no_pickle(
     torch.testing.assert_close(forward_logprobs(merged, tokens), before, atol=1e-5, rtol=0)
 
     top = {p.name for p in tmp_path.iterdir()}
-    assert top == {"adapter_config.json", "adapter_model.safetensors", "optimizer.json",
-                   "optimizer.safetensors", "merged"}
+    assert top == {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "optimizer.json",
+        "optimizer.safetensors",
+        "merged",
+    }
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert not [p for p in files if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".pickle")]
     for path in files:
@@ -184,21 +189,24 @@ def test_sampling_from_a_snapshot_is_isolated(
     engine.save_package(pkg, include_optimizer=False, merge_weights=False)
     requests = [SampleRequest(prompt=PROMPT, max_tokens=16, temperature=0.0, num_samples=1)]
     loaded = engine._loaded
-    live_sampler = BatchSampler(engine.model, loaded.tokenizer, loaded.eos_ids, loaded.pad_id,
-                                loaded.device)
+    live_sampler = BatchSampler(
+        engine.model, loaded.tokenizer, loaded.eos_ids, loaded.pad_id, loaded.device
+    )
     with torch.no_grad():  # reference: the live adapter, right after the save
         ref = live_sampler.run(requests)[0][0]
     ref_lp = engine.compute_logprobs(pkg, PROMPT)
-    torch.testing.assert_close(torch.tensor(ref_lp[1:]), engine_logprobs(engine, PROMPT)[:-1],
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(ref_lp[1:]), engine_logprobs(engine, PROMPT)[:-1], atol=1e-5, rtol=0
+    )
 
     for e in (engine, twin):  # move the live adapter well away from the snapshot
         train(e, [{"learningRate": 5e-2}] * 2, seed=40)
     live = adapter(engine)
     (out,) = engine.sample(pkg, requests)
     assert out["sequences"][0]["tokens"] == ref.tokens
-    torch.testing.assert_close(torch.tensor(out["sequences"][0]["logprobs"]),
-                               torch.tensor(ref.logprobs), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(out["sequences"][0]["logprobs"]), torch.tensor(ref.logprobs), atol=1e-5, rtol=0
+    )
     assert engine.compute_logprobs(pkg, PROMPT) == ref_lp
     assert_same(live, adapter(engine))  # restored bit for bit
     with torch.no_grad():

@@ -24,13 +24,15 @@ def rl_datums(seed: int, n: int = 8, length: int = 24) -> list[dict[str, Any]]:
     out = []
     for tokens in random_tokens(n, length, seed=seed):
         k = len(tokens)
-        out.append(make_datum(
-            tokens,
-            logprobs=(-5.6 + 1.4 * (torch.rand(k, generator=gen) - 0.5)).tolist(),
-            advantages=torch.randn(k, generator=gen).tolist(),
-            weights=[0.0] * 3 + torch.rand(k - 3, generator=gen).tolist(),
-            temperature=(0.5 + torch.rand(k, generator=gen)).tolist(),
-        ))
+        out.append(
+            make_datum(
+                tokens,
+                logprobs=(-5.6 + 1.4 * (torch.rand(k, generator=gen) - 0.5)).tolist(),
+                advantages=torch.randn(k, generator=gen).tolist(),
+                weights=[0.0] * 3 + torch.rand(k - 3, generator=gen).tolist(),
+                temperature=(0.5 + torch.rand(k, generator=gen)).tolist(),
+            )
+        )
     return out
 
 
@@ -84,16 +86,30 @@ def test_forward_and_forward_backward_bit_identical(
     fb = engine.forward_backward(datums, loss_fn, CONFIG, backward=True)
     # exact float equality, but for the accumulated gradient's norm
     assert outputs_without(fwd["lossFnOutputs"], "actor/grad_norm") == outputs_without(
-        fb["lossFnOutputs"], "actor/grad_norm")
+        fb["lossFnOutputs"], "actor/grad_norm"
+    )
     assert untimed(fwd["metrics"], "actor/grad_norm") == untimed(fb["metrics"], "actor/grad_norm")
-    assert set(fwd["metrics"]) == {"loss", "global_token_num", "actor/pg_clipfrac",
-                                   "actor/ppo_kl", "actor/pg_loss", "actor/grad_norm",
-                                   "estimated_flops", "promised_flops", "mfu"}
+    assert set(fwd["metrics"]) == {
+        "loss",
+        "global_token_num",
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "actor/pg_loss",
+        "actor/grad_norm",
+        "estimated_flops",
+        "promised_flops",
+        "mfu",
+    }
     assert set(fb["metrics"]) == set(fwd["metrics"])
     assert fb["metrics"]["estimated_flops"] == 3 * fwd["metrics"]["estimated_flops"]
-    assert set(fb["lossFnOutputs"][0]) == {"logprobs", "elementwise_loss", "actor/pg_loss",
-                                           "actor/pg_clipfrac", "actor/ppo_kl",
-                                           "actor/grad_norm"}
+    assert set(fb["lossFnOutputs"][0]) == {
+        "logprobs",
+        "elementwise_loss",
+        "actor/pg_loss",
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "actor/grad_norm",
+    }
 
 
 def test_temperature_input_matches_direct_computation(
@@ -108,28 +124,41 @@ def test_temperature_input_matches_direct_computation(
     with torch.no_grad():
         logits_TV = base(input_ids=torch.tensor([tokens])).logits[0].double()
     targets = torch.tensor(tokens[1:] + [0])
-    expected = torch.stack([
-        torch.log_softmax(logits_TV[t] / temps[t], dim=-1)[targets[t]] for t in range(len(tokens))
-    ])
+    expected = torch.stack(
+        [torch.log_softmax(logits_TV[t] / temps[t], dim=-1)[targets[t]] for t in range(len(tokens))]
+    )
     torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=0)
     plain = tiny_engine.forward([make_datum(tokens)], "cross_entropy", None)
-    assert plain["lossFnOutputs"][0]["logprobs"]["data"] != out["lossFnOutputs"][0]["logprobs"][
-        "data"]
+    assert (
+        plain["lossFnOutputs"][0]["logprobs"]["data"] != out["lossFnOutputs"][0]["logprobs"]["data"]
+    )
 
 
 def test_batch_invariance_with_31_others(tiny_engine: TorchEngine) -> None:
     """A request's tokens and logprobs are the same alone and batched with 31 others."""
-    target = SampleRequest(prompt=[257, *b"The target request"], num_samples=4, max_tokens=24,
-                           temperature=0.8, top_p=0.95, seed=77)
+    target = SampleRequest(
+        prompt=[257, *b"The target request"],
+        num_samples=4,
+        max_tokens=24,
+        temperature=0.8,
+        top_p=0.95,
+        seed=77,
+    )
     others = [
-        SampleRequest(prompt=[257, *f"other prompt number {i} {'x' * (i % 9)}".encode()],
-                      num_samples=1 + i % 4, max_tokens=8 + i, temperature=0.5 + (i % 5) / 4,
-                      top_k=-1 if i % 3 else 20, seed=i)
+        SampleRequest(
+            prompt=[257, *f"other prompt number {i} {'x' * (i % 9)}".encode()],
+            num_samples=1 + i % 4,
+            max_tokens=8 + i,
+            temperature=0.5 + (i % 5) / 4,
+            top_k=-1 if i % 3 else 20,
+            seed=i,
+        )
         for i in range(31)
     ]
     alone = tiny_engine.sample(None, [target])[0]
     batched = tiny_engine.sample(None, [*others[:13], target, *others[13:]])[13]
     for a, b in zip(alone["sequences"], batched["sequences"], strict=True):
         assert a["tokens"] == b["tokens"] and a["stopReason"] == b["stopReason"]
-        torch.testing.assert_close(torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-5, rtol=0
+        )

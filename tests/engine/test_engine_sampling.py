@@ -38,8 +38,12 @@ def test_fixed_seed_reproduces(tiny_engine: TorchEngine) -> None:
     # stream i uses seed + i: seed 124's first stream is seed 123's second stream (logprobs
     # only within float tolerance: the batch shapes differ)
     assert c[0]["sequences"][0]["tokens"] == a[0]["sequences"][1]["tokens"]
-    torch.testing.assert_close(torch.tensor(c[0]["sequences"][0]["logprobs"]),
-                               torch.tensor(a[0]["sequences"][1]["logprobs"]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(c[0]["sequences"][0]["logprobs"]),
+        torch.tensor(a[0]["sequences"][1]["logprobs"]),
+        atol=1e-5,
+        rtol=0,
+    )
 
 
 def test_streams_differ_and_have_one_logprob_per_token(tiny_engine: TorchEngine) -> None:
@@ -88,8 +92,9 @@ def test_greedy_matches_full_recompute(
         tokens.append(int(last.argmax()))
         logprobs.append(float(torch.log_softmax(last, -1)[tokens[-1]]))  # T = 1 values
     assert seq["tokens"] == tokens
-    torch.testing.assert_close(torch.tensor(seq["logprobs"]), torch.tensor(logprobs), atol=1e-5,
-                               rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(seq["logprobs"]), torch.tensor(logprobs), atol=1e-5, rtol=0
+    )
 
 
 def test_stop_string(tiny_engine: TorchEngine) -> None:
@@ -136,15 +141,22 @@ def test_batch_invariance(tiny_engine: TorchEngine) -> None:
     target = req(seed=21, num_samples=2, temperature=0.9, top_p=0.95, max_tokens=20)
     alone = tiny_engine.sample(None, [target])[0]
     others = [
-        req(prompt=[257, *b"A much longer prompt that pads the others on the left"], seed=1,
-            num_samples=3, max_tokens=12, temperature=1.3, top_k=5),
+        req(
+            prompt=[257, *b"A much longer prompt that pads the others on the left"],
+            seed=1,
+            num_samples=3,
+            max_tokens=12,
+            temperature=1.3,
+            top_k=5,
+        ),
         req(prompt=[257, 65], seed=2, temperature=0.0, max_tokens=30, stop=("e",)),
     ]
     batched = tiny_engine.sample(None, [others[0], target, others[1]])[1]
     for a, b in zip(alone["sequences"], batched["sequences"], strict=True):
         assert a["tokens"] == b["tokens"] and a["stopReason"] == b["stopReason"]
-        torch.testing.assert_close(torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-5, rtol=0
+        )
 
 
 def test_compute_logprobs_matches_forward(tiny_engine: TorchEngine) -> None:
@@ -170,8 +182,9 @@ def test_prompt_logprobs_and_topk(tiny_engine: TorchEngine, tiny_base: tuple[Any
     values, ids = logprobs.topk(3, dim=-1)
     for t in range(1, len(PROMPT)):
         assert [e["tokenId"] for e in topk[t]] == ids[t - 1].tolist()
-        torch.testing.assert_close(torch.tensor([e["logprob"] for e in topk[t]]), values[t - 1],
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor([e["logprob"] for e in topk[t]]), values[t - 1], atol=1e-5, rtol=0
+        )
     (plain,) = tiny_engine.sample(None, [req(max_tokens=1)])
     assert "promptLogprobs" not in plain and "topkPromptLogprobs" not in plain
 

@@ -21,9 +21,7 @@ ADAM = {"learningRate": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight
 
 
 def grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
-    return {
-        n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None
-    }
+    return {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
 
 
 def test_create_engine_returns_torch_engine() -> None:
@@ -49,12 +47,15 @@ def test_forward_matches_forward_backward_bit_for_bit(
     # the same but for the accumulated gradient's norm (none before, this pass's after)
     assert fwd["metrics"]["actor/grad_norm"] == 0.0
     assert outputs_without(fwd["lossFnOutputs"], "actor/grad_norm") == outputs_without(
-        fb["lossFnOutputs"], "actor/grad_norm")
+        fb["lossFnOutputs"], "actor/grad_norm"
+    )
     assert untimed(fwd["metrics"], "actor/grad_norm") == untimed(fb["metrics"], "actor/grad_norm")
     norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads(engine).values()]))
     assert fb["metrics"]["actor/grad_norm"] == pytest.approx(float(norm), rel=1e-6)
-    assert all(o["actor/grad_norm"]["data"] == [fb["metrics"]["actor/grad_norm"]]
-               for o in fb["lossFnOutputs"])
+    assert all(
+        o["actor/grad_norm"]["data"] == [fb["metrics"]["actor/grad_norm"]]
+        for o in fb["lossFnOutputs"]
+    )
 
 
 def test_outputs_shape_and_dtype(tiny_engine: TorchEngine) -> None:
@@ -87,8 +88,9 @@ def test_split_invariance(make_engine: Callable[..., TorchEngine]) -> None:
     a, b = whole.adapter_state_dict(), split.adapter_state_dict()
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0)
-    assert any(not torch.equal(v, make_engine(seed=4).adapter_state_dict()[k])
-               for k, v in a.items())  # the step did move the weights
+    assert any(
+        not torch.equal(v, make_engine(seed=4).adapter_state_dict()[k]) for k, v in a.items()
+    )  # the step did move the weights
 
 
 def test_gradients_accumulate_until_optim_step(make_engine: Callable[..., TorchEngine]) -> None:
@@ -133,27 +135,58 @@ def _single(tokens: list[int], **inputs: Any) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     ("datums_fn", "loss_fn", "needles"),
     [
-        (lambda t: _single(t, old_logprobs=[0.0] * len(t)), "cross_entropy",
-         ["datum 1", "old_logprobs", "target_tokens", "ref_log_prob"]),
+        (
+            lambda t: _single(t, old_logprobs=[0.0] * len(t)),
+            "cross_entropy",
+            ["datum 1", "old_logprobs", "target_tokens", "ref_log_prob"],
+        ),
         (lambda t: [make_datum(t)], "ppo", ["datum 0", "`logprobs` is missing"]),
-        (lambda t: [{"modelInput": {"chunks": [{"tokens": t}]},
-                     "lossFnInputs": {"weights": {"data": [1.0] * len(t)}}}], "cross_entropy",
-         ["datum 0", "target_tokens"]),
-        (lambda t: [make_datum(t), make_datum([*t[:-1], 259])], "cross_entropy",
-         ["datum 1", "259", "vocabulary"]),
-        (lambda t: _single(t, target_tokens=[-1] * len(t)), "cross_entropy",
-         ["datum 1", "target_tokens", "-1"]),
-        (lambda t: _single(t, weights=[1.0] * (len(t) + 1)), "cross_entropy",
-         ["datum 1", "`weights` has"]),
+        (
+            lambda t: [
+                {
+                    "modelInput": {"chunks": [{"tokens": t}]},
+                    "lossFnInputs": {"weights": {"data": [1.0] * len(t)}},
+                }
+            ],
+            "cross_entropy",
+            ["datum 0", "target_tokens"],
+        ),
+        (
+            lambda t: [make_datum(t), make_datum([*t[:-1], 259])],
+            "cross_entropy",
+            ["datum 1", "259", "vocabulary"],
+        ),
+        (
+            lambda t: _single(t, target_tokens=[-1] * len(t)),
+            "cross_entropy",
+            ["datum 1", "target_tokens", "-1"],
+        ),
+        (
+            lambda t: _single(t, weights=[1.0] * (len(t) + 1)),
+            "cross_entropy",
+            ["datum 1", "`weights` has"],
+        ),
         (lambda t: _single(t, weights=["x"] * len(t)), "cross_entropy", ["datum 1", "weights"]),
-        (lambda t: _single(t, weights=[float("nan")] * len(t)), "cross_entropy",
-         ["datum 1", "non-finite"]),
-        (lambda t: _single(t, temperature=[0.0] * len(t)), "cross_entropy",
-         ["datum 1", "temperature"]),
-        (lambda t: _single(t, target_tokens=[1.5] * len(t)), "cross_entropy",
-         ["datum 1", "target_tokens"]),
-        (lambda t: [make_datum(t), {"modelInput": {"chunks": []}}], "cross_entropy",
-         ["datum 1", "no tokens"]),
+        (
+            lambda t: _single(t, weights=[float("nan")] * len(t)),
+            "cross_entropy",
+            ["datum 1", "non-finite"],
+        ),
+        (
+            lambda t: _single(t, temperature=[0.0] * len(t)),
+            "cross_entropy",
+            ["datum 1", "temperature"],
+        ),
+        (
+            lambda t: _single(t, target_tokens=[1.5] * len(t)),
+            "cross_entropy",
+            ["datum 1", "target_tokens"],
+        ),
+        (
+            lambda t: [make_datum(t), {"modelInput": {"chunks": []}}],
+            "cross_entropy",
+            ["datum 1", "no tokens"],
+        ),
         (lambda t: [make_datum(t)], "dpo", ["dpo", "cross_entropy"]),
     ],
 )
@@ -189,8 +222,12 @@ def test_rl_metrics_at_ratio_one(tiny_engine: TorchEngine) -> None:
     token_lists = random_tokens(2, 20, seed=8)
     base = tiny_engine.forward([make_datum(t) for t in token_lists], "cross_entropy", None)
     datums = [
-        make_datum(t, logprobs=o["logprobs"]["data"], advantages=[0.5] * len(t),
-                   ref_log_prob=[v - 0.25 for v in o["logprobs"]["data"]])
+        make_datum(
+            t,
+            logprobs=o["logprobs"]["data"],
+            advantages=[0.5] * len(t),
+            ref_log_prob=[v - 0.25 for v in o["logprobs"]["data"]],
+        )
         for t, o in zip(token_lists, base["lossFnOutputs"], strict=True)
     ]
     for loss_fn in ("importance_sampling", "ppo", "cispo"):
@@ -236,8 +273,9 @@ def test_zero_lr_and_empty_step_keep_weights(make_engine: Callable[..., TorchEng
 )
 @given(
     length=st.integers(1, 12),
-    key=st.sampled_from(["target_tokens", "weights", "advantages", "logprobs", "temperature",
-                         "ref_log_prob"]),
+    key=st.sampled_from(
+        ["target_tokens", "weights", "advantages", "logprobs", "temperature", "ref_log_prob"]
+    ),
     delta=st.integers(-3, 3).filter(lambda d: d != 0),
     index=st.integers(0, 2),
 )

@@ -86,8 +86,9 @@ def test_cross_entropy_logprobs_grads_and_adamw_step(
     ref_grads = [p.grad for p in ref_params.values() if p.grad is not None]
     expected_norm = torch.sqrt(sum((g.double() ** 2).sum() for g in ref_grads)).item()
     assert abs(metrics["grad_norm"] - expected_norm) < 1e-4 * expected_norm
-    opt = torch.optim.AdamW(list(ref_params.values()), lr=1e-3, betas=(0.85, 0.99), eps=1e-8,
-                            weight_decay=0.05)
+    opt = torch.optim.AdamW(
+        list(ref_params.values()), lr=1e-3, betas=(0.85, 0.99), eps=1e-8, weight_decay=0.05
+    )
     opt.step()
     after = engine.adapter_state_dict()
     for name, p in ref_params.items():

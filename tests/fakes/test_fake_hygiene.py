@@ -82,9 +82,7 @@ def test_light_tier_loads_only_the_allowlist() -> None:
     }
     assert third_party <= ALLOWED, sorted(third_party - ALLOWED)
     torch_modules = [
-        m
-        for m in modules
-        if m.startswith(TORCH_PACKAGES) and m not in TORCH_FREE_NUMERICS
+        m for m in modules if m.startswith(TORCH_PACKAGES) and m not in TORCH_FREE_NUMERICS
     ]
     assert torch_modules == []
 

@@ -53,11 +53,13 @@ def test_top_p_order_independent_of_token_position() -> None:
 def test_filter_applies_top_p_after_top_k_renormalisation() -> None:
     logits = logp([0.4, 0.3, 0.2, 0.1])
     # top_p alone at 0.5: mass before token 1 is 0.4 < 0.5 -> two tokens
-    assert kept(filter_logits(logits, torch.tensor([1.0]), torch.tensor([-1]),
-                              torch.tensor([0.5]))) == [[0, 1]]
+    assert kept(
+        filter_logits(logits, torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([0.5]))
+    ) == [[0, 1]]
     # top_k = 2 first renormalises to [4/7, 3/7]; mass before token 1 is 4/7 >= 0.5 -> one
-    assert kept(filter_logits(logits, torch.tensor([1.0]), torch.tensor([2]),
-                              torch.tensor([0.5]))) == [[0]]
+    assert kept(
+        filter_logits(logits, torch.tensor([1.0]), torch.tensor([2]), torch.tensor([0.5]))
+    ) == [[0]]
 
 
 def test_filter_temperature_changes_nucleus() -> None:

@@ -76,8 +76,9 @@ def test_values_and_gradients_match_reference(loss_fn: str, seed: int) -> None:
         for i in range(len(lp))
     ]
     ref_grad = torch.autograd.grad(torch.stack(ref).sum(), ref_lp)
-    torch.testing.assert_close(ours.detach().double(), torch.stack(ref).detach(),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        ours.detach().double(), torch.stack(ref).detach(), atol=1e-5, rtol=1e-5
+    )
     torch.testing.assert_close(ours_grad.double(), torch.stack(ref_grad), atol=1e-5, rtol=1e-5)
 
 
@@ -113,8 +114,10 @@ def test_placeholder_logprobs_at_zero_weight_stay_finite(loss_fn: str) -> None:
     loss.sum().backward()
     assert lp.grad is not None and bool(torch.isfinite(lp.grad).all())
     assert float(loss[0].detach()) == 0.0 and float(lp.grad[0]) == 0.0
-    expected = [reference_term(loss_fn, lp[i].detach(), float(q[i]), float(adv[i]), float(w[i]))
-                for i in (1, 2)]
+    expected = [
+        reference_term(loss_fn, lp[i].detach(), float(q[i]), float(adv[i]), float(w[i]))
+        for i in (1, 2)
+    ]
     torch.testing.assert_close(loss[1:].detach(), torch.stack(expected))
     assert all(math.isfinite(v) for v in metrics.values())
     assert metrics["actor/ppo_kl"] == pytest.approx(((-2.1 + 2.0) + (-0.4 + 0.5)) / 2, abs=1e-6)

@@ -30,8 +30,13 @@ def test_matches_torch_adamw_over_several_steps() -> None:
     named = make_params()
     ref = [torch.nn.Parameter(p.detach().clone()) for _, p in named]
     opt = LoraAdamW(named)
-    ref_opt = torch.optim.AdamW(ref, lr=HP.learning_rate, betas=(HP.beta1, HP.beta2),
-                                eps=HP.eps, weight_decay=HP.weight_decay)
+    ref_opt = torch.optim.AdamW(
+        ref,
+        lr=HP.learning_rate,
+        betas=(HP.beta1, HP.beta2),
+        eps=HP.eps,
+        weight_decay=HP.weight_decay,
+    )
     for step in range(3):
         for (_, p), r, g in zip(named, ref, grads_for(step, named), strict=True):
             p.grad, r.grad = g.clone(), g.clone()
@@ -96,15 +101,27 @@ def test_step_with_nothing_accumulated_leaves_weights() -> None:
     opt.step(HP)  # builds momentum that would move the weights on another real step
     before = [p.detach().clone() for _, p in named]
     metrics = opt.step(HP)
-    assert metrics == {"learning_rate": HP.learning_rate, "grad_norm": 0.0,
-                       "num_params_updated": 0.0}
+    assert metrics == {
+        "learning_rate": HP.learning_rate,
+        "grad_norm": 0.0,
+        "num_params_updated": 0.0,
+    }
     for (_, p), p0 in zip(named, before, strict=True):
         assert torch.equal(p.detach(), p0)
 
 
 def test_from_wire_parses_all_fields() -> None:
-    hp = AdamHyperparams.from_wire({"learningRate": 1e-4, "beta1": 0.8, "beta2": 0.9, "eps": 1e-7,
-                               "weightDecay": 0, "gradClipNorm": 1.0, "loraPlusLrRatio": 8})
+    hp = AdamHyperparams.from_wire(
+        {
+            "learningRate": 1e-4,
+            "beta1": 0.8,
+            "beta2": 0.9,
+            "eps": 1e-7,
+            "weightDecay": 0,
+            "gradClipNorm": 1.0,
+            "loraPlusLrRatio": 8,
+        }
+    )
     assert hp == AdamHyperparams(1e-4, 0.8, 0.9, 1e-7, 0.0, 1.0, 8.0)
     assert AdamHyperparams.from_wire({"learningRate": 0}).weight_decay == 0.01  # SDK default
 

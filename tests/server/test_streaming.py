@@ -38,7 +38,10 @@ def test_first_chunk_arrives_while_decoding_is_held(
 ) -> None:
     oai: Any = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
     kwargs: dict[str, Any] = {
-        "model": session.training_session_name, "messages": MESSAGES, "max_tokens": 24, "seed": 3,
+        "model": session.training_session_name,
+        "messages": MESSAGES,
+        "max_tokens": 24,
+        "seed": 3,
     }
     held, released = threading.Event(), threading.Event()
     steps: list[int] = []
@@ -70,7 +73,9 @@ def test_first_chunk_arrives_while_decoding_is_held(
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     streamed_lps = [
-        t.logprob for c in chunks if c.choices and c.choices[0].logprobs
+        t.logprob
+        for c in chunks
+        if c.choices and c.choices[0].logprobs
         for t in c.choices[0].logprobs.content
     ]
     assert streamed_lps == [t.logprob for t in whole.choices[0].logprobs.content]
@@ -84,8 +89,12 @@ def test_concurrent_streams_are_batched_and_each_complete(
 
     def run(seed: int) -> None:
         stream = oai.chat.completions.create(
-            model=session.training_session_name, messages=MESSAGES, max_tokens=16, seed=seed,
-            stream=True, stop=["ab"],
+            model=session.training_session_name,
+            messages=MESSAGES,
+            max_tokens=16,
+            seed=seed,
+            stream=True,
+            stop=["ab"],
         )
         results[seed] = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
@@ -96,7 +105,10 @@ def test_concurrent_streams_are_batched_and_each_complete(
         t.join(60)
     for seed in range(4):
         whole = oai.chat.completions.create(
-            model=session.training_session_name, messages=MESSAGES, max_tokens=16, seed=seed,
+            model=session.training_session_name,
+            messages=MESSAGES,
+            max_tokens=16,
+            seed=seed,
             stop=["ab"],
         )
         assert results[seed] == whole.choices[0].message.content

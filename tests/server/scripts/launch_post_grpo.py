@@ -71,9 +71,7 @@ def main() -> None:
                         model_input=ModelInput.from_ints(tokens[:-1]),
                         loss_fn_inputs={
                             "target_tokens": TensorData(data=tokens[1:], dtype="int64"),
-                            "weights": TensorData(
-                                data=[0.0] * n_prompt + [1.0] * len(seq.tokens)
-                            ),
+                            "weights": TensorData(data=[0.0] * n_prompt + [1.0] * len(seq.tokens)),
                             "logprobs": TensorData(data=[0.0] * n_prompt + list(seq.logprobs)),
                             "advantages": TensorData(
                                 data=[0.0] * n_prompt + [advantage] * len(seq.tokens)
