@@ -120,7 +120,7 @@ def client(home: str, sessions: int = 4) -> Any:
     from localsession.runtime.service import Service, ServiceConfig
 
     service = Service(ServiceConfig(home=Path(home), max_sessions=sessions))
-    return service, ServiceClient(role_arn=ROLE, backend=service, strict=False)
+    return service, ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
 
 
 def api_step(tc: Any, rows: list[list[int]]) -> float:
@@ -284,7 +284,7 @@ def streaming_rows(name: str, max_tokens: int) -> list[Row]:
         with ServerThread(service) as url:
             from localsession import ServiceClient
 
-            svc = ServiceClient(role_arn=ROLE, backend=service, strict=False)
+            svc = ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
             tc = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
             oai: Any = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
             kwargs = {"model": tc.training_session_name, "max_tokens": max_tokens, "seed": 1,
