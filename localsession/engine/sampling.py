@@ -40,7 +40,7 @@ from localsession.numerics.filters import (  # noqa: F401 - re-exported for call
     top_p_filter,
 )
 from localsession.numerics.losses import token_logprobs
-from localsession.runtime.engine_api import SampleRequest
+from localsession.runtime.engine_api import SampleRequest, TokenCallback
 
 _SEED_MOD = 2**63
 #: Uniforms drawn per generator call (see ``SampledStream.next_uniform``).
@@ -101,6 +101,45 @@ def _output_cache(out: Any) -> Any:
     return out["cache"] if "cache" in out else out["past_key_values"]
 
 
+@dataclass
+class _Live:
+    """The running batch: its rows and their per-row tensors (S = rows)."""
+
+    rows: list[SampledStream]
+    cache: Any
+    logits_SV: Tensor
+    mask_SL: Tensor
+    last_S: Tensor
+    temp_S: Tensor
+    k_S: Tensor
+    p_S: Tensor
+
+
+def _joinable(cache: Any) -> bool:
+    """Whether rows can join ``cache``: a transformers ``DynamicCache`` whose layers are all
+    plain full-attention ``DynamicLayer`` s (keys/values [S, H, L, D])."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return False
+    layers: Any = getattr(cache, "layers", None)
+    return (
+        type(cache) is DynamicCache
+        and bool(layers)
+        and all(type(layer) is DynamicLayer and layer.keys is not None for layer in layers)
+    )
+
+
+def _pad_left(x: Tensor, width: int, dim: int = -1) -> Tensor:
+    """``x`` zero-padded at the start of ``dim`` to ``width``."""
+    missing = width - x.shape[dim]
+    if missing <= 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = missing
+    return torch.cat([x.new_zeros(shape), x], dim=dim)
+
+
 class BatchSampler:
     """Decodes a batch of ``SampleRequest`` s with one shared KV cache (no grad)."""
 
@@ -154,18 +193,10 @@ class BatchSampler:
         elif len(stream.tokens) >= stream.max_tokens:
             stream.stop_reason = "length"
 
-    @torch.no_grad()
-    def run(
-        self, requests: Sequence[SampleRequest], model: torch.nn.Module | None = None
-    ) -> list[list[SampledStream]]:
-        """Decode every stream of every request; returns the streams grouped per request.
-
-        ``model`` (default: the sampler's own) is what decodes: the engine passes a plain,
-        adapter-merged copy of the same architecture (``merged.py``).
-        """
-        model = model if model is not None else self.model
+    def _streams(self, requests: Sequence[SampleRequest], first: int) -> list[SampledStream]:
+        """The (request, sample i) streams of ``requests``, numbered from request ``first``."""
         streams: list[SampledStream] = []
-        for r, req in enumerate(requests):
+        for r, req in enumerate(requests, start=first):
             for i in range(req.num_samples):
                 # CPU generators: the same stream on every device, and no per-stream kernel
                 # launch on a GPU (the draws move to the device in one copy per step).
@@ -175,59 +206,145 @@ class BatchSampler:
                     SampledStream(r, i, len(req.prompt), req.temperature, req.top_k, req.top_p,
                             req.max_tokens, tuple(req.stop), gen)
                 )
-        grouped: list[list[SampledStream]] = [[] for _ in requests]
-        for s in streams:
-            grouped[s.request].append(s)
-            if s.max_tokens <= 0:
-                s.stop_reason = "length"
-        rows = [s for s in streams if s.stop_reason is None]  # the batch's rows, in order
-        if not rows:
-            return grouped
-        # Prefill each request once, then fan the cache out to that request's streams.
+                if req.max_tokens <= 0:
+                    streams[-1].stop_reason = "length"
+        return streams
+
+    def _start(
+        self, model: torch.nn.Module, requests: Sequence[SampleRequest], rows: list[SampledStream]
+    ) -> _Live:
+        """Prefill each request of ``rows`` once, then fan its cache out to its streams."""
         used = sorted({s.request for s in rows})
         logits_RV, cache, mask_RL, last_R = self._prefill(
             model, [requests[r].prompt for r in used]
         )
         row_of = {r: k for k, r in enumerate(used)}
         index = torch.tensor([row_of[s.request] for s in rows], device=self.device)
-        logits_SV, mask_SL, last_S = logits_RV[index], mask_RL[index], last_R[index]
         cache.batch_select_indices(index)
-        temp_S = torch.tensor([s.temperature for s in rows], device=self.device)
-        k_S = torch.tensor([s.top_k for s in rows], device=self.device)
-        p_S = torch.tensor([s.top_p for s in rows], device=self.device)
+        return _Live(
+            rows=rows, cache=cache, logits_SV=logits_RV[index], mask_SL=mask_RL[index],
+            last_S=last_R[index],
+            temp_S=torch.tensor([s.temperature for s in rows], device=self.device),
+            k_S=torch.tensor([s.top_k for s in rows], device=self.device),
+            p_S=torch.tensor([s.top_p for s in rows], device=self.device),
+        )
+
+    def _pick(self, live: _Live, callbacks: Sequence[TokenCallback | None]) -> Tensor:
+        """Choose and record one token for every live row of ``live``. -> chosen ids [S]."""
+        chosen_S, lp_S = self._choose(live.logits_SV, live.rows, live.temp_S, live.k_S, live.p_S)
+        for s, token, lp in zip(live.rows, chosen_S.tolist(), lp_S.tolist(), strict=True):
+            if s.stop_reason is None:
+                s.tokens.append(token)
+                s.logprobs.append(lp)
+                self._finish_check(s, token)
+                callback = callbacks[s.request]
+                if callback is not None:
+                    callback(s.index, token, lp)
+        return chosen_S
+
+    @torch.no_grad()
+    def run(
+        self,
+        requests: Sequence[SampleRequest],
+        model: torch.nn.Module | None = None,
+        admit: Callable[[], list[SampleRequest]] | None = None,
+    ) -> list[list[SampledStream]]:
+        """Decode every stream of every request; returns the streams grouped per request.
+
+        ``model`` (default: the sampler's own) is what decodes: the engine passes a plain,
+        adapter-merged copy of the same architecture (``merged.py``).
+
+        ``admit`` (continuous batching): called between decode steps, it returns requests
+        that arrived since (already checked); they are prefilled, choose their first token,
+        and join the running batch at the next step (their caches left-padded to a common
+        length, masked out). Their stream groups follow ``requests``' in the result, in
+        admission order. Only a model whose KV cache is a plain full-attention
+        ``DynamicCache`` admits; otherwise ``admit`` is never called.
+        """
+        model = model if model is not None else self.model
+        requests = list(requests)
+        grouped: list[list[SampledStream]] = [[] for _ in requests]
+        for s in self._streams(requests, 0):
+            grouped[s.request].append(s)
         callbacks = [req.on_token for req in requests]
+        rows = [s for g in grouped for s in g if s.stop_reason is None]  # the batch, in order
+        if not rows:
+            return grouped
+        live = self._start(model, requests, rows)
+        joinable = admit is not None and _joinable(live.cache)
         steps = 0
         while True:
-            chosen_S, lp_S = self._choose(logits_SV, rows, temp_S, k_S, p_S)
-            for s, token, lp in zip(rows, chosen_S.tolist(), lp_S.tolist(), strict=True):
-                if s.stop_reason is None:
-                    s.tokens.append(token)
-                    s.logprobs.append(lp)
-                    self._finish_check(s, token)
-                    callback = callbacks[s.request]
-                    if callback is not None:
-                        callback(s.index, token, lp)
+            chosen_S = self._pick(live, callbacks)
             steps += 1
             for hook in list(_STEP_HOOKS):
                 hook(steps)
+            if joinable and admit is not None:
+                chosen_S = self._admit(model, live, chosen_S, admit(), requests, grouped,
+                                       callbacks)
+            rows = live.rows
             keep = [j for j, s in enumerate(rows) if s.stop_reason is None]
             if not keep:
                 return grouped
             if len(rows) - len(keep) >= COMPACT_FRACTION * len(rows):
                 idx = torch.tensor(keep, device=self.device)
-                rows = [rows[j] for j in keep]
-                cache.batch_select_indices(idx)
-                chosen_S, mask_SL, last_S = chosen_S[idx], mask_SL[idx], last_S[idx]
-                temp_S, k_S, p_S = temp_S[idx], k_S[idx], p_S[idx]
-            mask_SL = torch.cat([mask_SL, mask_SL.new_ones(len(rows), 1)], dim=1)
-            last_S = last_S + 1
-            logits_SV, cache = self._step(
+                live.rows = [rows[j] for j in keep]
+                live.cache.batch_select_indices(idx)
+                chosen_S, live.mask_SL, live.last_S = chosen_S[idx], live.mask_SL[idx], \
+                    live.last_S[idx]
+                live.temp_S, live.k_S, live.p_S = live.temp_S[idx], live.k_S[idx], live.p_S[idx]
+            live.mask_SL = torch.cat([live.mask_SL, live.mask_SL.new_ones(len(live.rows), 1)],
+                                     dim=1)
+            live.last_S = live.last_S + 1
+            live.logits_SV, live.cache = self._step(
                 model,
                 input_ids=chosen_S.unsqueeze(-1),
-                attention_mask=mask_SL,
-                position_ids=last_S.unsqueeze(-1),
-                **{self.cache_kw: cache},
+                attention_mask=live.mask_SL,
+                position_ids=live.last_S.unsqueeze(-1),
+                **{self.cache_kw: live.cache},
             )
+
+    def _admit(
+        self,
+        model: torch.nn.Module,
+        live: _Live,
+        chosen_S: Tensor,
+        new: list[SampleRequest],
+        requests: list[SampleRequest],
+        grouped: list[list[SampledStream]],
+        callbacks: list[TokenCallback | None],
+    ) -> Tensor:
+        """Join ``new`` requests to the running batch ``live`` (see ``run``). -> the chosen
+        ids of every row, joined rows last."""
+        if not new:
+            return chosen_S
+        first = len(requests)
+        requests.extend(new)
+        callbacks.extend(req.on_token for req in new)
+        streams = self._streams(new, first)
+        grouped.extend([] for _ in new)
+        for s in streams:
+            grouped[s.request].append(s)
+        rows = [s for s in streams if s.stop_reason is None]
+        if not rows:
+            return chosen_S
+        joined = self._start(model, requests, rows)
+        joined_N = self._pick(joined, callbacks)
+        # both caches end at the newest position; pad the shorter on the left (masked out)
+        width = max(live.mask_SL.shape[1], joined.mask_SL.shape[1])
+        live.mask_SL = _pad_left(live.mask_SL, width)
+        joined.mask_SL = _pad_left(joined.mask_SL, width)
+        for mine, theirs in zip(live.cache.layers, joined.cache.layers, strict=True):
+            mine.keys = torch.cat([_pad_left(mine.keys, width, -2),
+                                   _pad_left(theirs.keys, width, -2)])
+            mine.values = torch.cat([_pad_left(mine.values, width, -2),
+                                     _pad_left(theirs.values, width, -2)])
+        live.rows = live.rows + rows
+        live.mask_SL = torch.cat([live.mask_SL, joined.mask_SL])
+        live.last_S = torch.cat([live.last_S, joined.last_S])
+        live.temp_S = torch.cat([live.temp_S, joined.temp_S])
+        live.k_S = torch.cat([live.k_S, joined.k_S])
+        live.p_S = torch.cat([live.p_S, joined.p_S])
+        return torch.cat([chosen_S, joined_N])
 
     def _choose(
         self, logits_SV: Tensor, rows: list[SampledStream], temp_S: Tensor, k_S: Tensor, p_S: Tensor

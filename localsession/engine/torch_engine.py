@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ from localsession.engine.train_step import loss_step
 from localsession.numerics.datums import parse_datums
 from localsession.numerics.losses import check_loss_fn, parse_loss_config
 from localsession.numerics.optim import AdamHyperparams, LoraAdamW
-from localsession.runtime.engine_api import EngineSpec, SampleRequest
+from localsession.runtime.engine_api import Admit, EngineSpec, SampleRequest
 
 
 class TorchEngine:
@@ -216,10 +217,14 @@ class TorchEngine:
 
     # -- sampling -----------------------------------------------------------------------
 
+    #: ``sample`` takes ``admit`` (engine_api.Admit: continuous batching)
+    admits_requests = True
+
     def sample(
-        self, weights: str | None, requests: list[SampleRequest]
+        self, weights: str | None, requests: list[SampleRequest], admit: Admit | None = None
     ) -> list[dict[str, Any]]:
-        """Run several sample requests as one batch (docs/semantics.md#3)."""
+        """Run several sample requests as one batch (docs/semantics.md#3); with ``admit``,
+        requests arriving meanwhile join it between decode steps (engine_api.Admit)."""
         self._check_open()
         checked = [
             check_request(i, r, self.vocab_size, self.max_positions)
@@ -227,14 +232,23 @@ class TorchEngine:
         ]
         if not checked:
             return []
+        joiner: Callable[[], list[SampleRequest]] | None = None
+        if admit is not None:
+            outer = admit
+
+            def joiner() -> list[SampleRequest]:
+                new = outer(lambda r: check_request(0, r, self.vocab_size, self.max_positions))
+                checked.extend(new)  # responses follow in admission order
+                return new
+
         key, snapshot = self._snapshots.get(weights)
         with self._mutex, torch.no_grad():
             decoder = self._decoder(key, snapshot)
             if decoder is not None:
-                grouped = self._sampler.run(checked, decoder)
+                grouped = self._sampler.run(checked, decoder, joiner)
             else:
                 with self._use_weights(snapshot):
-                    grouped = self._sampler.run(checked)
+                    grouped = self._sampler.run(checked, None, joiner)
             responses: list[dict[str, Any]] = [
                 {
                     "sequences": [

@@ -28,6 +28,13 @@ class EngineConfigError(Exception):
 #: never call it, and the final result is authoritative either way.
 TokenCallback = Callable[[int, int, float], None]
 
+#: ``admit(check)``: continuous batching. An engine whose ``admits_requests`` is true takes
+#: ``sample(..., admit=)`` and calls it between decode steps; it returns requests for the same
+#: weights that arrived since, each passed through ``check`` (the engine's validation; a
+#: request that fails it is finished by the caller and left out). The engine decodes them in
+#: the running batch and returns their responses after the batch's own, in admission order.
+Admit = Callable[[Callable[["SampleRequest"], "SampleRequest"]], list["SampleRequest"]]
+
 
 class EngineInputError(Exception):
     """An operation's inputs are well-formed on the wire but cannot be run.

@@ -13,6 +13,10 @@ generation instead of 32 sequential ones.
 - **Isolation:** each stream keeps its own seeded generator, so batching never changes a
   request's tokens. A batch that fails is re-run one request at a time, so a bad request
   fails alone and never takes its batch-mates down with it.
+- **Joining:** a burst split by the window (a preempted submitter on a loaded machine) is
+  not split into sequential batches: an engine that admits requests (``admits_requests``,
+  engine_api.Admit) takes jobs queued for the same session and weights into the running
+  batch between decode steps (continuous batching), each with its own prefill.
 - **One thread:** every generation runs on the scheduler's single thread, one batch at a
   time (parallel generation threads measured 2× slower than sequential on CPU). Sampling
   never waits on a session's training queue.
@@ -24,11 +28,12 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from localsession import vocab
 from localsession.runtime import errors
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.runtime.engine_api import Admit, EngineInputError, SampleRequest
 from localsession.runtime.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.session import Session
 
@@ -138,14 +143,58 @@ class SamplingScheduler:
         return True
 
     def _execute(self, batch: list[_Job]) -> None:
-        """Run a batch; if it fails as a whole, run its requests one by one (isolation)."""
-        if not self._run_batch(batch, report_errors=len(batch) == 1):
-            for job in batch:
-                self._run_batch([job], report_errors=True)
+        """Run a batch (jobs queued meanwhile may join it); if it fails as a whole, run its
+        requests one by one (isolation)."""
+        if not self._run_batch(batch, isolate=True):
+            for job in list(batch):
+                self._run_batch([job], isolate=False)
 
-    def _run_batch(self, batch: list[_Job], *, report_errors: bool) -> bool:
-        """Run one batch and finish its ops; False (nothing finished) if it failed and
-        ``report_errors`` is off."""
+    def _admitter(self, batch: list[_Job]) -> Admit:
+        """The ``admit`` callback of a running sample batch (engine_api.Admit): it takes the
+        jobs at the head of the queue that are batchable with ``batch`` (same session and
+        weights, within ``MAX_BATCH_SEQUENCES``), appends them to ``batch`` and hands the
+        engine their checked requests. A job failing the check finishes Failed alone. Only
+        the head is taken, so admission never jumps past other sessions' work."""
+        first = batch[0]
+
+        def admit(check: Callable[[SampleRequest], SampleRequest]) -> list[SampleRequest]:
+            taken: list[_Job] = []
+            with self._cond:
+                if self._closed:
+                    return []
+                budget = MAX_BATCH_SEQUENCES - sum(
+                    j.request.num_samples for j in batch if j.request is not None
+                )
+                while self._jobs:
+                    job = self._jobs[0]
+                    if not (
+                        job.session is first.session and job.weights == first.weights
+                        and job.request is not None and job.request.num_samples <= budget
+                    ):
+                        break
+                    taken.append(self._jobs.popleft())
+                    budget -= job.request.num_samples
+            admitted: list[SampleRequest] = []
+            for job in taken:
+                if not self._start(job):
+                    continue
+                assert job.request is not None
+                try:
+                    request = check(job.request)
+                except EngineInputError as exc:
+                    details = errors.op_error_details(exc, "sampling", (EngineInputError,))
+                    job.op.finish(FAILED, error=details)
+                    continue
+                batch.append(job)
+                admitted.append(request)
+            return admitted
+
+        return admit
+
+    def _run_batch(self, batch: list[_Job], *, isolate: bool) -> bool:
+        """Run one batch and finish its ops. With ``isolate`` the batch may grow (engines
+        that admit requests), and a failure of a batch of several jobs finishes nothing and
+        returns False, for the caller to run them one by one."""
         session = batch[0].session
         engine = session.engine
         assert engine is not None
@@ -157,9 +206,14 @@ class SamplingScheduler:
                 job.op.finish(COMPLETED, result={"logprobs": logprobs})
                 return True
             requests = [job.request for job in batch if job.request is not None]
-            responses = engine.sample(batch[0].weights, requests)
+            if isolate and getattr(engine, "admits_requests", False):
+                responses = engine.sample(  # type: ignore[call-arg]
+                    batch[0].weights, requests, admit=self._admitter(batch)
+                )
+            else:
+                responses = engine.sample(batch[0].weights, requests)
         except Exception as exc:  # noqa: BLE001 - one bad batch must not kill the scheduler
-            if not report_errors:
+            if isolate and len(batch) > 1:
                 return False
             if not isinstance(exc, EngineInputError):
                 logger.exception("sampling batch of %d requests crashed", len(batch))

@@ -157,3 +157,56 @@ def test_close_waits_for_the_running_batch_and_ends_the_thread() -> None:
     sched.close()
     assert not thread.is_alive()
     assert op.done.is_set() and op.status == COMPLETED
+
+
+class AdmittingStub(StubEngine):
+    """An engine that admits requests (continuous batching): its first batch waits until the
+    test has queued more jobs, then calls ``admit`` once; check refuses prompts starting -2."""
+
+    admits_requests = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running, self.queued = threading.Event(), threading.Event()
+
+    def sample(self, weights: str | None, requests: list[SampleRequest],
+               admit: Any = None) -> list[dict[str, Any]]:
+        if admit is not None and not self.batches:
+            self.running.set()
+            assert self.queued.wait(10)
+
+            def check(r: SampleRequest) -> SampleRequest:
+                if r.prompt[0] == -2:
+                    raise EngineInputError("request 0: token id -2 is outside the vocabulary")
+                return r
+
+            requests = requests + admit(check)
+        return super().sample(weights, requests)
+
+
+def test_jobs_queued_during_a_batch_join_it() -> None:
+    """Jobs of the same session and weights queued while a batch decodes join it (one engine
+    call); a joiner failing the engine's check fails alone; another session's job at the
+    head of the queue is not jumped over, and runs next."""
+    scheduler = SamplingScheduler(gather_quiet_s=0.0)
+    try:
+        engine = AdmittingStub()
+        session, other = StubSession(engine), StubSession(StubEngine())
+        first = submit(scheduler, session, seed=1)
+        assert engine.running.wait(10)
+        joiners = [submit(scheduler, session, seed=2),
+                   submit(scheduler, session, seed=3, prompt=[-2, 1]),
+                   submit(scheduler, session, seed=4)]
+        behind = [submit(scheduler, other, seed=5), submit(scheduler, session, seed=6)]
+        engine.queued.set()
+        ops = [first, *joiners, *behind]
+        assert all(op.done.wait(10) for op in ops)
+        assert engine.batches[0] == (None, [1, 2, 4])  # one call: the first and two joiners
+        assert [op.status for op in ops] == [COMPLETED, COMPLETED, FAILED, COMPLETED,
+                                             COMPLETED, COMPLETED]
+        assert "token id -2" in str(joiners[1].error)
+        results = [op.result["sequences"][0]["tokens"] for op in ops if op.result]
+        assert results == [[1], [2], [4], [5], [6]]
+        assert engine.batches[1:] == [(None, [6])]  # after the other session's job
+    finally:
+        scheduler.close()
