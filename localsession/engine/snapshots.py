@@ -4,8 +4,12 @@
 the live training weights (docs/semantics.md#3).
 
 - :class:`SnapshotCache` loads a package's adapter lazily (``checkpoint.read_sampling_adapter``)
-  and keeps the last ``SNAPSHOT_CACHE_SIZE`` (LRU), keyed by the adapter file's path, inode,
-  mtime and size, so a rewritten package is read again.
+  and keeps recently used ones (LRU), keyed by the adapter file's path, inode, mtime and size,
+  so a rewritten package is read again. It is bounded twice: at most ``SNAPSHOT_CACHE_SIZE``
+  snapshots, and at most ``LOCALSESSION_SNAPSHOT_CACHE_MB`` of tensors per session (default
+  256 MB; an adapter of rank 32 on every linear layer is about 40 MB at 135M parameters,
+  about 320 MB at 8B). A snapshot larger than the whole budget is not kept: each call reads
+  it again, so the bound holds whatever the adapter's size; 0 keeps nothing.
 - A package of the session's own rank and alpha becomes a plain ``{parameter name: tensor}``
   (CPU, the parameter's dtype); one of another rank or alpha a :class:`ForeignSnapshot` (on
   the parameter's device, with its own LoRA scale).
@@ -15,6 +19,7 @@ the live training weights (docs/semantics.md#3).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -34,6 +39,23 @@ from localsession.engine.merged import adapted_layers
 
 #: How many package snapshots ``sample`` keeps loaded (CPU memory, per engine).
 SNAPSHOT_CACHE_SIZE = 8
+#: Bytes of loaded snapshots per engine, in MB (``snapshot_cache_budget``).
+SNAPSHOT_CACHE_ENV = "LOCALSESSION_SNAPSHOT_CACHE_MB"
+DEFAULT_SNAPSHOT_CACHE_MB = 256
+
+
+def snapshot_cache_budget() -> int:
+    """The per-session snapshot budget in bytes, from ``LOCALSESSION_SNAPSHOT_CACHE_MB``."""
+    raw = os.environ.get(SNAPSHOT_CACHE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SNAPSHOT_CACHE_MB * 2**20
+    try:
+        mb = float(raw)
+    except ValueError:
+        raise ValueError(f"{SNAPSHOT_CACHE_ENV}={raw!r}: expected a size in MB, e.g. 256") from None
+    if not mb >= 0:
+        raise ValueError(f"{SNAPSHOT_CACHE_ENV}={raw!r}: must be a number of MB >= 0")
+    return int(mb * 2**20)
 
 #: (resolved path, inode, mtime_ns, size) of a package's adapter file
 SnapshotKey = tuple[str, int, int, int]
@@ -54,10 +76,13 @@ class SnapshotCache:
         layout: AdapterLayout,
         adapter: Mapping[str, torch.nn.Parameter],
         size: int = SNAPSHOT_CACHE_SIZE,
+        budget: int | None = None,
     ) -> None:
         self._layout = layout
         self._adapter = adapter
         self._size = size
+        #: bytes allowed; ``None``: ``snapshot_cache_budget()`` read at each insertion
+        self._budget = budget
         #: file key -> name -> tensor, least recently used first
         self._snapshots: OrderedDict[SnapshotKey, dict[str, torch.Tensor]] = OrderedDict()
         self._lock = threading.Lock()
@@ -92,16 +117,48 @@ class SnapshotCache:
             )
             snapshot.scaling = scaling
         if key is not None:
-            with self._lock:
-                self._snapshots[key] = snapshot
-                while len(self._snapshots) > self._size:
-                    self._snapshots.popitem(last=False)
+            self._keep(key, snapshot)
         return key, snapshot
+
+    @property
+    def budget(self) -> int:
+        """Bytes of snapshots this cache may hold."""
+        return self._budget if self._budget is not None else snapshot_cache_budget()
+
+    @property
+    def used(self) -> int:
+        """Bytes of snapshots held now."""
+        with self._lock:
+            return sum(_nbytes(t) for t in self._snapshots.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._snapshots)
+
+    def _keep(self, key: SnapshotKey, snapshot: dict[str, torch.Tensor]) -> None:
+        """Insert (most recently used), evicting least recently used ones until both bounds
+        hold; a snapshot over the whole byte budget is not kept."""
+        size, budget = _nbytes(snapshot), self.budget
+        with self._lock:
+            self._snapshots.pop(key, None)
+            if size > budget or self._size < 1:
+                return
+            used = sum(_nbytes(t) for t in self._snapshots.values())
+            while self._snapshots and (
+                used + size > budget or len(self._snapshots) >= self._size
+            ):
+                _, evicted = self._snapshots.popitem(last=False)
+                used -= _nbytes(evicted)
+            self._snapshots[key] = snapshot
 
     def clear(self) -> None:
         """Drop every loaded snapshot."""
         with self._lock:
             self._snapshots.clear()
+
+
+def _nbytes(tensors: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 @contextmanager
