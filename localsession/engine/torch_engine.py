@@ -18,9 +18,12 @@ update (engine_api threading contract).
   the base, the snapshot merged into the weights in float32, held in the process-wide
   ``MERGED_CACHE`` under its memory budget (a copy evicted from it is re-merged in place for
   the next snapshot; a copy larger than the budget is never made, and that snapshot decodes
-  through the peft model over the shared base instead). Prompt logprobs swap the snapshot
-  into the peft adapter under the lock and restore the live tensors bit for bit afterwards,
-  so they match ``forward``. A request's ``on_token`` hears each token as it is decoded.
+  through the peft model over the shared base instead). ``compute_logprobs`` reads the
+  same decoding model (so it agrees with the sampler's logprobs; with ``forward``'s to float
+  rounding, ~1e-6, for a merged snapshot, bit for bit for the base). Prompt logprobs of a
+  ``sample`` request swap the snapshot into the peft adapter under the lock and restore the
+  live tensors bit for bit afterwards, so they match ``forward``. A request's ``on_token``
+  hears each token as it is decoded. Requests may join a running batch (``admit``).
 - ``save_package`` / ``load_package`` (docs/semantics.md#5, file formats in ``checkpoint``):
   tensors are copied under the lock and written outside it; a load reads and checks every
   file before anything live changes, then copies into the existing parameters so the
@@ -315,9 +318,16 @@ class TorchEngine:
         """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
         self._check_open()
         ids = check_logprobs_prompt(tokens, self.vocab_size, self.max_positions)
-        _, snapshot = self._snapshots.get(weights)
-        with self._mutex, self._use_weights(snapshot), torch.no_grad():
-            values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)
+        key, snapshot = self._snapshots.get(weights)
+        with self._mutex, torch.no_grad():
+            # the model that decodes this snapshot (a merged copy: one matmul per linear
+            # layer, no adapter swap), so these match the sampler's logprobs
+            decoder = self._decoder(key, snapshot)
+            if decoder is not None:
+                values, _ = prompt_logprobs(decoder, ids, self._loaded.device, 0)
+            else:
+                with self._use_weights(snapshot):
+                    values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)
         self._trim(len(ids) * (self._token_bytes + 4 * self.vocab_size))
         return [None, *values[1:]]
 
