@@ -3,17 +3,18 @@
 ``TorchEngine.sample`` and ``compute_logprobs`` call these first: a bad prompt (not a list,
 empty, a non-integer, an id outside the vocabulary), a bad sampling parameter or a request
 longer than the model's context raises ``EngineInputError`` naming the request and the fix,
-and nothing in the engine has changed.
+and nothing in the engine has changed. Requests joining a running batch (``admitter``) are
+checked the same way, each as a lone request.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from localsession.numerics.datums import check_vocab, int_tensor
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.runtime.engine_api import Admit, EngineInputError, SampleRequest
 
 
 def check_prompt(tokens: Sequence[Any], vocab_size: int, what: str) -> list[int]:
@@ -64,3 +65,18 @@ def check_logprobs_prompt(
             f"{max_positions}; shorten it"
         )
     return ids
+
+
+def admitter(
+    admit: Admit, checked: list[SampleRequest], vocab_size: int, max_positions: int | None
+) -> Callable[[], list[SampleRequest]]:
+    """The sampler's joiner for the runtime's ``admit`` (engine_api.Admit): each request it
+    hands over is checked as a lone request 0 would be, and appended to ``checked`` (the
+    batch's responses follow that list, joiners in admission order)."""
+
+    def joiner() -> list[SampleRequest]:
+        new = admit(lambda r: check_request(0, r, vocab_size, max_positions))
+        checked.extend(new)
+        return new
+
+    return joiner

@@ -18,12 +18,12 @@ update (engine_api threading contract).
   the base, the snapshot merged into the weights in float32, held in the process-wide
   ``MERGED_CACHE`` under its memory budget (a copy evicted from it is re-merged in place for
   the next snapshot; a copy larger than the budget is never made, and that snapshot decodes
-  through the peft model over the shared base instead). ``compute_logprobs`` reads the
-  same decoding model (so it agrees with the sampler's logprobs; with ``forward``'s to float
-  rounding, ~1e-6, for a merged snapshot, bit for bit for the base). Prompt logprobs of a
-  ``sample`` request swap the snapshot into the peft adapter under the lock and restore the
-  live tensors bit for bit afterwards, so they match ``forward``. A request's ``on_token``
-  hears each token as it is decoded. Requests may join a running batch (``admit``).
+  through the peft model over the shared base instead). ``compute_logprobs`` reads that
+  decoding model too (it agrees with ``forward`` to ~1e-6 for a merged snapshot, exactly for
+  the base). Prompt logprobs of a ``sample`` request swap the snapshot into the peft adapter
+  under the lock and restore the live tensors bit for bit afterwards, so they match
+  ``forward``. A request's ``on_token`` hears each token as it is decoded; requests may join
+  a running batch (``admit``).
 - ``save_package`` / ``load_package`` (docs/semantics.md#5, file formats in ``checkpoint``):
   tensors are copied under the lock and written outside it; a load reads and checks every
   file before anything live changes, then copies into the existing parameters so the
@@ -39,7 +39,6 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ from localsession.engine.merged import (
     plain_model,
     remerge_,
 )
-from localsession.engine.request_checks import check_logprobs_prompt, check_request
+from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
 from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.train_step import loss_step
@@ -220,14 +219,12 @@ class TorchEngine:
 
     # -- sampling -----------------------------------------------------------------------
 
-    #: ``sample`` takes ``admit`` (engine_api.Admit: continuous batching)
-    admits_requests = True
+    admits_requests = True  #: ``sample`` takes ``admit`` (engine_api.Admit)
 
     def sample(
         self, weights: str | None, requests: list[SampleRequest], admit: Admit | None = None
     ) -> list[dict[str, Any]]:
-        """Run several sample requests as one batch (docs/semantics.md#3); with ``admit``,
-        requests arriving meanwhile join it between decode steps (engine_api.Admit)."""
+        """Run sample requests as one batch (docs/semantics.md#3), joined by ``admit`` s."""
         self._check_open()
         checked = [
             check_request(i, r, self.vocab_size, self.max_positions)
@@ -235,15 +232,7 @@ class TorchEngine:
         ]
         if not checked:
             return []
-        joiner: Callable[[], list[SampleRequest]] | None = None
-        if admit is not None:
-            outer = admit
-
-            def joiner() -> list[SampleRequest]:
-                new = outer(lambda r: check_request(0, r, self.vocab_size, self.max_positions))
-                checked.extend(new)  # responses follow in admission order
-                return new
-
+        joiner = admit and admitter(admit, checked, self.vocab_size, self.max_positions)
         key, snapshot = self._snapshots.get(weights)
         with self._mutex, torch.no_grad():
             decoder = self._decoder(key, snapshot)
@@ -320,8 +309,7 @@ class TorchEngine:
         ids = check_logprobs_prompt(tokens, self.vocab_size, self.max_positions)
         key, snapshot = self._snapshots.get(weights)
         with self._mutex, torch.no_grad():
-            # the model that decodes this snapshot (a merged copy: one matmul per linear
-            # layer, no adapter swap), so these match the sampler's logprobs
+            # the sampler's model (merged: one matmul per linear layer, no adapter swap)
             decoder = self._decoder(key, snapshot)
             if decoder is not None:
                 values, _ = prompt_logprobs(decoder, ids, self._loaded.device, 0)
