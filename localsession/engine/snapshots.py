@@ -57,6 +57,7 @@ def snapshot_cache_budget() -> int:
         raise ValueError(f"{SNAPSHOT_CACHE_ENV}={raw!r}: must be a number of MB >= 0")
     return int(mb * 2**20)
 
+
 #: (resolved path, inode, mtime_ns, size) of a package's adapter file
 SnapshotKey = tuple[str, int, int, int]
 
@@ -144,9 +145,7 @@ class SnapshotCache:
             if size > budget or self._size < 1:
                 return
             used = sum(_nbytes(t) for t in self._snapshots.values())
-            while self._snapshots and (
-                used + size > budget or len(self._snapshots) >= self._size
-            ):
+            while self._snapshots and (used + size > budget or len(self._snapshots) >= self._size):
                 _, evicted = self._snapshots.popitem(last=False)
                 used -= _nbytes(evicted)
             self._snapshots[key] = snapshot

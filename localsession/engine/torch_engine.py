@@ -176,9 +176,9 @@ class TorchEngine:
         clip = parse_loss_config(loss_fn, loss_fn_config)
         if not datums:
             return {"metrics": {"loss": 0.0, "global_token_num": 0.0}, "lossFnOutputs": []}
+        m = self._loaded
         batch = parse_datums(
-            datums, loss_fn, self._loaded.vocab_size, self._loaded.pad_id, self._loaded.device,
-            max_length=self.max_positions,
+            datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions
         )
         grad_mode: AbstractContextManager[Any] = (
             torch.enable_grad() if backward else torch.no_grad()
@@ -187,8 +187,7 @@ class TorchEngine:
             with self._mutex, grad_mode:
                 start = time.perf_counter()
                 result = loss_step(
-                    self._loaded.model, self._adapter, batch, loss_fn, clip, backward,
-                    self._loaded.device, self.vocab_size,
+                    m.model, self._adapter, batch, loss_fn, clip, backward, m.device, m.vocab_size
                 )
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:
@@ -227,8 +226,7 @@ class TorchEngine:
         """Run sample requests as one batch (docs/semantics.md#3), joined by ``admit`` s."""
         self._check_open()
         checked = [
-            check_request(i, r, self.vocab_size, self.max_positions)
-            for i, r in enumerate(requests)
+            check_request(i, r, self.vocab_size, self.max_positions) for i, r in enumerate(requests)
         ]
         if not checked:
             return []
@@ -321,17 +319,14 @@ class TorchEngine:
 
     # -- packages -----------------------------------------------------------------------
 
-    def save_package(
-        self, directory: str, *, include_optimizer: bool, merge_weights: bool
-    ) -> None:
+    def save_package(self, directory: str, *, include_optimizer: bool, merge_weights: bool) -> None:
         """Write the adapter (+ optimizer state, + merged model) into ``directory``."""
         self._check_open()
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
         with self._mutex:
             adapter = {
-                file_key(name): p.detach().to("cpu", copy=True)
-                for name, p in self._adapter.items()
+                file_key(name): p.detach().to("cpu", copy=True) for name, p in self._adapter.items()
             }
             moments = self._optimizer.named_state() if include_optimizer else {}
             last_params = self._optimizer.last_params

@@ -23,6 +23,7 @@ class EngineConfigError(Exception):
     as one line, without a traceback.
     """
 
+
 #: ``on_token(sample_index, token_id, logprob)``: called by the engine as each token of a
 #: request's sample ``sample_index`` is decoded (streaming); engines that cannot stream
 #: never call it, and the final result is authoritative either way.

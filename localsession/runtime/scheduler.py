@@ -168,8 +168,10 @@ class SamplingScheduler:
                 while self._jobs:
                     job = self._jobs[0]
                     if not (
-                        job.session is first.session and job.weights == first.weights
-                        and job.request is not None and job.request.num_samples <= budget
+                        job.session is first.session
+                        and job.weights == first.weights
+                        and job.request is not None
+                        and job.request.num_samples <= budget
                     ):
                         break
                     taken.append(self._jobs.popleft())

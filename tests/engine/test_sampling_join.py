@@ -14,8 +14,9 @@ from localsession.runtime.engine_api import EngineInputError, SampleRequest
 
 LONG = [257, *b"A much longer prompt than the running context has so far, by far"]
 SHORT = [257, 65]
-RUNNING = SampleRequest(prompt=[257, *b"Once upon a time"], num_samples=2, max_tokens=20,
-                        seed=5, temperature=0.9)
+RUNNING = SampleRequest(
+    prompt=[257, *b"Once upon a time"], num_samples=2, max_tokens=20, seed=5, temperature=0.9
+)
 JOINERS = [
     SampleRequest(prompt=LONG, num_samples=3, max_tokens=12, seed=1, temperature=1.3, top_k=5),
     SampleRequest(prompt=SHORT, num_samples=1, max_tokens=25, seed=2, temperature=0.0),
@@ -26,8 +27,9 @@ JOINERS = [
 def assert_same(alone: dict, joined: dict) -> None:
     for a, b in zip(alone["sequences"], joined["sequences"], strict=True):
         assert a["tokens"] == b["tokens"] and a["stopReason"] == b["stopReason"]
-        torch.testing.assert_close(torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-5, rtol=0
+        )
 
 
 def test_admitted_requests_decode_as_alone(tiny_engine: TorchEngine) -> None:
@@ -63,7 +65,6 @@ def test_admission_check_is_the_engines(tiny_engine: TorchEngine) -> None:
                 seen.append(str(exc))
         return []
 
-    out = tiny_engine.sample(None, [SampleRequest(prompt=SHORT, max_tokens=3, seed=1)],
-                             admit=admit)
+    out = tiny_engine.sample(None, [SampleRequest(prompt=SHORT, max_tokens=3, seed=1)], admit=admit)
     assert len(out) == 1 and len(out[0]["sequences"][0]["tokens"]) == 3
     assert seen and "request 0" in seen[0]

@@ -32,8 +32,13 @@ class StubEngine:
             time.sleep(self.delay)
             if any(r.prompt[0] == -1 for r in requests):
                 raise EngineInputError("prompt holds token id -1")
-            return [{"sequences": [{"stopReason": "length", "tokens": [r.seed],
-                                    "logprobs": [-1.0]}] * r.num_samples} for r in requests]
+            return [
+                {
+                    "sequences": [{"stopReason": "length", "tokens": [r.seed], "logprobs": [-1.0]}]
+                    * r.num_samples
+                }
+                for r in requests
+            ]
         finally:
             GENERATING.release()
 
@@ -59,8 +64,13 @@ def scheduler() -> Iterator[SamplingScheduler]:
     sched.close()
 
 
-def submit(sched: SamplingScheduler, session: Any, seed: int, weights: str | None = None,
-           prompt: list[int] | None = None) -> Operation:
+def submit(
+    sched: SamplingScheduler,
+    session: Any,
+    seed: int,
+    weights: str | None = None,
+    prompt: list[int] | None = None,
+) -> Operation:
     op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
     request = SampleRequest(prompt=prompt or [1, 2], num_samples=4, seed=seed)
     sched.submit(make_job(session, op, weights, request, request.prompt))
@@ -112,8 +122,9 @@ def test_batches_group_by_weights_and_queue_while_busy(scheduler: SamplingSchedu
     session = StubSession(engine)
     first = submit(scheduler, session, seed=0)
     time.sleep(0.1)  # the first batch is generating now; the rest queue behind it
-    ops = [submit(scheduler, session, seed=i, weights="pkg" if i % 2 else None)
-           for i in range(1, 7)]
+    ops = [
+        submit(scheduler, session, seed=i, weights="pkg" if i % 2 else None) for i in range(1, 7)
+    ]
     assert first.done.wait(5) and all(op.done.wait(5) for op in ops)
     # oldest job first: seed 1 (pkg) leads the second batch
     assert engine.batches == [(None, [0]), ("pkg", [1, 3, 5]), (None, [2, 4, 6])]
@@ -169,8 +180,9 @@ class AdmittingStub(StubEngine):
         super().__init__()
         self.running, self.queued = threading.Event(), threading.Event()
 
-    def sample(self, weights: str | None, requests: list[SampleRequest],
-               admit: Any = None) -> list[dict[str, Any]]:
+    def sample(
+        self, weights: str | None, requests: list[SampleRequest], admit: Any = None
+    ) -> list[dict[str, Any]]:
         if admit is not None and not self.batches:
             self.running.set()
             assert self.queued.wait(10)
@@ -194,16 +206,24 @@ def test_jobs_queued_during_a_batch_join_it() -> None:
         session, other = StubSession(engine), StubSession(StubEngine())
         first = submit(scheduler, session, seed=1)
         assert engine.running.wait(10)
-        joiners = [submit(scheduler, session, seed=2),
-                   submit(scheduler, session, seed=3, prompt=[-2, 1]),
-                   submit(scheduler, session, seed=4)]
+        joiners = [
+            submit(scheduler, session, seed=2),
+            submit(scheduler, session, seed=3, prompt=[-2, 1]),
+            submit(scheduler, session, seed=4),
+        ]
         behind = [submit(scheduler, other, seed=5), submit(scheduler, session, seed=6)]
         engine.queued.set()
         ops = [first, *joiners, *behind]
         assert all(op.done.wait(10) for op in ops)
         assert engine.batches[0] == (None, [1, 2, 4])  # one call: the first and two joiners
-        assert [op.status for op in ops] == [COMPLETED, COMPLETED, FAILED, COMPLETED,
-                                             COMPLETED, COMPLETED]
+        assert [op.status for op in ops] == [
+            COMPLETED,
+            COMPLETED,
+            FAILED,
+            COMPLETED,
+            COMPLETED,
+            COMPLETED,
+        ]
         assert "token id -2" in str(joiners[1].error)
         results = [op.result["sequences"][0]["tokens"] for op in ops if op.result]
         assert results == [[1], [2], [4], [5], [6]]
