@@ -242,10 +242,10 @@ class BatchSampler:
         for s in self._streams(requests, 0):
             grouped[s.request].append(s)
         callbacks = [req.on_token for req in requests]
-        rows = [s for g in grouped for s in g if s.stop_reason is None]  # the batch, in order
-        if not rows:
+        decoding = [s for g in grouped for s in g if s.stop_reason is None]  # in order
+        if not decoding:
             return grouped
-        live = self._start(model, requests, rows)
+        live = self._start(model, requests, decoding)
         can_join = admit is not None and joinable(live.cache)
         steps = 0
         while True:
@@ -302,10 +302,10 @@ class BatchSampler:
         grouped.extend([] for _ in new)
         for s in streams:
             grouped[s.request].append(s)
-        rows = [s for s in streams if s.stop_reason is None]
-        if not rows:
+        decoding = [s for s in streams if s.stop_reason is None]
+        if not decoding:
             return chosen_S
-        joined = self._start(model, requests, rows)
+        joined = self._start(model, requests, decoding)
         joined_N = self._pick(joined, callbacks)
         # both caches end at the newest position; pad the shorter on the left (masked out)
         width = max(live.mask_SL.shape[1], joined.mask_SL.shape[1])
@@ -318,7 +318,7 @@ class BatchSampler:
             mine.values = torch.cat(
                 [pad_left(mine.values, width, -2), pad_left(theirs.values, width, -2)]
             )
-        live.rows = live.rows + rows
+        live.rows = live.rows + decoding
         live.mask_SL = torch.cat([live.mask_SL, joined.mask_SL])
         live.last_S = torch.cat([live.last_S, joined.last_S])
         live.temp_S = torch.cat([live.temp_S, joined.temp_S])

@@ -86,7 +86,7 @@ class SnapshotCache:
         self._budget = budget
         #: file key -> name -> tensor, least recently used first
         self._snapshots: OrderedDict[SnapshotKey, dict[str, torch.Tensor]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
 
     def get(self, weights: str | None) -> tuple[SnapshotKey | None, dict[str, torch.Tensor] | None]:
         """(file key, adapter tensors) of package ``weights`` (cached); ``(None, None)``
@@ -100,7 +100,7 @@ class SnapshotCache:
             key = (str(path.resolve()), stat.st_ino, stat.st_mtime_ns, stat.st_size)
         except (OSError, ValueError):
             key = None  # read_sampling_adapter below raises the package error
-        with self._lock:
+        with self._mutex:
             if key is not None and key in self._snapshots:
                 self._snapshots.move_to_end(key)
                 return key, self._snapshots[key]
@@ -129,18 +129,18 @@ class SnapshotCache:
     @property
     def used(self) -> int:
         """Bytes of snapshots held now."""
-        with self._lock:
+        with self._mutex:
             return sum(_nbytes(t) for t in self._snapshots.values())
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._mutex:
             return len(self._snapshots)
 
     def _keep(self, key: SnapshotKey, snapshot: dict[str, torch.Tensor]) -> None:
         """Insert (most recently used), evicting least recently used ones until both bounds
         hold; a snapshot over the whole byte budget is not kept."""
         size, budget = _nbytes(snapshot), self.budget
-        with self._lock:
+        with self._mutex:
             self._snapshots.pop(key, None)
             if size > budget or self._size < 1:
                 return
@@ -152,7 +152,7 @@ class SnapshotCache:
 
     def clear(self) -> None:
         """Drop every loaded snapshot."""
-        with self._lock:
+        with self._mutex:
             self._snapshots.clear()
 
 

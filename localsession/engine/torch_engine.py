@@ -116,12 +116,12 @@ class TorchEngine:
         self._merged_bytes = merged_bytes(self._loaded.model) if self._can_merge else 0
         self._plain_base: torch.nn.Module | None = None
         self._cache_owner = object()
-        #: rough bytes of activations (or KV cache) per token, for ``memory.trim_after``
+        #: rough bytes of activations (or KV cache) per token, for ``memory.after_op``
         config = getattr(self._loaded.model.get_base_model(), "config", None)
         layers = int(getattr(config, "num_hidden_layers", 1) or 1)
         hidden = int(getattr(config, "hidden_size", 64) or 64)
         self._token_bytes = 2 * layers * hidden * 4
-        self._closed = False
+        self._released = False
 
     # -- introspection (tests, checkpoints) ---------------------------------------------
 
@@ -298,7 +298,8 @@ class TorchEngine:
             else:
                 merged = plain_model(self._loaded.model, merge=True)
         MERGED_CACHE.put(owner, key, merged, self._merged_bytes)
-        self._trim(self._merged_bytes)  # the merge's temporaries (deltas, stashed adapter)
+        if self._loaded.device.type == "cpu":  # the merge's temporaries (deltas, stashed
+            memory.trim()  # adapter) are garbage now: once per snapshot, not per step
         return merged
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
@@ -366,21 +367,25 @@ class TorchEngine:
         return self._loaded.tokenizer
 
     def _trim(self, nbytes: int) -> None:
-        """Hand a big op's freed memory back to the OS (memory.py): sessions train on
-        their own threads, and glibc would keep each one's peak in that thread's arena."""
+        """After an op over ``nbytes`` of tensors: mark this thread's arena for a trim
+        (memory.py), so the next op on another thread hands this one's peak back first."""
         if self._loaded.device.type == "cpu":
-            memory.trim_after(nbytes)
+            memory.after_op(nbytes)
 
     def _check_open(self) -> None:
-        if self._closed:
+        """Refuse a closed engine; on the CPU, first hand back the memory another thread's
+        large op left in its arena (memory.py)."""
+        if self._released:
             raise RuntimeError("this engine has been closed")
+        if self._loaded.device.type == "cpu":
+            memory.before_op()
 
     def close(self) -> None:
         """Release the model and optimizer memory; later calls raise ``RuntimeError``."""
         with self._mutex:
-            if self._closed:
+            if self._released:
                 return
-            self._closed = True
+            self._released = True
             device = self._loaded.device
             self._optimizer.zero_grad()
             self._snapshots.clear()

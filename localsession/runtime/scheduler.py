@@ -66,7 +66,7 @@ class SamplingScheduler:
         self.gather_quiet_s, self.gather_max_s = gather_quiet_s, gather_max_s
         self._cond = threading.Condition()
         self._jobs: deque[_Job] = deque()
-        self._closed = False
+        self._closing = False
         self._thread = threading.Thread(target=self._run, name="localsession-sampler", daemon=True)
         self._thread.start()
 
@@ -79,7 +79,7 @@ class SamplingScheduler:
         """Stop taking work and wait (up to ``timeout`` s) for the thread to finish its
         current batch and end, so a closed service (or a mock's exit) leaves no thread."""
         with self._cond:
-            self._closed = True
+            self._closing = True
             self._cond.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
@@ -87,13 +87,13 @@ class SamplingScheduler:
     def _take_batch(self) -> list[_Job] | None:
         """Wait for work; take the oldest job and every queued job batchable with it."""
         with self._cond:
-            while not self._jobs and not self._closed:
+            while not self._jobs and not self._closing:
                 self._cond.wait()
-            if self._closed:
+            if self._closing:
                 return None
             if self._jobs[0].request is not None:
                 self._gather()
-            if self._closed:
+            if self._closing:
                 return None
             first = self._jobs.popleft()
             batch = [first]
@@ -116,7 +116,7 @@ class SamplingScheduler:
         """Let a burst of concurrent submits land (the caller holds ``_cond``)."""
         deadline = time.monotonic() + self.gather_max_s
         seen = len(self._jobs)
-        while not self._closed and self.gather_quiet_s > 0:
+        while not self._closing and self.gather_quiet_s > 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -160,7 +160,7 @@ class SamplingScheduler:
         def admit(check: Callable[[SampleRequest], SampleRequest]) -> list[SampleRequest]:
             taken: list[_Job] = []
             with self._cond:
-                if self._closed:
+                if self._closing:
                     return []
                 budget = MAX_BATCH_SEQUENCES - sum(
                     j.request.num_samples for j in batch if j.request is not None
