@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,16 @@ from tqdm import tqdm  # noqa: E402
 
 from bench import real_model  # noqa: E402
 from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E402
+from bench.raw_loop import (  # noqa: E402
+    ALPHA,
+    LEARNING_RATE,
+    RANK,
+    WEIGHT_DECAY,
+    RawLoop,
+    batched_generate,
+)
 
 ROLE = "arn:aws:iam::000000000000:role/bench"
-RANK, ALPHA, LR, WD = 32, 64, 1e-4, 0.01
 
 
 def token_rows(batch: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -67,63 +74,6 @@ def text_prompts(tokenizer: Any, n: int) -> list[list[int]]:
         tokenizer.encode(f"Story {i}: once upon a time, in a town by the sea, there lived a")
         for i in range(n)
     ]
-
-
-def load_plain(name: str) -> tuple[Any, Any]:
-    """The base model and tokenizer the way a user loads them (no localsession)."""
-    from localsession.engine.builtin import build_builtin
-
-    if name.startswith("localsession/"):
-        return build_builtin(name)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
-    return model, AutoTokenizer.from_pretrained(name)
-
-
-class RawLoop:
-    """The hand-written baseline: peft LoRA + summed cross-entropy + fused AdamW."""
-
-    def __init__(self, name: str) -> None:
-        from peft import LoraConfig, get_peft_model
-
-        base, self.tokenizer = load_plain(name)
-        base.requires_grad_(False)
-        config = LoraConfig(
-            r=RANK,
-            lora_alpha=ALPHA,
-            target_modules="all-linear",
-            lora_dropout=0.0,
-            bias="none",
-            task_type="CAUSAL_LM",
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            self.model = get_peft_model(base, config)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=LR, weight_decay=WD, fused=True)
-
-    def step(self, rows: list[list[int]]) -> float:
-        ids_BT = torch.tensor(rows)
-        logits_BTV = self.model(input_ids=ids_BT[:, :-1], use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits_BTV.float().flatten(0, 1), ids_BT[:, 1:].flatten(), reduction="sum"
-        )
-        del logits_BTV
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
-
-    @torch.no_grad()
-    def logprobs(self, rows: list[list[int]]) -> torch.Tensor:
-        ids_BT = torch.tensor(rows)
-        logits_BTV = self.model(input_ids=ids_BT, use_cache=False).logits
-        return (
-            torch.log_softmax(logits_BTV[:, :-1].float(), -1)
-            .gather(-1, ids_BT[:, 1:].unsqueeze(-1))
-            .squeeze(-1)
-        )
 
 
 def client(home: str, sessions: int = 4) -> Any:
@@ -145,7 +95,7 @@ def api_step(tc: Any, rows: list[list[int]]) -> float:
         for r in rows
     ]
     fb = tc.forward_backward(data, "cross_entropy")
-    opt = tc.optim_step(AdamParams(learning_rate=LR, weight_decay=WD))
+    opt = tc.optim_step(AdamParams(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY))
     loss = float(fb.result().metrics["loss"])  # the mean over datums of each datum's sum
     opt.result()
     return loss * len(data)  # the summed loss, as the raw loop reports it
@@ -270,30 +220,14 @@ def paired_ratio(times: dict[str, list[float]], work: dict[str, list[int]] | Non
     return median(ratios)
 
 
-def raw_generate(raw: RawLoop, prompts: list[list[int]], max_tokens: int) -> Any:
+def raw_generate(raw: RawLoop, prompts: list[list[int]], max_tokens: int) -> Callable[[], int]:
     """One batched ``generate`` on the plain base (adapter disabled), 4 samples per prompt."""
     pad = raw.tokenizer.pad_token_id if raw.tokenizer.pad_token_id is not None else 0
-    width = max(len(p) for p in prompts)
-    ids_BL = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask_BL = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    eos = raw.tokenizer.eos_token_id
+    plain = batched_generate(raw.model, prompts, pad, raw.tokenizer.eos_token_id, max_tokens, 4)
 
     def run() -> int:
-        with torch.no_grad(), raw.model.disable_adapter():
-            out_NL = raw.model.generate(
-                input_ids=ids_BL,
-                attention_mask=mask_BL,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=max_tokens,
-                num_return_sequences=4,
-                pad_token_id=pad,
-            )
-        is_eos_NL = out_NL[:, width:] == eos
-        first_N = torch.where(is_eos_NL.any(-1), is_eos_NL.int().argmax(-1) + 1, is_eos_NL.shape[1])
-        return int(first_N.sum())
+        with raw.model.disable_adapter():
+            return plain()
 
     return run
 

@@ -29,10 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.common import Row, bench_args, emit  # noqa: E402
+from bench.raw_loop import batched_generate  # noqa: E402
 from localsession import SamplingClient, SamplingParams, ServiceClient  # noqa: E402
 from localsession.engine.builtin import EOS_ID, PAD_ID, build_builtin  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
@@ -83,29 +83,7 @@ def api_paths(sc: SamplingClient, max_tokens: int) -> tuple[Callable[[], int], C
 def raw_generate(name: str, max_tokens: int) -> Callable[[], int]:
     """One ``generate`` call over the whole workload on the plain base model."""
     model, _ = build_builtin(name)
-    batch = prompts()
-    width = max(len(p) for p in batch)
-    ids_BL = torch.tensor([[PAD_ID] * (width - len(p)) + p for p in batch])
-    mask_BL = (ids_BL != PAD_ID).long()
-
-    def run() -> int:
-        with torch.no_grad():
-            out_NL = model.generate(
-                input_ids=ids_BL,
-                attention_mask=mask_BL,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=max_tokens,
-                num_return_sequences=NUM_SAMPLES,
-            )
-        is_eos_NL = out_NL[:, width:] == EOS_ID
-        # tokens up to and including the first EOS (generate pads the rest), else all
-        first_N = torch.where(is_eos_NL.any(-1), is_eos_NL.int().argmax(-1) + 1, is_eos_NL.shape[1])
-        return int(first_N.sum())
-
-    return run
+    return batched_generate(model, prompts(), PAD_ID, EOS_ID, max_tokens, NUM_SAMPLES)
 
 
 def bench_model(name: str, max_tokens: int, runs: int, home: Path) -> list[Row]:

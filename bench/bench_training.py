@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import warnings
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,10 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from peft import LoraConfig, get_peft_model  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.common import Row, bench_args, emit, interleaved, median, quantile  # noqa: E402
+from bench.raw_loop import ALPHA, LEARNING_RATE, RANK, WEIGHT_DECAY, RawLoop  # noqa: E402
 from localsession import (  # noqa: E402
     AdamParams,
     Datum,
@@ -52,13 +51,9 @@ from localsession import (  # noqa: E402
     ServiceClient,
     TrainingClient,
 )
-from localsession.engine.builtin import build_builtin  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 
 ROLE = "arn:aws:iam::000000000000:role/bench"
-RANK, ALPHA = 32, 64
-LEARNING_RATE = 1e-4
-WEIGHT_DECAY = 0.01  # the SDK's AdamParams default, so both loops apply the same update
 
 
 def token_rows(batch: int, length: int, seed: int = 0) -> list[list[int]]:
@@ -67,55 +62,6 @@ def token_rows(batch: int, length: int, seed: int = 0) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 256, (batch, length + 1), generator=gen)
     return [[int(t) for t in row] for row in ids.tolist()]
-
-
-class RawLoop:
-    """The hand-written baseline: the built-in model + peft LoRA + fused AdamW."""
-
-    def __init__(self, name: str) -> None:
-        base, _ = build_builtin(name)
-        base.requires_grad_(False)
-        config = LoraConfig(
-            r=RANK,
-            lora_alpha=ALPHA,
-            target_modules="all-linear",
-            lora_dropout=0.0,
-            bias="none",
-            task_type="CAUSAL_LM",
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            self.model = get_peft_model(base, config)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        try:
-            self.optimizer = torch.optim.AdamW(
-                params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, fused=True
-            )
-        except (RuntimeError, ValueError, TypeError):  # no fused kernel on this device
-            self.optimizer = torch.optim.AdamW(
-                params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, foreach=True
-            )
-
-    def forward_backward(self, rows: list[list[int]]) -> float:
-        """Summed next-token cross-entropy; gradients accumulate. Returns the loss."""
-        ids_BT = torch.tensor(rows)
-        logits_BTV = self.model(input_ids=ids_BT[:, :-1], use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits_BTV.float().flatten(0, 1), ids_BT[:, 1:].flatten(), reduction="sum"
-        )
-        loss.backward()
-        return float(loss.detach())
-
-    def optim_step(self) -> None:
-        """Apply and drop the accumulated gradients."""
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def step(self, rows: list[list[int]]) -> float:
-        """One training step; returns the loss."""
-        loss = self.forward_backward(rows)
-        self.optim_step()
-        return loss
 
 
 def datums(rows: list[list[int]]) -> list[Datum]:
