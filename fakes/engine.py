@@ -33,9 +33,8 @@ from fakes.script import Script
 from fakes.tokenizer import PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.adamw import PlainAdamW
 from localsession.numerics.datums import finite_or_raise, fwd_result, parse_datums
-from localsession.numerics.inputs import AdamHyperparams
+from localsession.numerics.inputs import AdamHyperparams, empty_fwd_result
 from localsession.numerics.losses import (
-    check_loss_fn,
     compute_loss,
     parse_loss_config,
     token_logprobs,
@@ -94,10 +93,9 @@ class FakeEngine:
         backward: bool,
     ) -> dict[str, Any]:
         self.gate.pass_through()
-        check_loss_fn(loss_fn)
         clip = parse_loss_config(loss_fn, loss_fn_config)
         if not datums:
-            return {"metrics": {"loss": 0.0, "global_token_num": 0.0}, "lossFnOutputs": []}
+            return empty_fwd_result()
         batch = parse_datums(datums, loss_fn, VOCAB_SIZE, PAD_ID, torch.device("cpu"))
         grad: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         with self.lock, grad:

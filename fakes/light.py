@@ -42,6 +42,7 @@ from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession import vocab
 from localsession.numerics.inputs import (
     AdamHyperparams,
+    empty_fwd_result,
     finite_or_raise,
     fwd_result_body,
     parse_loss_config,
@@ -113,7 +114,7 @@ class LightEngine:
         self.gate.pass_through()
         clip = parse_loss_config(loss_fn, loss_fn_config)
         if not datums:
-            return {"metrics": {"loss": 0.0, "global_token_num": 0.0}, "lossFnOutputs": []}
+            return empty_fwd_result()
         rows = read_datums(datums, loss_fn, VOCAB_SIZE)
         grads: dict[int, Row] = {}
         lp_rows: list[list[float]] = []

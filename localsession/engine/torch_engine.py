@@ -72,7 +72,8 @@ from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.train_step import loss_step
 from localsession.numerics.datums import parse_datums
-from localsession.numerics.losses import check_loss_fn, parse_loss_config
+from localsession.numerics.inputs import empty_fwd_result
+from localsession.numerics.losses import parse_loss_config
 from localsession.numerics.optim import AdamHyperparams, LoraAdamW
 from localsession.runtime.engine_api import Admit, EngineSpec, SampleRequest
 
@@ -172,10 +173,9 @@ class TorchEngine:
         """Run the loss (docs/semantics.md#1) over wire datums; accumulate gradients when
         ``backward``."""
         self._check_open()
-        check_loss_fn(loss_fn)
         clip = parse_loss_config(loss_fn, loss_fn_config)
         if not datums:
-            return {"metrics": {"loss": 0.0, "global_token_num": 0.0}, "lossFnOutputs": []}
+            return empty_fwd_result()
         m = self._loaded
         batch = parse_datums(
             datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions

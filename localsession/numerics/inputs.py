@@ -8,7 +8,8 @@ whichever engine runs it, and always before any state changes:
 - ``adam_params`` (:class:`AdamHyperparams`);
 - wire datums: their tokens (:func:`datum_tokens`), their ``loss_fn_inputs`` keys
   (:func:`check_input_keys`) and, as plain lists, every value (:func:`read_datums`);
-- the wire ``FwdResult`` built from per-datum rows (:func:`fwd_result_body`).
+- the wire ``FwdResult`` built from per-datum rows (:func:`fwd_result_body`), or of no
+  datums at all (:func:`empty_fwd_result`).
 
 Names and ranges come from :mod:`localsession.vocab`.
 """
@@ -325,3 +326,8 @@ def fwd_result_body(
         for output, value in zip(outputs, values, strict=True):
             output[key] = tensor_data([value])
     return {"metrics": metrics, "lossFnOutputs": outputs}
+
+
+def empty_fwd_result() -> dict[str, Any]:
+    """The wire ``FwdResult`` of an op over no datums: zero loss, zero tokens, no outputs."""
+    return fwd_result_body((), (), (), {"loss": 0.0})
