@@ -98,6 +98,20 @@ def ppo_clipped_side(
     return torch.where(advantages > 0, log_ratio > log_hi, (advantages < 0) & (log_ratio < log_lo))
 
 
+def clipped_positions(
+    loss_fn: str, log_ratio: Tensor, advantages: Tensor, clip: ClipConfig
+) -> Tensor:
+    """Where an RL loss's clipping changed the term (the ``actor/pg_clipfrac`` numerator):
+    ppo's clipped side, cispo's ratio outside [lo, hi] with A ≠ 0, never for
+    importance_sampling. -> bool, the shape of ``log_ratio``."""
+    if loss_fn == "ppo":
+        return ppo_clipped_side(log_ratio, advantages, clip.low, clip.high)
+    if loss_fn == "cispo":
+        ratio = torch.exp(log_ratio)
+        return ((ratio > clip.high) | (ratio < clip.low)) & (advantages != 0)
+    return torch.zeros_like(log_ratio, dtype=torch.bool)
+
+
 def importance_sampling(
     lp: Tensor, sampler_lp: Tensor, advantages: Tensor, weights: Tensor
 ) -> Tensor:
@@ -204,14 +218,7 @@ def datum_metrics(
     if loss_fn in RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
-        log_ratio_BT = lp_BT - q_BT
-        if loss_fn == "ppo":
-            clipped_BT = ppo_clipped_side(log_ratio_BT, adv_BT, clip.low, clip.high)
-        elif loss_fn == "cispo":
-            ratio_BT = torch.exp(log_ratio_BT)
-            clipped_BT = ((ratio_BT > clip.high) | (ratio_BT < clip.low)) & (adv_BT != 0)
-        else:
-            clipped_BT = torch.zeros_like(log_ratio_BT, dtype=torch.bool)
+        clipped_BT = clipped_positions(loss_fn, lp_BT - q_BT, adv_BT, clip)
         out["actor/pg_clipfrac"] = _row_weighted_mean(clipped_BT.to(w_BT.dtype), w_BT).tolist()
         out["actor/ppo_kl"] = _row_weighted_mean(q_BT - lp_BT, w_BT).tolist()
     if inputs.ref_logprobs is not None:
@@ -268,14 +275,7 @@ def compute_loss(
         if loss_fn in RL_LOSSES:
             assert inputs.sampler_logprobs is not None and inputs.advantages is not None
             q, adv = inputs.sampler_logprobs, inputs.advantages
-            log_ratio = lp_d - q
-            if loss_fn == "ppo":
-                clipped = ppo_clipped_side(log_ratio, adv, clip.low, clip.high)
-            elif loss_fn == "cispo":
-                ratio = torch.exp(log_ratio)
-                clipped = ((ratio > clip.high) | (ratio < clip.low)) & (adv != 0)
-            else:
-                clipped = torch.zeros_like(log_ratio, dtype=torch.bool)
+            clipped = clipped_positions(loss_fn, lp_d - q, adv, clip)
             metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w.dtype), w)
             metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w)
         if inputs.ref_logprobs is not None:
