@@ -17,17 +17,6 @@ from localsession.runtime.catalog import LocalCatalog
 from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
 
-@pytest.fixture(autouse=True)
-def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No map, an empty LOCALSESSION_HOME and an empty HF cache for every test."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.delenv("LOCALSESSION_MODEL_MAP", raising=False)
-    monkeypatch.setenv("LOCALSESSION_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-empty"))
-    return home
-
-
 @pytest.fixture(scope="module")
 def saved_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``localsession/tiny`` written with save_pretrained (model + tokenizer)."""
@@ -54,9 +43,9 @@ def _same_as_tiny(loaded: Any, tiny_base: tuple[Any, Any], text: str) -> None:
 
 
 def test_local_directory_loads_same_model(
-    isolated_env: Path, saved_tiny: Path, tiny_base: tuple[Any, Any]
+    isolated_home: Path, saved_tiny: Path, tiny_base: tuple[Any, Any]
 ) -> None:
-    catalog = LocalCatalog(isolated_env, model_map={"org/dir-model": str(saved_tiny)})
+    catalog = LocalCatalog(isolated_home, model_map={"org/dir-model": str(saved_tiny)})
     loaded = load_model(_spec(catalog, "org/dir-model"))
     assert loaded.resolved.kind == "local"
     assert loaded.tokenizer.name_or_path == "org/dir-model"  # the model id, not the path
@@ -65,7 +54,7 @@ def test_local_directory_loads_same_model(
 
 def test_hf_cache_model_loads(
     monkeypatch: pytest.MonkeyPatch,
-    isolated_env: Path,
+    isolated_home: Path,
     tmp_path: Path,
     saved_tiny: Path,
     tiny_base: tuple[Any, Any],
@@ -79,13 +68,13 @@ def test_hf_cache_model_loads(
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    loaded = load_model(_spec(LocalCatalog(isolated_env), "acme/tiny-llama"))
+    loaded = load_model(_spec(LocalCatalog(isolated_home), "acme/tiny-llama"))
     assert loaded.tokenizer.name_or_path == "acme/tiny-llama"
     _same_as_tiny(loaded, tiny_base, "from the cache")
 
 
-def test_builtin_tokenizer_is_named_after_the_model(isolated_env: Path) -> None:
-    catalog = LocalCatalog(isolated_env, model_map={"openai/gpt-oss-20b": "localsession/tiny"})
+def test_builtin_tokenizer_is_named_after_the_model(isolated_home: Path) -> None:
+    catalog = LocalCatalog(isolated_home, model_map={"openai/gpt-oss-20b": "localsession/tiny"})
     resolved = catalog.resolve("openai/gpt-oss-20b")
     assert load_tokenizer(resolved).name_or_path == "openai/gpt-oss-20b"
     assert load_tokenizer(catalog.resolve("localsession/tiny")).name_or_path == "localsession/tiny"
@@ -93,7 +82,7 @@ def test_builtin_tokenizer_is_named_after_the_model(isolated_env: Path) -> None:
 
 def test_gguf_is_converted_lazily_into_the_cache_root(
     monkeypatch: pytest.MonkeyPatch,
-    isolated_env: Path,
+    isolated_home: Path,
     tmp_path: Path,
     saved_tiny: Path,
     tiny_base: tuple[Any, Any],
@@ -112,11 +101,11 @@ def test_gguf_is_converted_lazily_into_the_cache_root(
     module = types.ModuleType("localsession.engine.gguf")
     module.ensure_converted = ensure_converted  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "localsession.engine.gguf", module)
-    catalog = LocalCatalog(isolated_env, model_map={"acme/from-gguf": str(gguf.parent)})
+    catalog = LocalCatalog(isolated_home, model_map={"acme/from-gguf": str(gguf.parent)})
     loaded = load_model(_spec(catalog, "acme/from-gguf"))
-    assert calls and all(c == (gguf.resolve(), isolated_env / "models") for c in calls)
+    assert calls and all(c == (gguf.resolve(), isolated_home / "models") for c in calls)
     assert loaded.resolved == ResolvedModel(
-        "acme/from-gguf", "local", str(saved_tiny), None, str(isolated_env / "models")
+        "acme/from-gguf", "local", str(saved_tiny), None, str(isolated_home / "models")
     )
     assert loaded.tokenizer.name_or_path == "acme/from-gguf"
     _same_as_tiny(loaded, tiny_base, "converted")

