@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from testkit import running_server
 
+from localsession import ServiceClient as LocalServiceClient
+from localsession import TrainingClient
 from localsession.server.runner import client_env
 
 from .common import GROUP, REGION, ROLE, S3, Running
@@ -20,6 +22,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     home = tmp_path_factory.mktemp("server-home")
     with running_server(home, long_poll=5.0, max_sessions=8, gap_timeout=1.0) as served:
         yield served
+
+
+@pytest.fixture(scope="module")
+def session(server: Running) -> Iterator[TrainingClient]:
+    """A rank-4 ``localsession/tiny`` session on ``server``, made in-process (the tests then
+    reach it over the wire by name)."""
+    local = LocalServiceClient(
+        role_arn=ROLE, backend=server.service, model_package_group_arn=GROUP, strict=False
+    )
+    with local.create_lora_training_client("localsession/tiny", rank=4) as tc:
+        yield tc
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ through ``sample`` (same seed, same rendered prompt): one scheduler, one engine.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -19,15 +18,6 @@ from localsession import ServiceClient as LocalServiceClient
 from .common import GROUP, ROLE, Running
 
 MESSAGES = [{"role": "user", "content": "Say something."}]
-
-
-@pytest.fixture(scope="module")
-def session(server: Running) -> Iterator[TrainingClient]:
-    local = LocalServiceClient(
-        role_arn=ROLE, backend=server.service, model_package_group_arn=GROUP, strict=False
-    )
-    with local.create_lora_training_client("localsession/tiny", rank=4) as tc:
-        yield tc
 
 
 @pytest.fixture

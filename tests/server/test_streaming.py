@@ -9,28 +9,16 @@ the decoder is held, and the hook's wait would time out first.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import openai
-import pytest
 
-from localsession import ServiceClient as LocalServiceClient
 from localsession import TrainingClient
 from localsession.engine.sampling import add_step_hook
 
-from .common import GROUP, ROLE, Running
+from .common import Running
 
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]
-
-
-@pytest.fixture(scope="module")
-def session(server: Running) -> Iterator[TrainingClient]:
-    local = LocalServiceClient(
-        role_arn=ROLE, backend=server.service, model_package_group_arn=GROUP, strict=False
-    )
-    with local.create_lora_training_client("localsession/tiny", rank=4) as tc:
-        yield tc
 
 
 def test_first_chunk_arrives_while_decoding_is_held(
