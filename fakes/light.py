@@ -37,7 +37,7 @@ from typing import Any
 
 from fakes.clock import Gate
 from fakes.light_math import Row, lp_row, sample_row, token_loss
-from fakes.script import Completion, Script, stop_reason
+from fakes.script import Completion, Script, scripted_tokens, stop_reason
 from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession import vocab
 from localsession.numerics.inputs import (
@@ -246,13 +246,7 @@ class LightEngine:
     def _scripted(
         self, delta: dict[int, Row] | None, req: SampleRequest, completion: Completion
     ) -> dict[str, Any]:
-        tokens: list[int] = []
-        reason = "length" if req.max_tokens <= 0 else None
-        for token in completion.token_ids():
-            if reason is not None:
-                break
-            tokens.append(token)
-            reason = stop_reason(tokens, req.stop, req.max_tokens)
+        tokens, reason = scripted_tokens(completion, req.stop, req.max_tokens)
         if completion.logprobs is not None:
             logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
         else:
@@ -261,8 +255,7 @@ class LightEngine:
             logprobs = [
                 lp_row(self.row(p, delta), t, temp)[0] for p, t in zip(prevs, tokens, strict=True)
             ]
-        return {"stopReason": reason or completion.stop_reason, "tokens": tokens,
-                "logprobs": logprobs}  # fmt: skip
+        return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
 
     def _prompt_logprobs(
         self, delta: dict[int, Row] | None, tokens: list[int], topk: int

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fakes.script import Completion, Script, stop_reason
+from fakes.script import Completion, Script, scripted_tokens, stop_reason
 from fakes.tokenizer import VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.filters import (
     sample_from_logits,
@@ -72,21 +72,14 @@ def _generate(table_VV: Tensor, req: SampleRequest, i: int) -> dict[str, Any]:
 
 
 def _scripted(table_VV: Tensor, req: SampleRequest, completion: Completion) -> dict[str, Any]:
-    ids = completion.token_ids()
-    tokens: list[int] = []
-    reason = "length" if req.max_tokens <= 0 else None
-    for token in ids:
-        if reason is not None:
-            break
-        tokens.append(token)
-        reason = stop_reason(tokens, req.stop, req.max_tokens)
+    tokens, reason = scripted_tokens(completion, req.stop, req.max_tokens)
     if completion.logprobs is not None:
         logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
     else:
         prevs = [req.prompt[-1], *tokens[:-1]]
         logprobs = _tempered_logprobs(table_VV, prevs, tokens, req.temperature)
     return {
-        "stopReason": reason or completion.stop_reason,
+        "stopReason": reason,
         "tokens": tokens,
         "logprobs": logprobs,
     }

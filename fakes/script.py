@@ -236,3 +236,20 @@ def stop_reason(tokens: list[int], stop: tuple[str, ...], max_tokens: int) -> st
     if len(tokens) >= max_tokens:
         return "length"
     return None
+
+
+def scripted_tokens(
+    completion: Completion, stop: tuple[str, ...], max_tokens: int
+) -> tuple[list[int], str]:
+    """The tokens a request receives of a scripted completion, and its stop reason: cut
+    where the request's stop strings or ``max_tokens`` end the stream (as a sampled stream
+    would be, :func:`stop_reason`), else the whole completion with the completion's own
+    reason."""
+    tokens: list[int] = []
+    reason = "length" if max_tokens <= 0 else None
+    for token in completion.token_ids():
+        if reason is not None:
+            break
+        tokens.append(token)
+        reason = stop_reason(tokens, stop, max_tokens)
+    return tokens, reason or completion.stop_reason
