@@ -28,7 +28,6 @@ sampling never holds more than the budget beyond the adapters.
 from __future__ import annotations
 
 import copy
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 from peft.tuners.lora import LoraLayer
 
+from localsession.engine import memory
 from localsession.engine.checkpoint import ADAPTER_NAME
 
 #: Largest adapted-weight count (elements) for which a merged copy is made; above it the
@@ -108,16 +108,7 @@ DEFAULT_MERGED_CACHE_MB = 512
 
 def merged_cache_budget() -> int:
     """The budget in bytes: ``LOCALSESSION_MERGED_CACHE_MB`` (0 turns merging off)."""
-    raw = os.environ.get(MERGED_CACHE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MERGED_CACHE_MB * 2**20
-    try:
-        mb = float(raw)
-    except ValueError:
-        raise ValueError(f"{MERGED_CACHE_ENV}={raw!r}: expected a size in MB, e.g. 512") from None
-    if mb < 0:
-        raise ValueError(f"{MERGED_CACHE_ENV}={raw!r}: must be >= 0")
-    return int(mb * 2**20)
+    return memory.budget_from_env(MERGED_CACHE_ENV, DEFAULT_MERGED_CACHE_MB)
 
 
 def merged_bytes(peft_model: Any) -> int:

@@ -19,7 +19,6 @@ the live training weights (docs/semantics.md#3).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -29,6 +28,7 @@ from typing import Any
 
 import torch
 
+from localsession.engine import memory
 from localsession.engine.checkpoint import (
     ADAPTER_NAME,
     ADAPTER_WEIGHTS,
@@ -46,16 +46,7 @@ DEFAULT_SNAPSHOT_CACHE_MB = 256
 
 def snapshot_cache_budget() -> int:
     """The per-session snapshot budget in bytes, from ``LOCALSESSION_SNAPSHOT_CACHE_MB``."""
-    raw = os.environ.get(SNAPSHOT_CACHE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_SNAPSHOT_CACHE_MB * 2**20
-    try:
-        mb = float(raw)
-    except ValueError:
-        raise ValueError(f"{SNAPSHOT_CACHE_ENV}={raw!r}: expected a size in MB, e.g. 256") from None
-    if not mb >= 0:
-        raise ValueError(f"{SNAPSHOT_CACHE_ENV}={raw!r}: must be a number of MB >= 0")
-    return int(mb * 2**20)
+    return memory.budget_from_env(SNAPSHOT_CACHE_ENV, DEFAULT_SNAPSHOT_CACHE_MB)
 
 
 #: (resolved path, inode, mtime_ns, size) of a package's adapter file

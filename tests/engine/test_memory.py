@@ -61,3 +61,16 @@ def test_the_real_trim_runs_on_glibc() -> None:
     if memory._libc() is None:
         pytest.skip("not glibc: trim is a no-op by design")
     assert memory.trim() is True
+
+
+def test_budget_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("X_CACHE_MB", raising=False)
+    assert memory.budget_from_env("X_CACHE_MB", 512) == 512 * 2**20
+    monkeypatch.setenv("X_CACHE_MB", "0")
+    assert memory.budget_from_env("X_CACHE_MB", 512) == 0
+    monkeypatch.setenv("X_CACHE_MB", "0.5")
+    assert memory.budget_from_env("X_CACHE_MB", 512) == 2**19
+    for bad in ("lots", "-1", "nan"):
+        monkeypatch.setenv("X_CACHE_MB", bad)
+        with pytest.raises(ValueError, match=f"X_CACHE_MB={bad!r}"):
+            memory.budget_from_env("X_CACHE_MB", 512)
