@@ -186,18 +186,23 @@ def test_examples_use_only_the_public_client_surface() -> None:
         assert "strict=False" not in text or path.name == "loop.py", path.name
 
 
-@pytest.mark.slow
-def test_grpo_math_full_run_raises_held_out_accuracy(tmp_path: Path) -> None:
+def _full_grpo_math(run_dir: Path, *args: str) -> dict[str, Any]:
+    """Run examples/grpo_math.py to the end (quietly, in ``run_dir``); its summary.json."""
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "grpo_math.py"), "--quiet", "--run-dir", str(tmp_path)],
-        env=_env(tmp_path / "home"),
+        [sys.executable, str(EXAMPLES / "grpo_math.py"), "--quiet", *args],
+        env=_env(run_dir / "home"),
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=3600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    return json.loads((run_dir / "summary.json").read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_grpo_math_full_run_raises_held_out_accuracy(tmp_path: Path) -> None:
+    summary = _full_grpo_math(tmp_path, "--run-dir", str(tmp_path))
     before, after = summary["held_out_accuracy_before"], summary["held_out_accuracy_after"]
     assert after > before + 0.03, f"held-out accuracy {before:.3f} -> {after:.3f}"
     # GRPO sharpens the policy; it must not wreck its greedy answers on the way.
@@ -208,20 +213,9 @@ def test_grpo_math_full_run_raises_held_out_accuracy(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_grpo_math_teaches_the_real_model_addition(tmp_path: Path, smol_dir: Path) -> None:
     """The issue's target: at least +40 points of held-out greedy accuracy in 15 steps."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLES / "grpo_math.py"),
-            *("--quiet", "--base-model", str(smol_dir), "--seed", "1", "--run-dir", str(tmp_path)),
-        ],
-        env=_env(tmp_path / "home"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=3600,
+    summary = _full_grpo_math(
+        tmp_path, "--base-model", str(smol_dir), "--seed", "1", "--run-dir", str(tmp_path)
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
     before = summary["held_out_greedy_accuracy_before"]
     after = summary["held_out_greedy_accuracy_after"]
     assert summary["grpo_steps"] == 15 and after >= before + 0.40, f"{before} -> {after}"
