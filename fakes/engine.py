@@ -40,7 +40,7 @@ from localsession.numerics.losses import (
     token_logprobs,
 )
 from localsession.numerics.optim import NamedMoments
-from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
+from localsession.port import EngineInputError, EngineSpec, SampleRequest
 
 FORMAT = "localsession-fakes-bigram/1"
 ADAPTER, META = "fake_adapter.safetensors", "fake_package.json"

@@ -49,7 +49,7 @@ from localsession.numerics.inputs import (
     read_datums,
     token_ids,
 )
-from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
+from localsession.port import EngineInputError, EngineSpec, SampleRequest
 
 FORMAT = "localsession-fakes-light/1"
 PACKAGE, OPTIMIZER = "light_package.json", "light_optimizer.json"

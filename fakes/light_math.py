@@ -20,7 +20,7 @@ import math
 import random
 
 from localsession.numerics.inputs import ClipConfig
-from localsession.runtime.engine_api import SampleRequest
+from localsession.port import SampleRequest
 
 Row = list[float]
 

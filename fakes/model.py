@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
-from localsession.runtime.engine_api import EngineSpec
+from localsession.port import EngineSpec
 
 BASE_STD = 1.0
 EOS_BIAS = 3.0

@@ -24,7 +24,7 @@ from localsession.numerics.filters import (
     top_k_filter,
     top_p_filter,
 )
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, SampleRequest
 
 _TOKENIZER = ByteTokenizer()
 

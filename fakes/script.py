@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fakes.tokenizer import EOS_ID, VOCAB_SIZE, ByteTokenizer
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, SampleRequest
 
 _TOKENIZER = ByteTokenizer()
 

@@ -42,8 +42,8 @@ from fakes.clock import Gate
 from fakes.knobs import EngineKnobs
 from fakes.script import Script
 from localsession import vocab
+from localsession.port import EngineSpec
 from localsession.runtime.catalog import ModelCatalog, StaticCatalog
-from localsession.runtime.engine_api import EngineSpec
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
 from localsession.runtime.service import Service, ServiceConfig

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from localsession.port import EngineInputError, EngineSpec, SampleRequest
 from localsession.runtime.catalog import StaticCatalog
-from localsession.runtime.engine_api import EngineInputError, EngineSpec, SampleRequest
 from localsession.runtime.service import Service, ServiceConfig
 
 

@@ -14,7 +14,7 @@ imported on first use (PEP 562), so importing this package never loads transform
   ``gguf``, ``builtin`` (the built-in tiny models), ``flops`` and ``memory``.
 
 The pure math (losses, AdamW, datums, sampling filters) is ``localsession.numerics``, shared
-with the fakes. From the runtime the engine imports only the port, ``runtime.engine_api``.
+with the fakes. From the runtime the engine imports only the port, ``localsession.port``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localsession.runtime.engine_api import EngineSpec, ResolvedModel
+from localsession.port import EngineSpec, ResolvedModel
 
 if TYPE_CHECKING:
     from localsession.engine.torch_engine import TorchEngine

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from localsession.runtime.engine_api import ResolvedModel
+from localsession.port import ResolvedModel
 
 PoolKey = tuple[str, str, str, str, str]
 

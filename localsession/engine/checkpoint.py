@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from localsession.numerics.optim import WIRE_KEYS, AdamHyperparams, NamedMoments
-from localsession.runtime.engine_api import EngineInputError
+from localsession.port import EngineInputError
 
 ADAPTER_NAME = "default"
 ADAPTER_CONFIG = "adapter_config.json"

@@ -37,7 +37,7 @@ from localsession.engine.builtin import (
     build_tokenizer,
     builtin_config,
 )
-from localsession.runtime.engine_api import EngineConfigError, EngineSpec, ResolvedModel
+from localsession.port import EngineConfigError, EngineSpec, ResolvedModel
 
 DEVICE_ENV = "LOCALSESSION_DEVICE"
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from localsession.runtime.engine_api import ResolvedModel
+from localsession.port import ResolvedModel
 
 MAX_MEMORY_ENV = "LOCALSESSION_MAX_MEMORY"
 DEVICE_MAP_ENV = "LOCALSESSION_DEVICE_MAP"

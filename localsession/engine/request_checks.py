@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from localsession.numerics.datums import check_vocab, int_tensor
-from localsession.runtime.engine_api import Admit, EngineInputError, SampleRequest
+from localsession.port import Admit, EngineInputError, SampleRequest
 
 
 def check_prompt(tokens: Sequence[Any], vocab_size: int, what: str) -> list[int]:
@@ -70,7 +70,7 @@ def check_logprobs_prompt(
 def admitter(
     admit: Admit, checked: list[SampleRequest], vocab_size: int, max_positions: int | None
 ) -> Callable[[], list[SampleRequest]]:
-    """The sampler's joiner for the runtime's ``admit`` (engine_api.Admit): each request it
+    """The sampler's joiner for the runtime's ``admit`` (port.Admit): each request it
     hands over is checked as a lone request 0 would be, and appended to ``checked`` (the
     batch's responses follow that list, joiners in admission order)."""
 

@@ -41,7 +41,7 @@ from localsession.numerics.filters import (  # noqa: F401 - re-exported for call
     top_p_filter,
 )
 from localsession.numerics.losses import token_logprobs
-from localsession.runtime.engine_api import SampleRequest, TokenCallback
+from localsession.port import SampleRequest, TokenCallback
 
 _SEED_MOD = 2**63
 #: Uniforms drawn per generator call (see ``SampledStream.next_uniform``).

@@ -4,7 +4,7 @@ One instance holds one session's trainable LoRA adapter, the AdamW state and the
 gradients, on a view of a base model that every session on the same base shares
 (``base_pool``: one copy of the weights per resolved model, device, dtype and placement).
 All compute runs under the session's lock, so a sampling batch never sees a half-applied
-update (engine_api threading contract).
+update (localsession.port threading contract).
 
 - ``forward_backward`` / ``forward`` share one code path (``forward`` runs it under
   ``torch.no_grad``), so their logprobs agree bit for bit. Datums are right-padded into one
@@ -75,7 +75,7 @@ from localsession.numerics.datums import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import parse_loss_config
 from localsession.numerics.optim import AdamHyperparams, LoraAdamW
-from localsession.runtime.engine_api import Admit, EngineSpec, SampleRequest
+from localsession.port import Admit, EngineSpec, SampleRequest
 
 
 class TorchEngine:
@@ -218,7 +218,7 @@ class TorchEngine:
 
     # -- sampling -----------------------------------------------------------------------
 
-    admits_requests = True  #: ``sample`` takes ``admit`` (engine_api.Admit)
+    admits_requests = True  #: ``sample`` takes ``admit`` (port.Admit)
 
     def sample(
         self, weights: str | None, requests: list[SampleRequest], admit: Admit | None = None

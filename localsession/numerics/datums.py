@@ -30,7 +30,7 @@ from localsession.numerics.inputs import (
     fwd_result_body,
 )
 from localsession.numerics.losses import ALLOWED_INPUT_KEYS, LossInputs
-from localsession.runtime.engine_api import EngineInputError
+from localsession.port import EngineInputError
 
 __all__ = [
     "Batch",

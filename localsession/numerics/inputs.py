@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localsession import vocab
-from localsession.runtime.engine_api import EngineInputError
+from localsession.port import EngineInputError
 
 #: Wire keys of ``AdamParamsConfig`` -> field names.
 WIRE_KEYS: dict[str, str] = dict(vocab.ADAM_WIRE_KEYS)

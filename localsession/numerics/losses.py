@@ -31,7 +31,7 @@ from torch import Tensor
 
 from localsession import vocab
 from localsession.numerics.inputs import ClipConfig, check_loss_fn, parse_loss_config
-from localsession.runtime.engine_api import EngineInputError
+from localsession.port import EngineInputError
 
 # The loss vocabulary and the config parser live in vocab / numerics.inputs (torch-free);
 # they are re-exported here for the engines.

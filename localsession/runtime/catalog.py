@@ -2,7 +2,7 @@
 
 Pure Python, no torch. The service is given a :class:`ModelCatalog` (``Service(config,
 catalog=...)``) and resolves every base-model name through it; an engine receives the
-:class:`~localsession.runtime.engine_api.ResolvedModel` and never resolves anything itself.
+:class:`~localsession.port.ResolvedModel` and never resolves anything itself.
 
 :class:`LocalCatalog` is the product's catalog. A name resolves, in order, through:
 
@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from localsession.runtime.engine_api import ModelKind, ResolvedModel
+from localsession.port import ModelKind, ResolvedModel
 from localsession.runtime.model_sources import (
     MODEL_MAP_ENV,
     SHIPPED_MODELS,

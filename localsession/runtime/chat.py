@@ -31,9 +31,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from localsession.port import SampleRequest, TokenCallback
 from localsession.runtime import errors
 from localsession.runtime.chat_tools import parse_tool_calls, parse_tools, split_tool_calls
-from localsession.runtime.engine_api import SampleRequest, TokenCallback
 
 #: Request fields served; anything else (response_format, ...) is refused by name.
 SUPPORTED = frozenset(

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from localsession.port import SampleRequest
 from localsession.runtime import chat, errors, streaming
-from localsession.runtime.engine_api import SampleRequest
 from localsession.runtime.operations import COMPLETED, Operation
 from localsession.runtime.scheduler import make_job
 from localsession.runtime.session import ACTIVE, PackageMismatch, Session

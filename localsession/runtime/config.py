@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localsession.port import Engine, EngineSpec
 from localsession.runtime.catalog import localsession_home
-from localsession.runtime.engine_api import Engine, EngineSpec
 from localsession.runtime.wiring import default_engine_factory
 
 DEFAULT_ACCOUNT = "000000000000"

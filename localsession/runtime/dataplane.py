@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from localsession.port import SampleRequest
 from localsession.runtime import errors, validate
-from localsession.runtime.engine_api import SampleRequest
 from localsession.runtime.operations import COMPLETED, FAILED, TERMINAL, Operation
 from localsession.runtime.scheduler import make_job
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession import vocab
-from localsession.runtime.engine_api import EngineSpec
+from localsession.port import EngineSpec
 from localsession.runtime.registry import Registry
 from localsession.runtime.session import Session
 

@@ -15,7 +15,7 @@ generation instead of 32 sequential ones.
   fails alone and never takes its batch-mates down with it.
 - **Joining:** a burst split by the window (a preempted submitter on a loaded machine) is
   not split into sequential batches: an engine that admits requests (``admits_requests``,
-  engine_api.Admit) takes jobs queued for the same session and weights into the running
+  port.Admit) takes jobs queued for the same session and weights into the running
   batch between decode steps (continuous batching), each with its own prefill.
 - **One thread:** every generation runs on the scheduler's single thread, one batch at a
   time (parallel generation threads measured 2× slower than sequential on CPU). Sampling
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from localsession import vocab
+from localsession.port import Admit, EngineInputError, SampleRequest
 from localsession.runtime import errors
-from localsession.runtime.engine_api import Admit, EngineInputError, SampleRequest
 from localsession.runtime.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.session import Session
 
@@ -150,7 +150,7 @@ class SamplingScheduler:
                 self._run_batch([job], isolate=False)
 
     def _admitter(self, batch: list[_Job]) -> Admit:
-        """The ``admit`` callback of a running sample batch (engine_api.Admit): it takes the
+        """The ``admit`` callback of a running sample batch (port.Admit): it takes the
         jobs at the head of the queue that are batchable with ``batch`` (same session and
         weights, within ``MAX_BATCH_SEQUENCES``), appends them to ``batch`` and hands the
         engine their checked requests. A job failing the check finishes Failed alone. Only

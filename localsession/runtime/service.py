@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from localsession.port import EngineSpec
 from localsession.runtime import errors, hub, validate
 from localsession.runtime.catalog import LocalCatalog, ModelCatalog
 from localsession.runtime.completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
 from localsession.runtime.dataplane import DataPlane, Observer
-from localsession.runtime.engine_api import EngineSpec
 from localsession.runtime.faults import Faults
 from localsession.runtime.operations import Operation
 from localsession.runtime.packages import ModelPackages

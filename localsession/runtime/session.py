@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from localsession import vocab
-from localsession.runtime import errors
-from localsession.runtime.engine_api import (
+from localsession.port import (
     Engine,
     EngineConfigError,
     EngineInputError,
     EngineSpec,
     ResolvedModel,
 )
+from localsession.runtime import errors
 from localsession.runtime.faults import Faults
 from localsession.runtime.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.registry import CHECKPOINT, MODEL, Registry

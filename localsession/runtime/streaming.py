@@ -1,7 +1,7 @@
 """Streamed chat completions: tokens go out as the batched decoder picks them.
 
 :func:`stream_chat` submits a prepared chat request to the sampling scheduler with an
-``on_token`` callback (engine_api) and yields OpenAI ``chat.completion.chunk`` bodies while
+``on_token`` callback (localsession.port) and yields OpenAI ``chat.completion.chunk`` bodies while
 generation runs: the role first, then one content delta per decoded token (text that is
 complete: a token that ends inside a multi-byte character, or text that could still turn out
 to be the start of a stop string, is held back until it is settled), then each choice's
@@ -23,8 +23,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from localsession.port import SampleRequest
 from localsession.runtime import chat, errors
-from localsession.runtime.engine_api import SampleRequest
 from localsession.runtime.operations import COMPLETED, Operation
 
 #: (choice index, token, logprob), or ``None`` once the operation finished

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from localsession.runtime.engine_api import Engine, EngineSpec, ResolvedModel
+from localsession.port import Engine, EngineSpec, ResolvedModel
 
 if TYPE_CHECKING:
     from localsession.runtime.service import Service

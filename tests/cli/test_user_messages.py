@@ -15,7 +15,7 @@ from botocore.exceptions import ParamValidationError
 
 from localsession import ServiceClient
 from localsession.exceptions import OperationError
-from localsession.runtime.engine_api import EngineSpec
+from localsession.port import EngineSpec
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.types import SamplingParams
 

@@ -19,7 +19,7 @@ from localsession import (
     TensorData,
     TrainingClient,
 )
-from localsession.runtime.engine_api import Admit
+from localsession.port import Admit
 from localsession.runtime.service import Service
 
 MODEL = "localsession/tiny"

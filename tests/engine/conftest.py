@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 from localsession.engine.builtin import build_builtin  # noqa: E402
 from localsession.engine.torch_engine import TorchEngine  # noqa: E402
-from localsession.runtime.engine_api import EngineSpec  # noqa: E402
+from localsession.port import EngineSpec  # noqa: E402
 
 TINY = "localsession/tiny"
 

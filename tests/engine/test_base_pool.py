@@ -23,7 +23,7 @@ from localsession.engine.base_pool import POOL
 from localsession.engine.loading import load_model
 from localsession.engine.merged import MergedCache, merged_bytes
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import EngineSpec, SampleRequest
+from localsession.port import EngineSpec, SampleRequest
 
 from .helpers import make_datum, random_tokens
 

@@ -19,7 +19,7 @@ from localsession.engine.checkpoint import ADAPTER_WEIGHTS, OPTIMIZER_CONFIG, OP
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.torch_engine import TorchEngine
 from localsession.numerics.optim import AdamHyperparams
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, SampleRequest
 
 from .conftest import TINY
 from .helpers import make_datum, random_tokens

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import SampleRequest
+from localsession.port import SampleRequest
 
 from .helpers import make_datum, outputs_without, random_tokens, untimed
 

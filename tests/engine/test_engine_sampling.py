@@ -11,7 +11,7 @@ import torch
 
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, SampleRequest
 
 from .helpers import make_datum
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from localsession.engine import create_engine
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import EngineInputError, EngineSpec
+from localsession.port import EngineInputError, EngineSpec
 
 from .helpers import make_datum, outputs_without, random_tokens, untimed
 

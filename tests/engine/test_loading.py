@@ -13,8 +13,8 @@ import torch
 
 from localsession.engine.builtin import save_builtin
 from localsession.engine.loading import load_model, load_tokenizer
+from localsession.port import EngineSpec, ResolvedModel
 from localsession.runtime.catalog import LocalCatalog
-from localsession.runtime.engine_api import EngineSpec, ResolvedModel
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, SampleRequest
 
 from .helpers import make_datum
 

@@ -13,7 +13,7 @@ import torch
 
 from localsession.engine import precision
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import SampleRequest
+from localsession.port import SampleRequest
 
 from .helpers import make_datum, random_tokens
 

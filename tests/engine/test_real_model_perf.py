@@ -18,7 +18,7 @@ import torch
 
 from localsession.engine import placement, precision
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import EngineSpec, ResolvedModel
+from localsession.port import EngineSpec, ResolvedModel
 
 from .helpers import make_datum
 

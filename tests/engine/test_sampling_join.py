@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, SampleRequest
 
 LONG = [257, *b"A much longer prompt than the running context has so far, by far"]
 SHORT = [257, 65]

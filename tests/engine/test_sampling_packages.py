@@ -17,7 +17,7 @@ from peft import PeftModel
 
 from localsession.engine.builtin import build_builtin
 from localsession.engine.torch_engine import TorchEngine
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, SampleRequest
 
 from .conftest import TINY
 from .helpers import make_datum, random_tokens

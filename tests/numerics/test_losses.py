@@ -19,7 +19,7 @@ from localsession.numerics.losses import (
     ppo,
     token_logprobs,
 )
-from localsession.runtime.engine_api import EngineInputError
+from localsession.port import EngineInputError
 
 LN = math.log
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from localsession.numerics.optim import AdamHyperparams, LoraAdamW
-from localsession.runtime.engine_api import EngineInputError
+from localsession.port import EngineInputError
 
 
 def make_params(seed: int = 0) -> list[tuple[str, torch.nn.Parameter]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import localsession.engine as engine_module
 from localsession.cli import main
-from localsession.runtime.engine_api import EngineSpec
+from localsession.port import EngineSpec
 
 _calls: dict[str, int] = {}
 _lock = threading.Lock()

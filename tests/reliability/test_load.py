@@ -22,7 +22,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from localsession.runtime.engine_api import EngineSpec
+from localsession.port import EngineSpec
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.runner import ServerThread, client_env

@@ -5,8 +5,8 @@ from __future__ import annotations
 import botocore.session
 import pytest
 
+from localsession.port import EngineInputError
 from localsession.runtime import errors
-from localsession.runtime.engine_api import EngineInputError
 
 
 def _modelled_statuses() -> dict[str, int]:

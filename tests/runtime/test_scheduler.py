@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from localsession.runtime.engine_api import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, SampleRequest
 from localsession.runtime.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.scheduler import SamplingScheduler, make_job
 

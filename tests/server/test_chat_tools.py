@@ -19,8 +19,8 @@ import pytest
 
 from localsession import ServiceClient as LocalServiceClient
 from localsession.engine.builtin import build_tokenizer
+from localsession.port import EngineSpec, SampleRequest
 from localsession.runtime.catalog import StaticCatalog
-from localsession.runtime.engine_api import EngineSpec, SampleRequest
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.runner import ServerThread
 

@@ -1,4 +1,7 @@
-"""The seam between the runtime (no torch) and an engine (torch, or the fakes' engine).
+"""The engine port: the seam between the runtime (no torch) and an engine (torch, or the fakes').
+
+A leaf: it imports nothing in the package but ``vocab`` and ``types``, so ``runtime/``,
+``engine/``, ``numerics/`` and the fakes all stand on it and none of them on another.
 
 The runtime owns ordering, futures, sessions and limits; an engine owns tensors. Everything
 that crosses this seam is plain Python in the service's wire shapes (camelCase dicts, token
