@@ -28,7 +28,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E402
 from localsession import AdamParams, ServiceClient  # noqa: E402
-from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+from localsession.runtime.service import ServiceConfig  # noqa: E402
+from localsession.wiring import build_service
 
 
 def collect(smoke: bool = False, runs: int = 20) -> list[Row]:
@@ -36,7 +37,7 @@ def collect(smoke: bool = False, runs: int = 20) -> list[Row]:
     model_name = "localsession/tiny" if smoke else "localsession/small"
     runs = 1 if smoke else runs
     with tempfile.TemporaryDirectory() as home:
-        service = Service(ServiceConfig(home=Path(home)))
+        service = build_service(ServiceConfig(home=Path(home)))
         client = ServiceClient(
             "us-west-2", role_arn="arn:aws:iam::000000000000:role/bench", backend=service
         )

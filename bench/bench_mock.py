@@ -50,13 +50,12 @@ def once():
 def over_http():
     import os
     from fakes.service import FakeService
-    from localsession.engine import write_tokenizer
-    from localsession.runtime.catalog import StaticCatalog
+    from localsession.wiring import listed_catalog
     from localsession.server.runner import ServerThread
     from localsession.server.serve import serve_exports
 
     mapped = {"openai/gpt-oss-20b": "localsession/tiny"}
-    service = FakeService(catalog=StaticCatalog(mapped, tokenizer_writer=write_tokenizer))
+    service = FakeService(catalog=listed_catalog(mapped, accept_any=False))
     with ServerThread(service, long_poll=0.9) as url:
         env = serve_exports(url, service)
         saved = {k: os.environ.get(k) for k in env}

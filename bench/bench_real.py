@@ -78,9 +78,10 @@ def text_prompts(tokenizer: Any, n: int) -> list[list[int]]:
 
 def client(home: str, sessions: int = 4) -> Any:
     from localsession import ServiceClient
-    from localsession.runtime.service import Service, ServiceConfig
+    from localsession.runtime.service import ServiceConfig
+    from localsession.wiring import build_service
 
-    service = Service(ServiceConfig(home=Path(home), max_sessions=sessions))
+    service = build_service(ServiceConfig(home=Path(home), max_sessions=sessions))
     return service, ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
 
 
@@ -293,11 +294,12 @@ def streaming_rows(name: str, max_tokens: int) -> list[Row]:
     """Time to the first streamed content chunk vs to the whole reply (OpenAI client)."""
     import openai
 
-    from localsession.runtime.service import Service, ServiceConfig
+    from localsession.runtime.service import ServiceConfig
     from localsession.server.runner import ServerThread
+    from localsession.wiring import build_service
 
     with tempfile.TemporaryDirectory() as home:
-        service = Service(ServiceConfig(home=Path(home), max_sessions=2))
+        service = build_service(ServiceConfig(home=Path(home), max_sessions=2))
         with ServerThread(service) as url:
             from localsession import ServiceClient
 

@@ -35,7 +35,8 @@ from bench.common import Row, bench_args, emit  # noqa: E402
 from bench.raw_loop import batched_generate  # noqa: E402
 from localsession import SamplingClient, SamplingParams, ServiceClient  # noqa: E402
 from localsession.engine.builtin import EOS_ID, PAD_ID, build_builtin  # noqa: E402
-from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+from localsession.runtime.service import ServiceConfig  # noqa: E402
+from localsession.wiring import build_service
 
 N_PROMPTS = 32
 NUM_SAMPLES = 4
@@ -88,7 +89,7 @@ def raw_generate(name: str, max_tokens: int) -> Callable[[], int]:
 
 def bench_model(name: str, max_tokens: int, runs: int, home: Path) -> list[Row]:
     """The two rows (vs one-at-a-time, vs raw generate) of one model."""
-    service = Service(ServiceConfig(home=home, max_sessions=2))
+    service = build_service(ServiceConfig(home=home, max_sessions=2))
     client = ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
     tc = client.create_lora_training_client(name, rank=8, alpha=16)
     sc = tc.create_sampling_client()

@@ -33,6 +33,7 @@ import localsession as ls  # noqa: E402
 from bench.common import Row, bench_args, emit  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 from localsession.server.runner import ServerThread, client_env  # noqa: E402
+from localsession.wiring import build_service
 
 ROLE = "arn:aws:iam::123456789012:role/bench"
 GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/bench"
@@ -122,7 +123,7 @@ def collect(smoke: bool = False, runs: int = 10) -> list[Row]:
     runs = 1 if smoke else runs
     logging.getLogger("sagemaker").setLevel(logging.ERROR)  # the http:// endpoint warning
     with tempfile.TemporaryDirectory() as home:
-        service = Service(ServiceConfig(home=Path(home), max_sessions=8))
+        service = build_service(ServiceConfig(home=Path(home), max_sessions=8))
         try:
             with ServerThread(service) as url, _environ(client_env(url, "us-west-2")):
                 import sagemaker.train.training_session as ts

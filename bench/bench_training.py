@@ -51,7 +51,8 @@ from localsession import (  # noqa: E402
     ServiceClient,
     TrainingClient,
 )
-from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+from localsession.runtime.service import ServiceConfig  # noqa: E402
+from localsession.wiring import build_service
 
 ROLE = "arn:aws:iam::000000000000:role/bench"
 
@@ -237,7 +238,7 @@ def collect(smoke: bool = False, runs: int = 10, overhead_runs: int = 300) -> li
     models = ("tiny",) if smoke else ("tiny", "small")
     out: list[Row] = []
     with tempfile.TemporaryDirectory() as home:
-        service = Service(ServiceConfig(home=Path(home), max_sessions=4))
+        service = build_service(ServiceConfig(home=Path(home), max_sessions=4))
         client = ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
         try:
             steps: list[Any] = [

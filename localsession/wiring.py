@@ -1,21 +1,33 @@
-"""The default wiring: the real engine and tokenizer writer, and the process-wide service.
+"""The composition root: the one module that names engine modules and default collaborators.
 
-What a plain ``ServiceClient()`` gets when it is handed no backend: a :class:`Service`
-configured from the environment, over the local catalog, with the torch engine. The engine
-and ``transformers`` are imported only when a session starts or a tokenizer is exported, so
-``import localsession`` stays free of torch.
+The runtime (``localsession.runtime``) knows engines only through the port
+(:mod:`localsession.port`), and the engine (``localsession.engine``) knows nothing of the
+runtime. This module puts the two together, and everything that builds a service asks it:
+
+- :func:`build_service`: a :class:`Service` with the torch engine and the local catalog (or
+  the catalog and settings given); the in-process ``ServiceClient``, ``serve`` and ``mock()``
+  build theirs here;
+- :func:`server_catalog`: the catalog ``serve`` and ``mock()`` resolve names with;
+- :func:`listed_catalog`: a catalog of fixed names (``mock(engine="fake")``, the fakes);
+- :func:`default_service`: the process-wide service in-process clients share.
+
+The engine and ``transformers`` are imported only when a session starts or a tokenizer is
+written, so ``import localsession`` stays free of torch.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localsession.port import Engine, EngineSpec, ResolvedModel
 
 if TYPE_CHECKING:
+    from localsession.runtime.catalog import LocalCatalog, ModelCatalog, StaticCatalog
+    from localsession.runtime.config import ServiceConfig
     from localsession.runtime.service import Service
 
 
@@ -33,6 +45,55 @@ def default_tokenizer_writer(model: ResolvedModel, directory: Path) -> None:
     write_tokenizer(model, directory)
 
 
+def server_catalog(
+    home: Path,
+    model_map: Mapping[str, str] | None = None,
+    hf_cache: Path | None = None,
+) -> LocalCatalog:
+    """The catalog a server resolves names with: ``home/models.json``, the environment's map,
+    then ``model_map`` (``--model-map``) entries; tokenizers are written by the engine.
+    ``hf_cache``: the Hugging Face cache to read models from (default: the environment's
+    now, fixed for the catalog's life)."""
+    from localsession.runtime.catalog import LocalCatalog
+    from localsession.runtime.model_sources import hf_hub_cache
+
+    cache = hf_cache if hf_cache is not None else hf_hub_cache()
+    return LocalCatalog(
+        home,
+        model_map=dict(model_map or {}),
+        hf_cache=cache,
+        tokenizer_writer=default_tokenizer_writer,
+    )
+
+
+def listed_catalog(
+    names: Mapping[str, str] | list[str] | tuple[str, ...], *, accept_any: bool
+) -> StaticCatalog:
+    """A catalog of fixed names (a mapping: listed name -> target), whose tokenizers the
+    engine writes; ``accept_any``: any other name resolves too (to itself)."""
+    from localsession.runtime.catalog import StaticCatalog
+
+    return StaticCatalog(names, accept_any=accept_any, tokenizer_writer=default_tokenizer_writer)
+
+
+def build_service(
+    config: ServiceConfig | None = None, *, catalog: ModelCatalog | None = None
+) -> Service:
+    """A service over the torch engine: ``config`` (default: from the environment), with
+    its engine factory filled in when it has none, and ``catalog`` (default: the local
+    catalog over ``config.home``, tokenizers written by the engine)."""
+    from localsession.runtime.catalog import LocalCatalog
+    from localsession.runtime.config import ServiceConfig
+    from localsession.runtime.service import Service
+
+    config = config if config is not None else ServiceConfig.from_env()
+    if config.engine_factory is None:
+        config.engine_factory = default_engine_factory
+    if catalog is None:
+        catalog = LocalCatalog(config.home, tokenizer_writer=default_tokenizer_writer)
+    return Service(config, catalog=catalog)
+
+
 _default: Service | None = None
 _default_lock = threading.Lock()
 
@@ -45,12 +106,11 @@ def default_service() -> Service:
     (``gap_timeout=0``) instead of blocking the client's later ops.
     """
     from localsession.runtime.config import ServiceConfig
-    from localsession.runtime.service import Service
 
     global _default
     with _default_lock:
         if _default is None:
-            _default = Service(ServiceConfig.from_env(gap_timeout=0.0))
+            _default = build_service(ServiceConfig.from_env(gap_timeout=0.0))
             # Let running ops finish and engines close before the interpreter tears down.
             atexit.register(_default.close)
         return _default

@@ -27,6 +27,7 @@ import pytest  # noqa: E402
 
 from localsession import ServiceClient  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+from localsession.wiring import build_service
 
 ROLE = "arn:aws:iam::000000000000:role/localsession-tests"
 #: The developer's real state directory, which the suite must leave as it found it.
@@ -146,7 +147,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """One service for the whole run (sessions share it, as on the real service)."""
     home = tmp_path_factory.mktemp("localsession-home")
-    svc = Service(ServiceConfig(max_sessions=64, gap_timeout=0.0, home=home))
+    svc = build_service(ServiceConfig(max_sessions=64, gap_timeout=0.0, home=home))
     yield svc
     svc.close()
 

@@ -16,6 +16,7 @@ from typing import Any
 from localsession.port import EngineInputError, EngineSpec, SampleRequest
 from localsession.runtime.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
+from localsession.wiring import build_service
 
 
 class StubEngine:
@@ -90,7 +91,7 @@ def stub_service(
         return engines[-1]
 
     config = ServiceConfig(home=home, engine_factory=factory, **config)
-    service = Service(config, catalog=StaticCatalog(["localsession/tiny"], accept_any=True))
+    service = build_service(config, catalog=StaticCatalog(["localsession/tiny"], accept_any=True))
     if session is not None:
         service.create_training_session(create_request(session))
         assert service.wait_for_session(session, 10) == "Running"
@@ -162,7 +163,7 @@ def running_server(home: Path, *, long_poll: float = 5.0, **config: Any) -> Iter
     a background thread; closed on exit."""
     from localsession.server.runner import ServerThread
 
-    service = Service(ServiceConfig(home=home, **config))
+    service = build_service(ServiceConfig(home=home, **config))
     try:
         with ServerThread(service, long_poll=long_poll) as url:
             yield Served(service, url, home)

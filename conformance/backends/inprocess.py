@@ -18,11 +18,12 @@ MAX_SESSIONS = 4
 def make_inprocess(options: dict[str, Any]) -> Backend:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import localsession
-    from localsession.runtime.service import Service, ServiceConfig
+    from localsession.runtime.service import ServiceConfig
+    from localsession.wiring import build_service
 
     home = tempfile.TemporaryDirectory(prefix="conformance-inprocess-")
     # gap_timeout 0: the in-process default, a number refused client-side is lost at once.
-    service = Service(
+    service = build_service(
         ServiceConfig(home=Path(home.name), max_sessions=MAX_SESSIONS, gap_timeout=0.0)
     )
 

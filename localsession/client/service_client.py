@@ -133,7 +133,7 @@ class ServiceClient:
         backend: Optional[Backend] = None,
     ) -> None:
         if backend is None:
-            from localsession.runtime.service import default_service
+            from localsession.wiring import default_service
 
             backend = default_service()
         self._backend: Backend = backend

@@ -151,13 +151,13 @@ class Mock:
             with _import_lock:
                 from fakes.service import FakeService  # torch: only for engine="fake"
 
-            from localsession.engine import write_tokenizer
-            from localsession.runtime.catalog import BUILTIN_MODELS, StaticCatalog
+            from localsession import wiring
+            from localsession.runtime.catalog import BUILTIN_MODELS
 
             # Any name runs on the fake model; the built-ins and the map are listed, as by
             # serve, and the SDK's get_tokenizer() gets the built-in tokenizer they name.
             listed = {**{m: m for m in BUILTIN_MODELS}, **self.model_map}
-            catalog = StaticCatalog(listed, accept_any=True, tokenizer_writer=write_tokenizer)
+            catalog = wiring.listed_catalog(listed, accept_any=True)
             service = FakeService(
                 home=self.home, strict=self.strict, manual=self._manual, catalog=catalog
             )
@@ -166,8 +166,8 @@ class Mock:
             return service
         # serve's choices (server/serve.py build_service): limits per `strict`, session
         # records kept, and only listed models (or their Hub ARNs) accepted over the wire.
-        from localsession.runtime.service import Service, ServiceConfig
-        from localsession.server.serve import server_catalog
+        from localsession import wiring
+        from localsession.runtime.service import ServiceConfig
 
         config = ServiceConfig.from_env(
             region=self.region,
@@ -179,7 +179,7 @@ class Mock:
         )
         # Models are read from the user's HF cache as it is now, before the mock points
         # HF_HUB_CACHE at its own export cache (which holds tokenizers only).
-        return Service(config, catalog=server_catalog(self.home, {}))
+        return wiring.build_service(config, catalog=wiring.server_catalog(self.home))
 
     def _environment(self, s3: bool) -> dict[str, str | None]:
         from localsession.server.runner import client_env

@@ -1,8 +1,8 @@
 """Service-wide settings: :class:`ServiceConfig`, its defaults and its ``LOCALSESSION_*`` variables.
 
-Every setting of the in-process service lives here (docs/semantics.md#4); the default engine
-factory comes from :mod:`localsession.runtime.wiring`, which imports the engine (and torch) only
-when a session starts.
+Every setting of the in-process service lives here (docs/semantics.md#4). The engine factory
+is not the runtime's to choose: :mod:`localsession.wiring` (the composition root) fills in the
+torch engine's, which imports torch only when a session starts.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 
 from localsession.port import Engine, EngineSpec
 from localsession.runtime.catalog import localsession_home
-from localsession.runtime.wiring import default_engine_factory
 
 DEFAULT_ACCOUNT = "000000000000"
 
@@ -42,7 +41,10 @@ class ServiceConfig:
     idle_timeout: float | None = None
     #: State directory: the model-package registry lives under it (docs/semantics.md#5).
     home: Path = field(default_factory=localsession_home)
-    engine_factory: Callable[[EngineSpec], Engine] = field(default=default_engine_factory)
+    #: Makes a session's engine. ``None``: the service was built without one, and a session
+    #: fails to start saying so; :func:`localsession.wiring.build_service` fills in the
+    #: torch engine's.
+    engine_factory: Callable[[EngineSpec], Engine] | None = None
     #: Training ops one session may hold queued; past it submits get ThrottlingException
     #: (which the SDK retries). ``--max-queued-ops``.
     max_queued_ops: int = 1024

@@ -14,8 +14,10 @@ to the module that owns its resource (moto-style):
 - runtime/config.py: :class:`ServiceConfig`, every setting and its ``LOCALSESSION_*`` variable;
 - runtime/paging.py: ``MaxResults``/``NextToken`` for the List* calls;
 - runtime/packages.py: the model-package registry's operations;
-- runtime/completions.py: OpenAI chat completions sampled by sessions;
-- runtime/wiring.py: the default engine, tokenizer writer and process-wide service.
+- runtime/completions.py: OpenAI chat completions sampled by sessions.
+
+The engine factory and the default catalog's tokenizer writer come from the composition root,
+:mod:`localsession.wiring`, never from here.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from localsession.port import EngineSpec
+from localsession.port import Engine, EngineConfigError, EngineSpec
 from localsession.runtime import errors, hub, validate
 from localsession.runtime.catalog import LocalCatalog, ModelCatalog
 from localsession.runtime.completions import Completions, PreparedChat
@@ -40,7 +42,6 @@ from localsession.runtime.registry import Registry
 from localsession.runtime.scheduler import SamplingScheduler
 from localsession.runtime.session import DELETABLE, PackageMismatch, Session
 from localsession.runtime.sessions import SessionTable
-from localsession.runtime.wiring import default_service, default_tokenizer_writer
 
 __all__ = [
     "DEFAULT_ACCOUNT",
@@ -48,8 +49,15 @@ __all__ = [
     "PreparedChat",
     "Service",
     "ServiceConfig",
-    "default_service",
 ]
+
+
+def unwired_engine(spec: EngineSpec) -> Engine:
+    """The engine factory of a service built without one: the session fails, naming the fix."""
+    raise EngineConfigError(
+        "this service was built without an engine factory: build it with "
+        "localsession.wiring.build_service(config), or pass ServiceConfig(engine_factory=...)"
+    )
 
 
 class Service:
@@ -64,10 +72,9 @@ class Service:
     ) -> None:
         self.config = config or ServiceConfig.from_env()
         #: Every base-model name is resolved through this (runtime/catalog.py); by default
-        #: the local catalog over ``config.home``, with the engine's tokenizer writer.
-        self.catalog: ModelCatalog = catalog or LocalCatalog(
-            self.config.home, tokenizer_writer=default_tokenizer_writer
-        )
+        #: the local catalog over ``config.home``, without a tokenizer writer (the wiring's
+        #: ``build_service`` gives it the engine's).
+        self.catalog: ModelCatalog = catalog or LocalCatalog(self.config.home)
         self._mutex = threading.Lock()  # guards opening the registry
         gather = self.config.gather_quiet_s
         self._scheduler = (
@@ -159,7 +166,7 @@ class Service:
                 details,
                 strict=self.config.strict if strict is None else strict,
                 gap_timeout=self.config.gap_timeout,
-                engine_factory=self.config.engine_factory,
+                engine_factory=self.config.engine_factory or unwired_engine,
                 registry=lambda: self.registry,
                 faults=self.faults,
                 max_queued=self.config.max_queued_ops,

@@ -13,11 +13,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localsession.engine import write_tokenizer  # torch-free until it is called
+from localsession import wiring
 from localsession.runtime import hub
-from localsession.runtime.catalog import LocalCatalog
+from localsession.runtime.catalog import ModelCatalog
 from localsession.runtime.home import HomeError, HomeLock, require_writable
-from localsession.runtime.model_sources import hf_hub_cache, localsession_home, parse_map_entries
+from localsession.runtime.model_sources import localsession_home, parse_map_entries
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
 from localsession.server.runner import client_env, make_server, url_of
@@ -78,8 +78,12 @@ def warn_if_exposed(host: str, authenticated: bool) -> None:
     )
 
 
-def build_service(options: ServeOptions, home: Path | None = None) -> Service:
-    """The service a server runs, from the command line over ``LOCALSESSION_*`` defaults."""
+def build_service(
+    options: ServeOptions, home: Path | None = None, *, catalog: ModelCatalog | None = None
+) -> Service:
+    """The service a server runs, from the command line over ``LOCALSESSION_*`` defaults.
+    ``catalog``: the one :func:`start` already built from ``--model-map`` (default: built
+    here from ``options.model_map``)."""
     overrides: dict[str, object] = {
         "strict": not options.relaxed,
         "lenient_sequence": options.lenient_sequence,
@@ -98,19 +102,10 @@ def build_service(options: ServeOptions, home: Path | None = None) -> Service:
     if options.gap_timeout is not None:
         overrides["gap_timeout"] = options.gap_timeout
     config = ServiceConfig.from_env(**overrides)
-    model_map = parse_map_entries(options.model_map, "--model-map")
-    return Service(config, catalog=server_catalog(config.home, model_map))
-
-
-def server_catalog(
-    home: Path, model_map: dict[str, str], hf_cache: Path | None = None
-) -> LocalCatalog:
-    """The catalog a server resolves names with: ``home/models.json``, the environment's map,
-    then ``--model-map`` entries; tokenizers are written by the engine. ``hf_cache``: the
-    Hugging Face cache to read models from (default: the environment's at start-up, fixed for
-    the server's life)."""
-    cache = hf_cache if hf_cache is not None else hf_hub_cache()
-    return LocalCatalog(home, model_map=model_map, hf_cache=cache, tokenizer_writer=write_tokenizer)
+    if catalog is None:
+        model_map = parse_map_entries(options.model_map, "--model-map")
+        catalog = wiring.server_catalog(config.home, model_map)
+    return wiring.build_service(config, catalog=catalog)
 
 
 def serve_exports(url: str, service: Service) -> dict[str, str]:
@@ -143,13 +138,14 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
     except HomeError as exc:
         raise StartupError(str(exc)) from None
     try:
-        check_model_map(server_catalog(home, model_map), model_map)
+        catalog = wiring.server_catalog(home, model_map)  # the one parse of --model-map
+        check_model_map(catalog, model_map)
         sock = bind_or_explain(options.host, options.port)
     except BaseException:
         lock.release()
         raise
     try:
-        service = build_service(options, home)
+        service = build_service(options, home, catalog=catalog)
     except BaseException:
         sock.close()
         lock.release()

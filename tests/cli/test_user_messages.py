@@ -18,6 +18,7 @@ from localsession.exceptions import OperationError
 from localsession.port import EngineSpec
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.types import SamplingParams
+from localsession.wiring import build_service
 
 ROLE = "arn:aws:iam::000000000000:role/localsession-tests"
 
@@ -48,7 +49,7 @@ def _session(service: Service, name: str) -> None:
 def test_the_lost_sequence_warning_says_what_happened(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    service = Service(
+    service = build_service(
         ServiceConfig(home=tmp_path, gap_timeout=0.2, engine_factory=StubEngine)  # type: ignore[arg-type]
     )
     try:
@@ -94,7 +95,7 @@ def test_a_bad_device_setting_is_one_log_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("LOCALSESSION_DEVICE", "gpu")
-    service = Service(ServiceConfig(home=tmp_path))
+    service = build_service(ServiceConfig(home=tmp_path))
     try:
         with caplog.at_level(logging.ERROR, logger="localsession.runtime.session"):
             _session(service, "wrong-device")
@@ -109,7 +110,7 @@ def test_a_bad_device_setting_is_one_log_line(
 def test_a_save_into_an_unwritable_home_names_the_path(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     home = tmp_path / "a-file" / "home"
-    service = Service(ServiceConfig(home=home))
+    service = build_service(ServiceConfig(home=home))
     try:
         tc = ServiceClient(role_arn=ROLE, backend=service).create_lora_training_client(
             "localsession/tiny", rank=4, alpha=8

@@ -18,6 +18,7 @@ from localsession import (
     TrainingSessionError,
 )
 from localsession.runtime.service import Service, ServiceConfig
+from localsession.wiring import build_service
 
 MODEL = "localsession/tiny"
 
@@ -159,7 +160,7 @@ def test_queued_ops_are_skipped_when_the_session_stops(client: ServiceClient) ->
 
 
 def test_max_sessions_is_enforced() -> None:
-    service = Service(ServiceConfig(max_sessions=1))
+    service = build_service(ServiceConfig(max_sessions=1))
     try:
         svc = ServiceClient(role_arn="arn:aws:iam::000000000000:role/x", backend=service)
         with svc.create_lora_training_client(MODEL, rank=4, alpha=8):

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from localsession.runtime.service import Service, ServiceConfig
-from localsession.runtime.wiring import default_engine_factory
+from localsession.runtime.service import ServiceConfig
 from localsession.server.runner import ServerThread, client_env
+from localsession.wiring import build_service, default_engine_factory
 
 ROLE = "arn:aws:iam::123456789012:role/differential"
 GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/differential"
@@ -42,7 +42,7 @@ def slow_server(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[thre
         home=tmp_path,
         engine_factory=lambda spec: _SlowOptimizer(default_engine_factory(spec), release),
     )
-    service = Service(config)
+    service = build_service(config)
     with ServerThread(service) as url:  # the default long-poll hold, as `serve` uses it
         for key, value in client_env(url, "us-west-2").items():
             monkeypatch.setenv(key, value)

@@ -37,7 +37,8 @@ from localsession import (
     TensorData,
     TrainingClient,
 )
-from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.service import ServiceConfig
+from localsession.wiring import build_service
 
 from .conftest import FUZZ_PROFILES, FUZZED, MODEL, PROFILES
 
@@ -63,7 +64,7 @@ ADAM = [
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceClient]:
     # In-process clients record a number refused client-side as lost at once (gap 0).
     home: Path = tmp_path_factory.mktemp("client-fuzz-home")
-    service = Service(ServiceConfig(home=home, gap_timeout=0.0, max_sessions=8))
+    service = build_service(ServiceConfig(home=home, gap_timeout=0.0, max_sessions=8))
     yield ServiceClient(role_arn=ROLE, backend=service)
     service.close()
 

@@ -24,8 +24,9 @@ from botocore.config import Config
 
 from localsession.port import EngineSpec
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.service import ServiceConfig
 from localsession.server.runner import ServerThread, client_env
+from localsession.wiring import build_service
 
 from .conftest import create_session, run_op
 
@@ -76,7 +77,7 @@ def runtime_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 def test_eight_sessions_and_a_thousand_polls_in_flight(tmp_path: Any, runtime_client: Any) -> None:
-    service = Service(ServiceConfig(home=tmp_path, max_sessions=SESSIONS, gap_timeout=120.0))
+    service = build_service(ServiceConfig(home=tmp_path, max_sessions=SESSIONS, gap_timeout=120.0))
     # Independent expectations: each variant's forward on a fresh session, in-process.
     reference = create_session(service)
     expected = {
@@ -176,7 +177,7 @@ def test_eight_sessions_and_a_thousand_polls_in_flight(tmp_path: Any, runtime_cl
 
 
 def test_queues_are_bounded_and_the_gap_filler_is_always_admitted(tmp_path: Any) -> None:
-    service = Service(ServiceConfig(home=tmp_path, max_queued_ops=4, gap_timeout=60.0))
+    service = build_service(ServiceConfig(home=tmp_path, max_queued_ops=4, gap_timeout=60.0))
     name = create_session(service)
 
     def submit(seq: int) -> str:
@@ -219,7 +220,7 @@ def test_the_sdk_retries_throttled_submits(tmp_path: Any, monkeypatch: pytest.Mo
         engine.forward_backward = slow  # type: ignore[method-assign]
         return engine
 
-    service = Service(
+    service = build_service(
         ServiceConfig(home=tmp_path, max_queued_ops=2, gap_timeout=60.0, engine_factory=slow_engine)
     )
     reference = create_session(service)

@@ -31,10 +31,11 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 import localsession
-from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.service import ServiceConfig
 from localsession.server.auth import MAX_BODY_BYTES, Credential
 from localsession.server.runner import ServerThread, client_env
 from localsession.server.serve import ServeOptions, is_loopback, warn_if_exposed
+from localsession.wiring import build_service
 
 from .conftest import HUB_ARN, Served
 
@@ -223,7 +224,7 @@ def test_nothing_in_the_package_unpickles() -> None:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("secured-home")
-    service = Service(ServiceConfig(home=home, max_sessions=4, persist_sessions=True))
+    service = build_service(ServiceConfig(home=home, max_sessions=4, persist_sessions=True))
     with ServerThread(service, long_poll=5.0, credential=Credential(KEY, SECRET)) as url:
         yield Served(service, url, home)
     service.close()

@@ -21,8 +21,9 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.service import ServiceConfig
 from localsession.server.runner import ServerThread, client_env
+from localsession.wiring import build_service
 
 from .conftest import HUB_ARN
 
@@ -119,7 +120,7 @@ def test_soak_leaks_no_memory_threads_or_file_handles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seconds = float(os.environ.get("LOCALSESSION_SOAK_SECONDS", "180"))
-    service = Service(
+    service = build_service(
         ServiceConfig(home=tmp_path, strict=False, persist_sessions=True, max_sessions=2)
     )
     with ServerThread(service, long_poll=5.0) as url:

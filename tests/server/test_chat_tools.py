@@ -21,8 +21,9 @@ from localsession import ServiceClient as LocalServiceClient
 from localsession.engine.builtin import build_tokenizer
 from localsession.port import EngineSpec, SampleRequest
 from localsession.runtime.catalog import StaticCatalog
-from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.service import ServiceConfig
 from localsession.server.runner import ServerThread
+from localsession.wiring import build_service
 
 from .common import ROLE
 
@@ -77,7 +78,7 @@ def chat(tmp_path: Path) -> Iterator[tuple[Any, str, list[str], list[list[int]]]
     def factory(spec: EngineSpec) -> Any:
         return ScriptedEngine(replies, prompts)
 
-    service = Service(
+    service = build_service(
         ServiceConfig(home=tmp_path, engine_factory=factory),
         catalog=StaticCatalog(["localsession/tiny"]),
     )

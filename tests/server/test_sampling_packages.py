@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from localsession import ServiceClient as LocalServiceClient
 from localsession.runtime.service import Service, ServiceConfig
+from localsession.wiring import build_service
 
 from .common import GROUP, ROLE, S3
 
@@ -28,7 +29,7 @@ SAVED = [(4, 8), (8, 64), (32, 8)]  # ranks 4, 8, 32; alphas 8 and 64
 
 @pytest.fixture(scope="module")
 def local_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    service = Service(ServiceConfig(home=tmp_path_factory.mktemp("home"), max_sessions=8))
+    service = build_service(ServiceConfig(home=tmp_path_factory.mktemp("home"), max_sessions=8))
     yield service
     service.close()
 

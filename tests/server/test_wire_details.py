@@ -20,6 +20,7 @@ from localsession import ServiceClient as LocalServiceClient
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
 from localsession.server.runner import ServerThread, client_env
+from localsession.wiring import build_service
 
 from .common import GROUP, ROLE, S3, Running
 
@@ -57,7 +58,7 @@ def test_arns_name_the_sdk_clients_region(sdk: Any, server: Running) -> None:
 
 
 def test_arns_name_the_in_process_clients_region(tmp_path: Path) -> None:
-    service = Service(ServiceConfig(home=tmp_path, max_sessions=2))
+    service = build_service(ServiceConfig(home=tmp_path, max_sessions=2))
     try:
         client = LocalServiceClient("sa-east-1", role_arn=ROLE, backend=service)
         with client.create_lora_training_client("localsession/tiny", rank=4) as tc:
@@ -106,7 +107,7 @@ def test_malformed_session_names_are_validation_errors(
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Service]]:
-    service = Service(ServiceConfig(home=tmp_path_factory.mktemp("secured"), max_sessions=2))
+    service = build_service(ServiceConfig(home=tmp_path_factory.mktemp("secured"), max_sessions=2))
     with ServerThread(service, long_poll=2.0, credential=Credential(KEY, SECRET)) as url:
         yield url, service
     service.close()
