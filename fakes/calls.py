@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localsession import vocab
-from localsession.runtime.operations import Operation
+from localsession.runtime.sessions.operations import Operation
 
 #: Wire op kind -> the SDK method that sends it.
 METHODS: dict[str, str] = dict(vocab.METHOD_OF_KIND)

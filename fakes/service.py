@@ -43,9 +43,9 @@ from fakes.knobs import EngineKnobs
 from fakes.script import Script
 from localsession import vocab
 from localsession.port import EngineSpec
-from localsession.runtime.catalog import ModelCatalog, StaticCatalog
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
+from localsession.runtime.models.catalog import ModelCatalog, StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
 
 #: Attempts per submit before the SDK gives up on a transient refusal.

@@ -120,7 +120,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         from localsession.plot import cli as plot_cli
 
         return plot_cli(args.run_dir, args.out)
-    from localsession.runtime.catalog import LocalCatalog
+    from localsession.runtime.models.catalog import LocalCatalog
 
     try:
         names = LocalCatalog().names()

@@ -1,7 +1,7 @@
 """``localsession packages list|show|delete|prune``, through the service's registry.
 
 ``list`` and ``show`` only read: on a home with no ``packages/`` directory they create
-nothing. ``prune`` lists what it would delete (runtime/prune.py decides) and deletes it,
+nothing. ``prune`` lists what it would delete (runtime/packages/prune.py decides) and deletes it,
 files included, only with ``--yes``.
 """
 
@@ -13,7 +13,7 @@ import sys
 
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.home import ConfigError
-from localsession.runtime.registry import PackageInfo
+from localsession.runtime.packages.registry import PackageInfo
 from localsession.runtime.service import Service
 
 
@@ -78,7 +78,7 @@ def _list(service: Service, group: str | None, kind: str | None) -> int:
 
 
 def _prune(service: Service, args: argparse.Namespace) -> int:
-    from localsession.runtime.prune import parse_age, plan, size_of
+    from localsession.runtime.packages.prune import parse_age, plan, size_of
 
     older = parse_age(args.older_than) if args.older_than is not None else None
     registry = service.registry

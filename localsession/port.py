@@ -78,7 +78,7 @@ ModelKind = Literal["builtin", "local", "hf_cache", "gguf"]
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """Where a base-model name points, as a model catalog (runtime/catalog.py) resolved it.
+    """Where a base-model name points, as a model catalog (runtime/models/catalog.py) resolved it.
 
     ``name`` is the model's canonical name (the id sessions and packages carry, and the
     tokenizer's ``name_or_path``); ``target`` is the built-in id (``kind == "builtin"``), a

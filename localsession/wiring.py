@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from localsession.port import Engine, EngineSpec, ResolvedModel
 
 if TYPE_CHECKING:
-    from localsession.runtime.catalog import LocalCatalog, ModelCatalog, StaticCatalog
     from localsession.runtime.config import ServiceConfig
+    from localsession.runtime.models.catalog import LocalCatalog, ModelCatalog, StaticCatalog
     from localsession.runtime.service import Service
 
 
@@ -54,8 +54,8 @@ def server_catalog(
     then ``model_map`` (``--model-map``) entries; tokenizers are written by the engine.
     ``hf_cache``: the Hugging Face cache to read models from (default: the environment's
     now, fixed for the catalog's life)."""
-    from localsession.runtime.catalog import LocalCatalog
-    from localsession.runtime.model_sources import hf_hub_cache
+    from localsession.runtime.models.catalog import LocalCatalog
+    from localsession.runtime.models.sources import hf_hub_cache
 
     cache = hf_cache if hf_cache is not None else hf_hub_cache()
     return LocalCatalog(
@@ -71,7 +71,7 @@ def listed_catalog(
 ) -> StaticCatalog:
     """A catalog of fixed names (a mapping: listed name -> target), whose tokenizers the
     engine writes; ``accept_any``: any other name resolves too (to itself)."""
-    from localsession.runtime.catalog import StaticCatalog
+    from localsession.runtime.models.catalog import StaticCatalog
 
     return StaticCatalog(names, accept_any=accept_any, tokenizer_writer=default_tokenizer_writer)
 
@@ -82,8 +82,8 @@ def build_service(
     """A service over the torch engine: ``config`` (default: from the environment), with
     its engine factory filled in when it has none, and ``catalog`` (default: the local
     catalog over ``config.home``, tokenizers written by the engine)."""
-    from localsession.runtime.catalog import LocalCatalog
     from localsession.runtime.config import ServiceConfig
+    from localsession.runtime.models.catalog import LocalCatalog
     from localsession.runtime.service import Service
 
     config = config if config is not None else ServiceConfig.from_env()

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from localsession.runtime.catalog import LocalCatalog
-from localsession.runtime.model_sources import hf_hub_cache, localsession_home
+from localsession.runtime.models.catalog import LocalCatalog
+from localsession.runtime.models.sources import hf_hub_cache, localsession_home
 from localsession.runtime.service import ServiceConfig
 
 REAL_HOME = Path.home() / ".localsession"
@@ -23,7 +23,7 @@ def test_defaults_point_at_temporary_directories(isolated_home: Path) -> None:
 
 def test_subprocesses_inherit_the_isolation(isolated_home: Path) -> None:
     code = (
-        "from localsession.runtime.model_sources import localsession_home; "
+        "from localsession.runtime.models.sources import localsession_home; "
         "print(localsession_home())"
     )
     out = subprocess.run(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession.port import EngineInputError, EngineSpec, SampleRequest
-from localsession.runtime.catalog import StaticCatalog
+from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.wiring import build_service
 

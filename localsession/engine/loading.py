@@ -143,7 +143,7 @@ def spec_model(spec: EngineSpec) -> ResolvedModel:
         return ResolvedModel(name=spec.base_model, kind="builtin", target=spec.base_model)
     raise ValueError(
         f"EngineSpec for {spec.base_model!r} carries no resolved model: resolve the name "
-        "through a model catalog (runtime/catalog.py) and pass it as EngineSpec.model"
+        "through a model catalog (runtime/models/catalog.py) and pass it as EngineSpec.model"
     )
 
 

@@ -152,7 +152,7 @@ class Mock:
                 from fakes.service import FakeService  # torch: only for engine="fake"
 
             from localsession import wiring
-            from localsession.runtime.catalog import BUILTIN_MODELS
+            from localsession.runtime.models.catalog import BUILTIN_MODELS
 
             # Any name runs on the fake model; the built-ins and the map are listed, as by
             # serve, and the SDK's get_tokenizer() gets the built-in tokenizer they name.

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession.port import Engine, EngineSpec
-from localsession.runtime.catalog import localsession_home
+from localsession.runtime.models.catalog import localsession_home
 
 DEFAULT_ACCOUNT = "000000000000"
 
@@ -49,7 +49,7 @@ class ServiceConfig:
     #: (which the SDK retries). ``--max-queued-ops``.
     max_queued_ops: int = 1024
     #: Keep a record of every session under ``home/sessions`` and load them at start, so a
-    #: restarted server reports the sessions it lost as Failed (runtime/persist.py). The
+    #: restarted server reports the sessions it lost as Failed (runtime/sessions/persist.py). The
     #: server turns this on; in-process sessions end with their process.
     persist_sessions: bool = False
     #: Let ``BaseModelArn`` name a local directory or any resolvable name. A server turns

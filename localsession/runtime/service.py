@@ -9,12 +9,12 @@ server and the fakes all drive the same behaviour. It imports no torch: the engi
 This module is the front: the session control plane, and one method per operation forwarding
 to the module that owns its resource (moto-style):
 
-- runtime/sessions.py: the session table (names, limits, idle expiry, records on disk);
-- runtime/dataplane.py: Execute*/Get*OperationResult, waits and submit observers;
+- runtime/sessions/table.py: the session table (names, limits, idle expiry, records on disk);
+- runtime/sessions/dataplane.py: Execute*/Get*OperationResult, waits and submit observers;
 - runtime/config.py: :class:`ServiceConfig`, every setting and its ``LOCALSESSION_*`` variable;
 - runtime/paging.py: ``MaxResults``/``NextToken`` for the List* calls;
-- runtime/packages.py: the model-package registry's operations;
-- runtime/completions.py: OpenAI chat completions sampled by sessions.
+- runtime/packages/listing.py: the model-package registry's operations;
+- runtime/chat/completions.py: OpenAI chat completions sampled by sessions.
 
 The engine factory and the default catalog's tokenizer writer come from the composition root,
 :mod:`localsession.wiring`, never from here.
@@ -29,19 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from localsession.port import Engine, EngineConfigError, EngineSpec
-from localsession.runtime import errors, hub, validate
-from localsession.runtime.catalog import LocalCatalog, ModelCatalog
-from localsession.runtime.completions import Completions, PreparedChat
+from localsession.runtime import errors, validate
+from localsession.runtime.chat.completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
-from localsession.runtime.dataplane import DataPlane, Observer
 from localsession.runtime.faults import Faults
-from localsession.runtime.operations import Operation
-from localsession.runtime.packages import ModelPackages
+from localsession.runtime.models import hub
+from localsession.runtime.models.catalog import LocalCatalog, ModelCatalog
+from localsession.runtime.packages.listing import ModelPackages
+from localsession.runtime.packages.registry import Registry
 from localsession.runtime.paging import page
-from localsession.runtime.registry import Registry
-from localsession.runtime.scheduler import SamplingScheduler
-from localsession.runtime.session import DELETABLE, PackageMismatch, Session
-from localsession.runtime.sessions import SessionTable
+from localsession.runtime.sessions.dataplane import DataPlane, Observer
+from localsession.runtime.sessions.lifecycle import DELETABLE, PackageMismatch, Session
+from localsession.runtime.sessions.operations import Operation
+from localsession.runtime.sessions.scheduler import SamplingScheduler
+from localsession.runtime.sessions.table import SessionTable
 
 __all__ = [
     "DEFAULT_ACCOUNT",
@@ -63,7 +64,7 @@ def unwired_engine(spec: EngineSpec) -> Engine:
 class Service:
     """Sessions, their queues and the sampling scheduler, behind the service's operations.
 
-    ``catalog`` resolves every base-model name (runtime/catalog.py); observers added with
+    ``catalog`` resolves every base-model name (runtime/models/catalog.py); observers added with
     :meth:`add_observer` see every runtime submit (the fakes' call log).
     """
 
@@ -71,7 +72,7 @@ class Service:
         self, config: ServiceConfig | None = None, *, catalog: ModelCatalog | None = None
     ) -> None:
         self.config = config or ServiceConfig.from_env()
-        #: Every base-model name is resolved through this (runtime/catalog.py); by default
+        #: Every base-model name is resolved through this (runtime/models/catalog.py); by default
         #: the local catalog over ``config.home``, without a tokenizer writer (the wiring's
         #: ``build_service`` gives it the engine's).
         self.catalog: ModelCatalog = catalog or LocalCatalog(self.config.home)
@@ -225,7 +226,7 @@ class Service:
         self.table.remove(session.name)
         return {}
 
-    # -- model registry (runtime/packages.py) ---------------------------------------------
+    # -- model registry (runtime/packages/listing.py) ---------------------------------------------
 
     def list_model_packages(self, request: dict[str, Any]) -> dict[str, Any]:
         return self.packages.list_model_packages(request)
@@ -256,10 +257,10 @@ class Service:
 
     @property
     def hub_cache(self) -> Path:
-        """The Hugging Face cache the local Hub exports tokenizers into (runtime/hub.py)."""
+        """The Hugging Face cache the local Hub exports tokenizers into (runtime/models/hub.py)."""
         return self.config.hub_cache or self.config.home / hub.HUB_CACHE_DIR
 
-    # -- runtime (runtime/dataplane.py) ---------------------------------------------------
+    # -- runtime (runtime/sessions/dataplane.py) ---------------------------------------------------
 
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         return self.dataplane.execute_training_operation(name, request)
@@ -273,7 +274,7 @@ class Service:
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)
 
-    # -- chat completions (runtime/completions.py) -----------------------------------------
+    # -- chat completions (runtime/chat/completions.py) -----------------------------------------
 
     def chat_prepare(
         self, target: str, body: dict[str, Any], *, model_package: str | None = None

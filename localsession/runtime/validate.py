@@ -18,7 +18,7 @@ from typing import Any, TypeGuard
 from localsession import vocab
 from localsession.runtime import members
 from localsession.runtime.errors import ServiceError, validation
-from localsession.runtime.registry import group_name, parse_arn
+from localsession.runtime.packages.registry import group_name, parse_arn
 
 TRAINING_OPS = vocab.TRAINING_OPS
 SAMPLING_OPS = vocab.SAMPLING_OPS

@@ -10,7 +10,7 @@
 Streams are Server-Sent Events of ``chat.completion.chunk`` objects ending in
 ``data: [DONE]``. A request is checked before its stream starts (a refusal is a normal error
 response); an error while sampling is sent as ``data: {"error": ...}`` with no ``[DONE]``.
-The behaviour (parsing, prompts, sampling) is the runtime's (``runtime/chat.py``).
+The behaviour (parsing, prompts, sampling) is the runtime's (``runtime/chat/protocol.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from localsession.runtime import chat, errors
+from localsession.runtime import errors
+from localsession.runtime.chat import protocol
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import PreparedChat, Service
 from localsession.server import wire
@@ -36,7 +37,7 @@ def _error(exc: ServiceError, shape: Shape) -> Response:
     if shape == "aws":
         return wire.error(exc, "rest-json")
     return Response(
-        wire.dumps(chat.openai_error(exc)),
+        wire.dumps(protocol.openai_error(exc)),
         status_code=exc.http_status,
         media_type="application/json",
     )
@@ -78,12 +79,12 @@ class ChatRoutes:
         return StreamingResponse(self._events(prepared), media_type="text/event-stream")
 
     async def _events(self, prepared: PreparedChat) -> AsyncIterator[bytes]:
-        # each chunk is sent as the decoder produces it (runtime/streaming.py)
+        # each chunk is sent as the decoder produces it (runtime/chat/streaming.py)
         try:
             async for event in iterate_in_threadpool(self.service.chat_stream(prepared)):
                 yield _sse(event)
         except ServiceError as exc:
-            yield _sse(chat.openai_error(exc))  # mid-stream: an error event, no [DONE]
+            yield _sse(protocol.openai_error(exc))  # mid-stream: an error event, no [DONE]
             return
         yield b"data: [DONE]\n\n"
 

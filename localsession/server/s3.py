@@ -1,7 +1,7 @@
 """S3 over the registry's files: the calls the SDK and a user make on model artifacts.
 
 ``serve`` answers S3's REST-XML protocol, path-style, under ``/s3`` (the printed
-``AWS_ENDPOINT_URL_S3`` is ``http://HOST:PORT/s3``), for the objects runtime/artifacts.py
+``AWS_ENDPOINT_URL_S3`` is ``http://HOST:PORT/s3``), for the objects runtime/packages/artifacts.py
 exposes under each package's ``s3://`` URI:
 
 - ``GET /s3/{bucket}?list-type=2`` ListObjectsV2 (prefix, delimiter, start-after,
@@ -37,9 +37,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from localsession.runtime.artifacts import Artifacts, Listing, S3Object
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.registry import Registry
+from localsession.runtime.packages.artifacts import Artifacts, Listing, S3Object
+from localsession.runtime.packages.registry import Registry
 
 PREFIX = "/s3"
 NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localsession import wiring
-from localsession.runtime import hub
-from localsession.runtime.catalog import ModelCatalog
 from localsession.runtime.home import HomeError, HomeLock, require_writable
-from localsession.runtime.model_sources import localsession_home, parse_map_entries
+from localsession.runtime.models import hub
+from localsession.runtime.models.catalog import ModelCatalog
+from localsession.runtime.models.sources import localsession_home, parse_map_entries
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
 from localsession.server.runner import client_env, make_server, url_of
@@ -87,7 +87,7 @@ def build_service(
     overrides: dict[str, object] = {
         "strict": not options.relaxed,
         "lenient_sequence": options.lenient_sequence,
-        # A server outlives its sessions' engines: keep their records (runtime/persist.py),
+        # A server outlives its sessions' engines: keep their records (runtime/sessions/persist.py),
         # and never let a remote caller name a path on this machine as a base model.
         "persist_sessions": True,
         "local_model_paths": False,
@@ -111,7 +111,7 @@ def build_service(
 def serve_exports(url: str, service: Service) -> dict[str, str]:
     """What a client shell needs: the SDK/boto3/S3 endpoints and region, and localsession's
     own Hugging Face cache (``<home>/hf-hub``, offline), where the local Hub exports every
-    listed model's tokenizer under the id it is listed by (runtime/hub.py). The user's own
+    listed model's tokenizer under the id it is listed by (runtime/models/hub.py). The user's own
     HF cache is never written."""
     env = client_env(url, service.config.region)
     env["HF_HUB_CACHE"] = str(service.hub_cache.resolve())

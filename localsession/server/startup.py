@@ -17,9 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from localsession.runtime.catalog import LocalCatalog, hub_content_name
 from localsession.runtime.home import ConfigError
-from localsession.runtime.model_sources import MODEL_MAP_ENV, parse_map_entries
+from localsession.runtime.models.catalog import LocalCatalog, hub_content_name
+from localsession.runtime.models.sources import MODEL_MAP_ENV, parse_map_entries
 from localsession.server.runner import bind
 
 logger = logging.getLogger("localsession.server")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localsession.runtime.registry import CHECKPOINT, MODEL, Registry
+from localsession.runtime.packages.registry import CHECKPOINT, MODEL, Registry
 
 from .cli_runner import one_error_line, run_cli
 

@@ -56,7 +56,9 @@ def test_the_lost_sequence_warning_says_what_happened(
         _session(service, "gappy")
         assert service.wait_for_session("gappy", 10) == "Running"
         step = {"optimizerStep": {"adamParamsConfig": {"learningRate": 1e-3}}}
-        with caplog.at_level(logging.WARNING, logger="localsession.runtime.training_queue"):
+        with caplog.at_level(
+            logging.WARNING, logger="localsession.runtime.sessions.training_queue"
+        ):
             op = service.execute_training_operation(
                 "gappy", {"sequenceNumber": 3, "operationConfig": step}
             )["operationId"]
@@ -97,7 +99,7 @@ def test_a_bad_device_setting_is_one_log_line(
     monkeypatch.setenv("LOCALSESSION_DEVICE", "gpu")
     service = build_service(ServiceConfig(home=tmp_path))
     try:
-        with caplog.at_level(logging.ERROR, logger="localsession.runtime.session"):
+        with caplog.at_level(logging.ERROR, logger="localsession.runtime.sessions.lifecycle"):
             _session(service, "wrong-device")
             assert service.wait_for_session("wrong-device", 60) == "Failed"
         (record,) = [r for r in caplog.records if "failed to load" in r.getMessage()]

@@ -129,7 +129,7 @@ def test_weights_do_not_depend_on_global_rng() -> None:
 
 
 def test_chat_template_renders_tools_and_tool_calls_in_the_qwen_format(tok: Any) -> None:
-    from localsession.runtime.chat_tools import split_tool_calls
+    from localsession.runtime.chat.tools import split_tool_calls
 
     tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
     conversation = [

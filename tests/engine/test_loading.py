@@ -14,7 +14,7 @@ import torch
 from localsession.engine.builtin import save_builtin
 from localsession.engine.loading import load_model, load_tokenizer
 from localsession.port import EngineSpec, ResolvedModel
-from localsession.runtime.catalog import LocalCatalog
+from localsession.runtime.models.catalog import LocalCatalog
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""Session records across service restarts (runtime/persist.py), without torch: a stub engine
-stands in, since only the runtime's bookkeeping is under test here."""
+"""Session records across service restarts (runtime/sessions/persist.py), without torch: a stub
+engine stands in, since only the runtime's bookkeeping is under test here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The registry in S3 terms (runtime/artifacts.py): URIs under the session's output path,
+"""The registry in S3 terms (runtime/packages/artifacts.py): URIs under the session's output path,
 listing, heads, deletes, retained artifacts, and keys that must not escape a package. No
 torch: packages are written by a plain function. References are the files on disk and
 ``hashlib``; ``server/s3.py``'s ``handle`` is driven directly, as an in-process carrier
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from localsession.runtime.artifacts import Artifacts
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.registry import DEFAULT_S3_PREFIX, Registry, package_s3_uri
+from localsession.runtime.packages.artifacts import Artifacts
+from localsession.runtime.packages.registry import DEFAULT_S3_PREFIX, Registry, package_s3_uri
 from localsession.server.s3 import S3Request, handle
 
 FILES = {

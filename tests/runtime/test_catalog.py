@@ -1,4 +1,4 @@
-"""The model catalog (runtime/catalog.py): resolution order, listing in the SDK's order,
+"""The model catalog (runtime/models/catalog.py): resolution order, listing in the SDK's order,
 GGUF paths, the shipped model, and the hermetic StaticCatalog. Torch-free."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localsession.runtime.catalog import (
+from localsession.runtime.models.catalog import (
     BUILTIN_MODELS,
     LocalCatalog,
     ResolvedModel,

@@ -1,4 +1,4 @@
-"""The local Hub (runtime/hub.py): entries under the ids users type, and tokenizer exports
+"""The local Hub (runtime/models/hub.py): entries under the ids users type, and tokenizer exports
 into localsession's own HF cache in the layout ``huggingface_hub`` reads. Torch-free: the
 tokenizer writer here is a stand-in that writes one file naming what it was asked for."""
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from localsession.runtime import hub
-from localsession.runtime.catalog import LocalCatalog, ResolvedModel, StaticCatalog
 from localsession.runtime.errors import ServiceError
+from localsession.runtime.models import hub
+from localsession.runtime.models.catalog import LocalCatalog, ResolvedModel, StaticCatalog
 
 REGION = "eu-west-1"
 REQUEST = {"HubName": "SageMakerPublicHub", "HubContentType": "Model"}

@@ -1,5 +1,5 @@
-"""Session records on a home shared by several processes (runtime/persist.py): a service never
-restores, or marks Failed, the live sessions of another running process; once that process
+"""Session records on a home shared by several processes (runtime/sessions/persist.py): a service
+never restores, or marks Failed, the live sessions of another running process; once that process
 dies, however it dies, its live sessions come back Failed."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.registry import Registry, parse_arn
+from localsession.runtime.packages.registry import Registry, parse_arn
 
 GROUP = "arn:aws:sagemaker:us-west-2:000000000000:model-package-group/crash-test"
 
@@ -65,7 +65,7 @@ def test_a_killed_writer_leaves_no_package_and_no_corrupt_index(tmp_path: Path) 
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from localsession.runtime.registry import Registry\n"
+        "from localsession.runtime.packages.registry import Registry\n"
         "r = Registry(Path(sys.argv[1]), 'us-west-2', '000000000000')\n"
         "def slow(tmp):\n"
         "    (tmp / 'adapter_model.safetensors').write_bytes(b'half')\n"

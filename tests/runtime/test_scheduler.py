@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from localsession.port import EngineInputError, SampleRequest
-from localsession.runtime.operations import COMPLETED, FAILED, Operation
-from localsession.runtime.scheduler import SamplingScheduler, make_job
+from localsession.runtime.sessions.operations import COMPLETED, FAILED, Operation
+from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
 GENERATING = threading.Lock()  # shared by every stub engine: held while one "generates"
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.operations import PENDING, SKIPPED, Operation
-from localsession.runtime.training_queue import Gap, TrainingQueue
+from localsession.runtime.sessions.operations import PENDING, SKIPPED, Operation
+from localsession.runtime.sessions.training_queue import Gap, TrainingQueue
 
 STEP: dict[str, Any] = {"adamParamsConfig": {"learningRate": 1e-3}}
 
@@ -58,7 +58,7 @@ def test_after_the_gap_timeout_the_missing_numbers_are_lost(
     queue = TrainingQueue("gappy", gap_timeout=5.0)
     admit(queue, 3)
     assert queue.advance(0.0) == Gap(missing=1, remaining=5.0)
-    with caplog.at_level(logging.WARNING, logger="localsession.runtime.training_queue"):
+    with caplog.at_level(logging.WARNING, logger="localsession.runtime.sessions.training_queue"):
         assert released(queue, 5.0) == [3]
     (record,) = caplog.records
     assert "session gappy: operation numbers 1-2 never arrived" in record.getMessage()
@@ -73,7 +73,7 @@ def test_after_the_gap_timeout_the_missing_numbers_are_lost(
 def test_one_lost_number_is_named_alone(caplog: pytest.LogCaptureFixture) -> None:
     queue = TrainingQueue("s", gap_timeout=0.0)
     admit(queue, 2)
-    with caplog.at_level(logging.WARNING, logger="localsession.runtime.training_queue"):
+    with caplog.at_level(logging.WARNING, logger="localsession.runtime.sessions.training_queue"):
         assert released(queue) == [2]
     assert "operation number 1 never arrived" in caplog.text
 

@@ -20,7 +20,7 @@ import pytest
 from localsession import ServiceClient as LocalServiceClient
 from localsession.engine.builtin import build_tokenizer
 from localsession.port import EngineSpec, SampleRequest
-from localsession.runtime.catalog import StaticCatalog
+from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import ServiceConfig
 from localsession.server.runner import ServerThread
 from localsession.wiring import build_service

@@ -21,7 +21,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from localsession.runtime.registry import INDEX_FILE, RETAINED_FILE
+from localsession.runtime.packages.registry import INDEX_FILE, RETAINED_FILE
 from localsession.server.runner import client_env
 
 from .common import S3, Running

@@ -1,6 +1,6 @@
 """Where base models come from, read without torch: the state directory, the model map's
 sources, the Hugging Face cache's layout, installed shipped models, GGUF files and tokenizer
-files. :class:`~localsession.runtime.catalog.LocalCatalog` combines them into its rules."""
+files. :class:`~localsession.runtime.models.catalog.LocalCatalog` combines them into its rules."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from localsession.port import SampleRequest
 from localsession.runtime import errors, validate
-from localsession.runtime.operations import COMPLETED, FAILED, TERMINAL, Operation
-from localsession.runtime.scheduler import make_job
+from localsession.runtime.sessions.operations import COMPLETED, FAILED, TERMINAL, Operation
+from localsession.runtime.sessions.scheduler import make_job
 
 if TYPE_CHECKING:
     from localsession.runtime.service import Service

@@ -19,7 +19,7 @@ sampling cannot force one.
 Local decisions: the ``logprob`` of each chosen token is the sampler's (tempered, as for
 ``sample``); ``top_logprobs`` are at T = 1 (the prompt-logprob convention of
 docs/semantics.md#3), so at the default temperature the two agree. Streams are sent token by
-token as decoded (``runtime/streaming.py``); :func:`chunks` serves the one case that needs
+token as decoded (``runtime/chat/streaming.py``); :func:`chunks` serves the one case that needs
 the whole completion first (``top_logprobs``).
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from localsession.port import SampleRequest, TokenCallback
 from localsession.runtime import errors
-from localsession.runtime.chat_tools import parse_tool_calls, parse_tools, split_tool_calls
+from localsession.runtime.chat.tools import parse_tool_calls, parse_tools, split_tool_calls
 
 #: Request fields served; anything else (response_format, ...) is refused by name.
 SUPPORTED = frozenset(

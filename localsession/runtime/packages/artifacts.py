@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.registry import RETAINED_FILE, Registry, artifact_files
+from localsession.runtime.packages.registry import RETAINED_FILE, Registry, artifact_files
 
 #: Most keys one ListObjectsV2 page returns (S3's own cap).
 MAX_KEYS = 1000

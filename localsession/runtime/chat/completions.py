@@ -3,7 +3,7 @@
 :class:`Completions` checks a request and renders its prompt (``prepare``), then samples it
 whole (``run``) or streamed (``stream``). Sampling goes through the service's scheduler, so it
 is batched with ``sample`` ops and counted in the session's usage. The request format itself
-lives in runtime/chat.py; this module binds it to sessions and weights.
+lives in runtime/chat/protocol.py; this module binds it to sessions and weights.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from localsession.port import SampleRequest
-from localsession.runtime import chat, errors, streaming
-from localsession.runtime.operations import COMPLETED, Operation
-from localsession.runtime.scheduler import make_job
-from localsession.runtime.session import ACTIVE, PackageMismatch, Session
+from localsession.runtime import errors
+from localsession.runtime.chat import protocol, streaming
+from localsession.runtime.sessions.lifecycle import ACTIVE, PackageMismatch, Session
+from localsession.runtime.sessions.operations import COMPLETED, Operation
+from localsession.runtime.sessions.scheduler import make_job
 
 if TYPE_CHECKING:
     from localsession.runtime.service import Service
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 class PreparedChat:
     """A checked chat request, bound to the session and weights that will sample it."""
 
-    request: chat.ChatRequest
+    request: protocol.ChatRequest
     target: str
     session: Session
     weights: str | None
@@ -60,7 +61,7 @@ class Completions:
         response (or a stream) starts.
         """
         session, weights = self._target(target, model_package)
-        request = chat.parse_request(body)
+        request = protocol.parse_request(body)
         tokenizer = self.service.get_tokenizer(session.name)
         encoded = tokenizer.apply_chat_template(
             request.messages, tools=request.tools, add_generation_prompt=True, tokenize=True
@@ -72,7 +73,7 @@ class Completions:
         """Sample a prepared chat request (blocking) and return the ``chat.completion`` body."""
         request, session, weights = prepared.request, prepared.session, prepared.weights
         tokenizer, prompt = prepared.tokenizer, prepared.prompt
-        sampled = self._sample_now(session, weights, chat.sample_request(request, prompt))
+        sampled = self._sample_now(session, weights, protocol.sample_request(request, prompt))
         sequences = sampled["sequences"]
         tops: list[list[list[tuple[str, float]]] | None] = [None] * len(sequences)
         if request.top_logprobs:
@@ -93,7 +94,7 @@ class Completions:
                     for position in scored
                 ]
         choices = [
-            chat.Choice(
+            protocol.Choice(
                 text=chat_text(tokenizer, seq["tokens"], request.stop),
                 finish_reason="stop" if seq["stopReason"] == "stop" else "length",
                 tokens=seq["tokens"],
@@ -103,15 +104,15 @@ class Completions:
             for seq, top in zip(sequences, tops, strict=True)
         ]
         decode = lambda ids: tokenizer.decode(ids)  # noqa: E731
-        return chat.completion(request, prepared.target, choices, len(prompt), decode)
+        return protocol.completion(request, prepared.target, choices, len(prompt), decode)
 
     def stream(self, prepared: PreparedChat) -> Iterator[dict[str, Any]]:
         """``chat.completion.chunk`` bodies for a prepared request, sent as tokens are
-        decoded (runtime/streaming.py); batched and counted like :meth:`run`."""
+        decoded (runtime/chat/streaming.py); batched and counted like :meth:`run`."""
         # top_logprobs need a scoring pass after generation, and a reply that offers tools
         # is parsed for tool calls once it is whole: both are sent when generation ends.
         if prepared.request.top_logprobs or prepared.request.tools:
-            yield from chat.chunks(self.run(prepared), prepared.request)
+            yield from protocol.chunks(self.run(prepared), prepared.request)
             return
 
         def submit(request: SampleRequest) -> Operation:

@@ -1,11 +1,11 @@
 """One training session: its status machine, its engine and the worker that runs its ops.
 
 Training ops run one at a time on the session's worker thread, strictly in sequence-number
-order (docs/semantics.md#4): the session's ``TrainingQueue`` (runtime/training_queue.py)
+order (docs/semantics.md#4): the session's ``TrainingQueue`` (runtime/sessions/training_queue.py)
 decides which op is next, and the session waits, Blocked while a missing number holds later
 ops. A failed op changes no state and later ops still run. Stopping skips what is still
 queued; completed results stay readable until the session is deleted. What a session's
-on-disk record holds, and how one is restored, is runtime/persist.py's.
+on-disk record holds, and how one is restored, is runtime/sessions/persist.py's.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from localsession.port import (
 )
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
-from localsession.runtime.operations import COMPLETED, FAILED, Operation
-from localsession.runtime.registry import CHECKPOINT, MODEL, Registry
-from localsession.runtime.training_queue import TrainingQueue
+from localsession.runtime.packages.registry import CHECKPOINT, MODEL, Registry
+from localsession.runtime.sessions.operations import COMPLETED, FAILED, Operation
+from localsession.runtime.sessions.training_queue import TrainingQueue
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class Session:
                 "Running session. Create a new session (or wait for this one to start)."
             )
 
-    # -- training queue (runtime/training_queue.py) ---------------------------------------
+    # -- training queue (runtime/sessions/training_queue.py) ---------------------------------------
 
     def submit_training(self, seq: int, token: str, kind: str, body: dict[str, Any]) -> str:
         """Queue an op under its sequence number; return its operation id (idempotent)."""

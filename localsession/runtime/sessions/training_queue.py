@@ -8,8 +8,8 @@ and request) returns the original; any other reuse of a number, or a number alre
 is refused. Once ``max_queued`` ops wait, further submits are throttled, except for the
 number the worker waits for.
 
-The queue has no lock and no thread. Its owner (``runtime/session.py``) calls it under the
-session's condition and does the waiting: ``advance`` returns the op to run, a ``Gap`` to wait
+The queue has no lock and no thread. Its owner (``runtime/sessions/lifecycle.py``) calls it under
+the session's condition and does the waiting: ``advance`` returns the op to run, a ``Gap`` to wait
 on, or None when nothing is queued.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localsession.runtime import errors
-from localsession.runtime.operations import SKIPPED, Operation
+from localsession.runtime.sessions.operations import SKIPPED, Operation
 
 logger = logging.getLogger(__name__)
 

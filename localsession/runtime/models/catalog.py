@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Protocol
 
 from localsession.port import ModelKind, ResolvedModel
-from localsession.runtime.model_sources import (
+from localsession.runtime.models.sources import (
     MODEL_MAP_ENV,
     SHIPPED_MODELS,
     check_gguf,

@@ -1,8 +1,8 @@
 """The model registry's operations: List/Describe/Delete ModelPackage and the package groups.
 
 :class:`ModelPackages` answers them in wire shapes over the on-disk :class:`Registry`
-(runtime/registry.py), which it opens only when first asked; the :class:`Service` forwards its
-registry operations here.
+(runtime/packages/registry.py), which it opens only when first asked; the
+:class:`Service` forwards its registry operations here.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from localsession.runtime import hub
-from localsession.runtime.catalog import ModelCatalog, hub_content_name
+from localsession.runtime.models import hub
+from localsession.runtime.models.catalog import ModelCatalog, hub_content_name
+from localsession.runtime.packages.registry import Registry
 from localsession.runtime.paging import page
-from localsession.runtime.registry import Registry
 
 
 class ModelPackages:

@@ -44,8 +44,8 @@ from typing import Any
 
 from localsession import vocab
 from localsession.port import EngineSpec
-from localsession.runtime.registry import Registry
-from localsession.runtime.session import Session
+from localsession.runtime.packages.registry import Registry
+from localsession.runtime.sessions.lifecycle import Session
 
 logger = logging.getLogger(__name__)
 

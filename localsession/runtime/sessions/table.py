@@ -4,7 +4,7 @@
 the name and ``max_sessions`` checks of a new session under one lock, expires idle sessions
 before a lookup, and (with ``persist_sessions``) keeps a record of each session under
 ``home/sessions``, restoring them at start so a restarted server reports what it lost
-(runtime/persist.py).
+(runtime/sessions/persist.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 from localsession.runtime import errors
 from localsession.runtime.config import ServiceConfig
-from localsession.runtime.persist import SessionStore, restore_session, session_record
-from localsession.runtime.registry import Registry
-from localsession.runtime.session import ACTIVE, Session
+from localsession.runtime.packages.registry import Registry
+from localsession.runtime.sessions.lifecycle import ACTIVE, Session
+from localsession.runtime.sessions.persist import SessionStore, restore_session, session_record
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class SessionTable:
                 self._store.save(session_record(session))
 
     def persist(self, session: Session) -> None:
-        """Record a session's new status (called under its lock; see runtime/persist.py)."""
+        """Record a session's new status (called under its lock; see sessions/persist.py)."""
         if self._store is not None:
             self._store.save(session_record(session))
 

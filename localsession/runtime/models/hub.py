@@ -5,12 +5,12 @@ it and reports each entry's ``HuggingfaceId``, a model id is described to get a 
 and ``get_tokenizer()`` calls ``AutoTokenizer.from_pretrained(HuggingfaceId)``. Locally, every
 model the service's catalog lists is one Hub entry:
 
-- its content name is :func:`~localsession.runtime.catalog.hub_content_name` of the model
+- its content name is :func:`~localsession.runtime.models.catalog.hub_content_name` of the model
   name (``localsession/tiny`` → ``localsession-tiny``);
 - its keywords carry ``@capability:training_session`` (so the SDK lists it) and
   ``@huggingface-id:<id>`` (lowercased, as the real Hub's keywords are);
 - its document's ``HuggingfaceId`` is the id a user types
-  (:func:`~localsession.runtime.catalog.public_id`): ``localsession/tiny``, a mapped
+  (:func:`~localsession.runtime.models.catalog.public_id`): ``localsession/tiny``, a mapped
   ``openai/gpt-oss-20b``, a real ``HuggingFaceTB/SmolLM2-135M-Instruct``.
 
 So that ``AutoTokenizer.from_pretrained(id)`` works offline in the client, describing an
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession.runtime import errors
-from localsession.runtime.catalog import ModelCatalog, hub_content_name, public_id
+from localsession.runtime.models.catalog import ModelCatalog, hub_content_name, public_id
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from localsession.port import SampleRequest
-from localsession.runtime import chat, errors
-from localsession.runtime.operations import COMPLETED, Operation
+from localsession.runtime import errors
+from localsession.runtime.chat import protocol
+from localsession.runtime.sessions.operations import COMPLETED, Operation
 
 #: (choice index, token, logprob), or ``None`` once the operation finished
 _Event = tuple[int, int, float] | None
@@ -81,10 +82,10 @@ def stream_chat(
     before a stop string). Raises ``ServiceError`` if sampling fails before anything
     was sent; a failure later raises it too (the server turns it into an error event).
     """
-    request: chat.ChatRequest = prepared.request
+    request: protocol.ChatRequest = prepared.request
     tokenizer, prompt = prepared.tokenizer, prepared.prompt
     events: queue.Queue[_Event] = queue.Queue()
-    sample = chat.sample_request(
+    sample = protocol.sample_request(
         request, prompt, on_token=lambda i, token, logprob: events.put((i, token, logprob))
     )
     op = submit(sample)

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from localsession import vocab
 from localsession.port import Admit, EngineInputError, SampleRequest
 from localsession.runtime import errors
-from localsession.runtime.operations import COMPLETED, FAILED, Operation
-from localsession.runtime.session import Session
+from localsession.runtime.sessions.lifecycle import Session
+from localsession.runtime.sessions.operations import COMPLETED, FAILED, Operation
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ Layout under ``$LOCALSESSION_HOME`` (default ``~/.localsession``; docs/semantics
                                               (``retained.json`` says what they were)
 
 Every package has an ``s3://`` URI (``PackageInfo.s3_uri``, under its session's
-``S3OutputPath``): the S3 view of its files (runtime/artifacts.py) that ``serve`` answers S3
-calls with. Retained artifacts keep their URI, as objects left in S3 would.
+``S3OutputPath``): the S3 view of its files (runtime/packages/artifacts.py) that ``serve``
+answers S3 calls with. Retained artifacts keep their URI, as objects left in S3 would.
 
 A package is written whole into ``.tmp`` (engine files, then ``package.json``), then renamed
 to its version directory in one atomic ``rename``. A directory without ``package.json`` is
