@@ -260,7 +260,11 @@ class APIFuture(Generic[_T]):
         return waiting.__await__()
 
     def done(self) -> bool:
-        """Whether the outcome (a result or a failure of the op) is known, without waiting."""
+        """Whether a wait has learnt the outcome (a result or a failure of the op).
+
+        As in the SDK: an op that finished but that nobody waited on is not done yet, and a
+        failed *request* (a poll that raised) is no outcome, so it leaves this False.
+        """
         return self._outcome.known()
 
     def exception(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> Optional[BaseException]:

@@ -30,6 +30,35 @@ def test_done_and_exception_after_a_wait(backend: Backend, ts: Any, training_cli
     assert result(fb, backend) is result(fb, backend)  # memoised: the same object
 
 
+def test_done_is_false_until_a_wait_learns_the_outcome(
+    backend: Backend, ts: Any, training_client: Any
+) -> None:
+    """The SDK's ``done()``: an op that finished on the service but that nobody waited on is
+    not done; the wait that reads its result makes it done."""
+    first = training_client.forward([sft(ts, TEXT_A)], "cross_entropy")
+    second = training_client.forward([sft(ts, TEXT_B)], "cross_entropy")
+    result(second, backend)  # training ops run in order, so `first` has finished too
+    assert second.done() is True
+    assert first.done() is False
+    result(first, backend)
+    assert first.done() is True
+
+
+def test_a_failed_poll_leaves_done_false(
+    backend: Backend, ts: Any, new_training_client: Any
+) -> None:
+    """A request that fails (polling a deleted session) is no outcome: ``done()`` stays False,
+    so a ``while not f.done()`` loop behaves as it would against the service."""
+    tc = new_training_client()
+    orphan = tc.forward([sft(ts, TEXT_A)], "cross_entropy")
+    result(tc.forward([sft(ts, TEXT_B)], "cross_entropy"), backend)
+    tc.delete(stop_if_active=True)
+    with pytest.raises(Exception) as failure:  # noqa: PT011 - the service's error, any class
+        orphan.result(timeout=backend.limits.op_timeout_s)
+    assert not isinstance(failure.value, TimeoutError)
+    assert orphan.done() is False
+
+
 def test_sequence_numbers_count_from_one(backend: Backend, ts: Any, training_client: Any) -> None:
     assert training_client.current_sequence_number == 0
     futures = [

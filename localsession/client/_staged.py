@@ -8,7 +8,9 @@
   results into one.
 
 Both turn ``timeout`` into one deadline for the whole wait, and remember their outcome as
-``APIFuture`` does (``localsession.futures``).
+``APIFuture`` does (``localsession.futures``). Their ``done()`` reads only their own remembered
+outcome, as the SDK's do: an inner future that finished or was waited on elsewhere does not
+make the outer one done.
 """
 
 from __future__ import annotations
@@ -74,10 +76,8 @@ class PendingAPIFuture(APIFuture[_Value]):
         return unknown
 
     def done(self) -> bool:
-        if self._outcome.known():
-            return True
-        sent = self._submit_future
-        return sent.done() and sent.exception() is None and sent.result().done()
+        """True once a wait on *this* future learnt the outcome (as the SDK's)."""
+        return self._outcome.known()
 
     def _late(self, inner: APIFuture[_Value], timeout: float | None) -> TimeoutError:
         what = f"{self._operation_type} operation {inner.operation_id}"
@@ -142,7 +142,8 @@ class CombinedFuture(APIFuture[_Value]):
         return first.operation_id
 
     def done(self) -> bool:
-        return self._outcome.known() or all(part.done() for part in self._futures)
+        """True once a wait on *this* future learnt the outcome (as the SDK's)."""
+        return self._outcome.known()
 
     def _timed_out(self, timeout: float | None) -> TimeoutError:
         first = self._futures[0]

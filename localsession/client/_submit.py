@@ -6,9 +6,11 @@ client's ``BackgroundSubmitter``. The caller gets a ``PendingAPIFuture`` at once
 submit surfaces at ``result()``, as with the SDK.
 
 The future behind it, ``RuntimeFuture``, does not poll. It registers with the runtime's
-completion callback for its op, so ``done()`` turns True the moment the op is terminal and
-``result()`` blocks on an event (``await`` on an asyncio future set from the runtime's thread).
-Only then is the op's result read, once, with the SDK's transient-error budget.
+completion callback for its op, so ``result()`` blocks on an event (``await`` on an asyncio
+future set from the runtime's thread). Only then is the op's result read, once, with the SDK's
+transient-error budget. ``done()`` is the SDK's: True only once a wait has learnt the outcome
+(a result or a failed op), never merely because the op finished, and never because a request
+for it failed.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def _label(operation: str) -> str:
 
 
 class RuntimeFuture(APIFuture[_Value]):
-    """An op's future that the runtime completes: no polling loop, ``done()`` is immediate."""
+    """An op's future that the runtime completes: no polling loop; ``done()`` as in the SDK."""
 
     def __init__(
         self,
@@ -65,9 +67,6 @@ class RuntimeFuture(APIFuture[_Value]):
         self._watch = lambda fn: local.on_operation_done(session_name, operation_id, fn)
         self._finished = threading.Event()
         self._watch(self._finished.set)
-
-    def done(self) -> bool:
-        return self._finished.is_set() or self._outcome.known()
 
     def _read_final(self) -> _Value:
         body = call_with_transient_retry(

@@ -1,5 +1,6 @@
 """In-process submits and futures: a throttled submit never holds the caller, order is kept,
-and a future is done the moment its op is (no polling)."""
+and a future resolves on the runtime's event (no polling) but, as the SDK's, reports
+``done()`` only once a wait has learnt its outcome."""
 
 from __future__ import annotations
 
@@ -60,28 +61,31 @@ def test_throttled_submits_return_at_once_in_order(
         assert [before.operation_id, after.operation_id] and tc.current_sequence_number == 4
 
 
-def test_a_future_is_done_when_its_op_is(client: ServiceClient) -> None:
+def test_a_finished_op_is_done_only_once_waited_on(client: ServiceClient) -> None:
     with client.create_lora_training_client("localsession/tiny", rank=4, alpha=8) as tc:
         future = tc.forward([DATUM], "cross_entropy")
-        deadline = time.monotonic() + 60
-        while not future.done():  # turns True without anyone calling result()
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-        assert future.result(timeout=0).metrics["loss"] > 0
+        later = tc.forward([DATUM], "cross_entropy")
+        later.result(timeout=60)  # sequence order: `future` has finished as well
+        assert future.done() is False  # the SDK's done(): nobody has waited on it
+        assert future.result(timeout=0).metrics["loss"] > 0  # no waiting left to do
+        assert future.done() is True
 
 
-def test_fake_advance_then_done_is_true() -> None:
+def test_fake_advance_then_a_wait_makes_done_true() -> None:
     with FakeServiceClient(manual=True) as fake:
         tc = fake.create_lora_training_client("fakes/bigram", rank=4)
         future = tc.forward_backward([DATUM], "cross_entropy")
         step = tc.optim_step(AdamParams(learning_rate=1e-2))
         assert not future.done() and not step.done()
         fake.advance()
-        assert future.done() is True
-        assert step.done() is False
-        fake.advance()
-        assert step.done() is True
+        assert future.done() is False  # finished, but not waited on (as the SDK's)
+        with pytest.raises(TimeoutError):
+            step.result(timeout=0.05)  # not run yet
         assert future.result(timeout=0).metrics["loss"] > 0
+        assert future.done() is True and step.done() is False
+        fake.advance()
+        assert step.result(timeout=0).metrics["learning_rate"] == pytest.approx(1e-2)
+        assert step.done() is True
 
 
 def test_await_completes_on_the_event() -> None:
