@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from localsession.runtime import errors
+from localsession.runtime import errors, hub
+from localsession.runtime.catalog import public_id
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
 from localsession.server.tinker.checkpoints import Checkpoints
@@ -92,6 +93,7 @@ class Dialect(Checkpoints):
         self.service = service
         self.lock = threading.Lock()
         self.sessions: dict[str, float] = {}
+        self.finished: set[str] = set()
         self.models: dict[str, Model] = {}
         self.futures: dict[str, Future] = {}
         self.samplers: dict[str, Sampler] = {}
@@ -113,6 +115,19 @@ class Dialect(Checkpoints):
                 return False
             self.sessions[session_id] = time.monotonic()
             return True
+
+    def finish(self, session_id: str) -> None:
+        """End a session (``ServiceClient.close``): its heartbeats get 410 and its models'
+        runtime sessions stop, freeing their engines."""
+        with self.lock:
+            self.sessions.pop(session_id, None)
+            self.finished.add(session_id)
+            names = [m.session for m in self.models.values() if m.model_id.startswith(session_id)]
+        for name in names:
+            try:
+                self.service.stop_training_session({"TrainingSessionName": name})
+            except ServiceError:
+                pass  # already stopping or gone
 
     def add_future(self, future: Future) -> str:
         request_id = str(uuid.uuid4())
@@ -189,9 +204,19 @@ class Dialect(Checkpoints):
     def canonical(self, base_model: str) -> str:
         return self.service.catalog.canonical_name(base_model)
 
+    def tokenizer_id(self, base_model: str) -> str:
+        """The id the SDK's ``get_tokenizer()`` loads, exported (once) into the offline HF
+        cache that ``serve`` hands clients as ``HF_HUB_CACHE``."""
+        canonical = self.canonical(base_model)
+        try:
+            hub.export_tokenizer(self.service.catalog, canonical, self.service.hub_cache)
+        except Exception:  # noqa: BLE001 - the model still trains; only get_tokenizer fails
+            pass
+        return public_id(canonical)
+
     def info(self, model_id: Any) -> dict[str, Any]:
         model = self.model(model_id)
-        name = self.canonical(model.base_model)
+        name = self.tokenizer_id(model.base_model)
         return {
             "type": "get_info",
             "model_id": model.model_id,
@@ -341,6 +366,7 @@ class Dialect(Checkpoints):
         if not base_model:
             raise errors.validation("create_sampling_client needs base_model or model_path")
         self.service.resolve_base_model(base_model)
+        base_model = self.tokenizer_id(base_model)
         sampler_id = f"sampler-{uuid.uuid4().hex}"
         with self.lock:
             self.samplers[sampler_id] = Sampler(

@@ -97,12 +97,15 @@ class TinkerRoutes:
     async def heartbeat(self, request: Request) -> Response:
         body = await body_json(request)
         session_id = str(body.get("session_id") or "")
+        if session_id in self.dialect.finished:
+            raise ServiceError("SessionFinished", f"session {session_id} has finished", 410)
         if not self.dialect.heartbeat(session_id):
             self.dialect.sessions[session_id] = 0.0  # a restarted server adopts the client
         return JSONResponse({"type": "session_heartbeat"})
 
     async def finish(self, request: Request) -> Response:
         await request.body()
+        await run_in_threadpool(self.dialect.finish, request.path_params["session"])
         return JSONResponse({})
 
     async def cancel(self, request: Request) -> Response:
