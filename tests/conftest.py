@@ -63,6 +63,7 @@ os.environ["HF_HUB_CACHE"] = str(_SCRATCH / "hf-cache")
 INTEGRATION = (
     "cli/",  # each test runs the ``localsession`` command (or ``serve``) as a subprocess
     "server/",  # the unmodified SDK, boto3 and openai against a running server
+    "tinker/",  # the unmodified tinker SDK against a loopback server (localsession_tinker)
     "realmodel/test_smollm2.py",  # converts and trains the real SmolLM2-135M
     "realmodel/test_gguf_errors.py::test_truncated_gguf_names_the_file_and_the_cause",
     "realmodel/test_gguf_errors.py::test_locating_the_shipped_file_imports_neither_torch_nor_the_package",

@@ -7,6 +7,9 @@ localsession.mocking.pytest_plugin``).
 ``@pytest.mark.localsession_mock(engine="fake", model_map={"openai/gpt-oss-20b":
 "localsession/tiny"})``. Loading this plugin imports nothing heavy: the mock starts only in
 tests that ask for the fixture.
+
+``localsession_tinker`` does the same for code written against the ``tinker`` SDK: it points
+``TINKER_BASE_URL`` at a loopback localsession server (mocking/tinker_server.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "localsession_mock(**options): options for the localsession_mock fixture "
         "(engine, model_map, home, strict, region, manual)",
     )
+    config.addinivalue_line(
+        "markers",
+        "localsession_tinker(engine='torch'|'fake'): the engine of the localsession_tinker "
+        "fixture's server",
+    )
 
 
 @pytest.fixture
@@ -34,3 +42,21 @@ def localsession_mock(request: pytest.FixtureRequest) -> Iterator[Any]:
     options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
     with mock(**options) as active:
         yield active
+
+
+@pytest.fixture
+def localsession_tinker(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
+    """A working ``TINKER_BASE_URL`` for this test: one loopback localsession server per test
+    session and engine (``@pytest.mark.localsession_tinker(engine="fake")`` for the instant
+    engine), with ``TINKER_API_KEY`` and the offline tokenizer cache set. Yields the
+    :class:`~localsession.mocking.tinker_server.TinkerServer`."""
+    from localsession.mocking.tinker_server import shared
+
+    marker = request.node.get_closest_marker("localsession_tinker")
+    options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    server = shared(options.get("engine", "torch"))
+    for key, value in server.environment().items():
+        monkeypatch.setenv(key, value)
+    yield server

@@ -131,11 +131,17 @@ class Service:
     # -- control plane ---------------------------------------------------------------------
 
     def create_training_session(
-        self, request: dict[str, Any], *, strict: bool | None = None, region: str | None = None
+        self,
+        request: dict[str, Any],
+        *,
+        strict: bool | None = None,
+        region: str | None = None,
+        seed: int = 0,
     ) -> dict[str, Any]:
         """CreateTrainingSession. ``strict`` overrides the service default for this session;
         ``region`` (the caller's: the client's, or the request's SigV4 scope) is the one its
-        ARN and its packages' ARNs name (default: the service's)."""
+        ARN and its packages' ARNs name (default: the service's); ``seed`` seeds the LoRA
+        initialisation (the Tinker dialect's ``lora_config.seed``; the wire has none)."""
         name = validate.session_name(request.get("TrainingSessionName"))
         validate.create_request(request, check_members=self.config.check_create_members)
         rank, alpha, base_model = validate.lora_and_base_model(request)
@@ -157,7 +163,7 @@ class Service:
             f"training-session/{name}"
         )
         details = validate.session_details(request)
-        spec = EngineSpec(base_model=model, rank=rank, alpha=alpha, model=resolved)
+        spec = EngineSpec(base_model=model, rank=rank, alpha=alpha, seed=seed, model=resolved)
         self.table.add(
             name,
             lambda: Session(

@@ -29,7 +29,7 @@ from starlette.routing import Route
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
-from localsession.server import admin, auth, chat_routes, s3, wire
+from localsession.server import admin, auth, chat_routes, s3, tinker, wire
 
 #: Control-plane operations served on ``POST /`` (``X-Amz-Target: SageMaker.<Op>``).
 CONTROL_PLANE = (
@@ -184,5 +184,6 @@ def create_app(
             *chat_routes.routes(service),
             *admin.routes(service),
             *s3.routes(lambda: service.registry),
+            *tinker.routes(service),
         ],
     )

@@ -247,6 +247,12 @@ class RequestGuard:
                 if not hmac.compare_digest(token.strip().encode(), secret):
                     raise _forbidden("UnrecognizedClientException", "The API key is invalid.")
                 return
+        if scope["path"].startswith("/api/v1/"):  # the Tinker dialect: X-API-Key tml-SECRET
+            given = next((v for k, v in headers if k.lower() == "x-api-key"), "")
+            expected = f"tml-{self.credential.secret_key}".encode()
+            if not hmac.compare_digest(given.strip().encode(), expected):
+                raise _forbidden("UnrecognizedClientException", "The Tinker API key is invalid.")
+            return
         raw_path = scope.get("raw_path") or scope["path"].encode()
         verify_sigv4(
             self.credential,

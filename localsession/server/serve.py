@@ -165,6 +165,10 @@ def serve(options: ServeOptions) -> int:
         env["AWS_SECRET_ACCESS_KEY"] = "<the SECRET given to --auth>"
     for key, value in env.items():
         print(f"export {key}={shlex.quote(value)}")
+    print("# point the tinker SDK (and tinker-cookbook) here:")
+    print(f"export TINKER_BASE_URL={shlex.quote(url)}")
+    shown = "tml-<the SECRET given to --auth>" if credential is not None else "tml-localsession"
+    print(f"export TINKER_API_KEY={shlex.quote(shown)}")
     print(
         "# and pass s3_output_path='s3://<bucket>/<prefix>' to ServiceClient (or to each "
         "create call):\n# without it the SDK derives a default bucket through STS at a fixed "

@@ -1,0 +1,25 @@
+"""The Tinker dialect: the ``/api/v1/...`` endpoints of Thinking Machines' ``tinker`` SDK,
+served by ``localsession serve`` on the same port and over the same runtime as the SageMaker
+front end (docs/tinker.md).
+
+- dialect.py: Tinker's models, futures, samplers and checkpoints mapped onto the runtime;
+- codec.py: the protobuf (+zstd) bodies, read with the installed ``tinker`` package's own
+  message classes (imported on first use, so the dialect is optional);
+- routes.py / rest.py: the HTTP handlers.
+"""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+from localsession.runtime.service import Service
+
+__all__ = ["routes"]
+
+
+def routes(service: Service) -> list[BaseRoute]:
+    """The Tinker routes over ``service`` (one dialect state per app)."""
+    from localsession.server.tinker.dialect import Dialect
+    from localsession.server.tinker.routes import routes as tinker_routes
+
+    return list(tinker_routes(Dialect(service)))

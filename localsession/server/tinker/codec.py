@@ -1,0 +1,259 @@
+"""Tinker's binary bodies: protobuf (optionally zstd-framed) in, protobuf out.
+
+The message classes are the installed ``tinker`` package's own (``tinker.proto``), imported
+on first use, so this tree holds no copy of the schema and ``import localsession`` stays
+light. Everything here turns Tinker's shapes into the runtime's wire dicts (camelCase, the
+shapes docs/wire.md#4 lists) and back; no behaviour lives here.
+
+- :func:`decode_forward_backward`: a ``ForwardBackwardRequest`` body (protobuf, or its JSON
+  twin) -> ``(model_id, seq_id, loss_fn, loss_fn_config, forward_only, datums)``.
+- :func:`encode_forward_backward_output`: a runtime ``forward``/``forwardBackward`` result ->
+  ``ForwardBackwardOutput`` bytes (one batched ``ArrayRecord``).
+- :func:`encode_sample_response`: a runtime ``sample`` result -> ``SampleResponse`` bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+from localsession.runtime import errors
+
+#: Bodies may arrive zstd-framed; a frame may not inflate past this (the body limit's twin).
+MAX_INFLATED_BYTES = 256 * 1024 * 1024
+#: The SDK's sentinel for an empty top-k cell (tinker.types.topk_logprobs.MASK_LOGPROB).
+MASK_LOGPROB = -99999.0
+#: The loss outputs Tinker's losses return per datum; other runtime diagnostics stay out.
+OUTPUT_FIELDS = ("logprobs", "elementwise_loss")
+
+
+def _pb() -> Any:
+    try:
+        from tinker.proto import tinker_public_pb2
+    except ImportError as exc:  # pragma: no cover - the extra is what installs it
+        raise errors.validation(
+            "this server cannot read Tinker's protobuf bodies: the `tinker` package is not "
+            "installed; pip install 'localsession[tinker]'"
+        ) from exc
+    return tinker_public_pb2
+
+
+def inflate(body: bytes, encoding: str | None) -> bytes:
+    """The body without its ``Content-Encoding`` (only ``zstd`` and identity exist)."""
+    if not encoding or encoding == "identity":
+        return body
+    if encoding != "zstd":
+        raise errors.validation(
+            f"Content-Encoding {encoding!r} is not supported; send zstd or an uncompressed body"
+        )
+    import zstandard
+
+    try:
+        out: bytes = zstandard.ZstdDecompressor().decompress(
+            body, max_output_size=MAX_INFLATED_BYTES
+        )
+    except zstandard.ZstdError as exc:
+        raise errors.validation(
+            f"the body is not a valid zstd frame ({exc}); compress the serialized protobuf "
+            "with zstd, or drop the Content-Encoding header"
+        ) from None
+    return out
+
+
+def _ints(raw: bytes, fmt: str, where: str) -> list[int]:
+    size = struct.calcsize(fmt)
+    if len(raw) % size:
+        raise errors.validation(f"{where} holds {len(raw)} bytes, not a whole number of {fmt}")
+    return [v[0] for v in struct.iter_unpack("<" + fmt, raw)]
+
+
+def _tensor(msg: Any, where: str) -> dict[str, Any]:
+    """A ``Tensor`` message -> wire ``TensorData`` (a sparse CSR one is made dense)."""
+    pb = _pb()
+    if msg.dtype == pb.DTYPE_FLOAT32:
+        dtype, fmt = "float32", "f"
+    elif msg.dtype == pb.DTYPE_INT64:
+        dtype, fmt = "int64", "q"
+    else:
+        raise errors.validation(f"{where} has dtype {msg.dtype}; send float32 or int64")
+    shape = list(msg.shape)
+    if msg.HasField("sparse_csr"):
+        values = _ints(msg.sparse_csr.values, fmt, where) if fmt == "q" else None
+        fvalues = values if values is not None else _floats(msg.sparse_csr.values, where)
+        crow = _ints(msg.sparse_csr.crow_indices, "q", where)
+        col = _ints(msg.sparse_csr.col_indices, "q", where)
+        if len(shape) != 2 or len(crow) != shape[0] + 1 or len(col) != len(fvalues):
+            raise errors.validation(f"{where} is a sparse CSR tensor with inconsistent indices")
+        dense: list[Any] = [0] * (shape[0] * shape[1])
+        for row in range(shape[0]):
+            for j in range(crow[row], crow[row + 1]):
+                if not 0 <= col[j] < shape[1]:
+                    raise errors.validation(f"{where} has a column index out of range")
+                dense[row * shape[1] + col[j]] = fvalues[j]
+        return {"data": dense, "dtype": dtype, "shape": shape}
+    data = _ints(msg.dense, "q", where) if fmt == "q" else _floats(msg.dense, where)
+    out: dict[str, Any] = {"data": data, "dtype": dtype}
+    if shape:
+        out["shape"] = shape
+    return out
+
+
+def _floats(raw: bytes, where: str) -> list[float]:
+    if len(raw) % 4:
+        raise errors.validation(f"{where} holds {len(raw)} bytes, not whole float32 values")
+    return [v[0] for v in struct.iter_unpack("<f", raw)]
+
+
+def _datum(msg: Any, index: int) -> dict[str, Any]:
+    chunks = []
+    for c, chunk in enumerate(msg.model_input):
+        kind = chunk.WhichOneof("chunk") if chunk.DESCRIPTOR.oneofs else None
+        if kind not in (None, "encoded_text"):
+            raise errors.validation(
+                f"datum {index} chunk {c} is {kind!r}: only encoded_text (token) chunks run "
+                "locally; image and audio inputs are not supported"
+            )
+        tokens = _ints(chunk.encoded_text.tokens, "i", f"datum {index} chunk {c}")
+        chunks.append({"tokens": tokens, "type": "encoded_text"})
+    inputs = {
+        key: _tensor(value, f"datum {index} loss_fn_inputs[{key!r}]")
+        for key, value in msg.loss_fn_inputs.items()
+    }
+    return {"modelInput": {"chunks": chunks}, "lossFnInputs": inputs}
+
+
+def _json_tensor(value: Any, where: str) -> dict[str, Any]:
+    if isinstance(value, list):
+        return {"data": value, "dtype": "float32"}
+    if not isinstance(value, dict) or not isinstance(value.get("data"), list):
+        raise errors.validation(f"{where} must be a TensorData object with a data list")
+    out = {"data": value["data"], "dtype": value.get("dtype") or "float32"}
+    if value.get("shape"):
+        out["shape"] = value["shape"]
+    return out
+
+
+def _json_datum(value: Any, index: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise errors.validation(f"forward_backward_input.data[{index}] must be an object")
+    chunks = []
+    for c, chunk in enumerate((value.get("model_input") or {}).get("chunks") or []):
+        if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
+            raise errors.validation(f"datum {index} chunk {c}: only encoded_text chunks run")
+        chunks.append({"tokens": chunk.get("tokens"), "type": "encoded_text"})
+    inputs = {
+        key: _json_tensor(td, f"datum {index} loss_fn_inputs[{key!r}]")
+        for key, td in (value.get("loss_fn_inputs") or {}).items()
+    }
+    return {"modelInput": {"chunks": chunks}, "lossFnInputs": inputs}
+
+
+def decode_forward_backward(
+    body: bytes, content_type: str, encoding: str | None
+) -> tuple[str, int, str, dict[str, Any], bool, list[dict[str, Any]]]:
+    """A forward_backward body -> (model_id, seq_id, loss_fn, config, forward_only, datums)."""
+    raw = inflate(body, encoding)
+    if "json" in content_type:
+        from localsession.server import wire
+
+        request = wire.parse_body(raw)
+        fbi = request.get("forward_backward_input") or request.get("forward_input") or {}
+        data = fbi.get("data")
+        if not isinstance(data, list):
+            raise errors.validation("forward_backward_input.data must be a list of datums")
+        return (
+            str(request.get("model_id") or ""),
+            int(request.get("seq_id") or 0),
+            str(fbi.get("loss_fn") or ""),
+            dict(fbi.get("loss_fn_config") or {}),
+            bool(request.get("forward_only", False)),
+            [_json_datum(d, i) for i, d in enumerate(data)],
+        )
+    msg = _pb().ForwardBackwardRequest()
+    try:
+        msg.ParseFromString(raw)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise errors.validation(
+            f"the body is not a valid ForwardBackwardRequest protobuf ({exc}); send the "
+            "serialized tinker.proto message (Content-Type: application/x-protobuf) or JSON"
+        ) from None
+    config: dict[str, Any] = dict(msg.loss_fn_config.items())
+    for key, value in msg.loss_fn_config_v2.items():
+        kind = value.WhichOneof("value") if value.DESCRIPTOR.oneofs else "number"
+        config[key] = value.text if kind == "text" else value.number
+    datums = [_datum(d, i) for i, d in enumerate(msg.data)]
+    return msg.model_id, msg.seq_id, msg.loss_fn, config, msg.forward_only, datums
+
+
+def _batched(values: list[dict[str, Any]]) -> Any:
+    """Per-datum wire TensorData (one dtype) -> one ``BatchedTensor``."""
+    pb = _pb()
+    is_int = values[0].get("dtype") == "int64"
+    fmt = "<q" if is_int else "<f"
+    parts = [struct.pack(f"<{len(v['data'])}{fmt[1]}", *v["data"]) for v in values]
+    offsets = [0]
+    for part in parts:
+        offsets.append(offsets[-1] + len(part))
+    shape = values[0].get("shape") or [len(values[0]["data"])]
+    return pb.BatchedTensor(
+        data=b"".join(parts),
+        offsets=struct.pack(f"<{len(offsets)}q", *offsets),
+        dtype=pb.DTYPE_INT64 if is_int else pb.DTYPE_FLOAT32,
+        trailing_shape=list(shape[1:]),
+    )
+
+
+def encode_forward_backward_output(
+    metrics: dict[str, float], outputs: list[dict[str, Any]]
+) -> bytes:
+    """A forward/forwardBackward result -> ``ForwardBackwardOutput`` protobuf bytes."""
+    pb = _pb()
+    msg = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", metrics=metrics)
+    record = msg.loss_fn_outputs.add()
+    record.num_datums = len(outputs)
+    for name in OUTPUT_FIELDS:
+        if outputs and all(name in out for out in outputs):
+            record.fields[name].CopyFrom(_batched([out[name] for out in outputs]))
+    return bytes(msg.SerializeToString())
+
+
+def _topk(rows: list[list[dict[str, Any]]], k: int) -> Any:
+    """Rows of ``{tokenId, logprob}`` -> a dense ``TopkLogprobs`` (sentinel-padded)."""
+    pb = _pb()
+    ids: list[int] = []
+    lps: list[float] = []
+    for row in rows:
+        cells = row[:k]
+        ids += [int(c["tokenId"]) for c in cells] + [0] * (k - len(cells))
+        lps += [float(c["logprob"]) for c in cells] + [MASK_LOGPROB] * (k - len(cells))
+    return pb.TopkLogprobs(
+        token_ids=struct.pack(f"<{len(ids)}i", *ids),
+        logprobs=struct.pack(f"<{len(lps)}f", *lps),
+        k=k,
+        length=len(rows),
+    )
+
+
+def encode_sample_response(result: dict[str, Any], topk: int) -> bytes:
+    """A runtime ``sample`` result -> ``SampleResponse`` protobuf bytes. The first prompt
+    logprob (no context) is sent as NaN, which the SDK reads as None."""
+    pb = _pb()
+    msg = pb.SampleResponse()
+    for seq in result.get("sequences", []):
+        out = msg.sequences.add()
+        out.stop_reason = (
+            pb.STOP_REASON_STOP if seq["stopReason"] == "stop" else (pb.STOP_REASON_LENGTH)
+        )
+        tokens = seq["tokens"]
+        out.tokens = struct.pack(f"<{len(tokens)}i", *tokens)
+        logprobs = seq.get("logprobs") or []
+        out.logprobs = struct.pack(f"<{len(logprobs)}f", *logprobs)
+    prompt = result.get("promptLogprobs")
+    if prompt is not None:
+        values = [math.nan if i == 0 or v is None else v for i, v in enumerate(prompt)]
+        msg.prompt_logprobs = struct.pack(f"<{len(values)}f", *values)
+    rows = result.get("topkPromptLogprobs")
+    if rows is not None and topk > 0:
+        msg.topk_prompt_logprobs.CopyFrom(_topk(rows, topk))
+    return bytes(msg.SerializeToString())

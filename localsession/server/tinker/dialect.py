@@ -1,0 +1,408 @@
+"""Tinker's resources mapped onto the runtime: models, futures, samplers, checkpoints.
+
+A Tinker *model* (``create_model``) is one runtime training session, created relaxed
+(``strict=False``, since Tinker has no 512-token floor) and named ``tinker-<hex>``. Each
+Tinker request that runs on a model becomes the runtime operation of the same meaning, with
+the SDK's ``seq_id`` as its sequence number, and the request id the SDK polls names that
+operation. A *checkpoint* is a model package whose description is its ``tinker://`` path,
+so ``localsession packages list`` shows it and a restarted server still resolves it. A
+*sampling session* names the weights it reads (a package, or the base model) and runs on
+the model's own session when it is alive, else on one hidden sampler session per base model.
+
+Nothing here imports torch or tinker: the HTTP layer (routes.py) parses and encodes, this
+module only holds the mapping and calls :class:`Service`'s public operations.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from localsession.runtime import errors, hub
+from localsession.runtime.catalog import public_id
+from localsession.runtime.errors import ServiceError
+from localsession.runtime.service import Service
+from localsession.server.tinker.checkpoints import Checkpoints
+
+#: The losses Tinker's SDK can name, and the ones the runtime computes.
+TINKER_LOSSES = (
+    "cross_entropy",
+    "importance_sampling",
+    "ppo",
+    "cispo",
+    "dro",
+    "gspo",
+    "stable_reinforce",
+    "custom",
+)
+IMPLEMENTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo")
+#: LoRA alpha for every Tinker model (Tinker's API has no alpha; docs/tinker.md).
+LORA_ALPHA = 32
+#: What a sampling request without ``max_tokens`` generates.
+DEFAULT_MAX_TOKENS = 512
+
+
+@dataclass
+class Model:
+    model_id: str
+    session: str
+    base_model: str
+    rank: int
+    lora: dict[str, Any]
+    user_metadata: dict[str, Any] | None
+    #: runtime sequence number = Tinker seq_id + offset (a create-via-load's load takes 1)
+    offset: int = 0
+    last_request: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+@dataclass
+class Future:
+    """One Tinker request id: a runtime op, or a value known at once (or an error)."""
+
+    kind: str
+    session: str | None = None
+    op_id: str | None = None
+    sampling: bool = False
+    model_id: str | None = None
+    value: dict[str, Any] | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sampler:
+    sampler_id: str
+    base_model: str
+    model_path: str | None
+    package: str | None
+    model_id: str | None
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Dialect(Checkpoints):
+    """The Tinker dialect's state over one :class:`Service` (thread-safe)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.lock = threading.Lock()
+        self.sessions: dict[str, float] = {}
+        self.finished: set[str] = set()
+        self.models: dict[str, Model] = {}
+        self.futures: dict[str, Future] = {}
+        self.samplers: dict[str, Sampler] = {}
+        self.hidden: dict[str, str] = {}  # base model -> sampler session name
+        self.paths: dict[str, str] = {}  # tinker:// path -> package ARN
+        self.ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def create_session(self) -> str:
+        session_id = str(uuid.uuid4())
+        with self.lock:
+            self.sessions[session_id] = time.monotonic()
+        return session_id
+
+    def heartbeat(self, session_id: str) -> bool:
+        with self.lock:
+            if session_id not in self.sessions:
+                return False
+            self.sessions[session_id] = time.monotonic()
+            return True
+
+    def finish(self, session_id: str) -> None:
+        """End a session (``ServiceClient.close``): its heartbeats get 410 and its models'
+        runtime sessions stop, freeing their engines."""
+        with self.lock:
+            self.sessions.pop(session_id, None)
+            self.finished.add(session_id)
+            names = [m.session for m in self.models.values() if m.model_id.startswith(session_id)]
+        for name in names:
+            try:
+                self.service.stop_training_session({"TrainingSessionName": name})
+            except ServiceError:
+                pass  # already stopping or gone
+
+    def add_future(self, future: Future) -> str:
+        request_id = str(uuid.uuid4())
+        with self.lock:
+            self.futures[request_id] = future
+        return request_id
+
+    def future(self, request_id: str) -> Future:
+        with self.lock:
+            found = self.futures.get(request_id)
+        if found is None:
+            raise errors.not_found(
+                f"request {request_id!r} is unknown to this server (futures do not survive "
+                "a restart); submit the request again",
+                runtime=True,
+            )
+        return found
+
+    # -- models --------------------------------------------------------------------------
+
+    def models_list(self) -> list[str]:
+        return self.service.list_base_models()
+
+    def _new_session(self, base_model: str, rank: int, seed: int | None) -> str:
+        name = f"tinker-{uuid.uuid4().hex[:16]}"
+        request: dict[str, Any] = {
+            "TrainingSessionName": name,
+            "LoraConfig": {"Rank": rank, "Alpha": LORA_ALPHA},
+            "ModelConfig": {"BaseModelArn": base_model},
+            "RoleArn": f"arn:aws:iam::{self.service.config.account}:role/tinker",
+        }
+        self.service.create_training_session(request, strict=False, seed=int(seed or 0))
+        return name
+
+    def create_model(self, request: dict[str, Any]) -> str:
+        session_id = str(request.get("session_id") or "")
+        seq = int(request.get("model_seq_id") or 0)
+        base_model = request.get("base_model")
+        if not isinstance(base_model, str) or not base_model:
+            raise errors.validation("base_model is required; see get_server_capabilities")
+        lora = dict(request.get("lora_config") or {"rank": 32})
+        rank = lora.get("rank")
+        if not isinstance(rank, int) or not 1 <= rank <= 256:
+            raise errors.validation(f"lora_config.rank={rank!r} must be an integer in [1, 256]")
+        for key in ("train_mlp", "train_attn"):
+            if lora.get(key, True) is False:
+                raise errors.validation(
+                    f"lora_config.{key}=False is not supported locally: LoRA always adapts "
+                    "every attention and MLP projection (docs/tinker.md); leave it True"
+                )
+        optimizer = (request.get("optimizer_config") or {}).get("type", "adamw")
+        if optimizer != "adamw":
+            raise errors.validation(f"optimizer {optimizer!r} is not supported; use adamw")
+        name = self._new_session(base_model, rank, lora.get("seed"))
+        model_id = f"{session_id}:train:{seq}"
+        model = Model(model_id, name, base_model, rank, lora, request.get("user_metadata"))
+        with self.lock:
+            self.models[model_id] = model
+        return self.add_future(Future("create_model", session=name, model_id=model_id))
+
+    def model(self, model_id: Any) -> Model:
+        with self.lock:
+            found = self.models.get(str(model_id))
+        if found is None:
+            raise errors.not_found(
+                f"model {model_id!r} is unknown to this server; create it with "
+                "create_lora_training_client (models do not survive a restart; resume from a "
+                "checkpoint with create_training_client_from_state)",
+                runtime=True,
+            )
+        found.last_request = _now()
+        return found
+
+    def canonical(self, base_model: str) -> str:
+        return self.service.catalog.canonical_name(base_model)
+
+    def tokenizer_id(self, base_model: str) -> str:
+        """The id the SDK's ``get_tokenizer()`` loads, exported (once) into the offline HF
+        cache that ``serve`` hands clients as ``HF_HUB_CACHE``."""
+        canonical = self.canonical(base_model)
+        try:
+            hub.export_tokenizer(self.service.catalog, canonical, self.service.hub_cache)
+        except Exception:  # noqa: BLE001 - the model still trains; only get_tokenizer fails
+            pass
+        return public_id(canonical)
+
+    def info(self, model_id: Any) -> dict[str, Any]:
+        model = self.model(model_id)
+        name = self.tokenizer_id(model.base_model)
+        return {
+            "type": "get_info",
+            "model_id": model.model_id,
+            "model_data": {"arch": "llama", "model_name": name, "tokenizer_id": name},
+            "is_lora": True,
+            "lora_rank": model.rank,
+            "model_name": name,
+        }
+
+    # -- training ops --------------------------------------------------------------------
+
+    def submit(self, model: Model, seq_id: int, kind: str, config: dict[str, Any]) -> str:
+        """Queue one runtime training op for ``model``; returns the runtime op id."""
+        number = int(seq_id) + model.offset
+        if number < 1:
+            raise errors.validation(f"seq_id={seq_id} must be >= 1")
+        answer = self.service.execute_training_operation(
+            model.session,
+            {
+                "sequenceNumber": number,
+                "clientToken": f"tinker-{number}",
+                "operationConfig": {kind: config},
+            },
+        )
+        return str(answer["operationId"])
+
+    def forward_backward(
+        self,
+        model_id: str,
+        seq_id: int,
+        loss_fn: str,
+        config: dict[str, Any],
+        forward_only: bool,
+        datums: list[dict[str, Any]],
+    ) -> str:
+        model = self.model(model_id)
+        if loss_fn not in IMPLEMENTED_LOSSES:
+            known = loss_fn in TINKER_LOSSES
+            raise errors.validation(
+                f"loss_fn {loss_fn!r} is "
+                + ("not implemented by localsession" if known else "not a Tinker loss")
+                + f"; implemented: {', '.join(IMPLEMENTED_LOSSES)}"
+                + (
+                    " (forward_backward_custom runs client-side on cross_entropy)"
+                    if loss_fn == "custom"
+                    else ""
+                )
+            )
+        body: dict[str, Any] = {"lossFnName": loss_fn, "datumList": datums}
+        if config:
+            body["lossFnConfig"] = config
+        kind = "forward" if forward_only else "forwardBackward"
+        op = self.submit(model, seq_id, kind, body)
+        return self.add_future(Future(kind, session=model.session, op_id=op, model_id=model_id))
+
+    def optim_step(self, request: dict[str, Any]) -> str:
+        model = self.model(request.get("model_id"))
+        params = request.get("adam_params") or request.get("optim_params")
+        if not isinstance(params, dict) or params.get("type", "adamw") not in ("adamw", "adam"):
+            raise errors.validation("optim_step takes adam_params; other optimizers are not run")
+        adam: dict[str, Any] = {
+            "learningRate": params.get("learning_rate", 1e-4),
+            "beta1": params.get("beta1", 0.9),
+            "beta2": params.get("beta2", 0.95),
+            "eps": params.get("eps", 1e-12),
+            "weightDecay": params.get("weight_decay", 0.0),
+        }
+        if params.get("grad_clip_norm"):
+            adam["gradClipNorm"] = params["grad_clip_norm"]
+        op = self.submit(
+            model, int(request.get("seq_id") or 0), "optimizerStep", {"adamParamsConfig": adam}
+        )
+        return self.add_future(
+            Future("optimizerStep", session=model.session, op_id=op, model_id=model.model_id)
+        )
+
+    def _path(self, model: Model, segment: str, name: Any) -> str:
+        label = str(name) if name else f"{segment}-{uuid.uuid4().hex[:12]}"
+        if "/" in label or not label.strip():
+            raise errors.validation(f"path {name!r} must be a plain name without '/'")
+        return f"tinker://{model.model_id}/{segment}/{label}"
+
+    def save(self, request: dict[str, Any], *, sampler: bool) -> str:
+        model = self.model(request.get("model_id"))
+        segment = "sampler_weights" if sampler else "weights"
+        path = self._path(model, segment, request.get("path"))
+        if not request.get("overwrite") and self.package_of(path, required=False):
+            raise errors.conflict(f"checkpoint {path} exists; pass overwrite=True or a new name")
+        kind = "saveWeights" if sampler else "saveState"
+        config: dict[str, Any] = {"description": path}
+        if sampler:
+            config["mergeWeights"] = False
+        op = self.submit(model, int(request.get("seq_id") or 0), kind, config)
+        extra: dict[str, Any] = {"path": path, "ttl": request.get("ttl_seconds")}
+        if sampler and request.get("sampling_session_seq_id") is not None:
+            extra["sampler_for"] = model.model_id
+        return self.add_future(
+            Future(kind, session=model.session, op_id=op, model_id=model.model_id, extra=extra)
+        )
+
+    def load(self, request: dict[str, Any]) -> str:
+        path = str(request.get("path") or "")
+        arn = self.package_of(path)
+        with_optimizer = bool(request.get("optimizer"))
+        if request.get("session_id") is not None:  # create-via-load: a new model
+            info = self.service.registry.get(arn)
+            base, rank = str(request.get("base_model") or info.base_model), info.lora_rank
+            name = self._new_session(base, rank, None)
+            model_id = f"{request['session_id']}:train:{int(request.get('model_seq_id') or 0)}"
+            model = Model(
+                model_id,
+                name,
+                base,
+                rank,
+                {"rank": rank},
+                request.get("user_metadata"),
+                offset=1,
+            )
+            with self.lock:
+                self.models[model_id] = model
+            number = 0
+        else:
+            model = self.model(request.get("model_id"))
+            number = int(request.get("seq_id") or 0)
+        op = self.submit(
+            model, number, "loadState", {"modelPackageArn": arn, "loadOptimizer": with_optimizer}
+        )
+        return self.add_future(
+            Future(
+                "loadState",
+                session=model.session,
+                op_id=op,
+                model_id=model.model_id,
+                extra={"path": path},
+            )
+        )
+
+    # -- sampling ------------------------------------------------------------------------
+
+    def create_sampler(self, model_path: str | None, base_model: str | None) -> str:
+        package = self.package_of(model_path) if model_path else None
+        model_id = None
+        if model_path:
+            model_id = model_path[len("tinker://") :].split("/")[0]
+            if base_model is None:
+                base_model = self.service.registry.get(str(package)).base_model
+        if not base_model:
+            raise errors.validation("create_sampling_client needs base_model or model_path")
+        self.service.resolve_base_model(base_model)
+        base_model = self.tokenizer_id(base_model)
+        sampler_id = f"sampler-{uuid.uuid4().hex}"
+        with self.lock:
+            self.samplers[sampler_id] = Sampler(
+                sampler_id, base_model, model_path, package, model_id
+            )
+        return sampler_id
+
+    def sampler(self, sampler_id: Any) -> Sampler:
+        with self.lock:
+            found = self.samplers.get(str(sampler_id))
+        if found is None:
+            raise errors.not_found(f"sampling session {sampler_id!r} is unknown", runtime=True)
+        return found
+
+    def session_for(self, sampler: Sampler) -> str:
+        """Which runtime session runs ``sampler``'s requests."""
+        with self.lock:
+            model = self.models.get(sampler.model_id or "")
+            if model is not None and self.canonical(model.base_model) == self.canonical(
+                sampler.base_model
+            ):
+                try:
+                    if self.service.session(model.session).status == "Running":
+                        return model.session
+                except ServiceError:
+                    pass
+            key = self.canonical(sampler.base_model)
+            name = self.hidden.get(key)
+        if name is not None:
+            try:
+                if self.service.session(name).status == "Running":
+                    return name
+            except ServiceError:
+                pass
+        name = self._new_session(sampler.base_model, 1, None)
+        self.service.wait_for_session(name, 600)
+        with self.lock:
+            self.hidden[key] = name
+        return name

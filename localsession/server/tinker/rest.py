@@ -1,0 +1,179 @@
+"""The RestClient's routes: training runs, checkpoints, delete and TTL, over the registry.
+
+A checkpoint is a model package whose description is its ``tinker://`` path (dialect.py); a
+training run is every model this server created plus every run id a checkpoint names (so a
+restarted server still lists them). A TTL is kept in memory; an expired checkpoint is
+deleted (its files moved to the registry's ``retained/``) the next time checkpoints are
+listed or resolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from localsession.runtime import errors
+from localsession.server import wire
+from localsession.server.tinker.dialect import Dialect
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def set_ttl(dialect: Dialect, path: str, seconds: int | None) -> None:
+    with dialect.lock:
+        if seconds is None:
+            dialect.ttl.pop(path, None)
+        else:
+            dialect.ttl[path] = datetime.now(timezone.utc) + timedelta(seconds=int(seconds))
+
+
+def expire(dialect: Dialect) -> None:
+    now = datetime.now(timezone.utc)
+    with dialect.lock:
+        due = [path for path, when in dialect.ttl.items() if when <= now]
+    for path in due:
+        arn = dialect.package_of(path, required=False)
+        if arn:
+            dialect.service.delete_model_package({"ModelPackageName": arn})
+        dialect.forget(path)
+
+
+def checkpoints(dialect: Dialect, run: str | None = None) -> list[dict[str, Any]]:
+    expire(dialect)
+    out = []
+    for item in dialect.packages():
+        path = str(item["ModelPackageDescription"])
+        run_id, _, checkpoint_id = path[len("tinker://") :].partition("/")
+        if run is not None and run_id != run:
+            continue
+        created = item["CreationTime"]
+        with dialect.lock:
+            dialect.paths[path] = str(item["ModelPackageArn"])
+            expires = dialect.ttl.get(path)
+        out.append(
+            {
+                "checkpoint_id": checkpoint_id,
+                "checkpoint_type": "sampler" if checkpoint_id.startswith("sampler") else "training",
+                "time": created.isoformat() if hasattr(created, "isoformat") else str(created),
+                "tinker_path": path,
+                "public": False,
+                "expires_at": expires.isoformat() if expires else None,
+            }
+        )
+    return out
+
+
+def training_run(dialect: Dialect, run: str, ckpts: list[dict[str, Any]]) -> dict[str, Any]:
+    with dialect.lock:
+        model = dialect.models.get(run)
+    mine = [c for c in ckpts if c["tinker_path"].startswith(f"tinker://{run}/")]
+    if model is None and not mine:
+        raise errors.not_found(f"training run {run!r} does not exist on this server", runtime=True)
+    if model is not None:
+        base, rank = dialect.canonical(model.base_model), model.rank
+        last = model.last_request.isoformat()
+    else:
+        info = dialect.service.registry.get(dialect.package_of(mine[0]["tinker_path"]))
+        base, rank, last = info.base_model, info.lora_rank, mine[0]["time"]
+    train = [c for c in mine if c["checkpoint_type"] == "training"]
+    sampler = [c for c in mine if c["checkpoint_type"] == "sampler"]
+    return {
+        "training_run_id": run,
+        "base_model": base,
+        "model_owner": "local",
+        "is_lora": True,
+        "lora_rank": rank,
+        "last_request_time": last,
+        "last_checkpoint": train[0] if train else None,
+        "last_sampler_checkpoint": sampler[0] if sampler else None,
+        "user_metadata": (model.user_metadata if model else None),
+    }
+
+
+def _page(request: Request, items: list[Any]) -> tuple[list[Any], dict[str, int]]:
+    limit = int(request.query_params.get("limit") or 20)
+    offset = int(request.query_params.get("offset") or 0)
+    cursor = {"offset": offset, "limit": limit, "total_count": len(items)}
+    return items[offset : offset + limit], cursor
+
+
+def table(dialect: Dialect) -> list[tuple[str, Handler, str]]:
+    async def list_runs(request: Request) -> Response:
+        def build() -> list[dict[str, Any]]:
+            ckpts = checkpoints(dialect)
+            with dialect.lock:
+                runs = list(dialect.models)
+            for c in ckpts:
+                run = c["tinker_path"][len("tinker://") :].split("/")[0]
+                if run not in runs:
+                    runs.append(run)
+            return [training_run(dialect, run, ckpts) for run in runs]
+
+        items, cursor = _page(request, await run_in_threadpool(build))
+        return JSONResponse({"training_runs": items, "cursor": cursor})
+
+    async def get_run(request: Request) -> Response:
+        run = request.path_params["run"]
+        ckpts = await run_in_threadpool(checkpoints, dialect, run)
+        return JSONResponse(await run_in_threadpool(training_run, dialect, run, ckpts))
+
+    async def list_run_checkpoints(request: Request) -> Response:
+        items = await run_in_threadpool(checkpoints, dialect, request.path_params["run"])
+        return JSONResponse({"checkpoints": items})
+
+    async def list_all_checkpoints(request: Request) -> Response:
+        items, cursor = _page(request, await run_in_threadpool(checkpoints, dialect))
+        return JSONResponse({"checkpoints": items, "cursor": cursor})
+
+    def _path(request: Request) -> str:
+        return f"tinker://{request.path_params['run']}/{request.path_params['checkpoint']}"
+
+    async def delete_checkpoint(request: Request) -> Response:
+        path = _path(request)
+
+        def run() -> None:
+            arn = dialect.package_of(path)
+            dialect.service.delete_model_package({"ModelPackageName": arn})
+            dialect.forget(path)
+
+        await run_in_threadpool(run)
+        return JSONResponse({})
+
+    async def ttl(request: Request) -> Response:
+        path = _path(request)
+        body = wire.parse_body(await request.body() or b"{}")
+        await run_in_threadpool(dialect.package_of, path)
+        seconds = body.get("ttl_seconds")
+        set_ttl(dialect, path, None if seconds is None else int(seconds))
+        return JSONResponse({})
+
+    async def weights_info(request: Request) -> Response:
+        body = wire.parse_body(await request.body() or b"{}")
+        arn = await run_in_threadpool(dialect.package_of, str(body.get("tinker_path") or ""))
+        info = dialect.service.registry.get(arn)
+        return JSONResponse(
+            {
+                "base_model": info.base_model,
+                "is_lora": True,
+                "lora_rank": info.lora_rank,
+                "train_unembed": False,
+                "train_mlp": True,
+                "train_attn": True,
+            }
+        )
+
+    ckpt = "/training_runs/{run}/checkpoints/{checkpoint:path}"
+    return [
+        ("/training_runs", list_runs, "GET"),
+        ("/training_runs/{run}", get_run, "GET"),
+        ("/training_runs/{run}/checkpoints", list_run_checkpoints, "GET"),
+        (ckpt + "/ttl", ttl, "PUT"),
+        (ckpt, delete_checkpoint, "DELETE"),
+        ("/checkpoints", list_all_checkpoints, "GET"),
+        ("/weights_info", weights_info, "POST"),
+    ]

@@ -1,0 +1,92 @@
+"""Completed runtime results in Tinker's shapes: metric names, stop ids, result bodies.
+
+``ForwardBackwardOutput`` and ``SampleResponse`` go back as protobuf (the 0.38 SDK reads
+them in no other form); the rest as JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+
+from localsession.runtime.errors import ServiceError
+from localsession.server.tinker import codec, rest
+from localsession.server.tinker.dialect import Dialect, Future
+
+PROTOBUF = "application/x-protobuf"
+
+
+def _metric_name(name: str) -> str:
+    if ":" in name:
+        return name
+    return f"{name}:sum" if name.endswith(("num", "flops")) else f"{name}:mean"
+
+
+def fwd_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """Runtime forward metrics under Tinker's ``name:reduction`` names; ``loss:sum`` is the
+    sum of every datum's elementwise loss (Tinker's reported loss)."""
+    outputs = result.get("lossFnOutputs") or []
+    total = math.fsum(
+        float(v) for out in outputs for v in (out.get("elementwise_loss") or {}).get("data", [])
+    )
+    metrics = {"loss:sum": total}
+    for name, value in (result.get("metrics") or {}).items():
+        if name not in ("loss", "actor/pg_loss"):
+            metrics[_metric_name(name)] = float(value)
+    return metrics
+
+
+def truncate_at(result: dict[str, Any], stop_ids: list[int]) -> dict[str, Any]:
+    """Cut each sequence after its first stop token id (stop reason ``stop``)."""
+    if not stop_ids:
+        return result
+    stops = set(stop_ids)
+    for seq in result.get("sequences", []):
+        for i, token in enumerate(seq["tokens"]):
+            if token in stops:
+                seq["tokens"] = seq["tokens"][: i + 1]
+                seq["logprobs"] = (seq.get("logprobs") or [])[: i + 1]
+                seq["stopReason"] = "stop"
+                break
+    return result
+
+
+def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Response:
+    """A completed runtime op's result, in the Tinker shape its request type reads."""
+    kind = future.kind
+    if kind in ("forward", "forwardBackward"):
+        data = codec.encode_forward_backward_output(
+            fwd_metrics(payload), payload.get("lossFnOutputs") or []
+        )
+        return Response(data, media_type=PROTOBUF)
+    if kind == "optimizerStep":
+        return JSONResponse({"metrics": payload.get("metrics") or {}})
+    if kind in ("saveState", "saveWeights"):
+        path = future.extra["path"]
+        with dialect.lock:
+            dialect.paths[path] = str(payload["modelPackageArn"])
+        if future.extra.get("ttl"):
+            rest.set_ttl(dialect, path, int(future.extra["ttl"]))
+        if kind == "saveState":
+            return JSONResponse({"path": path, "type": "save_weights"})
+        out: dict[str, Any] = {"path": path, "type": "save_weights_for_sampler"}
+        if future.extra.get("sampler_for"):
+            out["sampling_session_id"] = dialect.create_sampler(path, None)
+        return JSONResponse(out)
+    if kind == "loadState":
+        return JSONResponse(
+            {"path": future.extra["path"], "model_id": future.model_id, "type": "load_weights"}
+        )
+    if kind == "sample":
+        payload = truncate_at(payload, future.extra["stop_ids"])
+        last_n = future.extra.get("last_n")
+        prompt = payload.get("promptLogprobs")
+        if last_n and prompt is not None:
+            cut = len(prompt) - int(last_n)
+            payload["promptLogprobs"] = [None if i < cut else v for i, v in enumerate(prompt)]
+        return Response(
+            codec.encode_sample_response(payload, future.extra["topk"]), media_type=PROTOBUF
+        )
+    raise ServiceError("InternalServerException", f"no Tinker result for a {kind} op", 500)

@@ -1,0 +1,363 @@
+"""The ``/api/v1/...`` routes the ``tinker`` SDK calls, over one :class:`Dialect`.
+
+A thin layer, as server/app.py is for the SageMaker dialect: each handler parses the
+request, calls the dialect (which calls the runtime) on the thread pool, and encodes what
+comes back. ``retrieve_future`` holds a poll until its op finishes or :data:`HOLD_SECONDS`
+pass, then answers ``try_again`` (the SDK re-polls at once, so the hold is what keeps a
+pending future from spinning). Errors are JSON ``{"detail": ..., "code": ...}`` with the
+runtime's HTTP status, the shape the SDK's ``APIStatusError`` carries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from localsession import vocab
+from localsession.runtime import errors
+from localsession.runtime.errors import ServiceError
+from localsession.server import wire
+from localsession.server.tinker import codec, rest, results
+from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
+
+#: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
+HOLD_SECONDS = 5.0
+#: The feature flags /api/v1/client/config hands the SDK (ClientConfigResponse fields).
+CLIENT_CONFIG = {
+    "pjwt_auth_enabled": False,
+    "proto_compress_fwdbwd": True,
+    "parallel_fwdbwd_chunks": False,
+    "sample_use_retrieve_futures": False,
+    "custom_loss_server_side": False,
+    "sample_join_sampling_session": False,
+}
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def refusal(exc: ServiceError) -> Response:
+    return JSONResponse({"detail": exc.message, "code": exc.code}, status_code=exc.http_status)
+
+
+def guarded(handler: Handler) -> Handler:
+    """Answer a ServiceError (or a malformed body) in the SDK's error shape."""
+
+    async def run(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ServiceError as exc:
+            return refusal(exc)
+        except (ValueError, TypeError, KeyError) as exc:
+            return refusal(errors.validation(f"malformed request: {exc}"))
+
+    return run
+
+
+async def body_json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    return await run_in_threadpool(wire.parse_body, raw)
+
+
+class TinkerRoutes:
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.service = dialect.service
+
+    # -- plain JSON endpoints ------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def client_config(self, request: Request) -> Response:
+        return JSONResponse(CLIENT_CONFIG)
+
+    async def dynamic_config(self, request: Request) -> Response:
+        return JSONResponse({})
+
+    async def telemetry(self, request: Request) -> Response:
+        await request.body()  # accepted and dropped
+        return JSONResponse({"status": "accepted"})
+
+    async def capabilities(self, request: Request) -> Response:
+        names = await run_in_threadpool(self.dialect.models_list)
+        models = [{"model_name": n, "trainable": True, "sampleable": True} for n in names]
+        return JSONResponse({"supported_models": models})
+
+    async def create_session(self, request: Request) -> Response:
+        await body_json(request)
+        return JSONResponse({"type": "create_session", "session_id": self.dialect.create_session()})
+
+    async def heartbeat(self, request: Request) -> Response:
+        body = await body_json(request)
+        session_id = str(body.get("session_id") or "")
+        if session_id in self.dialect.finished:
+            raise ServiceError("SessionFinished", f"session {session_id} has finished", 410)
+        if not self.dialect.heartbeat(session_id):
+            self.dialect.sessions[session_id] = 0.0  # a restarted server adopts the client
+        return JSONResponse({"type": "session_heartbeat"})
+
+    async def finish(self, request: Request) -> Response:
+        await request.body()
+        await run_in_threadpool(self.dialect.finish, request.path_params["session"])
+        return JSONResponse({})
+
+    async def cancel(self, request: Request) -> Response:
+        await request.body()  # sampling ops are short locally; they run to completion
+        return JSONResponse({})
+
+    async def custom_loss(self, request: Request) -> Response:
+        raise errors.validation(
+            "create_custom_loss uploads are not run server-side here "
+            "(custom_loss_server_side is off): forward_backward_custom runs your loss in "
+            "your process on forward logprobs, then a cross_entropy backward"
+        )
+
+    # -- models and training -------------------------------------------------------------
+
+    def _future(self, request_id: str, model_id: str | None = None) -> Response:
+        body: dict[str, Any] = {"request_id": request_id}
+        if model_id:
+            body["model_id"] = model_id
+        return JSONResponse(body)
+
+    async def create_model(self, request: Request) -> Response:
+        body = await body_json(request)
+        request_id = await run_in_threadpool(self.dialect.create_model, body)
+        return self._future(request_id)
+
+    async def get_info(self, request: Request) -> Response:
+        body = await body_json(request)
+        return JSONResponse(await run_in_threadpool(self.dialect.info, body.get("model_id")))
+
+    async def forward_backward(self, request: Request) -> Response:
+        raw = await request.body()
+        content_type = request.headers.get("content-type", "")
+        encoding = request.headers.get("content-encoding")
+        decoded = await run_in_threadpool(
+            codec.decode_forward_backward, raw, content_type, encoding
+        )
+        model_id, seq_id, loss_fn, config, forward_only, datums = decoded
+        if request.url.path.endswith("/forward"):
+            forward_only = True
+        request_id = await run_in_threadpool(
+            self.dialect.forward_backward, model_id, seq_id, loss_fn, config, forward_only, datums
+        )
+        return self._future(request_id, model_id)
+
+    async def optim_step(self, request: Request) -> Response:
+        body = await body_json(request)
+        return self._future(await run_in_threadpool(self.dialect.optim_step, body))
+
+    async def save_weights(self, request: Request) -> Response:
+        body = await body_json(request)
+        sampler = request.url.path.endswith("/save_weights_for_sampler")
+        if body.get("kind", "snapshot") != "snapshot":
+            raise errors.validation("only snapshot sampling clients are supported locally")
+        return self._future(await run_in_threadpool(self.dialect.save, body, sampler=sampler))
+
+    async def load_weights(self, request: Request) -> Response:
+        body = await body_json(request)
+        return self._future(await run_in_threadpool(self.dialect.load, body))
+
+    # -- sampling ------------------------------------------------------------------------
+
+    async def create_sampler(self, request: Request) -> Response:
+        body = await body_json(request)
+        sampler_id = await run_in_threadpool(
+            self.dialect.create_sampler, body.get("model_path"), body.get("base_model")
+        )
+        return JSONResponse({"type": "create_sampling_session", "sampling_session_id": sampler_id})
+
+    async def get_sampler(self, request: Request) -> Response:
+        sampler = self.dialect.sampler(request.path_params["sampler"])
+        return JSONResponse(
+            {
+                "sampler_id": sampler.sampler_id,
+                "base_model": sampler.base_model,
+                "model_path": sampler.model_path,
+            }
+        )
+
+    async def asample(self, request: Request) -> Response:
+        body = await body_json(request)
+        for key in ("topk_sample_logprobs", "prompt_alt_tokens_k"):
+            if body.get(key):
+                raise errors.validation(f"{key} is not supported locally; leave it at 0")
+        if body.get("target_prompt_logprobs") is not None:
+            raise errors.validation("target_prompt_logprobs is not supported locally")
+        if body.get("sampling_session_id"):
+            sampler = self.dialect.sampler(body["sampling_session_id"])
+        else:
+            sampler_id = await run_in_threadpool(
+                self.dialect.create_sampler, body.get("model_path"), body.get("base_model")
+            )
+            sampler = self.dialect.sampler(sampler_id)
+        params = body.get("sampling_params") or {}
+        stop = params.get("stop")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        stop_ids = [s for s in stops if isinstance(s, int)]
+        wire_params: dict[str, Any] = {
+            "maxTokens": params.get("max_tokens") or DEFAULT_MAX_TOKENS,
+            "temperature": params.get("temperature", 1.0),
+            "topP": params.get("top_p", 1.0),
+            "topK": params.get("top_k", -1),
+        }
+        if params.get("seed") is not None:
+            wire_params["seed"] = params["seed"]
+        if strings := [s for s in stops if isinstance(s, str)]:
+            wire_params["stop"] = strings
+        topk = int(body.get("topk_prompt_logprobs") or 0)
+        op: dict[str, Any] = {
+            "prompt": {"chunks": [_chunk(c) for c in body["prompt"]["chunks"]]},
+            "numSamples": int(body.get("num_samples") or 1),
+            "samplingParams": wire_params,
+            "includePromptLogprobs": bool(body.get("prompt_logprobs")),
+        }
+        if topk:
+            op["topkPromptLogprobs"] = topk
+        if sampler.package:
+            op["modelPackageArn"] = sampler.package
+        name = await run_in_threadpool(self.dialect.session_for, sampler)
+        answer = await run_in_threadpool(
+            self.service.execute_sampling_operation, name, {"operationConfig": {"sample": op}}
+        )
+        future = Future(
+            "sample",
+            session=name,
+            op_id=answer["operationId"],
+            sampling=True,
+            extra={
+                "stop_ids": stop_ids,
+                "topk": topk,
+                "last_n": body.get("prompt_logprobs_last_n"),
+            },
+        )
+        request_id = self.dialect.add_future(future)
+        ids = [f"{request_id}-{i}" for i in range(op["numSamples"])]
+        return JSONResponse({"request_id": request_id, "sample_sequence_ids": ids})
+
+    # -- futures -------------------------------------------------------------------------
+
+    async def retrieve_future(self, request: Request) -> Response:
+        body = await body_json(request)
+        request_id = str(body.get("request_id") or "")
+        future = self.dialect.future(request_id)
+        if future.error is not None:
+            return JSONResponse({"error": future.error, "category": "user"})
+        if future.value is not None:
+            return JSONResponse(future.value)
+        if future.kind == "create_model":
+            return await self._created(request_id, future)
+        assert future.session is not None and future.op_id is not None
+        await self._hold(future.session, future.op_id)
+        get = (
+            self.service.get_sampling_operation_result
+            if future.sampling
+            else self.service.get_training_operation_result
+        )
+        result = await run_in_threadpool(get, future.session, future.op_id)
+        status = result.get("status")
+        if status not in vocab.OP_TERMINAL:
+            return _try_again(request_id)
+        if status != vocab.OP_COMPLETED:
+            detail = result.get("errorDetails") or {}
+            message = detail.get("message") if isinstance(detail, dict) else str(detail)
+            return JSONResponse({"error": message or f"operation {status}", "category": "user"})
+        payload = (result.get("operationResult") or {}).get(future.kind) or {}
+        return await run_in_threadpool(results.completed, self.dialect, future, payload)
+
+    async def _created(self, request_id: str, future: Future) -> Response:
+        assert future.session is not None
+        status = await run_in_threadpool(
+            self.service.wait_for_session, future.session, HOLD_SECONDS
+        )
+        if status == "Running":
+            return JSONResponse({"type": "create_model", "model_id": future.model_id})
+        if status in ("Created", "Scheduled"):
+            return _try_again(request_id)
+        detail = self.service.session(future.session).describe().get("ErrorDetails")
+        return JSONResponse(
+            {"error": f"the model failed to load: {detail or status}", "category": "server"}
+        )
+
+    async def _hold(self, name: str, op_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        finished = loop.create_future()
+
+        def wake() -> None:
+            def settle() -> None:
+                if not finished.done():
+                    finished.set_result(None)
+
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:
+                pass
+
+        await run_in_threadpool(self.service.on_operation_done, name, op_id, wake)
+        try:
+            await asyncio.wait_for(finished, HOLD_SECONDS)
+        except asyncio.TimeoutError:
+            pass
+
+
+def _try_again(request_id: str) -> Response:
+    return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+
+
+def _chunk(chunk: Any) -> dict[str, Any]:
+    if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
+        raise errors.validation("only encoded_text (token) prompt chunks are supported locally")
+    return {"tokens": chunk.get("tokens"), "type": "encoded_text"}
+
+
+def routes(dialect: Dialect) -> list[Route]:
+    """Every Tinker route, each guarded to answer refusals in the SDK's error shape."""
+    r = TinkerRoutes(dialect)
+    api = "/api/v1"
+    table: list[tuple[str, Handler, str]] = [
+        ("/healthz", r.healthz, "GET"),
+        ("/client/config", r.client_config, "POST"),
+        ("/client/dynamic_config", r.dynamic_config, "POST"),
+        ("/telemetry", r.telemetry, "POST"),
+        ("/get_server_capabilities", r.capabilities, "GET"),
+        ("/create_session", r.create_session, "POST"),
+        ("/session_heartbeat", r.heartbeat, "POST"),
+        ("/sessions/{session}/finish", r.finish, "POST"),
+        ("/cancel_future", r.cancel, "POST"),
+        ("/create_custom_loss", r.custom_loss, "POST"),
+        ("/create_model", r.create_model, "POST"),
+        ("/get_info", r.get_info, "POST"),
+        ("/forward_backward", r.forward_backward, "POST"),
+        ("/forward", r.forward_backward, "POST"),
+        ("/optim_step", r.optim_step, "POST"),
+        ("/save_weights", r.save_weights, "POST"),
+        ("/save_weights_for_sampler", r.save_weights, "POST"),
+        ("/load_weights", r.load_weights, "POST"),
+        ("/create_sampling_session", r.create_sampler, "POST"),
+        ("/samplers/{sampler}", r.get_sampler, "GET"),
+        ("/asample", r.asample, "POST"),
+        ("/retrieve_future", r.retrieve_future, "POST"),
+        *rest.table(dialect),
+    ]
+    out = [Route(api + path, guarded(handler), methods=[method]) for path, handler, method in table]
+    out.append(
+        Route(api + "/{rest:path}", guarded(_unknown), methods=["GET", "POST", "PUT", "DELETE"])
+    )
+    return out
+
+
+async def _unknown(request: Request) -> Response:
+    raise ServiceError(
+        "UnknownOperationException",
+        f"{request.method} {request.url.path} is not a Tinker endpoint this server implements "
+        "(docs/tinker.md lists them)",
+        404,
+    )
