@@ -186,15 +186,6 @@ class Mock:
         # HF_HUB_CACHE at its own export cache (which holds tokenizers only).
         return Service(config, catalog=server_catalog(self.home, {}))
 
-    def _replay_app(self) -> Any:
-        from localsession.parity.replay import mock_app
-
-        assert self._replay is not None
-        self.replayer, app = mock_app(
-            self._replay, self.home, self.model_map, hooks.shared_hub_cache()
-        )
-        return app
-
     def _environment(self, s3: bool) -> dict[str, str | None]:
         from localsession.server.runner import client_env
 
@@ -247,7 +238,10 @@ class Mock:
                     "[default]\ns3 =\n    addressing_style = path\n"
                 )
                 if self._replay is not None:
-                    app = self._replay_app()
+                    from localsession.parity.replay import mock_app
+
+                    cache = hooks.shared_hub_cache()
+                    self.replayer, app = mock_app(self._replay, self.home, self.model_map, cache)
                 else:
                     self._service = self._build_service()
                     app = create_app(self._service, long_poll=LONG_POLL_S)
@@ -400,12 +394,4 @@ def mock(
     replay: str | os.PathLike[str] | None = None,
 ) -> Mock:
     """A localsession service the unmodified SDK talks to in-process; see :class:`Mock`."""
-    return Mock(
-        engine=engine,
-        model_map=model_map,
-        home=home,
-        strict=strict,
-        region=region,
-        manual=manual,
-        replay=replay,
-    )
+    return Mock(**locals())
