@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_packages(commands)
     _add_conformance(commands)
+    from localsession.parity.cli import add_record
+
+    add_record(commands)
     return parser
 
 
@@ -95,10 +98,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def snapshot_args(update: Path | None, check: Path | None) -> list[str]:
+    """The plugin options ``--snapshot-update``/``--snapshot-check`` stand for."""
+    return [f"--snapshot-update={update}"] if update else [f"--snapshot-check={check}"]
+
+
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "conformance":
         from conformance.run import run_suite
 
+        if args.snapshot_update or args.snapshot_check:
+            extra = [*extra, *snapshot_args(args.snapshot_update, args.snapshot_check)]
         return run_suite(args.backend, args.report, args.slow, extra)
     if args.command == "conformance-table":
         from conformance.run import render
@@ -108,6 +118,10 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         from localsession.packages_cli import run_packages
 
         return run_packages(args)
+    if args.command == "record":
+        from localsession.parity.cli import run_record
+
+        return run_record(args)
     if args.command == "serve":
         from localsession.server.serve import ServeOptions, serve
 
@@ -191,6 +205,13 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="require AWS SigV4 requests signed with these credentials",
     )
     serve.add_argument("--quiet", action="store_true", help="no per-request log lines")
+    serve.add_argument(
+        "--replay",
+        type=Path,
+        metavar="DIR",
+        help="answer from a cassette of `localsession record` (a file, or the newest in DIR) "
+        "instead of running sessions: fully offline (docs/parity.md)",
+    )
 
 
 def _add_packages(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -262,6 +283,19 @@ def _add_conformance(commands: argparse._SubParsersAction) -> None:  # type: ign
     )
     run.add_argument("--report", type=Path, help="write the JSON report here")
     run.add_argument("--slow", action="store_true", help="also run the slow tests")
+    snapshots = run.add_mutually_exclusive_group()
+    snapshots.add_argument(
+        "--snapshot-update",
+        type=Path,
+        metavar="DIR",
+        help="record each test's normalised responses into DIR, with validation.json",
+    )
+    snapshots.add_argument(
+        "--snapshot-check",
+        type=Path,
+        metavar="DIR",
+        help="compare each test's responses with DIR's snapshots; print a parity report",
+    )
     table = commands.add_parser(
         "conformance-table",
         help="render conformance reports as a markdown table",

@@ -75,7 +75,8 @@ class Mock:
     (``{"openai/gpt-oss-20b": "localsession/tiny"}``). ``home``: the state directory
     (default: a temporary one, removed on exit). ``strict``: the service limits (``False`` is
     ``serve --relaxed``). ``region``: the region the SDK and the ARNs use. ``manual``: start the
-    fake engine's manual clock.
+    fake engine's manual clock. ``replay``: a cassette of ``localsession record`` (a file,
+    or the newest in a folder) to answer from instead of a service (localsession/parity/).
     """
 
     def __init__(
@@ -87,6 +88,7 @@ class Mock:
         strict: bool = True,
         region: str = "us-west-2",
         manual: bool = False,
+        replay: str | os.PathLike[str] | None = None,
     ) -> None:
         if engine not in ("torch", "fake"):
             raise ValueError(f"engine={engine!r}: use 'torch' (real models) or 'fake'")
@@ -103,6 +105,9 @@ class Mock:
         self.strict = strict
         self.region = region
         self._manual = manual
+        self._replay = Path(replay).expanduser() if replay is not None else None
+        #: The replay's :class:`~localsession.parity.replay.Replayer` (``replay=`` only).
+        self.replayer: Any = None
         self.host = ""
         #: The thread that started it: clients made on that thread are bound to it.
         self.thread = 0
@@ -232,8 +237,14 @@ class Mock:
                 (self.home / "aws-config").write_text(
                     "[default]\ns3 =\n    addressing_style = path\n"
                 )
-                self._service = self._build_service()
-                app = create_app(self._service, long_poll=LONG_POLL_S)
+                if self._replay is not None:
+                    from localsession.parity.replay import mock_app
+
+                    cache = hooks.shared_hub_cache()
+                    self.replayer, app = mock_app(self._replay, self.home, self.model_map, cache)
+                else:
+                    self._service = self._build_service()
+                    app = create_app(self._service, long_poll=LONG_POLL_S)
                 self._bridge = AsgiBridge(app, name=f"localsession-mock-{number}")
                 hooks.activate(self)
             except BaseException:
@@ -284,6 +295,7 @@ class Mock:
             strict=self.strict,
             region=self.region,
             manual=self._manual,
+            replay=self._replay,
         )
 
     def __call__(self, target: _F) -> _F:
@@ -379,8 +391,7 @@ def mock(
     strict: bool = True,
     region: str = "us-west-2",
     manual: bool = False,
+    replay: str | os.PathLike[str] | None = None,
 ) -> Mock:
     """A localsession service the unmodified SDK talks to in-process; see :class:`Mock`."""
-    return Mock(
-        engine=engine, model_map=model_map, home=home, strict=strict, region=region, manual=manual
-    )
+    return Mock(**locals())

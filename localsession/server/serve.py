@@ -46,6 +46,8 @@ class ServeOptions:
     auth: str | None = None
     #: No per-request log lines (``--quiet``); warnings and errors still print.
     quiet: bool = False
+    #: Answer from this cassette instead of running sessions (localsession/parity/).
+    replay: Path | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -154,6 +156,10 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
 
 
 def serve(options: ServeOptions) -> int:
+    if options.replay is not None:
+        from localsession.parity.running import serve_replay
+
+        return serve_replay(options.replay, options.host, options.port)
     service, sock, lock, credential = start(options)
     warn_if_exposed(options.host, credential is not None)
     url = url_of(sock)
