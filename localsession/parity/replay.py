@@ -188,8 +188,8 @@ def mock_app(location: Path, home: Path, model_map: dict[str, str], cache: Path)
     """(replayer, ASGI app) for ``localsession.mock(replay=...)``. The tokenizers of the
     mapped and built-in names are exported into ``cache`` for the SDK's get_tokenizer(), as
     a live mock's Hub does."""
-    from localsession.runtime import hub
-    from localsession.runtime.catalog import BUILTIN_MODELS
+    from localsession.runtime.models import hub
+    from localsession.runtime.models.catalog import BUILTIN_MODELS
     from localsession.server.serve import server_catalog
 
     replayer = Replayer.from_path(location)

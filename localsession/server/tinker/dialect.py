@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from localsession.runtime import errors, hub
-from localsession.runtime.catalog import public_id
+from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
+from localsession.runtime.models import hub
+from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
 from localsession.server.tinker.checkpoints import Checkpoints
 
