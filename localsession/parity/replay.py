@@ -190,7 +190,7 @@ def mock_app(location: Path, home: Path, model_map: dict[str, str], cache: Path)
     a live mock's Hub does."""
     from localsession.runtime.models import hub
     from localsession.runtime.models.catalog import BUILTIN_MODELS
-    from localsession.server.serve import server_catalog
+    from localsession.wiring import server_catalog
 
     replayer = Replayer.from_path(location)
     catalog = server_catalog(home, model_map)
