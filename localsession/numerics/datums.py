@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
+from localsession import vocab
 from localsession.numerics.inputs import (
     check_input_keys,
     check_loss_fn,
@@ -29,7 +30,7 @@ from localsession.numerics.inputs import (
     finite_or_raise,
     fwd_result_body,
 )
-from localsession.numerics.losses import ALLOWED_INPUT_KEYS, LossInputs
+from localsession.numerics.losses import LossInputs
 from localsession.port import EngineInputError
 
 __all__ = [
@@ -56,11 +57,6 @@ class Batch:
     logprobs_BT: Tensor | None = None
     ref_log_prob_BT: Tensor | None = None
     temperature_BT: Tensor | None = None
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens processed (padding excluded)."""
-        return sum(self.lengths)
 
     def rows(self, start: int, stop: int) -> Batch:
         """Rows ``start:stop`` as a batch of their own, trimmed to their longest row."""
@@ -145,7 +141,7 @@ def parse_datums(
     A datum longer than ``max_length`` (the model's maximum positions) is refused."""
     check_loss_fn(loss_fn)
     tokens_list: list[Tensor] = []
-    columns: dict[str, list[Tensor | None]] = {key: [] for key in ALLOWED_INPUT_KEYS}
+    columns: dict[str, list[Tensor | None]] = {key: [] for key in vocab.LOSS_INPUT_KEYS}
     for i, datum in enumerate(datums):
         ids = int_tensor(datum_tokens(datum, i), f"datum {i}: `modelInput` tokens")
         if max_length is not None and ids.numel() > max_length:
@@ -155,7 +151,7 @@ def parse_datums(
             )
         check_vocab(ids, vocab_size, f"datum {i}: `modelInput`")
         inputs = check_input_keys(i, datum, loss_fn)
-        for key in ALLOWED_INPUT_KEYS:
+        for key in vocab.LOSS_INPUT_KEYS:
             column = _input_tensor(i, key, inputs[key], len(ids)) if key in inputs else None
             if key == "target_tokens" and column is not None:
                 check_vocab(column, vocab_size, f"datum {i}: `target_tokens`")

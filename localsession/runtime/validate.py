@@ -22,7 +22,6 @@ from localsession.runtime.packages.registry import group_name, parse_arn
 
 TRAINING_OPS = vocab.TRAINING_OPS
 SAMPLING_OPS = vocab.SAMPLING_OPS
-LOSS_FNS = vocab.LOSS_FUNCTIONS
 LOSS_FN_INPUT_KEYS = vocab.LOSS_INPUT_KEYS
 LOSS_FN_CONFIG_RANGES = vocab.LOSS_CONFIG_RANGES
 
@@ -198,8 +197,10 @@ def _loss_fn_config(config: Any, op: str) -> None:
 def _datum_list(body: dict[str, Any], op: str) -> list[dict[str, Any]]:
     known_members(body, op, op)
     loss_fn = body.get("lossFnName")
-    if loss_fn not in LOSS_FNS:
-        raise validation(f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(LOSS_FNS)}")
+    if loss_fn not in vocab.LOSS_FUNCTIONS:
+        raise validation(
+            f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(vocab.LOSS_FUNCTIONS)}"
+        )
     _loss_fn_config(body.get("lossFnConfig"), op)
     datums = body.get("datumList")
     if not isinstance(datums, list) or not datums:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from localsession import vocab
 from localsession.port import SampleRequest
 from localsession.runtime import errors, validate
 from localsession.runtime.config import ServiceConfig
@@ -98,7 +99,7 @@ class DataPlane:
             return {"operationId": session.submit_training(seq, token, kind, body)}
         except errors.ServiceError as exc:
             number = request.get("sequenceNumber")
-            refused = exc.http_status < 500 and exc.code != "ThrottlingException"  # 429 is retried
+            refused = exc.http_status < 500 and exc.code != vocab.THROTTLING  # 429 is retried
             if self.service.config.lenient_sequence and refused and type(number) is int:
                 session.consume(number)
             raise
