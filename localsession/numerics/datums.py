@@ -1,7 +1,7 @@
-"""Wire datums -> one padded training batch, with every semantic check done up front.
+"""Parsed datums -> one padded training batch, with every semantic check done up front.
 
-``parse_datums`` turns wire ``Datum`` dicts (``{"modelInput": {"chunks": [{"tokens"}]},
-"lossFnInputs": {key: TensorData}}``) into right-padded ``[B, T]`` tensors. It raises
+``parse_datums`` turns the runtime's :class:`~localsession.port.TrainingDatum` values (tokens,
+flat ``loss_fn_inputs`` columns) into right-padded ``[B, T]`` tensors. It raises
 ``EngineInputError`` naming the datum index and the key *before* any tensor touches the model,
 so a failing operation never adds gradient (docs/semantics.md#1, #4).
 The list-level checks are shared with the torch-free engines (:mod:`.inputs`).
@@ -31,7 +31,7 @@ from localsession.numerics.inputs import (
     fwd_result_body,
 )
 from localsession.numerics.losses import LossInputs
-from localsession.port import EngineInputError
+from localsession.port import EngineInputError, TrainingDatum
 
 __all__ = [
     "Batch",
@@ -112,7 +112,7 @@ def check_vocab(ids: Tensor, vocab_size: int, what: str) -> None:
         )
 
 
-def _input_tensor(datum: int, key: str, value: Any, length: int) -> Tensor:
+def _input_tensor(datum: int, key: str, value: list[Any], length: int) -> Tensor:
     where = f"datum {datum}: `{key}`"
     data = column_data(datum, key, value, length)
     if key == "target_tokens":
@@ -129,7 +129,7 @@ def _input_tensor(datum: int, key: str, value: Any, length: int) -> Tensor:
 
 
 def parse_datums(
-    datums: Sequence[Any],
+    datums: Sequence[TrainingDatum],
     loss_fn: str,
     vocab_size: int,
     pad_id: int,
@@ -137,7 +137,7 @@ def parse_datums(
     *,
     max_length: int | None = None,
 ) -> Batch:
-    """Validate wire datums for ``loss_fn`` and pad them into one batch on ``device``.
+    """Check parsed datums for ``loss_fn`` and pad them into one batch on ``device``.
     A datum longer than ``max_length`` (the model's maximum positions) is refused."""
     check_loss_fn(loss_fn)
     tokens_list: list[Tensor] = []
