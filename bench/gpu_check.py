@@ -37,6 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from localsession.port import TrainingDatum  # noqa: E402 - torch-free, after the path is set
+
 #: Peak dense bf16 tensor-core FLOP/s by device-name fragment (vendor data sheets, SXM parts).
 PEAK_BF16_TFLOPS: dict[str, float] = {
     "H200": 989.0,
@@ -53,16 +55,10 @@ LOSS_RTOL = 2e-2
 LOGPROB_ATOL = 5e-2
 
 
-def wire_datums(rows: list[list[int]]) -> list[dict[str, Any]]:
-    """Wire ``Datum`` dicts for next-token cross-entropy on each row."""
+def port_datums(rows: list[list[int]]) -> list[TrainingDatum]:
+    """Datums (as the runtime hands them to an engine) for next-token cross-entropy."""
     return [
-        {
-            "modelInput": {"chunks": [{"tokens": row[:-1]}]},
-            "lossFnInputs": {
-                "target_tokens": {"data": row[1:], "dtype": "int64"},
-                "weights": {"data": [1.0] * (len(row) - 1), "dtype": "float32"},
-            },
-        }
+        TrainingDatum(row[:-1], {"target_tokens": row[1:], "weights": [1.0] * (len(row) - 1)})
         for row in rows
     ]
 
@@ -95,7 +91,7 @@ def parity(
     os.environ.pop(DTYPE_ENV, None)
     ok = True
     for step in range(steps):
-        datums = wire_datums(token_rows(4, length, vocab, seed=step))
+        datums = port_datums(token_rows(4, length, vocab, seed=step))
         out = {
             d: e.forward_backward(datums, "cross_entropy", None, backward=True)
             for d, e in engines.items()
@@ -189,7 +185,7 @@ def throughput(
     tied = bool(getattr(config, "tie_word_embeddings", False))
     n_embed = 0 if tied else config.vocab_size * config.hidden_size
     print(f"model: {n_frozen / 1e9:.3f}B frozen + {n_lora / 1e6:.1f}M LoRA parameters")
-    datums = wire_datums(token_rows(batch, seq, config.vocab_size, seed=0))
+    datums = port_datums(token_rows(batch, seq, config.vocab_size, seed=0))
 
     def step() -> None:
         engine.forward_backward(datums, "cross_entropy", None, backward=True)

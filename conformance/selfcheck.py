@@ -16,10 +16,12 @@ Each is the fakes backend with one planted defect, selected with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from conformance.adapter import Backend
 from conformance.backends.fakes import fakes_backend
+from localsession.port import TrainingDatum
 
 EXPECTED: dict[str, set[str]] = {
     "mean_loss": {
@@ -69,7 +71,7 @@ def _broken_service(defect: str) -> Any:
     class BrokenEngine(FakeEngine):
         pending_step: dict[str, Any] | None = None
 
-        def forward_backward(self, datums: list[dict[str, Any]], *args: Any, **kw: Any) -> Any:
+        def forward_backward(self, datums: Sequence[TrainingDatum], *args: Any, **kw: Any) -> Any:
             if defect == "mean_loss":
                 return self._mean(datums, *args, **kw)
             if defect == "dirty_failure":
@@ -85,7 +87,7 @@ def _broken_service(defect: str) -> Any:
                 super().optim_step(params)
             return out
 
-        def _mean(self, datums: list[dict[str, Any]], *args: Any, **kw: Any) -> Any:
+        def _mean(self, datums: Sequence[TrainingDatum], *args: Any, **kw: Any) -> Any:
             import fakes.engine as fe
 
             original = fe.compute_loss

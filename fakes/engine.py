@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
@@ -40,7 +41,7 @@ from localsession.numerics.losses import (
     token_logprobs,
 )
 from localsession.numerics.optim import NamedMoments
-from localsession.port import EngineInputError, EngineSpec, SampleRequest
+from localsession.port import EngineInputError, EngineSpec, SampleRequest, TrainingDatum
 
 FORMAT = "localsession-fakes-bigram/1"
 ADAPTER, META = "fake_adapter.safetensors", "fake_package.json"
@@ -86,7 +87,7 @@ class FakeEngine:
 
     def forward_backward(
         self,
-        datums: list[dict[str, Any]],
+        datums: Sequence[TrainingDatum],
         loss_fn: str,
         loss_fn_config: dict[str, Any] | None,
         *,

@@ -31,6 +31,7 @@ import math
 import random
 import threading
 import zlib
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ from localsession.numerics.inputs import (
     read_datums,
     token_ids,
 )
-from localsession.port import EngineInputError, EngineSpec, SampleRequest
+from localsession.port import EngineInputError, EngineSpec, SampleRequest, TrainingDatum
 
 FORMAT = "localsession-fakes-light/1"
 PACKAGE, OPTIMIZER = "light_package.json", "light_optimizer.json"
@@ -105,7 +106,7 @@ class LightEngine:
 
     def forward_backward(
         self,
-        datums: list[dict[str, Any]],
+        datums: Sequence[TrainingDatum],
         loss_fn: str,
         loss_fn_config: dict[str, Any] | None,
         *,

@@ -20,10 +20,7 @@ from typing import Any, List, Optional
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as _BotoConnectionError
 
-# A retry may help for these error codes and HTTP statuses, and for any failure that never got
-# a response at all (connection refused, read timeout: botocore's connection error family).
-_TRANSIENT_CODES = ("ThrottlingException", "InternalServerException")
-_TRANSIENT_HTTP = (429, 500, 502, 503, 504)
+from localsession import vocab
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -38,9 +35,10 @@ def is_retryable(error: BaseException) -> bool:
     if answer is None:
         return bool(answer)
     status = (answer.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-    if (answer.get("Error") or {}).get("Code") in _TRANSIENT_CODES:
-        return True
-    return isinstance(status, int) and status in _TRANSIENT_HTTP
+    # The SDK's retry rule (vocab.is_retryable), plus any failure that never got a response
+    # at all (connection refused, read timeout: botocore's connection error family, above).
+    code = (answer.get("Error") or {}).get("Code")
+    return vocab.is_retryable(code, status if isinstance(status, int) else None)
 
 
 class TrainingSessionError(Exception):

@@ -4,8 +4,9 @@ A leaf: it imports nothing in the package but ``vocab`` and ``types``, so ``runt
 ``engine/``, ``numerics/`` and the fakes all stand on it and none of them on another.
 
 The runtime owns ordering, futures, sessions and limits; an engine owns tensors. Everything
-that crosses this seam is plain Python in the service's wire shapes (camelCase dicts, token
-lists), so the runtime never imports torch and a fake engine can stand in for the real one.
+that crosses this seam is plain Python (typed values such as :class:`TrainingDatum` and
+:class:`SampleRequest`, the rest in the service's wire shapes), so the runtime never imports
+torch and a fake engine can stand in for the real one.
 
 Threading contract: the runtime calls ``forward_backward``/``optim_step`` from one training
 worker per session, and ``sample``/``compute_logprobs`` from the sampling scheduler. An engine
@@ -14,7 +15,7 @@ serialises its own compute (one lock), so a sampling batch never sees a half-app
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -48,6 +49,22 @@ class EngineInputError(Exception):
     this message, and the engine guarantees it changed no state (no gradient accumulated).
     Messages name the datum index and the key, and say how to fix it.
     """
+
+
+@dataclass(frozen=True)
+class TrainingDatum:
+    """One datum of a ``forward``/``forward_backward``, parsed once by the runtime.
+
+    ``tokens``: the ``modelInput`` chunks' token ids, concatenated (ints >= 0, checked).
+    ``loss_fn_inputs``: each ``lossFnInputs`` key's ``TensorData.data``, flattened row by
+    row, the values as sent (JSON numbers). The structure is the runtime's to check; what
+    only the engine can judge (a value per token, the keys a loss needs, finite numbers, ids
+    inside the vocabulary, the context length) it checks, failing the op with
+    :class:`EngineInputError` ("datum 3: ...").
+    """
+
+    tokens: list[int]
+    loss_fn_inputs: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -118,16 +135,14 @@ class Engine(Protocol):
 
     def forward_backward(
         self,
-        datums: list[dict[str, Any]],
+        datums: Sequence[TrainingDatum],
         loss_fn: str,
         loss_fn_config: dict[str, Any] | None,
         *,
         backward: bool,
     ) -> dict[str, Any]:
-        """Run the loss over wire-form datums; accumulate gradients when ``backward``.
+        """Run the loss over parsed datums; accumulate gradients when ``backward``.
 
-        ``datums`` are wire ``Datum`` dicts: ``{"modelInput": {"chunks": [{"tokens": [...]}]},
-        "lossFnInputs": {key: {"data": [...], "dtype": str, "shape"?: [...]}}}``.
         Returns the wire ``FwdResult``: ``{"metrics": {name: float}, "lossFnOutputs":
         [{"logprobs": TensorData, "elementwise_loss": TensorData}, ...]}`` (one per datum,
         TensorData in wire form). Raises :class:`EngineInputError`, with no state change,

@@ -157,23 +157,35 @@ ADAM_DEFAULTS: Final[dict[str, float]] = {
 
 # -- errors --------------------------------------------------------------------------------
 
+#: The error codes, each spelled once (both APIs share ``ValidationException``).
+VALIDATION: Final = "ValidationException"
+NOT_FOUND: Final = "ResourceNotFoundException"  # the runtime API's
+CONFLICT: Final = "ConflictException"
+THROTTLING: Final = "ThrottlingException"
+INTERNAL: Final = "InternalServerException"
+CP_NOT_FOUND: Final = "ResourceNotFound"  # the control plane's
+CP_IN_USE: Final = "ResourceInUse"
+CP_LIMIT_EXCEEDED: Final = "ResourceLimitExceeded"
+#: "No such resource", as either API says it.
+NOT_FOUND_CODES: Final[tuple[str, ...]] = (CP_NOT_FOUND, NOT_FOUND)
+
 #: Runtime (rest-json) error codes -> HTTP status.
 RUNTIME_ERRORS: Final[dict[str, int]] = {
-    "ValidationException": 400,
-    "ResourceNotFoundException": 404,
-    "ConflictException": 409,
-    "ThrottlingException": 429,
-    "InternalServerException": 500,
+    VALIDATION: 400,
+    NOT_FOUND: 404,
+    CONFLICT: 409,
+    THROTTLING: 429,
+    INTERNAL: 500,
 }
 #: Control-plane (json 1.1) error codes -> HTTP status (client faults are all 400).
 CONTROL_PLANE_ERRORS: Final[dict[str, int]] = {
-    "ValidationException": 400,
-    "ResourceNotFound": 400,
-    "ResourceInUse": 400,
-    "ResourceLimitExceeded": 400,
+    VALIDATION: 400,
+    CP_NOT_FOUND: 400,
+    CP_IN_USE: 400,
+    CP_LIMIT_EXCEEDED: 400,
 }
 #: What the SDK retries: these codes, and these HTTP statuses whatever the code.
-RETRYABLE_CODES: Final = frozenset({"ThrottlingException", "InternalServerException"})
+RETRYABLE_CODES: Final = frozenset({THROTTLING, INTERNAL})
 RETRYABLE_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 #: Attempts the SDK makes at a submit refused with a retryable error before giving up (its
 #: default ``max_transient_poll_errors``).

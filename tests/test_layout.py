@@ -6,6 +6,14 @@
   runtime is the port, ``localsession.port``, a leaf beside ``vocab``.
 - Neither ``localsession.numerics`` nor the fakes import a module of ``localsession.engine``:
   both engines stand on the shared math (the fakes' service is given its own engine factory).
+- The layers of ``LAYERS`` (top to bottom) import only downwards or within their layer: the
+  entry points over the fronts (server, mock) over the client over the composition root
+  (``wiring``) over the runtime over the engine over the shared math over the leaves (the
+  port, the vocabulary, the public types). Every module of ``localsession`` has a layer.
+- No import circles: no module of ``localsession`` or ``fakes`` reaches itself again by
+  import statements.
+- Only the composition root, ``localsession.wiring``, imports the engine: no other module of
+  ``localsession``, ``fakes`` or ``conformance`` names ``localsession.engine``.
 - No ``.py`` file in ``localsession/``, ``fakes/`` or ``conformance/`` is longer than
   ``MAX_LINES`` unless its module docstring has a line starting with ``LENGTH_MARKER``
   followed by the reason.
@@ -114,6 +122,134 @@ def runtime_reached(root: Path, package: str) -> list[str]:
     ]
 
 
+# -- layers, circles and the composition root ------------------------------------------
+
+#: The package's floors, top to bottom: a module may import its own floor or any below it.
+#: Names are module prefixes under ``localsession`` ("" is the package's ``__init__``).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("entry points", ("", "__main__", "cli", "demo", "packages_cli", "plot")),
+    ("fronts", ("server", "mocking", "custom_loss")),
+    ("client", ("client",)),
+    ("composition root", ("wiring",)),
+    ("runtime", ("runtime",)),
+    ("engine", ("engine",)),
+    ("shared math", ("numerics",)),
+    (
+        "leaves",
+        ("port", "vocab", "types", "exceptions", "futures", "chat_format", "metrics", "sandbox",
+         "_version"),
+    ),
+)  # fmt: skip
+#: The one module allowed to name engine modules.
+COMPOSITION_ROOT = "localsession.wiring"
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of a ``localsession`` module's floor (None: not placed)."""
+    rest = module.split(".")[1:]
+    for depth in range(len(rest), -1, -1):
+        prefix = ".".join(rest[:depth])
+        for index, (_, prefixes) in enumerate(LAYERS):
+            if prefix in prefixes and (prefix or not rest):
+                return index
+    return None
+
+
+def all_modules(root: Path, tops: tuple[str, ...]) -> list[str]:
+    """Every module under the given top-level directories of ``root``."""
+    return [name for top in tops if (root / top).is_dir() for name in package_modules(root, top)]
+
+
+def unplaced(root: Path) -> list[str]:
+    """Modules of ``localsession`` that LAYERS gives no floor."""
+    return [m for m in all_modules(root, ("localsession",)) if layer_of(m) is None]
+
+
+def upward_imports(root: Path) -> list[str]:
+    """``a -> b`` for each import from a lower floor to a higher one, naming both floors."""
+    found = []
+    for module in all_modules(root, ("localsession",)):
+        here = layer_of(module)
+        path = module_file(root, module)
+        if here is None or path is None:
+            continue
+        for name in sorted(set(imported_modules(root, path))):
+            there = layer_of(name) if name.split(".")[0] == "localsession" else None
+            if there is not None and there < here:
+                found.append(f"{module} -> {name} ({LAYERS[here][0]} imports {LAYERS[there][0]})")
+    return found
+
+
+def import_graph(root: Path, tops: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the modules under ``tops`` its import statements name (itself excluded)."""
+    modules = set(all_modules(root, tops))
+    graph: dict[str, set[str]] = {}
+    for module in sorted(modules):
+        path = module_file(root, module)
+        assert path is not None
+        graph[module] = {n for n in imported_modules(root, path) if n in modules} - {module}
+    return graph
+
+
+def import_cycles(root: Path, tops: tuple[str, ...]) -> list[list[str]]:
+    """The import circles among the modules under ``tops``: each strongly connected set of
+    two or more modules, sorted (Tarjan's algorithm, iterative)."""
+    graph = import_graph(root, tops)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.append(member)
+                    if member == node:
+                        break
+                if len(members) > 1:
+                    found.append(sorted(members))
+    return sorted(found)
+
+
+def engine_importers(root: Path) -> list[str]:
+    """``a -> b`` for each module outside the engine and the composition root that imports
+    an engine module."""
+    found = []
+    for module in all_modules(root, ("localsession", "fakes", "conformance")):
+        if module == COMPOSITION_ROOT or module.startswith("localsession.engine"):
+            continue
+        path = module_file(root, module)
+        assert path is not None
+        for name in sorted(set(imported_modules(root, path))):
+            if name == "localsession.engine" or name.startswith("localsession.engine."):
+                found.append(f"{module} -> {name}")
+    return found
+
+
 # -- reading lengths ----------------------------------------------------------------------
 
 
@@ -153,6 +289,31 @@ def test_shared_math_and_fakes_use_no_engine(package: str) -> None:
     closure = import_closure(ROOT, package_modules(ROOT, package), "localsession.engine")
     reached = [chain(closure, n) for n in sorted(closure) if n.startswith("localsession.engine")]
     assert reached == [], f"{package} must not import the torch engine (use numerics)"
+
+
+def test_every_module_has_a_floor() -> None:
+    assert unplaced(ROOT) == [], "add the module (or its package) to a floor of LAYERS"
+
+
+def test_no_floor_imports_a_floor_above_it() -> None:
+    assert upward_imports(ROOT) == [], (
+        "an import runs back up the house: move what is shared down a floor (the port, the "
+        "vocabulary), or pass it in from above"
+    )
+
+
+def test_no_import_circles() -> None:
+    assert import_cycles(ROOT, ("localsession", "fakes")) == [], (
+        "modules that import each other: move what both need into a third module, or let "
+        "one take a narrow Protocol instead of the other's class"
+    )
+
+
+def test_only_the_composition_root_imports_the_engine() -> None:
+    assert engine_importers(ROOT) == [], (
+        f"only {COMPOSITION_ROOT} names engine modules: ask it (build_service, "
+        "default_engine_factory, server_catalog, listed_catalog) instead"
+    )
 
 
 def test_long_files_state_their_reason() -> None:
@@ -211,3 +372,58 @@ def test_length_rule_counts_lines_and_reads_the_marker(tmp_path: Path) -> None:
         "conformance/empty_reason.py": MAX_LINES + 4,
         "localsession/long.py": MAX_LINES + 1,
     }
+
+
+#: A small clean house: one module per floor, each importing the floor below it.
+CLEAN_HOUSE = {
+    "localsession/__init__.py": "from localsession import client\n",
+    "localsession/client/__init__.py": "from localsession import wiring\n",
+    "localsession/wiring.py": (
+        "from localsession.runtime import service\nimport localsession.engine\n"
+    ),
+    "localsession/runtime/__init__.py": "",
+    "localsession/runtime/service.py": "from localsession import port\n",
+    "localsession/engine/__init__.py": "from localsession.numerics import losses\n",
+    "localsession/numerics/__init__.py": "",
+    "localsession/numerics/losses.py": "from localsession import port, vocab\n",
+    "localsession/port.py": "from localsession import vocab\n",
+    "localsession/vocab.py": "",
+    "fakes/__init__.py": "from localsession.runtime import service\n",
+}
+
+
+def test_the_layer_rule_finds_a_planted_upward_import(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    assert unplaced(tmp_path) == [] and upward_imports(tmp_path) == []
+    _tree(
+        tmp_path, {"localsession/numerics/losses.py": "from localsession.runtime import service\n"}
+    )
+    assert upward_imports(tmp_path) == [
+        "localsession.numerics.losses -> localsession.runtime.service (shared math imports runtime)"
+    ]
+    _tree(tmp_path, {"localsession/newthing.py": ""})
+    assert unplaced(tmp_path) == ["localsession.newthing"]
+
+
+def test_the_circle_rule_finds_a_planted_circle(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    assert import_cycles(tmp_path, ("localsession", "fakes")) == []
+    _tree(
+        tmp_path,
+        {
+            "localsession/runtime/a.py": "from localsession.runtime import b\n",
+            "localsession/runtime/b.py": "def f():\n    from localsession.runtime.c import g\n",
+            "localsession/runtime/c.py": "from localsession.runtime import a\n",
+        },
+    )
+    assert import_cycles(tmp_path, ("localsession", "fakes")) == [
+        ["localsession.runtime.a", "localsession.runtime.b", "localsession.runtime.c"]
+    ]
+
+
+def test_the_engine_rule_finds_a_planted_engine_import(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    assert engine_importers(tmp_path) == []
+    _tree(tmp_path, {"fakes/__init__.py": "from localsession.engine import loading\n",
+                     "localsession/engine/loading.py": ""})  # fmt: skip
+    assert engine_importers(tmp_path) == ["fakes -> localsession.engine.loading"]

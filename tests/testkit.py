@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localsession.port import EngineInputError, EngineSpec, SampleRequest
+from localsession.port import EngineInputError, EngineSpec, SampleRequest, TrainingDatum
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.wiring import build_service
@@ -33,7 +33,7 @@ class StubEngine:
 
     def forward_backward(
         self,
-        datums: list[dict[str, Any]],
+        datums: Sequence[TrainingDatum],
         loss_fn: str,
         loss_fn_config: dict[str, Any] | None,
         *,
@@ -41,7 +41,7 @@ class StubEngine:
     ) -> dict[str, Any]:
         if loss_fn == self.fail_loss:
             raise EngineInputError("datum 0: `advantages` is missing")
-        self.calls.append(f"fb{datums[0]['modelInput']['chunks'][0]['tokens'][0]}")
+        self.calls.append(f"fb{datums[0].tokens[0]}")
         return {"metrics": {"loss": 1.0, "global_token_num": 1.0}}
 
     def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:

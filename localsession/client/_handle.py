@@ -26,6 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from localsession import vocab
 from localsession.exceptions import TrainingSessionError, is_retryable
 from localsession.futures import DEFAULT_MAX_TRANSIENT_POLL_ERRORS, _jittered
 
@@ -110,7 +111,7 @@ class BackgroundSubmitter:
 
 
 # Codes meaning the session is gone already: nothing to stop, nothing to warn about.
-_GONE = ("ResourceNotFound", "ResourceNotFoundException")
+_GONE = vocab.NOT_FOUND_CODES
 
 
 def _auto_stop(session_name: str, service_client: Any, explicit_stop_failed: list[bool]) -> None:
@@ -150,11 +151,6 @@ class _SessionHandle:
                 self, _auto_stop, session_name, service_client, self._explicit_stop_failed
             )
         )
-
-    @property
-    def auto_stop_armed(self) -> bool:
-        finalizer = self._finalizer
-        return bool(finalizer and finalizer.alive)
 
     def note_explicit_stop_failed(self) -> None:
         self._explicit_stop_failed[:] = [True]

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from localsession import vocab
 from localsession.types import (
     Datum,
     EncodedTextChunk,
@@ -191,11 +192,6 @@ def _coerce(batch: Any, reader: _Reader) -> list[dict[str, Any]]:
     raise TypeError(problem)
 
 
-# Loss inputs each built-in loss needs on every datum.
-_NEEDS: dict[str, tuple[str, ...]] = {"cross_entropy": ("target_tokens", "weights")}
-for _loss in ("importance_sampling", "ppo", "cispo"):
-    _NEEDS[_loss] = ("target_tokens", "weights", "logprobs", "advantages")
-
 # Loss inputs the service requires to be exactly as long as the datum's tokens.
 _PER_TOKEN = ("target_tokens", "weights", "logprobs", "old_logprobs")
 
@@ -218,7 +214,7 @@ def _value_count(value: Any) -> int | None:
 
 
 def _check_required(datums: list[Any], loss: str) -> None:
-    needed = _NEEDS.get(loss, ())
+    needed = vocab.REQUIRED_INPUT_KEYS.get(loss, ())
     for i, datum in enumerate(datums):
         if not (needed and isinstance(datum, dict)):
             continue

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 
 from botocore.exceptions import ClientError
 
+from localsession import vocab
 from localsession.client._inputs import _RETRY_CONFIG_CONSEQUENCE, _warn_unsupported_args
 from localsession.client.backend import CONTROL_PLANE, Backend, check_params, control
 from localsession.client.sampling_client import SamplingClient
@@ -69,7 +70,7 @@ def _error_code(error: ClientError) -> str:
 def _stop_already_done(error: ClientError) -> bool:
     """A stop refused because the session is already past stopping."""
     text = str((error.response.get("Error") or {}).get("Message") or "")
-    refused = _error_code(error) == "ValidationException"
+    refused = _error_code(error) == vocab.VALIDATION
     phrases = (f"invalid session state transition from {state} to " for state in _ALREADY_STOPPED)
     return refused and any(phrase in text for phrase in phrases)
 
@@ -245,7 +246,7 @@ class ServiceClient:
         try:
             answer = control("DeleteModelPackage", request, send)
         except ClientError as refusal:
-            if _error_code(refusal) in ("ResourceNotFound", "ResourceNotFoundException"):
+            if _error_code(refusal) in vocab.NOT_FOUND_CODES:
                 gone = "the model package does not exist"
                 return ModelPackageDeletion(  # already gone: nothing deleted, nothing kept
                     model_package_arn=model_package_arn,

@@ -117,9 +117,13 @@ def session_view(base: torch.nn.Module) -> Any:
     return copy.deepcopy(base, memo)
 
 
-def load_shared(spec: Any, resolved: ResolvedModel | None = None) -> tuple[Any, SharedBase]:
+def load_shared(
+    spec: Any, resolved: ResolvedModel | None = None, *, pool: BasePool | None = None
+) -> tuple[Any, SharedBase]:
     """(``LoadedModel`` with this session's seeded LoRA on a view of the shared base, the
-    pool entry to release on close). The drop-in for ``loading.load_model``."""
+    pool entry to release on close). The one model-load path: ``pool`` is the process-wide
+    :data:`POOL` unless given (:func:`load_private` gives a pool of its own)."""
+    pool = POOL if pool is None else pool
     from localsession.engine import loading, placement
     from localsession.engine.precision import pick_dtype
 
@@ -132,10 +136,10 @@ def load_shared(spec: Any, resolved: ResolvedModel | None = None) -> tuple[Any, 
         if plan is not None:
             model, tokenizer = placement.load_placed(resolved, dtype, plan)
             return model, tokenizer, plan.execution_device, dtype
-        model, tokenizer = loading._load_base(resolved, dtype)
+        model, tokenizer = loading.load_base(resolved, dtype)
         return model.to(device=device), tokenizer, device, dtype
 
-    entry = POOL.acquire(pool_key(resolved, device, dtype, plan.key if plan else ""), load)
+    entry = pool.acquire(pool_key(resolved, device, dtype, plan.key if plan else ""), load)
     try:
         view = session_view(entry.model)
         peft_model = loading.apply_lora(view, spec.rank, spec.alpha, spec.seed)
@@ -145,20 +149,17 @@ def load_shared(spec: Any, resolved: ResolvedModel | None = None) -> tuple[Any, 
         # and its target share weights, not names): a shallow copy carries it.
         tokenizer = copy.copy(entry.tokenizer)
         tokenizer.name_or_path = resolved.name
-        pad_id = tokenizer.pad_token_id
-        if pad_id is None:
-            pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-        loaded = loading.LoadedModel(
-            model=peft_model,
-            tokenizer=tokenizer,
-            device=entry.device,
-            dtype=entry.dtype,
-            vocab_size=int(entry.model.get_input_embeddings().weight.shape[0]),
-            eos_ids=loading._eos_ids(entry.model, tokenizer),
-            pad_id=int(pad_id),
-            resolved=resolved,
+        loaded = loading.loaded_model(
+            peft_model, entry.model, tokenizer, entry.device, entry.dtype, resolved
         )
     except BaseException:
-        POOL.release(entry)
+        pool.release(entry)
         raise
     return loaded, entry
+
+
+def load_private(spec: Any, resolved: ResolvedModel | None = None) -> Any:
+    """A ``LoadedModel`` on a private copy of its base: the same path as
+    :func:`load_shared`, through a pool of its own (tests compare the two)."""
+    loaded, _entry = load_shared(spec, resolved, pool=BasePool())
+    return loaded

@@ -11,13 +11,12 @@ full-attention ``DynamicCache`` (keys/values [S, H, L, D] per layer) can be join
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from localsession.engine.sampling import SampledStream
+from localsession.engine.streams import SampledStream
 
 
 @dataclass

@@ -123,7 +123,7 @@ def export_tokenizer(resolved: ResolvedModel, directory: Path) -> None:
     load_tokenizer(resolved).save_pretrained(str(directory))
 
 
-def _load_base(resolved: ResolvedModel, dtype: torch.dtype) -> tuple[Any, Any]:
+def load_base(resolved: ResolvedModel, dtype: torch.dtype) -> tuple[Any, Any]:
     """(model, tokenizer) for a resolved name; nothing is downloaded."""
     model: Any
     if resolved.kind == "builtin":
@@ -147,7 +147,7 @@ def spec_model(spec: EngineSpec) -> ResolvedModel:
     )
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     ids: set[int] = set()
     for source in (getattr(model, "generation_config", None), model.config, tokenizer):
         value = getattr(source, "eos_token_id", None) if source is not None else None
@@ -206,14 +206,17 @@ def local_model(resolved: ResolvedModel) -> ResolvedModel:
     return resolved
 
 
-def load_model(spec: EngineSpec, resolved: ResolvedModel | None = None) -> LoadedModel:
-    """Load and LoRA-wrap the spec's resolved base model on the chosen device."""
-    resolved = local_model(resolved if resolved is not None else spec_model(spec))
-    device, dtype = pick_device()
-    base, tokenizer = _load_base(resolved, dtype)
-    base = base.to(device=device)
-    peft_model = apply_lora(base, spec.rank, spec.alpha, spec.seed)
-    vocab_size = int(base.get_input_embeddings().weight.shape[0])
+def loaded_model(
+    peft_model: PeftModel,
+    base: Any,
+    tokenizer: Any,
+    device: torch.device,
+    dtype: torch.dtype,
+    resolved: ResolvedModel,
+) -> LoadedModel:
+    """A session's :class:`LoadedModel`: its LoRA-wrapped model over ``base`` (whose
+    embeddings give the vocabulary and whose configs give the EOS ids), and the tokenizer's
+    pad id (its EOS id, else 0, when it has none)."""
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
@@ -222,8 +225,8 @@ def load_model(spec: EngineSpec, resolved: ResolvedModel | None = None) -> Loade
         tokenizer=tokenizer,
         device=device,
         dtype=dtype,
-        vocab_size=vocab_size,
-        eos_ids=_eos_ids(base, tokenizer),
+        vocab_size=int(base.get_input_embeddings().weight.shape[0]),
+        eos_ids=eos_ids(base, tokenizer),
         pad_id=int(pad_id),
         resolved=resolved,
     )

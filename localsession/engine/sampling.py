@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from localsession.engine.batch_join import Live, joinable, pad_left
+from localsession.engine.streams import SampledStream
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
     apply_temperature,
     filter_logits,
@@ -44,8 +44,6 @@ from localsession.numerics.losses import token_logprobs
 from localsession.port import SampleRequest, TokenCallback
 
 _SEED_MOD = 2**63
-#: Uniforms drawn per generator call (see ``SampledStream.next_uniform``).
-DRAW_CHUNK = 32
 #: Finished streams stay in the batch (their outputs ignored) until this fraction of rows
 #: is finished; then the KV cache is compacted once, instead of once per finished stream.
 COMPACT_FRACTION = 0.25
@@ -59,32 +57,6 @@ def add_step_hook(hook: Callable[[int], None]) -> Callable[[], None]:
     that blocks holds the decoder there). Returns a function that removes it."""
     _STEP_HOOKS.append(hook)
     return lambda: _STEP_HOOKS.remove(hook)
-
-
-@dataclass
-class SampledStream:
-    """One (request, sample i) decode stream and its result so far."""
-
-    request: int
-    index: int  # the sample's index within its request
-    prompt_len: int
-    temperature: float
-    top_k: int
-    top_p: float
-    max_tokens: int
-    stop: tuple[str, ...]
-    generator: torch.Generator
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    stop_reason: str | None = None
-    _draws: list[float] = field(default_factory=list)
-
-    def next_uniform(self) -> float:
-        """The stream's next U[0, 1) draw. Drawn ``DRAW_CHUNK`` at a time: a CPU generator's
-        ``rand(n)`` yields exactly the values of ``n`` successive ``rand(1)`` calls."""
-        if not self._draws:
-            self._draws = torch.rand(DRAW_CHUNK, generator=self.generator).tolist()[::-1]
-        return self._draws.pop()
 
 
 def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:

@@ -6,11 +6,10 @@ gradients, on a view of a base model that every session on the same base shares
 All compute runs under the session's lock, so a sampling batch never sees a half-applied
 update (localsession.port threading contract).
 
-- ``forward_backward`` / ``forward`` share one code path (``forward`` runs it under
-  ``torch.no_grad``), so their logprobs agree bit for bit. Datums are right-padded into one
-  batch; the loss is the plain sum over real tokens (docs/semantics.md#1).
-- Inputs are validated before any tensor reaches the model; an ``EngineInputError`` leaves
-  no gradient behind.
+- ``forward_backward`` / ``forward`` share one code path (under ``torch.no_grad`` for
+  ``forward``): logprobs agree bit for bit; one right-padded batch, the loss a plain sum.
+- Datums arrive parsed (``port.TrainingDatum``); their semantic checks run before any
+  tensor reaches the model, and an ``EngineInputError`` leaves no gradient behind.
 - ``sample`` / ``compute_logprobs`` with ``weights=None`` read the *base* model (adapter
   disabled); with a package directory they read that package's adapter snapshot, never the
   live training weights (docs/semantics.md#3). Snapshots are loaded lazily and cached (LRU);
@@ -39,6 +38,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -75,7 +75,7 @@ from localsession.numerics.datums import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import parse_loss_config
 from localsession.numerics.optim import AdamHyperparams, LoraAdamW
-from localsession.port import Admit, EngineSpec, SampleRequest
+from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
 
 
 class TorchEngine:
@@ -164,7 +164,7 @@ class TorchEngine:
 
     def forward_backward(
         self,
-        datums: list[dict[str, Any]],
+        datums: Sequence[TrainingDatum],
         loss_fn: str,
         loss_fn_config: dict[str, Any] | None,
         *,
@@ -199,7 +199,7 @@ class TorchEngine:
         return result
 
     def forward(
-        self, datums: list[dict[str, Any]], loss_fn: str, loss_fn_config: dict[str, Any] | None
+        self, datums: Sequence[TrainingDatum], loss_fn: str, loss_fn_config: dict[str, Any] | None
     ) -> dict[str, Any]:
         """``forward_backward(..., backward=False)``."""
         return self.forward_backward(datums, loss_fn, loss_fn_config, backward=False)

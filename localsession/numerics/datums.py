@@ -1,7 +1,7 @@
-"""Wire datums -> one padded training batch, with every semantic check done up front.
+"""Parsed datums -> one padded training batch, with every semantic check done up front.
 
-``parse_datums`` turns wire ``Datum`` dicts (``{"modelInput": {"chunks": [{"tokens"}]},
-"lossFnInputs": {key: TensorData}}``) into right-padded ``[B, T]`` tensors. It raises
+``parse_datums`` turns the runtime's :class:`~localsession.port.TrainingDatum` values (tokens,
+flat ``loss_fn_inputs`` columns) into right-padded ``[B, T]`` tensors. It raises
 ``EngineInputError`` naming the datum index and the key *before* any tensor touches the model,
 so a failing operation never adds gradient (docs/semantics.md#1, #4).
 The list-level checks are shared with the torch-free engines (:mod:`.inputs`).
@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
+from localsession import vocab
 from localsession.numerics.inputs import (
     check_input_keys,
     check_loss_fn,
@@ -29,8 +30,8 @@ from localsession.numerics.inputs import (
     finite_or_raise,
     fwd_result_body,
 )
-from localsession.numerics.losses import ALLOWED_INPUT_KEYS, LossInputs
-from localsession.port import EngineInputError
+from localsession.numerics.losses import LossInputs
+from localsession.port import EngineInputError, TrainingDatum
 
 __all__ = [
     "Batch",
@@ -56,11 +57,6 @@ class Batch:
     logprobs_BT: Tensor | None = None
     ref_log_prob_BT: Tensor | None = None
     temperature_BT: Tensor | None = None
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens processed (padding excluded)."""
-        return sum(self.lengths)
 
     def rows(self, start: int, stop: int) -> Batch:
         """Rows ``start:stop`` as a batch of their own, trimmed to their longest row."""
@@ -116,7 +112,7 @@ def check_vocab(ids: Tensor, vocab_size: int, what: str) -> None:
         )
 
 
-def _input_tensor(datum: int, key: str, value: Any, length: int) -> Tensor:
+def _input_tensor(datum: int, key: str, value: list[Any], length: int) -> Tensor:
     where = f"datum {datum}: `{key}`"
     data = column_data(datum, key, value, length)
     if key == "target_tokens":
@@ -133,7 +129,7 @@ def _input_tensor(datum: int, key: str, value: Any, length: int) -> Tensor:
 
 
 def parse_datums(
-    datums: Sequence[Any],
+    datums: Sequence[TrainingDatum],
     loss_fn: str,
     vocab_size: int,
     pad_id: int,
@@ -141,11 +137,11 @@ def parse_datums(
     *,
     max_length: int | None = None,
 ) -> Batch:
-    """Validate wire datums for ``loss_fn`` and pad them into one batch on ``device``.
+    """Check parsed datums for ``loss_fn`` and pad them into one batch on ``device``.
     A datum longer than ``max_length`` (the model's maximum positions) is refused."""
     check_loss_fn(loss_fn)
     tokens_list: list[Tensor] = []
-    columns: dict[str, list[Tensor | None]] = {key: [] for key in ALLOWED_INPUT_KEYS}
+    columns: dict[str, list[Tensor | None]] = {key: [] for key in vocab.LOSS_INPUT_KEYS}
     for i, datum in enumerate(datums):
         ids = int_tensor(datum_tokens(datum, i), f"datum {i}: `modelInput` tokens")
         if max_length is not None and ids.numel() > max_length:
@@ -155,7 +151,7 @@ def parse_datums(
             )
         check_vocab(ids, vocab_size, f"datum {i}: `modelInput`")
         inputs = check_input_keys(i, datum, loss_fn)
-        for key in ALLOWED_INPUT_KEYS:
+        for key in vocab.LOSS_INPUT_KEYS:
             column = _input_tensor(i, key, inputs[key], len(ids)) if key in inputs else None
             if key == "target_tokens" and column is not None:
                 check_vocab(column, vocab_size, f"datum {i}: `target_tokens`")

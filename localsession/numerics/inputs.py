@@ -6,8 +6,11 @@ whichever engine runs it, and always before any state changes:
 
 - ``loss_fn`` and ``loss_fn_config`` (:func:`check_loss_fn`, :func:`parse_loss_config`);
 - ``adam_params`` (:class:`AdamHyperparams`);
-- wire datums: their tokens (:func:`datum_tokens`), their ``loss_fn_inputs`` keys
-  (:func:`check_input_keys`) and, as plain lists, every value (:func:`read_datums`);
+- datums, as the runtime parsed them (:class:`~localsession.port.TrainingDatum`): their
+  tokens (:func:`datum_tokens`), their ``loss_fn_inputs`` keys (:func:`check_input_keys`),
+  one value per token (:func:`column_data`) and, as plain lists, every value
+  (:func:`read_datums`). The wire structure was checked once, by the runtime; what is left
+  here are the checks only an engine can make, which fail the op (``datum 3: ...``);
 - the wire ``FwdResult`` built from per-datum rows (:func:`fwd_result_body`), or of no
   datums at all (:func:`empty_fwd_result`).
 
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localsession import vocab
-from localsession.port import EngineInputError
+from localsession.port import EngineInputError, TrainingDatum
 
 #: Wire keys of ``AdamParamsConfig`` -> field names.
 WIRE_KEYS: dict[str, str] = dict(vocab.ADAM_WIRE_KEYS)
@@ -146,36 +149,16 @@ class AdamHyperparams:
 # -- datums ---------------------------------------------------------------------------------
 
 
-def datum_tokens(datum: Any, index: int) -> list[int]:
-    """The concatenated ``modelInput`` token ids of one wire datum."""
-    if not isinstance(datum, dict):
-        raise EngineInputError(f"datum {index}: expected an object, got {type(datum).__name__}")
-    model_input = datum.get("modelInput")
-    chunks = model_input.get("chunks") if isinstance(model_input, dict) else None
-    if not isinstance(chunks, list):
-        raise EngineInputError(
-            f"datum {index}: `modelInput` must be {{'chunks': [{{'tokens': [...]}}]}}"
-        )
-    tokens: list[int] = []
-    for c, chunk in enumerate(chunks):
-        if not isinstance(chunk, dict) or not isinstance(chunk.get("tokens"), list):
-            raise EngineInputError(f"datum {index}: chunk {c} has no `tokens` list")
-        kind = chunk.get("type", "encoded_text")
-        if kind != "encoded_text":
-            raise EngineInputError(
-                f"datum {index}: chunk {c} has type {kind!r}; only 'encoded_text' is supported"
-            )
-        tokens.extend(chunk["tokens"])
-    if not tokens:
+def datum_tokens(datum: TrainingDatum, index: int) -> list[int]:
+    """A datum's ``modelInput`` token ids; refused when there are none."""
+    if not datum.tokens:
         raise EngineInputError(f"datum {index}: `modelInput` has no tokens")
-    return tokens
+    return datum.tokens
 
 
-def check_input_keys(index: int, datum: dict[str, Any], loss_fn: str) -> dict[str, Any]:
-    """A datum's ``lossFnInputs``: an object holding every key ``loss_fn`` needs, no other."""
-    inputs = datum.get("lossFnInputs") or {}
-    if not isinstance(inputs, dict):
-        raise EngineInputError(f"datum {index}: `lossFnInputs` must be an object")
+def check_input_keys(index: int, datum: TrainingDatum, loss_fn: str) -> dict[str, list[Any]]:
+    """A datum's ``loss_fn_inputs``: every key ``loss_fn`` needs, no other."""
+    inputs = datum.loss_fn_inputs
     for key in inputs:
         if key not in vocab.LOSS_INPUT_KEYS:
             raise EngineInputError(
@@ -192,21 +175,9 @@ def check_input_keys(index: int, datum: dict[str, Any], loss_fn: str) -> dict[st
     return inputs
 
 
-def flatten(data: Any) -> Any:
-    """A nested list of numbers, flattened row by row (anything else as it is)."""
-    if isinstance(data, list) and data and isinstance(data[0], list):
-        return [x for row in data for x in flatten(row)]
-    return data
-
-
-def column_data(index: int, key: str, value: Any, length: int) -> list[Any]:
-    """One ``TensorData`` input's flat values, checked to hold one value per token."""
+def column_data(index: int, key: str, data: list[Any], length: int) -> list[Any]:
+    """One input's flat values, checked to hold one value per token."""
     where = f"datum {index}: `{key}`"
-    if not isinstance(value, dict) or "data" not in value:
-        raise EngineInputError(f"{where} must be a TensorData object {{'data': [...], 'dtype'}}")
-    data = flatten(value["data"])
-    if not isinstance(data, list):
-        raise EngineInputError(f"{where}: `data` must be a list of numbers")
     if len(data) != length:
         raise EngineInputError(
             f"{where} has {len(data)} values, its model_input has {length} tokens "
@@ -246,7 +217,7 @@ class DatumRows:
     columns: dict[str, list[float]] = field(default_factory=dict)
 
 
-def read_datums(datums: Sequence[Any], loss_fn: str, vocab_size: int) -> list[DatumRows]:
+def read_datums(datums: Sequence[TrainingDatum], loss_fn: str, vocab_size: int) -> list[DatumRows]:
     """Every check of the torch engine's ``parse_datums``, over plain lists (no torch)."""
     check_loss_fn(loss_fn)
     if not datums:

@@ -37,12 +37,10 @@ from localsession.port import EngineInputError
 # they are re-exported here for the engines.
 LOSS_FUNCTIONS = vocab.LOSS_FUNCTIONS
 RL_LOSSES = vocab.RL_LOSSES
-ALLOWED_INPUT_KEYS = vocab.LOSS_INPUT_KEYS
 REQUIRED_INPUT_KEYS = vocab.REQUIRED_INPUT_KEYS
 CONFIG_KEYS = vocab.LOSS_CONFIG_KEYS
 DEFAULT_CLIP = vocab.DEFAULT_CLIP
 __all__ = [
-    "ALLOWED_INPUT_KEYS",
     "CONFIG_KEYS",
     "DEFAULT_CLIP",
     "LOSS_FUNCTIONS",

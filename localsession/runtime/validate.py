@@ -7,6 +7,10 @@ service only finds while running an op (missing loss keys, length mismatches) ar
 engine, which fails the op instead (docs/semantics.md#4, rule 1).
 
 Every message names the offending field and the fix.
+
+Parse once: a ``forward``/``forwardBackward`` body leaves here with its ``datumList`` as
+:class:`~localsession.port.TrainingDatum` values (tokens concatenated, inputs flattened), so no
+engine reads a wire datum again.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ import re
 from typing import Any, TypeGuard
 
 from localsession import vocab
+from localsession.port import TrainingDatum
 from localsession.runtime import members
 from localsession.runtime.errors import ServiceError, validation
 from localsession.runtime.packages.registry import group_name, parse_arn
 
 TRAINING_OPS = vocab.TRAINING_OPS
 SAMPLING_OPS = vocab.SAMPLING_OPS
-LOSS_FNS = vocab.LOSS_FUNCTIONS
 LOSS_FN_INPUT_KEYS = vocab.LOSS_INPUT_KEYS
 LOSS_FN_CONFIG_RANGES = vocab.LOSS_CONFIG_RANGES
 
@@ -169,13 +173,20 @@ def model_input_tokens(model_input: Any, where: str) -> list[int]:
         known_members(chunk, "EncodedTextChunk", f"{where}.chunks[{c}]")
         if chunk.get("type", "encoded_text") != "encoded_text":
             raise validation(f"{where}.chunks[{c}].type must be 'encoded_text'")
-        for tok in chunk["tokens"]:
-            if not _is_int(tok) or tok < 0:
-                raise validation(
-                    f"{where}.chunks[{c}].tokens holds {tok!r}; token ids are ints >= 0"
-                )
-        tokens.extend(chunk["tokens"])
+        ids = chunk["tokens"]
+        # set(map(type, ...)) and min() run in C: no Python-level loop over the tokens
+        if ids and not (set(map(type, ids)) <= {int} and min(ids) >= 0):
+            tok = next(t for t in ids if not _is_int(t) or t < 0)
+            raise validation(f"{where}.chunks[{c}].tokens holds {tok!r}; token ids are ints >= 0")
+        tokens.extend(ids)
     return tokens
+
+
+def _flat(data: list[Any]) -> list[Any]:
+    """A ``TensorData.data`` list flattened row by row (a flat list is returned as it is)."""
+    if data and isinstance(data[0], list):
+        return [x for row in data for x in (_flat(row) if isinstance(row, list) else [row])]
+    return data
 
 
 def _loss_fn_config(config: Any, op: str) -> None:
@@ -195,21 +206,30 @@ def _loss_fn_config(config: Any, op: str) -> None:
             raise validation(f"{op}.lossFnConfig.{key}={value!r} must be a number in [{lo}, {hi}]")
 
 
-def _datum_list(body: dict[str, Any], op: str) -> list[dict[str, Any]]:
+def _datum_list(body: dict[str, Any], op: str) -> list[TrainingDatum]:
+    """Check a forward(_backward) body's structure; its datums as port values."""
     known_members(body, op, op)
     loss_fn = body.get("lossFnName")
-    if loss_fn not in LOSS_FNS:
-        raise validation(f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(LOSS_FNS)}")
+    if loss_fn not in vocab.LOSS_FUNCTIONS:
+        raise validation(
+            f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(vocab.LOSS_FUNCTIONS)}"
+        )
     _loss_fn_config(body.get("lossFnConfig"), op)
-    datums = body.get("datumList")
+    return training_datums(body.get("datumList"), op)
+
+
+def training_datums(datums: Any, op: str = "forwardBackward") -> list[TrainingDatum]:
+    """Check a wire ``datumList``'s structure; its datums as the engine port's values."""
     if not isinstance(datums, list) or not datums:
         raise validation(f"{op}.datumList must hold at least one datum")
+    parsed: list[TrainingDatum] = []
     for i, datum in enumerate(datums):
         if not isinstance(datum, dict):
             raise validation(f"{op}.datumList[{i}] must be an object with modelInput")
         known_members(datum, "Datum", f"{op}.datumList[{i}]")
-        model_input_tokens(datum.get("modelInput"), f"{op}.datumList[{i}].modelInput")
+        tokens = model_input_tokens(datum.get("modelInput"), f"{op}.datumList[{i}].modelInput")
         inputs = datum.get("lossFnInputs", {})
+        columns: dict[str, list[Any]] = {}
         if not isinstance(inputs, dict):
             raise validation(f"{op}.datumList[{i}].lossFnInputs must be an object")
         for key, value in inputs.items():
@@ -227,7 +247,9 @@ def _datum_list(body: dict[str, Any], op: str) -> list[dict[str, Any]]:
                 isinstance(shape, list) and all(_is_int(n) and n >= 0 for n in shape)
             ):
                 raise validation(f"{where}.shape must be a list of integers >= 0")
-    return datums
+            columns[key] = _flat(value["data"])
+        parsed.append(TrainingDatum(tokens, columns))
+    return parsed
 
 
 def _adam(body: dict[str, Any], strict: bool) -> dict[str, float]:
@@ -274,7 +296,7 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
         raise validation("clientToken must be 1-128 letters, digits or hyphens")
     kind, body = one_member(request.get("operationConfig"), TRAINING_OPS, "operationConfig")
     if kind in ("forward", "forwardBackward"):
-        _datum_list(body, kind)
+        body = {**body, "datumList": _datum_list(body, kind)}
     elif kind == "optimizerStep":
         body = {"adamParamsConfig": _adam(body, strict)}
     elif kind in ("saveWeights", "saveState", "loadState"):

@@ -46,6 +46,7 @@ from botocore.credentials import Credentials
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from localsession import vocab
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
 
@@ -103,7 +104,7 @@ def too_large(size: int | None = None) -> ServiceError:
     """The refusal of a body over the limit (HTTP 413, ValidationException)."""
     seen = f"request body of {size} bytes" if size is not None else "request body"
     return ServiceError(
-        "ValidationException",
+        vocab.VALIDATION,
         f"{seen} exceeds the {MAX_BODY_BYTES}-byte (64 MiB) limit; send fewer datums per request",
         413,
     )
@@ -270,7 +271,7 @@ _S3_CODES = {
     "IncompleteSignatureException": "AuthorizationHeaderMalformed",
     "UnrecognizedClientException": "InvalidAccessKeyId",
     "InvalidSignatureException": "SignatureDoesNotMatch",
-    "ValidationException": "EntityTooLarge",
+    vocab.VALIDATION: "EntityTooLarge",
 }
 
 
@@ -294,7 +295,7 @@ def _content_length(headers: list[tuple[str, str]]) -> int | None:
                 return int(value)
             except ValueError:
                 raise ServiceError(
-                    "ValidationException", f"Content-Length {value[:40]!r} is not a number", 400
+                    vocab.VALIDATION, f"Content-Length {value[:40]!r} is not a number", 400
                 ) from None
     return None
 

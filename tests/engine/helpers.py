@@ -1,4 +1,4 @@
-"""Helpers shared by the engine tests: wire datums and random token lists."""
+"""Helpers shared by the engine tests: datums (the port's values) and random token lists."""
 
 from __future__ import annotations
 
@@ -6,24 +6,32 @@ from typing import Any
 
 import torch
 
+from localsession.port import TrainingDatum
+
 
 def tensor_data(values: list[Any], dtype: str = "float32") -> dict[str, Any]:
     """Wire TensorData for a flat list."""
     return {"data": list(values), "dtype": dtype, "shape": [len(values)]}
 
 
-def make_datum(tokens: list[int], **inputs: list[Any]) -> dict[str, Any]:
-    """A wire datum; ``target_tokens`` defaults to ``tokens[1:] + [0]`` and weights to 1."""
+def wire_datum(tokens: list[int], **inputs: list[Any]) -> dict[str, Any]:
+    """The same datum as :func:`make_datum` in wire form (for the SDK's own helpers)."""
+    datum = make_datum(tokens, **inputs)
+    return {
+        "modelInput": {"chunks": [{"tokens": datum.tokens, "type": "encoded_text"}]},
+        "lossFnInputs": {
+            key: tensor_data(values, "int64" if key == "target_tokens" else "float32")
+            for key, values in datum.loss_fn_inputs.items()
+        },
+    }
+
+
+def make_datum(tokens: list[int], **inputs: list[Any]) -> TrainingDatum:
+    """A datum as the runtime hands it to an engine; ``target_tokens`` defaults to
+    ``tokens[1:] + [0]`` and weights to 1."""
     inputs.setdefault("target_tokens", tokens[1:] + [0])
     inputs.setdefault("weights", [1.0] * len(tokens))
-    loss_inputs = {
-        key: tensor_data(values, "int64" if key == "target_tokens" else "float32")
-        for key, values in inputs.items()
-    }
-    return {
-        "modelInput": {"chunks": [{"tokens": tokens, "type": "encoded_text"}]},
-        "lossFnInputs": loss_inputs,
-    }
+    return TrainingDatum(list(tokens), {key: list(values) for key, values in inputs.items()})
 
 
 #: Metrics that time the op (engine/flops.py): they differ between two runs of one batch.

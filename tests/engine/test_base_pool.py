@@ -4,7 +4,7 @@
   each owns distinct LoRA tensors; the last close frees the base.
 - No interference: two sessions on a shared base, driven through an interleaved script of
   training, sampling, saves and loads, give bit-for-bit the results of two sessions that
-  each loaded a private copy of the base (``model.load_model``, no pool).
+  each loaded a private copy of the base (``base_pool.load_private``, no pool).
 - The merged-copy cache stays within its budget and evicts least-recently-used copies; a
   budget too small for one copy decodes unmerged, with the same tokens.
 """
@@ -19,8 +19,7 @@ import pytest
 import torch
 
 from localsession.engine import torch_engine
-from localsession.engine.base_pool import POOL
-from localsession.engine.loading import load_model
+from localsession.engine.base_pool import POOL, load_private
 from localsession.engine.merged import MergedCache, merged_bytes
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import EngineSpec, SampleRequest
@@ -96,7 +95,7 @@ def test_shared_base_is_bit_identical_to_private_copies(
 ) -> None:
     spec_a = EngineSpec("localsession/tiny", rank=8, alpha=16, seed=0)
     spec_b = EngineSpec("localsession/tiny", rank=8, alpha=16, seed=5)
-    private_a, private_b = (TorchEngine(s, loaded=load_model(s)) for s in (spec_a, spec_b))
+    private_a, private_b = (TorchEngine(s, loaded=load_private(s)) for s in (spec_a, spec_b))
     try:
         assert not any(
             p.data_ptr() == q.data_ptr()

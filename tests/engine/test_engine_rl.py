@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import SampleRequest
+from localsession.port import SampleRequest, TrainingDatum
 
 from .helpers import make_datum, outputs_without, random_tokens, untimed
 
@@ -18,7 +18,7 @@ RL_LOSSES = ("importance_sampling", "ppo", "cispo")
 CONFIG = {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
 
 
-def rl_datums(seed: int, n: int = 8, length: int = 24) -> list[dict[str, Any]]:
+def rl_datums(seed: int, n: int = 8, length: int = 24) -> list[TrainingDatum]:
     """Datums whose `logprobs` are scattered around a plausible value (ratios ~0.5–2)."""
     gen = torch.Generator().manual_seed(seed)
     out = []

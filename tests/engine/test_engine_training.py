@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from localsession.engine import create_engine
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import EngineInputError, EngineSpec
+from localsession.port import EngineInputError, EngineSpec, TrainingDatum
 
 from .helpers import make_datum, outputs_without, random_tokens, untimed
 
@@ -128,7 +128,7 @@ def test_failing_op_adds_no_gradient(make_engine: Callable[..., TorchEngine]) ->
     assert not fresh.optimizer.has_grad()
 
 
-def _single(tokens: list[int], **inputs: Any) -> list[dict[str, Any]]:
+def _single(tokens: list[int], **inputs: Any) -> list[TrainingDatum]:
     return [make_datum(tokens), make_datum(tokens, **inputs)]
 
 
@@ -142,12 +142,7 @@ def _single(tokens: list[int], **inputs: Any) -> list[dict[str, Any]]:
         ),
         (lambda t: [make_datum(t)], "ppo", ["datum 0", "`logprobs` is missing"]),
         (
-            lambda t: [
-                {
-                    "modelInput": {"chunks": [{"tokens": t}]},
-                    "lossFnInputs": {"weights": {"data": [1.0] * len(t)}},
-                }
-            ],
+            lambda t: [TrainingDatum(t, {"weights": [1.0] * len(t)})],
             "cross_entropy",
             ["datum 0", "target_tokens"],
         ),
@@ -183,7 +178,7 @@ def _single(tokens: list[int], **inputs: Any) -> list[dict[str, Any]]:
             ["datum 1", "target_tokens"],
         ),
         (
-            lambda t: [make_datum(t), {"modelInput": {"chunks": []}}],
+            lambda t: [make_datum(t), TrainingDatum([], {})],
             "cross_entropy",
             ["datum 1", "no tokens"],
         ),
@@ -192,7 +187,7 @@ def _single(tokens: list[int], **inputs: Any) -> list[dict[str, Any]]:
 )
 def test_input_errors_name_datum_and_key(
     tiny_engine: TorchEngine,
-    datums_fn: Callable[[list[int]], list[dict[str, Any]]],
+    datums_fn: Callable[[list[int]], list[TrainingDatum]],
     loss_fn: str,
     needles: list[str],
 ) -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import torch
 
+from localsession.engine.base_pool import load_private
 from localsession.engine.builtin import save_builtin
-from localsession.engine.loading import load_model, load_tokenizer
+from localsession.engine.loading import load_tokenizer
 from localsession.port import EngineSpec, ResolvedModel
 from localsession.runtime.models.catalog import LocalCatalog
 
@@ -46,7 +47,7 @@ def test_local_directory_loads_same_model(
     isolated_home: Path, saved_tiny: Path, tiny_base: tuple[Any, Any]
 ) -> None:
     catalog = LocalCatalog(isolated_home, model_map={"org/dir-model": str(saved_tiny)})
-    loaded = load_model(_spec(catalog, "org/dir-model"))
+    loaded = load_private(_spec(catalog, "org/dir-model"))
     assert loaded.resolved.kind == "local"
     assert loaded.tokenizer.name_or_path == "org/dir-model"  # the model id, not the path
     _same_as_tiny(loaded, tiny_base, "same weights?")
@@ -68,7 +69,7 @@ def test_hf_cache_model_loads(
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    loaded = load_model(_spec(LocalCatalog(isolated_home), "acme/tiny-llama"))
+    loaded = load_private(_spec(LocalCatalog(isolated_home), "acme/tiny-llama"))
     assert loaded.tokenizer.name_or_path == "acme/tiny-llama"
     _same_as_tiny(loaded, tiny_base, "from the cache")
 
@@ -102,7 +103,7 @@ def test_gguf_is_converted_lazily_into_the_cache_root(
     module.ensure_converted = ensure_converted  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "localsession.engine.gguf", module)
     catalog = LocalCatalog(isolated_home, model_map={"acme/from-gguf": str(gguf.parent)})
-    loaded = load_model(_spec(catalog, "acme/from-gguf"))
+    loaded = load_private(_spec(catalog, "acme/from-gguf"))
     assert calls and all(c == (gguf.resolve(), isolated_home / "models") for c in calls)
     assert loaded.resolved == ResolvedModel(
         "acme/from-gguf", "local", str(saved_tiny), None, str(isolated_home / "models")
@@ -113,6 +114,6 @@ def test_gguf_is_converted_lazily_into_the_cache_root(
 
 def test_a_spec_without_a_resolved_model_is_refused_unless_builtin() -> None:
     with pytest.raises(ValueError, match="resolve the name through a model catalog"):
-        load_model(EngineSpec("acme/tiny-llama", rank=4, alpha=8))
-    loaded = load_model(EngineSpec("localsession/tiny", rank=2, alpha=4))
+        load_private(EngineSpec("acme/tiny-llama", rank=4, alpha=8))
+    loaded = load_private(EngineSpec("localsession/tiny", rank=2, alpha=4))
     assert loaded.resolved == ResolvedModel("localsession/tiny", "builtin", "localsession/tiny")

@@ -18,8 +18,9 @@ import torch
 
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import EngineInputError, SampleRequest
+from localsession.runtime.validate import training_datums
 
-from .helpers import make_datum
+from .helpers import make_datum, wire_datum
 
 sdk_utils = pytest.importorskip("sagemaker.train.training_session._utils")
 sdk_types = pytest.importorskip("sagemaker.train.training_session.types")
@@ -35,7 +36,7 @@ def _datums(n: int, seed: int) -> list[dict[str, Any]]:
         tokens = torch.randint(0, 256, (k,), generator=gen).tolist()
         sampler = (-5.5 + 2.0 * (torch.rand(k, generator=gen) - 0.5)).tolist()
         out.append(
-            make_datum(
+            wire_datum(
                 tokens,
                 logprobs=sampler,
                 advantages=torch.randn(k, generator=gen).tolist(),
@@ -67,15 +68,18 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
         ]
     whole_engine, chunk_engine = make_engine(seed=5), make_engine(seed=5)
     for engine in (whole_engine, chunk_engine):  # one identical step: LoRA B non-zero
-        engine.forward_backward(datums[:8], "cross_entropy", None, backward=True)
+        engine.forward_backward(training_datums(datums[:8]), "cross_entropy", None, backward=True)
         engine.optim_step({"learningRate": 1e-2})
 
     started = time.perf_counter()
-    whole = whole_engine.forward_backward(datums, loss_fn, None, backward=True)
+    whole = whole_engine.forward_backward(training_datums(datums), loss_fn, None, backward=True)
     wall = time.perf_counter() - started
     chunks = sdk_utils.chunk_datum_list(datums)
     assert [len(c) for c in chunks] == [1024, 76]
-    parts = [chunk_engine.forward_backward(c, loss_fn, None, backward=True) for c in chunks]
+    parts = [
+        chunk_engine.forward_backward(training_datums(c), loss_fn, None, backward=True)
+        for c in chunks
+    ]
     folded = sdk_utils.combine_forward_backward_results(
         [_sdk_output(p) for p in parts], datum_counts=[len(c) for c in chunks]
     )

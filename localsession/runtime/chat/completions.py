@@ -11,17 +11,33 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from localsession.port import SampleRequest
 from localsession.runtime import errors
 from localsession.runtime.chat import protocol, streaming
+from localsession.runtime.packages.registry import Registry
 from localsession.runtime.sessions.lifecycle import ACTIVE, PackageMismatch, Session
 from localsession.runtime.sessions.operations import COMPLETED, Operation
-from localsession.runtime.sessions.scheduler import make_job
+from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
-if TYPE_CHECKING:
-    from localsession.runtime.service import Service
+
+class SessionsView(Protocol):
+    """What chat completions need of the service that holds the sessions."""
+
+    @property
+    def scheduler(self) -> SamplingScheduler: ...
+
+    @property
+    def registry(self) -> Registry: ...
+
+    def session(self, name: str) -> Session: ...
+
+    def sessions(self) -> list[Session]: ...
+
+    def sampling_weights(self, session: Session, arn: str | None) -> str | None: ...
+
+    def get_tokenizer(self, name: str) -> Any: ...
 
 
 @dataclass
@@ -47,7 +63,7 @@ def chat_text(tokenizer: Any, tokens: list[int], stop: tuple[str, ...]) -> str:
 class Completions:
     """Chat completions sampled by a service's sessions."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: SessionsView) -> None:
         self.service = service
 
     def prepare(

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from localsession import vocab
 from localsession.port import SampleRequest, TokenCallback
 from localsession.runtime import errors
 from localsession.runtime.chat.tools import parse_tool_calls, parse_tools, split_tool_calls
@@ -336,11 +337,11 @@ def sample_request(
 def openai_error(exc: errors.ServiceError) -> dict[str, Any]:
     """OpenAI's error body for a service refusal."""
     kinds = {
-        "ValidationException": "invalid_request_error",
-        "ResourceNotFoundException": "not_found_error",
-        "ResourceNotFound": "not_found_error",
-        "ConflictException": "conflict_error",
-        "ThrottlingException": "rate_limit_error",
+        vocab.VALIDATION: "invalid_request_error",
+        vocab.NOT_FOUND: "not_found_error",
+        vocab.CP_NOT_FOUND: "not_found_error",
+        vocab.CONFLICT: "conflict_error",
+        vocab.THROTTLING: "rate_limit_error",
     }
     return {
         "error": {

@@ -2,8 +2,9 @@
 
 :class:`DataPlane` validates a submit, hands a training op to its session's ordered queue or a
 sampling op to the service's scheduler, and answers polls and waits. Observers see every
-submit, accepted or refused (the fakes' call log). It reaches the service only through its
-public accessors (``session``, ``operation``, ``scheduler``, ``sampling_weights``).
+submit, accepted or refused (the fakes' call log). It reaches the service only through the
+narrow :class:`SessionsView` (sessions, operations, the scheduler, weights, faults), so it
+imports nothing of the service module.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from localsession import vocab
 from localsession.port import SampleRequest
 from localsession.runtime import errors, validate
+from localsession.runtime.config import ServiceConfig
+from localsession.runtime.faults import Faults
+from localsession.runtime.sessions.lifecycle import Session
 from localsession.runtime.sessions.operations import COMPLETED, FAILED, TERMINAL, Operation
-from localsession.runtime.sessions.scheduler import make_job
-
-if TYPE_CHECKING:
-    from localsession.runtime.service import Service
+from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
 #: A runtime submit as an observer sees it: the session name, the wire request, and the
 #: response (``{"operationId": ...}``) or the :class:`~errors.ServiceError` that refused it.
@@ -44,10 +46,26 @@ def sample_request(body: dict[str, Any], tokens: list[int]) -> SampleRequest:
     )
 
 
+class SessionsView(Protocol):
+    """What the data plane needs of the service that holds the sessions."""
+
+    config: ServiceConfig
+    faults: Faults
+
+    @property
+    def scheduler(self) -> SamplingScheduler: ...
+
+    def session(self, name: str) -> Session: ...
+
+    def operation(self, name: str, operation_id: str) -> Operation: ...
+
+    def sampling_weights(self, session: Session, arn: str | None) -> str | None: ...
+
+
 class DataPlane:
     """The runtime operations of a service's sessions."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: SessionsView) -> None:
         self.service = service
         self.observers: list[Observer] = []
 
@@ -81,7 +99,7 @@ class DataPlane:
             return {"operationId": session.submit_training(seq, token, kind, body)}
         except errors.ServiceError as exc:
             number = request.get("sequenceNumber")
-            refused = exc.http_status < 500 and exc.code != "ThrottlingException"  # 429 is retried
+            refused = exc.http_status < 500 and exc.code != vocab.THROTTLING  # 429 is retried
             if self.service.config.lenient_sequence and refused and type(number) is int:
                 session.consume(number)
             raise

@@ -36,13 +36,13 @@ logger = logging.getLogger(__name__)
 
 CREATED, RUNNING = vocab.SESSION_CREATED, vocab.SESSION_RUNNING
 STOPPING, STOPPED = vocab.SESSION_STOPPING, vocab.SESSION_STOPPED
-FAILED_S, BLOCKED, EXPIRED = vocab.SESSION_FAILED, vocab.SESSION_BLOCKED, vocab.SESSION_EXPIRED
+BLOCKED, EXPIRED = vocab.SESSION_BLOCKED, vocab.SESSION_EXPIRED
 DELETING, DELETION_FAILED = vocab.SESSION_DELETING, vocab.SESSION_DELETION_FAILED
 #: Statuses that count against ``max_sessions`` and may still take work.
 ACTIVE = frozenset({CREATED, vocab.SESSION_SCHEDULED, RUNNING, BLOCKED})
 #: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
-NOT_STOPPABLE = frozenset({STOPPING, STOPPED, FAILED_S, DELETING, DELETION_FAILED})
-DELETABLE = frozenset({STOPPED, FAILED_S, EXPIRED, DELETION_FAILED})
+NOT_STOPPABLE = frozenset({STOPPING, STOPPED, vocab.SESSION_FAILED, DELETING, DELETION_FAILED})
+DELETABLE = frozenset({STOPPED, vocab.SESSION_FAILED, EXPIRED, DELETION_FAILED})
 DEFAULT_GROUP = vocab.DEFAULT_GROUP
 
 
@@ -119,7 +119,7 @@ class Session:
         if error is not None or status in (RUNNING,):
             self.error_details = error
         self.last_modified_time = _now()
-        if status in (STOPPED, FAILED_S, EXPIRED):
+        if status in (STOPPED, vocab.SESSION_FAILED, EXPIRED):
             self.end_time = self.last_modified_time
         self.cond.notify_all()
         if self._on_change is not None:
@@ -226,12 +226,12 @@ class Session:
         except EngineConfigError as exc:  # a setting to fix: its message says it all
             logger.error("session %s: the model failed to load: %s", self.name, exc)
             with self.cond:
-                self._set_status(FAILED_S, f"The base model failed to load: {exc}")
+                self._set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
             return
         except Exception as exc:  # noqa: BLE001 - reported through the session status
             logger.exception("session %s: the model failed to load", self.name)
             with self.cond:
-                self._set_status(FAILED_S, f"The base model failed to load: {exc}")
+                self._set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
             return
         with self.cond:
             self.engine = engine
