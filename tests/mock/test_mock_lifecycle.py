@@ -230,7 +230,9 @@ def test_imports_stay_light() -> None:
         "         'fakes')\n"
         "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    )
     assert out.stdout.strip() == ""
 
 
