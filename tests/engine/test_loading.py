@@ -15,6 +15,7 @@ from localsession.engine.builtin import save_builtin
 from localsession.engine.loading import load_model, load_tokenizer
 from localsession.runtime.catalog import LocalCatalog
 from localsession.runtime.engine_api import EngineSpec, ResolvedModel
+from localsession.runtime.model_sources import shared_cache
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +104,10 @@ def test_gguf_is_converted_lazily_into_the_cache_root(
     monkeypatch.setitem(sys.modules, "localsession.engine.gguf", module)
     catalog = LocalCatalog(isolated_home, model_map={"acme/from-gguf": str(gguf.parent)})
     loaded = load_model(_spec(catalog, "acme/from-gguf"))
-    assert calls and all(c == (gguf.resolve(), isolated_home / "models") for c in calls)
+    models = shared_cache() / "models"  # one machine-wide cache, not the home's
+    assert calls and all(c == (gguf.resolve(), models) for c in calls)
     assert loaded.resolved == ResolvedModel(
-        "acme/from-gguf", "local", str(saved_tiny), None, str(isolated_home / "models")
+        "acme/from-gguf", "local", str(saved_tiny), None, str(models)
     )
     assert loaded.tokenizer.name_or_path == "acme/from-gguf"
     _same_as_tiny(loaded, tiny_base, "converted")
