@@ -13,7 +13,11 @@ PAD_ID = 256
 BOS_ID = 257
 EOS_ID = 258
 VOCAB_SIZE = 259
-MAX_POSITIONS = 2048
+#: The built-in models' context length: that of the models they commonly stand in for
+#: (``openai/gpt-oss-20b`` and most current chat models take 128k = 131,072 positions), so
+#: code written for those runs unchanged. RoPE has no per-position weights or tables: a
+#: longer context costs nothing until a request uses it.
+MAX_POSITIONS = 131072
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 #: Special token id -> its text, in id order.

@@ -101,7 +101,9 @@ class ResolvedModel:
     tokenizer's ``name_or_path``); ``target`` is the built-in id (``kind == "builtin"``), a
     directory ``from_pretrained`` loads (``"local"``, ``"hf_cache"``), or a ``.gguf`` file
     (``"gguf"``). ``hf_id`` is the Hugging Face id of an HF-cache model. ``cache_root`` is
-    where a ``"gguf"`` model's converted directory is cached.
+    where a ``"gguf"`` model's converted directory is cached. ``max_context``, set by a model
+    map entry, is the context length (prompt plus ``max_tokens``) sessions accept, instead of
+    the model's own ``max_position_embeddings``.
     """
 
     name: str
@@ -109,6 +111,7 @@ class ResolvedModel:
     target: str
     hf_id: str | None = None
     cache_root: str | None = None
+    max_context: int | None = None
 
 
 @dataclass

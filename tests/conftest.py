@@ -1,11 +1,11 @@
 """Shared test setup: offline Hugging Face, a sealed-off home, one in-process service.
 
-Every test runs with ``LOCALSESSION_HOME``, ``LOCALSESSION_MODEL_MAP`` and ``HF_HUB_CACHE``
-pointing at temporary directories (set in the environment, so subprocesses inherit them):
-no test reads a developer's ``~/.localsession/models.json`` or Hugging Face cache, and none
-writes packages or session records under ``~/.localsession``. The run fails if
-``~/.localsession`` changed anyway. Shared helpers (the stub engine, the running server, wire
-builders) live in ``tests/testkit.py``.
+Every test runs with ``LOCALSESSION_HOME``, ``LOCALSESSION_MODEL_MAP``, ``LOCALSESSION_CACHE``
+and ``HF_HUB_CACHE`` pointing at temporary directories (set in the environment, so
+subprocesses inherit them): no test reads a developer's ``~/.localsession/models.json`` or
+Hugging Face cache, and none writes packages or session records under ``~/.localsession``.
+The run fails if ``~/.localsession`` changed anyway. Shared helpers (the stub engine, the
+running server, wire builders) live in ``tests/testkit.py``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 os.environ["LOCALSESSION_HOME"] = str(_SCRATCH / "home")
 os.environ["LOCALSESSION_MODEL_MAP"] = ""
 os.environ["HF_HUB_CACHE"] = str(_SCRATCH / "hf-cache")
+# The machine-wide cache of conversions and tokenizer exports: one for the whole run (shared
+# by its subprocesses), never the developer's ~/.cache/localsession.
+os.environ["LOCALSESSION_CACHE"] = str(_SCRATCH / "cache")
 
 
 #: Tests that start processes or HTTP servers (the server, fuzz and security suites talk to
@@ -65,6 +68,7 @@ INTEGRATION = (
     "server/",  # the unmodified SDK, boto3 and openai against a running server
     "tinker/",  # the unmodified tinker SDK against a loopback server (localsession_tinker)
     "realmodel/test_smollm2.py",  # converts and trains the real SmolLM2-135M
+    "realmodel/test_tokenizer_export.py",  # reads the real SmolLM2's tokenizer from its GGUF
     "realmodel/test_gguf_errors.py::test_truncated_gguf_names_the_file_and_the_cause",
     "realmodel/test_gguf_errors.py::test_locating_the_shipped_file_imports_neither_torch_nor_the_package",
     "differential/test_wire_timeout.py",
@@ -76,6 +80,7 @@ INTEGRATION = (
     "mock/test_mock_sdk.py::test_blog_loop_with_every_socket_refused",
     "mock/test_mock_plugin.py::test_fixture_in_a_subprocess",
     "mock/test_mock_lifecycle.py::test_imports_stay_light",
+    "mock/test_mock_lifecycle.py::test_a_fake_mock_runs_the_blog_loop_without_torch",
     "runtime/test_persist_owners.py",
     "bench/test_bench_smoke.py",
     "conformance/test_plugin.py",

@@ -28,6 +28,6 @@ def test_subprocesses_inherit_the_isolation(isolated_home: Path) -> None:
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
-        env=dict(os.environ),
+        env=dict(os.environ), timeout=600,
     )  # fmt: skip
     assert Path(out.stdout.strip()) == isolated_home

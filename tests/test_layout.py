@@ -128,7 +128,7 @@ def runtime_reached(root: Path, package: str) -> list[str]:
 #: Names are module prefixes under ``localsession`` ("" is the package's ``__init__``).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("", "__main__", "cli", "demo", "packages_cli", "plot")),
-    ("fronts", ("server", "mocking", "custom_loss")),
+    ("fronts", ("server", "mocking", "parity", "custom_loss")),
     ("client", ("client",)),
     ("composition root", ("wiring",)),
     ("runtime", ("runtime",)),

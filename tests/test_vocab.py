@@ -33,7 +33,9 @@ def test_vocab_imports_nothing_heavy() -> None:
         "import sys, localsession.vocab\n"
         "print(sorted(m for m in ('torch', 'botocore', 'pydantic') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    )
     assert "torch" not in out.stdout
 
 

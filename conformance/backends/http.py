@@ -52,7 +52,7 @@ def start_server(home: str) -> tuple[subprocess.Popen[str], str]:
         "--gap-timeout",
         str(GAP_TIMEOUT),
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # serve flushes its banner itself
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     )

@@ -47,11 +47,24 @@ def create_engine(spec: EngineSpec) -> TorchEngine:
 def write_tokenizer(model: ResolvedModel, directory: Path) -> None:
     """Write the tokenizer of a resolved model, and the model's ``config.json`` (which
     ``AutoTokenizer`` reads too), into ``directory`` with ``save_pretrained``: how the
-    service's catalog exports built-in and GGUF tokenizers for the Hub."""
-    with _IMPORT_LOCK:
-        from localsession.engine.loading import export_tokenizer
+    service's catalog exports built-in and GGUF tokenizers for the Hub. A built-in's files
+    are written without torch or transformers (``builtin_files``); a GGUF model's export is
+    cached machine-wide by the file's content (``tokenizer_cache``)."""
+    if model.kind == "builtin":
+        from localsession.engine.builtin_files import write_files
 
-    export_tokenizer(model, directory)
+        write_files(model.target, directory)
+        return
+    from localsession.engine.tokenizer_cache import cached_export
+
+    cached_export(model, directory, _export_with_transformers)
+
+
+def _export_with_transformers(model: ResolvedModel, directory: Path) -> None:
+    with _IMPORT_LOCK:
+        from localsession.engine import loading
+
+    loading.export_tokenizer(model, directory)
 
 
 def __getattr__(name: str) -> Any:

@@ -23,12 +23,10 @@ and "HF cache" loading paths can be exercised without any download.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from localsession.chat_format import (
@@ -41,7 +39,11 @@ from localsession.chat_format import (
     PAD_ID,
     PAD_TOKEN,
     VOCAB_SIZE,
-    bytes_to_unicode,
+)
+from localsession.engine.builtin_files import (
+    BUILTIN_SHAPES,
+    byte_tokenizer,
+    shape_of,
 )
 
 __all__ = [
@@ -63,24 +65,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BuiltinShape:
-    """Architecture sizes of one built-in model."""
-
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-
-
-BUILTIN_SHAPES: dict[str, BuiltinShape] = {
-    "localsession/tiny": BuiltinShape(hidden=128, intermediate=512, layers=2, heads=4, kv_heads=4),
-    "localsession/small": BuiltinShape(
-        hidden=256, intermediate=1024, layers=4, heads=8, kv_heads=4
-    ),
-}
-
 #: Standard deviation of the token embedding. Every other matrix is N(0, 1/fan_in): with
 #: RMSNorm fixing the hidden norm at ~sqrt(hidden), that keeps logits at unit scale. (With
 #: N(0, 0.02) everywhere the frozen output head caps every logit near 2.5, and LoRA can then
@@ -88,17 +72,9 @@ BUILTIN_SHAPES: dict[str, BuiltinShape] = {
 INIT_STD = 0.02
 
 
-def _shape(name: str) -> BuiltinShape:
-    try:
-        return BUILTIN_SHAPES[name]
-    except KeyError:
-        known = ", ".join(sorted(BUILTIN_SHAPES))
-        raise ValueError(f"unknown built-in model {name!r}; built-ins are: {known}") from None
-
-
 def builtin_config(name: str) -> LlamaConfig:
     """The ``LlamaConfig`` of built-in model ``name``."""
-    shape = _shape(name)
+    shape = shape_of(name)
     return LlamaConfig(
         vocab_size=VOCAB_SIZE,
         hidden_size=shape.hidden,
@@ -117,18 +93,7 @@ def builtin_config(name: str) -> LlamaConfig:
 def build_tokenizer(name: str = "") -> PreTrainedTokenizerFast:
     """The byte-level tokenizer shared by all built-in models (token id == byte value);
     ``name`` becomes its ``name_or_path`` (the model id it serves)."""
-    byte_chars = bytes_to_unicode()
-    vocab = {byte_chars[b]: b for b in range(256)}
-    # BPE with no merges: every pre-tokenized symbol (one byte) maps straight to its id.
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([PAD_TOKEN, BOS_TOKEN, EOS_TOKEN])
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS_TOKEN} $A",
-        pair=f"{BOS_TOKEN} $A {BOS_TOKEN} $B",
-        special_tokens=[(BOS_TOKEN, BOS_ID)],
-    )
+    tok = byte_tokenizer()
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS_TOKEN,
@@ -194,7 +159,7 @@ def save_builtin(name: str, directory: str | Path) -> Path:
 
 def describe_builtin(name: str) -> dict[str, Any]:
     """A small summary (parameter count and sizes) for CLIs and error messages."""
-    shape = _shape(name)
+    shape = shape_of(name)
     config = builtin_config(name)
     h, i, n = shape.hidden, shape.intermediate, shape.layers
     head_dim = h // shape.heads

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from localsession.mocking import hooks
+from localsession.mocking import fake_tokenizer, hooks
 
 Engine = Literal["torch", "fake"]
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -247,6 +247,8 @@ class Mock:
                     app = create_app(self._service, long_poll=LONG_POLL_S)
                 self._bridge = AsgiBridge(app, name=f"localsession-mock-{number}")
                 hooks.activate(self)
+                if self.engine == "fake":
+                    fake_tokenizer.install()
             except BaseException:
                 self._teardown()
                 raise
@@ -265,6 +267,8 @@ class Mock:
             gc.collect()
         _join_shut_down_executors()
         hooks.deactivate(self)
+        if not hooks.live():
+            fake_tokenizer.uninstall()
         service, bridge = self._service, self._bridge
         self._service = self._bridge = None
         try:

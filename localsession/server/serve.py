@@ -4,6 +4,7 @@ serve until Ctrl-C, then stop every session cleanly."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import shlex
@@ -163,19 +164,22 @@ def serve(options: ServeOptions) -> int:
     service, sock, lock, credential = start(options)
     warn_if_exposed(options.host, credential is not None)
     url = url_of(sock)
-    print(f"localsession serving on {url} (home {service.config.home}); Ctrl-C stops it")
-    print("# point the SageMaker SDK, boto3 or the AWS CLI here:")
+    # Flushed line by line: under a supervisor or with stdout sent to a file, Python buffers
+    # stdout in blocks, and the URL and exports would not appear until the server exited.
+    say = functools.partial(print, flush=True)
+    say(f"localsession serving on {url} (home {service.config.home}); Ctrl-C stops it")
+    say("# point the SageMaker SDK, boto3 or the AWS CLI here:")
     env = serve_exports(url, service)
     if credential is not None:  # the secret is the user's own; it is not echoed
         env["AWS_ACCESS_KEY_ID"] = credential.access_key
         env["AWS_SECRET_ACCESS_KEY"] = "<the SECRET given to --auth>"
     for key, value in env.items():
-        print(f"export {key}={shlex.quote(value)}")
-    print("# point the tinker SDK (and tinker-cookbook) here:")
-    print(f"export TINKER_BASE_URL={shlex.quote(url)}")
+        say(f"export {key}={shlex.quote(value)}")
+    say("# point the tinker SDK (and tinker-cookbook) here:")
+    say(f"export TINKER_BASE_URL={shlex.quote(url)}")
     shown = "tml-<the SECRET given to --auth>" if credential is not None else "tml-localsession"
-    print(f"export TINKER_API_KEY={shlex.quote(shown)}")
-    print(
+    say(f"export TINKER_API_KEY={shlex.quote(shown)}")
+    say(
         "# and pass s3_output_path='s3://<bucket>/<prefix>' to ServiceClient (or to each "
         "create call):\n# without it the SDK derives a default bucket through STS at a fixed "
         "AWS endpoint\n# that no variable redirects, which fails offline. Packages are then "

@@ -7,9 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from procio import Lines
+
 
 def cli_env(home: Path | None = None, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    """The environment a user's shell would give: no ``PYTHONUNBUFFERED``, so stdout to a pipe
+    is block-buffered and whatever the CLI must show at once it has to flush itself."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONUNBUFFERED", None)
     env.pop("LOCALSESSION_MODEL_MAP", None)
     env.update(extra)
     if home is not None:
@@ -51,15 +56,22 @@ class Serving:
             text=True,
             env=cli_env(),
         )
-        assert self.proc.stdout is not None
-        first = self.proc.stdout.readline()
+        self.out = Lines(self.proc.stdout, "serve's stdout")
+        self.err = Lines(self.proc.stderr, "serve's stderr")
+        try:
+            first = self.out.readline()
+        except AssertionError:
+            self.proc.kill()
+            raise
         if not first.startswith("localsession serving on "):
             self.proc.kill()
-            raise AssertionError(f"no banner: {first!r} {self.proc.communicate()}")
+            self.proc.wait(timeout=30)
+            raise AssertionError(f"no banner: {first!r} {self.out.rest()!r} {self.err.rest()!r}")
         self.url = first.split()[3]
         self.env: dict[str, str] = {}
         while len(self.env) < 9:
-            line = self.proc.stdout.readline()
+            line = self.out.readline()
+            assert line, f"serve's stdout ended before its exports: {self.err.rest()!r}"
             if line.startswith("export "):
                 key, _, value = line[len("export ") :].strip().partition("=")
                 self.env[key] = value
@@ -71,11 +83,11 @@ class Serving:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            out, err = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, err = self.proc.communicate()
-        return out, err
+            self.proc.wait(timeout=30)
+        return self.out.rest(30), self.err.rest(30)
 
     def __enter__(self) -> Serving:
         return self

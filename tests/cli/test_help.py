@@ -57,7 +57,11 @@ def test_the_cli_does_not_import_conformance_until_it_runs_it() -> None:
         "assert 'torch' not in sys.modules, sorted(sys.modules)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env()
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
 

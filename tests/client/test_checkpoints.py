@@ -152,6 +152,7 @@ def test_listing_latest_and_delete(service: Service, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=True,
+        timeout=600,
     ).stdout
     assert merged.model_package_arn in out and weights not in out  # type: ignore[operator]
     subprocess.run(
@@ -159,5 +160,6 @@ def test_listing_latest_and_delete(service: Service, tmp_path: Path) -> None:
         env=env,
         check=True,
         capture_output=True,
+        timeout=600,
     )
     assert client.list_model_packages() == []

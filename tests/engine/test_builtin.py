@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transformers import AutoTokenizer
 
 from localsession.engine.builtin import (
     BOS_ID,
@@ -96,7 +98,7 @@ def test_builtin_shapes(
     cfg = model.config
     assert (cfg.hidden_size, cfg.num_hidden_layers) == (hidden, layers)
     assert (cfg.num_attention_heads, cfg.num_key_value_heads) == (heads, kv_heads)
-    assert cfg.vocab_size == 259 and cfg.max_position_embeddings == 2048
+    assert cfg.vocab_size == 259 and cfg.max_position_embeddings == 131072  # a stand-in's
     assert cfg.tie_word_embeddings is False
     assert model.get_input_embeddings().weight.data_ptr() != model.lm_head.weight.data_ptr()
     assert sum(p.numel() for p in model.parameters()) == params
@@ -170,3 +172,26 @@ def test_chat_template_renders_tools_and_tool_calls_in_the_qwen_format(tok: Any)
         for m in conversation
     ]
     assert tok.apply_chat_template(as_string, tools=[tool], tokenize=False) == text
+
+
+def test_torch_free_export_writes_what_save_pretrained_writes(tmp_path: Path) -> None:
+    """``builtin_files.write_files`` (no torch, no transformers: what the fake engine's Hub
+    uses) against transformers' own ``save_pretrained`` of the same tokenizer and config."""
+    from localsession.engine.builtin import builtin_config
+    from localsession.engine.builtin_files import write_files
+
+    for name in ("localsession/tiny", "localsession/small"):
+        ours, theirs = tmp_path / name / "ours", tmp_path / name / "theirs"
+        write_files(name, ours)
+        builtin_config(name).save_pretrained(str(theirs))
+        build_tokenizer(name).save_pretrained(str(theirs))
+        assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
+        for file in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+            mine, reference = (json.loads((d / file).read_text()) for d in (ours, theirs))
+            reference.pop("transformers_version", None)
+            assert mine == reference, file
+        template = (ours / "chat_template.jinja").read_text()
+        assert template == (theirs / "chat_template.jinja").read_text()
+        loaded = AutoTokenizer.from_pretrained(str(ours))
+        text = "héllo <|im_end|> wörld"
+        assert loaded.encode(text) == build_tokenizer(name).encode(text)

@@ -16,6 +16,7 @@ from localsession.engine.builtin import save_builtin
 from localsession.engine.loading import load_tokenizer
 from localsession.port import EngineSpec, ResolvedModel
 from localsession.runtime.models.catalog import LocalCatalog
+from localsession.runtime.models.sources import shared_cache
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +105,10 @@ def test_gguf_is_converted_lazily_into_the_cache_root(
     monkeypatch.setitem(sys.modules, "localsession.engine.gguf", module)
     catalog = LocalCatalog(isolated_home, model_map={"acme/from-gguf": str(gguf.parent)})
     loaded = load_private(_spec(catalog, "acme/from-gguf"))
-    assert calls and all(c == (gguf.resolve(), isolated_home / "models") for c in calls)
+    models = shared_cache() / "models"  # one machine-wide cache, not the home's
+    assert calls and all(c == (gguf.resolve(), models) for c in calls)
     assert loaded.resolved == ResolvedModel(
-        "acme/from-gguf", "local", str(saved_tiny), None, str(isolated_home / "models")
+        "acme/from-gguf", "local", str(saved_tiny), None, str(models)
     )
     assert loaded.tokenizer.name_or_path == "acme/from-gguf"
     _same_as_tiny(loaded, tiny_base, "converted")

@@ -17,9 +17,10 @@ import pytest
 import torch
 
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import EngineInputError, SampleRequest
+from localsession.port import EngineInputError, EngineSpec, ResolvedModel, SampleRequest
 from localsession.runtime.validate import training_datums
 
+from .conftest import TINY
 from .helpers import make_datum, wire_datum
 
 sdk_utils = pytest.importorskip("sagemaker.train.training_session._utils")
@@ -127,11 +128,13 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
     assert mfu >= flops / (peak * wall) * 0.999  # its elapsed time is inside the wall time
 
 
-def test_over_long_inputs_fail_naming_the_limit_and_the_length(
-    tiny_engine: TorchEngine,
-) -> None:
+def test_over_long_inputs_fail_naming_the_limit_and_the_length() -> None:
+    """A model map entry's ``max_context`` is the limit (the built-in's own, 131,072, is too
+    long to exercise here)."""
+    tiny = ResolvedModel(name="short/tiny", kind="builtin", target=TINY, max_context=2048)
+    tiny_engine = TorchEngine(EngineSpec(TINY, rank=8, alpha=16, seed=0, model=tiny))
     limit = tiny_engine.max_positions
-    assert limit == tiny_engine.model.config.max_position_embeddings == 2048
+    assert limit == 2048 and tiny_engine.model.config.max_position_embeddings == 131072
     long = [7] * (limit + 1)
     fits = [7] * limit
     with pytest.raises(EngineInputError, match=rf"datum 1: .* {limit + 1} tokens.* {limit}"):
@@ -147,3 +150,4 @@ def test_over_long_inputs_fail_naming_the_limit_and_the_length(
     assert len(done[0]["sequences"][0]["tokens"]) <= 10
     with pytest.raises(EngineInputError, match=rf"{limit + 1} tokens.* {limit}"):
         tiny_engine.compute_logprobs(None, long)
+    tiny_engine.close()

@@ -31,7 +31,12 @@ def test_the_run_home_goes_at_exit_unless_kept(tmp_path: Path, keep: bool) -> No
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     argv = ["--run-dir", str(tmp_path / "run")] + (["--keep-packages"] if keep else [])
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, env=env, cwd=ROOT
+        [sys.executable, "-c", SCRIPT, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     home = Path(done.stdout.strip())

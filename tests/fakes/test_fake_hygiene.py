@@ -3,7 +3,9 @@
 - the light tier (``FakeServiceClient()``) runs a whole loop (train, step, save, sample)
   with only the modules of :data:`ALLOWED` loaded: the standard library, localsession's
   torch-free modules, the fakes, and the SDK's pure-Python dependencies (botocore, pydantic);
-  no torch, no transformers, no peft;
+  no torch, no transformers, no peft. What the interpreter itself loads before any code runs
+  (a distribution's ``sitecustomize``, such as Debian's and Ubuntu's, and what it imports, or
+  a ``.pth`` hook) is measured in a bare interpreter of the same environment and allowed;
 - the numeric tier (``numerics=True``) loads torch but neither ``torch._dynamo`` (its AdamW
   is written in tensor ops) nor transformers nor peft;
 - the real torch engine still imports in the same process afterwards (the fakes must not
@@ -61,30 +63,65 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def run(code: str, cwd: Path | None = None) -> str:
+def run(code: str, cwd: Path | None = None, path: Path | None = None) -> str:
+    """``code`` in a fresh interpreter (``path`` prepended to ``PYTHONPATH``); its stdout."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
-def _loaded(numerics: bool) -> list[str]:
-    return list(json.loads(run(LOOP.format(numerics=numerics)).strip().splitlines()[-1]))
+def _loaded(numerics: bool, path: Path | None = None) -> list[str]:
+    out = run(LOOP.format(numerics=numerics), path=path)
+    return list(json.loads(out.strip().splitlines()[-1]))
 
 
-def test_light_tier_loads_only_the_allowlist() -> None:
-    modules = _loaded(numerics=False)
+def _at_startup(path: Path | None = None) -> set[str]:
+    """The modules a bare interpreter of this environment has loaded before any code runs."""
+    out = run("import json, sys; print(json.dumps(sorted(sys.modules)))", path=path)
+    return set(json.loads(out.strip().splitlines()[-1]))
+
+
+def _check_light_tier(path: Path | None = None) -> None:
+    startup = _at_startup(path)
+    modules = _loaded(numerics=False, path=path)
     stdlib = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
     third_party = {
-        m.split(".")[0] for m in modules if not m.startswith("_") and m.split(".")[0] not in stdlib
+        m.split(".")[0]
+        for m in modules
+        if not m.startswith("_") and m.split(".")[0] not in stdlib and m not in startup
     }
     assert third_party <= ALLOWED, sorted(third_party - ALLOWED)
     torch_modules = [
         m for m in modules if m.startswith(TORCH_PACKAGES) and m not in TORCH_FREE_NUMERICS
     ]
     assert torch_modules == []
+    assert "torch" not in startup  # what startup loads is allowed, so it must not be torch
+
+
+def test_light_tier_loads_only_the_allowlist() -> None:
+    _check_light_tier()
+
+
+def test_light_tier_check_allows_a_distribution_sitecustomize(tmp_path: Path) -> None:
+    """Debian and Ubuntu ship a ``sitecustomize`` that imports ``apport_python_hook``; the
+    interpreter loads both before the loop, and the check must not count them against it."""
+    (tmp_path / "apport_python_hook.py").write_text("def install() -> None:\n    pass\n")
+    (tmp_path / "sitecustomize.py").write_text(
+        "try:\n    import apport_python_hook\nexcept ImportError:\n    pass\n"
+        "else:\n    apport_python_hook.install()\n"
+    )
+    assert {"sitecustomize", "apport_python_hook"} <= _at_startup(tmp_path)
+    _check_light_tier(tmp_path)
 
 
 def test_numeric_tier_loads_torch_but_not_dynamo_transformers_or_peft() -> None:
@@ -128,6 +165,7 @@ def test_pytest_plugin_fixtures(tmp_path: Path) -> None:
         text=True,
         cwd=tmp_path,
         env=env,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout

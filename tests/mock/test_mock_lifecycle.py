@@ -230,8 +230,33 @@ def test_imports_stay_light() -> None:
         "         'fakes')\n"
         "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    )
     assert out.stdout.strip() == ""
+
+
+def test_a_fake_mock_runs_the_blog_loop_without_torch() -> None:
+    """``mock(engine="fake")`` through the launch post's whole loop (the SDK's get_tokenizer
+    included) in a fresh interpreter: torch and transformers stay out of ``sys.modules``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, localsession, mock_blog\n"
+        "with localsession.mock(engine='fake',\n"
+        "                       model_map={'openai/gpt-oss-20b': 'localsession/tiny'}):\n"
+        "    observed = mock_blog.grpo(steps=2)\n"
+        "assert observed, observed\n"
+        "print(','.join(m for m in ('torch', 'transformers') if m in sys.modules) or 'none')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "none", out.stdout
 
 
 def test_hugging_face_settings_from_the_exports_are_scoped() -> None:

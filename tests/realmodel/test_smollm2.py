@@ -111,6 +111,23 @@ def test_greedy_chat_sampling_stops_at_im_end_like_generate(
     assert seq.tokens == expected  # the new adapter (B = 0) decodes exactly like the base
 
 
+def test_the_real_model_keeps_its_own_8192_positions(
+    session: TrainingClient, smol_dir: Path
+) -> None:
+    """A real model is no stand-in: prompt + ``max_tokens`` past its 8,192 positions fails
+    the op with the clear error, naming both numbers and the fix (built-ins take 131,072)."""
+    config = json.loads((smol_dir / "config.json").read_text())
+    assert config["max_position_embeddings"] == 8192
+    sampler = session.save_weights_and_get_sampling_client()
+    prompt = prompt_tokens(session.get_tokenizer())
+    with pytest.raises(Exception, match="maximum context length of 8192") as failed:
+        sampler.sample(prompt, 1, SamplingParams(max_tokens=8192)).result(timeout=120)
+    message = str(failed.value)
+    assert f"{len(prompt) + 8192} positions" in message and "lower max_tokens" in message
+    fits = SamplingParams(max_tokens=8192 - len(prompt), temperature=0.0, stop=["\n", " "])
+    assert sampler.sample(prompt, 1, fits).result(timeout=120).sequences[0].tokens
+
+
 def test_compute_logprobs_equals_a_direct_forward_pass(
     session: TrainingClient, smol_dir: Path
 ) -> None:

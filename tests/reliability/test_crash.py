@@ -30,6 +30,7 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from procio import Lines
 
 from localsession.server.runner import client_env
 
@@ -113,7 +114,8 @@ def start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     procs: list[subprocess.Popen[str]] = []
 
     def launch(stall: str | None = None, harness: bool = True) -> Server:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        env.pop("PYTHONUNBUFFERED", None)
         env.pop("LOCALSESSION_STALL", None)
         if stall:
             env["LOCALSESSION_STALL"] = stall
@@ -128,8 +130,7 @@ def start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             env=env,
         )
         procs.append(proc)
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
+        first = Lines(proc.stdout, "serve's stdout").readline()
         assert first.startswith("localsession serving on http://127.0.0.1:"), first
         url = first.split()[3]
         for key, value in client_env(url, "us-west-2").items():

@@ -29,6 +29,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
+from procio import Lines
 
 import localsession
 from localsession.runtime.service import ServiceConfig
@@ -71,11 +72,12 @@ def test_serve_on_all_interfaces_prints_the_warning(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        assert proc.stdout is not None and proc.stderr is not None
-        first = proc.stdout.readline()
+        out, errors = Lines(proc.stdout, "stdout"), Lines(proc.stderr, "stderr")
+        first = out.readline()  # fails after a timeout rather than hanging on a silent server
         assert first.startswith("localsession serving on http://0.0.0.0:"), first
         proc.kill()
-        err = proc.stderr.read()
+        proc.wait(timeout=30)
+        err = errors.rest(30)
         assert "WARNING: localsession is binding 0.0.0.0, which is NOT a loopback" in err
     finally:
         if proc.poll() is None:

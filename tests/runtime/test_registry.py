@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procio import Lines
 
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.packages.registry import Registry, parse_arn
@@ -77,9 +78,9 @@ def test_a_killed_writer_leaves_no_package_and_no_corrupt_index(tmp_path: Path) 
     registry = Registry(tmp_path, "us-west-2", "000000000000")
     make(registry)
     proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == b"writing"
+    assert Lines(proc.stdout, "the writer's stdout").readline().strip() == b"writing"
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=30)
     assert [p.version for p in registry.list(GROUP)] == [1]
     reopened = Registry(tmp_path, "us-west-2", "000000000000")  # sweeps the interrupted write
     assert list((tmp_path / "packages" / ".tmp").iterdir()) == []
@@ -96,6 +97,7 @@ def test_opening_a_home_sweeps_only_writes_whose_process_is_gone(tmp_path: Path)
         capture_output=True,
         text=True,
         check=True,
+        timeout=600,
     )
     dead = int(done.stdout)
     tmp = tmp_path / "packages" / ".tmp"

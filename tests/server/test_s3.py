@@ -170,7 +170,11 @@ def test_the_aws_cli_copies_a_merged_model(sdk: Any, server: Running, tmp_path: 
     uri, _, _ = _location(sdk, arn)
     env = {**os.environ, **client_env(server.url, "us-west-2")}
     listed = subprocess.run(
-        ["aws", "s3", "ls", "--recursive", uri], env=env, capture_output=True, text=True
+        ["aws", "s3", "ls", "--recursive", uri],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert listed.returncode == 0, listed.stderr
     merged = _files(server.service.registry.path(arn) / "merged")
@@ -180,6 +184,7 @@ def test_the_aws_cli_copies_a_merged_model(sdk: Any, server: Running, tmp_path: 
         env=env,
         capture_output=True,
         text=True,
+        timeout=600,
     )
     assert copied.returncode == 0, copied.stderr
     assert _files(tmp_path / "model") == merged

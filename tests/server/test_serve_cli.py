@@ -13,10 +13,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from procio import Lines
 
 
 def test_serve_prints_exports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONUNBUFFERED", None)  # as a user's shell: serve must flush its own banner
     proc = subprocess.Popen(
         [sys.executable, "-m", "localsession", "serve", "--port", "0", "--home", str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -25,13 +27,13 @@ def test_serve_prints_exports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
         env=env,
     )
     try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
+        lines = Lines(proc.stdout, "serve's output")
+        first = lines.readline()
         assert first.startswith("localsession serving on http://127.0.0.1:"), first
         url = first.split()[3]
         exports = {}
         while len(exports) < 9:
-            line = proc.stdout.readline()
+            line = lines.readline()
             if line.startswith("export "):
                 key, _, value = line[len("export ") :].strip().partition("=")
                 exports[key] = value
@@ -41,7 +43,7 @@ def test_serve_prints_exports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
         assert exports["AWS_ENDPOINT_URL_S3"] == url + "/s3"
         note = ""
         while "STS" not in note:  # the banner says to pass s3_output_path, and why
-            note += proc.stdout.readline()
+            note += lines.readline()
         assert "s3_output_path=" in note, note
         for _ in range(100):  # the socket is bound before the banner; uvicorn starts next
             try:
@@ -53,7 +55,8 @@ def test_serve_prints_exports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
         else:
             pytest.fail("the server never answered /_localsession/health")
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        out = lines.rest(30)
         assert proc.returncode == 0, out
         assert "localsession server stopped" in out
         assert "Traceback" not in out
@@ -62,3 +65,38 @@ def test_serve_prints_exports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_serve_with_stdout_in_a_file_writes_its_banner_at_once(tmp_path: Path) -> None:
+    """``localsession serve > serve.log &``: the URL and the exports are in the file while the
+    server runs (Python block-buffers stdout that is not a terminal unless it is flushed)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONUNBUFFERED", None)
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "localsession", "serve", "--port", "0", "--quiet"]
+            + ["--home", str(tmp_path / "home")],
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+    try:
+        deadline = time.monotonic() + 120  # start-up on a loaded machine; typically ~2 s
+        text = ""
+        while text.count("\nexport ") < 9 and proc.poll() is None:
+            assert time.monotonic() < deadline, f"no banner in the file after 120 s: {text!r}"
+            time.sleep(0.1)
+            text = log.read_text()
+        assert proc.poll() is None, f"serve exited ({proc.returncode}): {text!r}"
+        assert text.startswith("localsession serving on http://127.0.0.1:"), text
+        url = text.split()[3]
+        assert f"export SAGEMAKER_TRAINING_SESSION_ENDPOINT={url}\n" in text
+        assert f"export AWS_ENDPOINT_URL_S3={url}/s3\n" in text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -181,16 +181,20 @@ def _swallow(request: urllib.request.Request) -> None:
         pass
 
 
-def test_over_long_sequences_fail_the_op_naming_limit_and_length(sdk: Any) -> None:
-    """Item 8 through the unmodified SDK: the op fails; the session keeps working."""
+def test_over_long_sequences_fail_the_op_naming_limit_and_length(
+    sdk: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 8 through the unmodified SDK: the op fails; the session keeps working. The limit
+    is a model map entry's ``max_context`` (the built-in's own 131,072 is too long to fill)."""
     import sagemaker.train.training_session as ts
 
+    monkeypatch.setenv("LOCALSESSION_MODEL_MAP", "short/tiny=localsession/tiny;max_context=2048")
     long_prompt = [257] + [97] * 1999  # 2000 tokens: with max_tokens=512, 2512 > 2048
     datum = ts.Datum(
         model_input=ts.ModelInput.from_ints([97] * 2049),
         loss_fn_inputs={"target_tokens": [97] * 2049, "weights": [1.0] * 2049},
     )
-    with sdk.create_lora_training_client(base_model=MODEL, rank=4, alpha=8) as tc:
+    with sdk.create_lora_training_client(base_model="short/tiny", rank=4, alpha=8) as tc:
         sampler = tc.create_sampling_client()
         with pytest.raises(Exception, match=r"2512.*2048") as sampled:
             sampler.sample(long_prompt, sampling_params=ts.SamplingParams(max_tokens=512)).result()
@@ -204,3 +208,16 @@ def test_over_long_sequences_fail_the_op_naming_limit_and_length(sdk: Any) -> No
             loss_fn_inputs={"target_tokens": [97] * 16, "weights": [1.0] * 16},
         )
         assert tc.forward_backward([ok], "cross_entropy").result().metrics["loss"] > 0
+
+
+def test_a_built_in_stand_in_takes_a_third_party_max_tokens(sdk: Any) -> None:
+    """A trainer written for the service samples with ``max_tokens=4096`` (agentcore-rl-toolkit's
+    default): a built-in accepts it, as the 128k models it stands in for do."""
+    import sagemaker.train.training_session as ts
+
+    stops = [chr(c) for c in range(33, 127)] + [" ", "\n"]  # ends at the first printable byte
+    with sdk.create_lora_training_client(base_model=MODEL, rank=4, alpha=8) as tc:
+        sampler = tc.create_sampling_client()
+        params = ts.SamplingParams(max_tokens=4096, temperature=1.0, seed=0, stop=stops)
+        out = sampler.sample([257] + [97] * 100, sampling_params=params).result(timeout=120)
+        assert 1 <= len(out.sequences[0].tokens) <= 4096

