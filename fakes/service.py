@@ -151,9 +151,16 @@ class FakeService:
     # -- the Backend operations: the runtime's, some logged or held ----------------------
 
     def create_training_session(
-        self, request: dict[str, Any], *, strict: bool | None = None, region: str | None = None
+        self,
+        request: dict[str, Any],
+        *,
+        strict: bool | None = None,
+        region: str | None = None,
+        seed: int = 0,
     ) -> dict[str, Any]:
-        return self.runtime.create_training_session(request, strict=strict, region=region)
+        return self.runtime.create_training_session(
+            request, strict=strict, region=region, seed=seed
+        )
 
     def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         return self.runtime.describe_training_session(request)

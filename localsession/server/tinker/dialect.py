@@ -266,6 +266,11 @@ class Dialect(Checkpoints):
                     else ""
                 )
             )
+        for datum in datums:  # Tinker's losses weigh every position 1 unless told otherwise
+            inputs = datum["lossFnInputs"]
+            if "weights" not in inputs and "target_tokens" in inputs:
+                n = len(inputs["target_tokens"].get("data") or [])
+                inputs["weights"] = {"data": [1.0] * n, "dtype": "float32"}
         body: dict[str, Any] = {"lossFnName": loss_fn, "datumList": datums}
         if config:
             body["lossFnConfig"] = config

@@ -27,7 +27,7 @@ from localsession.server.tinker import codec, rest, results
 from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
 
 #: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
-HOLD_SECONDS = 5.0
+HOLD_SECONDS = 30.0
 #: The feature flags /api/v1/client/config hands the SDK (ClientConfigResponse fields).
 CLIENT_CONFIG = {
     "pjwt_auth_enabled": False,

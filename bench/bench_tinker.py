@@ -1,0 +1,177 @@
+"""A GRPO step driven by the ``tinker`` SDK vs by the SageMaker SDK, both over HTTP.
+
+One server (a thread of this process) serves both dialects over one service. Each step:
+sample 4 completions for each of 2 chat prompts (seeded, max_tokens 512, stopping at the
+model's end-of-sequence token), build ppo datums with group-normalised rewards, one
+``forward_backward`` + ``optim_step``, then a fresh sampler from saved weights. The two
+clients run the same prompts and seeds on sessions of the same rank, alternating step by
+step (common.interleaved), so both see the same machine load. Target: tinker ≤ 1.15× the
+SageMaker SDK (issue 27).
+
+Run: python bench/bench_tinker.py [--smoke] [--runs 5] [--model NAME]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E402
+from localsession.mocking.tinker_server import API_KEY  # noqa: E402
+from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+from localsession.server.runner import ServerThread, client_env  # noqa: E402
+from localsession.server.serve import server_catalog  # noqa: E402
+
+ROLE = "arn:aws:iam::123456789012:role/bench"
+GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/bench"
+MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+QUESTIONS = [
+    "Compute 27 + 82. Reply with the result only.",
+    "Compute 13 + 9. Reply with the result only.",
+]
+
+
+def _prompts(tokenizer: Any) -> list[list[int]]:
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False
+        )
+        for q in QUESTIONS
+    ]
+    return [list(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+
+def _datums(make: Callable[..., Any], prompt: list[int], sequences: list[Any]) -> list[Any]:
+    """ppo datums for one group; reward = shorter than the group's mean length."""
+    lengths = [len(s.tokens) for s in sequences]
+    mean = sum(lengths) / len(lengths)
+    out = []
+    for seq in sequences:
+        adv = 1.0 if len(seq.tokens) < mean else -1.0
+        n, pad = len(seq.tokens), len(prompt) - 1
+        out.append(
+            make(
+                prompt + list(seq.tokens[:-1]),
+                {
+                    "target_tokens": [0] * pad + list(seq.tokens),
+                    "weights": [0.0] * pad + [1.0] * n,
+                    "logprobs": [0.0] * pad + list(seq.logprobs),
+                    "advantages": [0.0] * pad + [adv] * n,
+                },
+            )
+        )
+    return out
+
+
+class Loop:
+    """One client's GRPO loop, a step per call (the sampler is refreshed each step)."""
+
+    def __init__(self, tc: Any, ts: Any, params: Any, prompts: list[list[int]], tinker: bool):
+        self.tc, self.ts, self.params, self.prompts, self.tinker = tc, ts, params, prompts, tinker
+        self.sampler = tc.save_weights_and_get_sampling_client()
+        self.tokens = 0
+
+    def _datum(self, tokens: list[int], inputs: dict[str, list[Any]]) -> Any:
+        return self.ts.Datum(
+            model_input=self.ts.ModelInput.from_ints(tokens), loss_fn_inputs=inputs
+        )
+
+    def step(self) -> None:
+        futures = [
+            self.sampler.sample(
+                prompt=self.ts.ModelInput.from_ints(p), num_samples=4, sampling_params=self.params
+            )
+            for p in self.prompts
+        ]
+        datums = []
+        for prompt, future in zip(self.prompts, futures, strict=True):
+            sequences = list(future.result().sequences)
+            self.tokens += sum(len(s.tokens) for s in sequences)
+            datums += _datums(self._datum, prompt, sequences)
+        fwd = self.tc.forward_backward(datums, "ppo")
+        adam = self.ts.AdamParams(learning_rate=1e-4, weight_decay=0.0)
+        self.tc.optim_step(adam).result()
+        fwd.result()
+        self.sampler = self.tc.save_weights_and_get_sampling_client()
+
+
+def collect(smoke: bool = False, runs: int = 5, model: str = MODEL) -> list[Row]:
+    runs = 1 if smoke else runs
+    logging.getLogger("sagemaker").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory() as home:
+        service = Service(
+            ServiceConfig(home=Path(home), max_sessions=8, strict=False),
+            catalog=server_catalog(Path(home), {}),
+        )
+        try:
+            with ServerThread(service) as url:
+                env = {**client_env(url, "us-west-2"), "TINKER_BASE_URL": url}
+                env.update({"TINKER_API_KEY": API_KEY, "HF_HUB_CACHE": str(service.hub_cache)})
+                os.environ.update(env)
+                import sagemaker.train.training_session as sm
+                import tinker
+
+                sc = tinker.ServiceClient()
+                ttc = sc.create_lora_training_client(base_model=model, rank=8, seed=0).result()
+                prompts = _prompts(ttc.get_tokenizer())
+                sdk = sm.ServiceClient(
+                    role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path="s3://b/o"
+                )
+                stc = sdk.create_lora_training_client(model, rank=8, alpha=32)
+                loops = {
+                    "tinker": Loop(
+                        ttc,
+                        tinker.types,
+                        tinker.types.SamplingParams(max_tokens=512, seed=3),
+                        prompts,
+                        True,
+                    ),
+                    "sagemaker": Loop(
+                        stc, sm, sm.SamplingParams(max_tokens=512, seed=3), prompts, False
+                    ),
+                }
+                times = interleaved({k: v.step for k, v in loops.items()}, runs, warmup=1)
+                sc.close("success").result()
+        finally:
+            service.close()
+    t, s = median(times["tinker"]), median(times["sagemaker"])
+    ratio = t / s
+    return [
+        Row(
+            f"GRPO step over HTTP, tinker SDK vs SageMaker SDK, {model.split('/')[-1]} (s)",
+            t,
+            "s",
+            "≤ 1.15×",
+            ratio <= 1.15,
+            s,
+            ratio,
+        ),
+        Row(
+            "sampled tokens, tinker / SageMaker loop",
+            loops["tinker"].tokens,
+            "tok",
+            "info",
+            None,
+            loops["sagemaker"].tokens,
+        ),
+    ]
+
+
+def main() -> None:
+    parser = bench_args(__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--model", default=MODEL)
+    args = parser.parse_args()
+    emit(collect(args.smoke, args.runs, args.model), args, "GRPO step: tinker SDK vs SageMaker SDK")
+
+
+if __name__ == "__main__":
+    main()
