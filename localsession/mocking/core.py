@@ -41,7 +41,7 @@ _ids = itertools.count(1)
 _import_lock = threading.Lock()
 #: The server's default long-poll (``localsession serve --long-poll``), so results arrive as
 #: they do over HTTP.
-LONG_POLL_S = 0.5
+LONG_POLL_S = 1.0
 
 
 def _moto_active() -> bool:

@@ -2,9 +2,16 @@
 
 A thin layer: each route parses the request, calls the runtime's operation of the same name
 and serialises what comes back. Every behaviour (validation, ordering, limits, errors) is the
-runtime's, shared with the in-process clients. The only thing done here is the long-poll of
-``Get*OperationResult`` and of a starting session's ``DescribeTrainingSession``, which turns
-the SDK's fixed 2 s poll and 10 s status wait into near-zero latency (docs/wire.md#4).
+runtime's, shared with the in-process clients. The only things done here are the holds that
+turn the SDK's fixed 2 s poll and 10 s status wait into near-zero latency (docs/wire.md#6):
+
+- an ``Execute*Operation`` answer is held until its op is terminal (at most ``submit_hold``
+  seconds). The SDK waits for that answer on a future that honours ``result(timeout=t)`` to
+  the millisecond, and its first poll then finds the op complete;
+- a ``Get*OperationResult`` poll of a running op is held until the op is terminal (at most
+  ``long_poll`` seconds), so a poll never answers "in progress" for an op that completes
+  while the poll is open;
+- a starting session's ``DescribeTrainingSession`` is held until its model is loaded.
 
 Nothing that can block runs on the event loop: every runtime call (which takes locks, and
 may write a session record with ``fsync``) goes to the thread pool; only the long-poll's
@@ -54,6 +61,17 @@ _LABEL_RE = re.compile(r"^[a-zA-Z0-9-]{1,64}\Z")
 START_WAIT_SECONDS = 30.0
 #: Operations that mint ARNs: they take the caller's region (``region=``).
 REGIONAL = ("CreateTrainingSession", "CreateModelPackageGroup")
+#: Default seconds a result poll of a running op is held. The SDK checks a
+#: ``result(timeout=t)`` deadline only between polls and sleeps 2 s after each incomplete one,
+#: so a wait on the poll path ends within t + LONG_POLL_SECONDS + 2 s.
+LONG_POLL_SECONDS = 1.0
+#: Default seconds an ``Execute*Operation`` answer is held for its op to finish: well under
+#: the SDK's 60 s read timeout. Past it the op's id is answered and polls take over.
+SUBMIT_HOLD_SECONDS = 20.0
+#: Sampling submits of one session held at once. The SDK sends submits from a thread pool
+#: of (CPUs + 4) workers shared by a training client and its samplers; a held submit keeps
+#: a worker, so at most this many are held and the rest of a wide fan-out is answered at once.
+MAX_HELD_SAMPLING = 3
 
 
 def _snake(operation: str) -> str:
@@ -77,9 +95,12 @@ def _label(value: str, field: str) -> str:
 class Routes:
     """The route handlers, bound to one :class:`Service` and its long-poll settings."""
 
-    def __init__(self, service: Service, long_poll: float) -> None:
+    def __init__(self, service: Service, long_poll: float, submit_hold: float) -> None:
         self.service = service
         self.long_poll = long_poll
+        self.submit_hold = submit_hold
+        #: Sampling submits held per session (touched only on the event loop).
+        self._held_sampling: dict[str, int] = {}
 
     async def control_plane(self, request: Request) -> Response:
         target = request.headers.get("x-amz-target", "")
@@ -125,9 +146,33 @@ class Routes:
                 if sampling
                 else self.service.execute_training_operation
             )
-            return wire.ok(await run_in_threadpool(run, name, body), "rest-json")
+            answer = await run_in_threadpool(run, name, body)
+            await self._hold_submit(name, answer["operationId"], sampling)
+            return wire.ok(answer, "rest-json")
         except ServiceError as exc:
             return wire.error(exc, "rest-json")
+
+    async def _hold_submit(self, name: str, op_id: str, sampling: bool) -> None:
+        """Hold an accepted submit's answer until its op is terminal or ``submit_hold``
+        passes; not for a training op queued behind a missing sequence number (it would wait
+        on a submit its client has not sent), nor past :data:`MAX_HELD_SAMPLING`."""
+        if self.submit_hold <= 0:
+            return
+        if not sampling:
+            await self._wait_done(name, op_id, self.submit_hold, unless_gap=True)
+            return
+        held = self._held_sampling.get(name, 0)
+        if held >= MAX_HELD_SAMPLING:
+            return
+        self._held_sampling[name] = held + 1
+        try:
+            await self._wait_done(name, op_id, self.submit_hold, unless_gap=False)
+        finally:
+            left = self._held_sampling[name] - 1
+            if left:
+                self._held_sampling[name] = left
+            else:
+                del self._held_sampling[name]
 
     async def result(self, request: Request) -> Response:
         sampling = "/sampling-operations/" in request.url.path
@@ -146,6 +191,12 @@ class Routes:
 
     async def _long_poll(self, name: str, op_id: str) -> None:
         """Wait, without holding a thread, until the op is terminal or ``long_poll`` passes."""
+        await self._wait_done(name, op_id, self.long_poll, unless_gap=False)
+
+    async def _wait_done(self, name: str, op_id: str, seconds: float, *, unless_gap: bool) -> None:
+        """Wait, without holding a thread, until the op is terminal or ``seconds`` pass
+        (``unless_gap``: not at all for a training op waiting on a missing number). An
+        unknown session or op ends the wait; the request's own answer reports it."""
         loop = asyncio.get_running_loop()
         finished = loop.create_future()
 
@@ -159,19 +210,33 @@ class Routes:
             except RuntimeError:
                 pass  # the loop closed (server shutting down)
 
-        await run_in_threadpool(self.service.on_operation_done, name, op_id, wake)
+        def watch() -> bool:
+            if unless_gap and self.service.session(name).waits_for_earlier(op_id):
+                return False
+            self.service.on_operation_done(name, op_id, wake)
+            return True
+
         try:
-            await asyncio.wait_for(finished, self.long_poll)
+            if not await run_in_threadpool(watch):
+                return
+        except ServiceError:
+            return
+        try:
+            await asyncio.wait_for(finished, seconds)
         except asyncio.TimeoutError:
             pass
 
 
 def create_app(
-    service: Service, *, long_poll: float = 0.5, credential: auth.Credential | None = None
+    service: Service,
+    *,
+    long_poll: float = LONG_POLL_SECONDS,
+    submit_hold: float = SUBMIT_HOLD_SECONDS,
+    credential: auth.Credential | None = None,
 ) -> Starlette:
     """The ASGI app serving ``service``: both SageMaker services and ``/_localsession/``,
     behind the body limit and, with ``credential``, SigV4 checks (server/auth.py)."""
-    routes = Routes(service, long_poll)
+    routes = Routes(service, long_poll, submit_hold)
     session = "/v1/training-sessions/{name}"
     return Starlette(
         middleware=[Middleware(auth.RequestGuard, credential=credential)],
@@ -184,6 +249,6 @@ def create_app(
             *chat_routes.routes(service),
             *admin.routes(service),
             *s3.routes(lambda: service.registry),
-            *tinker.routes(service),
+            *tinker.mount(service),
         ],
     )

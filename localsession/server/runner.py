@@ -11,7 +11,7 @@ from typing import Any
 import uvicorn
 
 from localsession.runtime.service import Service
-from localsession.server.app import create_app
+from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS, create_app
 from localsession.server.auth import Credential
 
 
@@ -52,11 +52,12 @@ def url_of(sock: socket.socket) -> str:
 def make_server(
     service: Service,
     *,
-    long_poll: float = 0.5,
+    long_poll: float = LONG_POLL_SECONDS,
+    submit_hold: float = SUBMIT_HOLD_SECONDS,
     credential: Credential | None = None,
     **config: Any,
 ) -> uvicorn.Server:
-    app = create_app(service, long_poll=long_poll, credential=credential)
+    app = create_app(service, long_poll=long_poll, submit_hold=submit_hold, credential=credential)
     options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
     options.update(config)
     return uvicorn.Server(uvicorn.Config(app, **options))
@@ -70,13 +71,16 @@ class ServerThread:
         service: Service,
         host: str = "127.0.0.1",
         port: int = 0,
-        long_poll: float = 0.5,
+        long_poll: float = LONG_POLL_SECONDS,
         credential: Credential | None = None,
+        submit_hold: float = SUBMIT_HOLD_SECONDS,
     ) -> None:
         self.service = service
         self._sock = bind(host, port)
         self.url = url_of(self._sock)
-        self._server = make_server(service, long_poll=long_poll, credential=credential)
+        self._server = make_server(
+            service, long_poll=long_poll, submit_hold=submit_hold, credential=credential
+        )
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )

@@ -20,6 +20,7 @@ from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import ModelCatalog
 from localsession.runtime.models.sources import localsession_home, parse_map_entries
 from localsession.runtime.service import Service, ServiceConfig
+from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS
 from localsession.server.auth import Credential
 from localsession.server.runner import client_env, make_server, url_of
 from localsession.server.startup import (
@@ -41,7 +42,8 @@ class ServeOptions:
     max_sessions: int | None = None
     gap_timeout: float | None = None
     lenient_sequence: bool = False
-    long_poll: float = 0.5
+    long_poll: float = LONG_POLL_SECONDS
+    submit_hold: float = SUBMIT_HOLD_SECONDS
     max_queued_ops: int | None = None
     #: ``ACCESS_KEY:SECRET``: require SigV4 requests signed with it (server/auth.py).
     auth: str | None = None
@@ -190,7 +192,12 @@ def serve(options: ServeOptions) -> int:
         target=hub.export_all, args=(service.catalog, service.hub_cache), daemon=True
     ).start()
     _log_requests(quiet=options.quiet)
-    server = make_server(service, long_poll=options.long_poll, credential=credential)
+    server = make_server(
+        service,
+        long_poll=options.long_poll,
+        submit_hold=options.submit_hold,
+        credential=credential,
+    )
     server.config.app = RequestLog(server.config.app)
     try:
         server.run(sockets=[sock])

@@ -243,7 +243,8 @@ def test_the_sdk_retries_throttled_submits(tmp_path: Any, monkeypatch: pytest.Mo
             raise
 
     service.execute_training_operation = counting  # type: ignore[method-assign]
-    with ServerThread(service, long_poll=5.0) as url:
+    # Submits answered at once (no hold), so the SDK pipelines its 16 ops into the queue.
+    with ServerThread(service, long_poll=5.0, submit_hold=0.0) as url:
         for key, value in client_env(url, "us-west-2").items():
             monkeypatch.setenv(key, value)
         client = ServiceClient(

@@ -133,3 +133,19 @@ def test_skip_all_ends_every_queued_op_skipped() -> None:
     assert {op.error for op in waiting} == {"The session was stopped before this operation ran."}
     assert ran.status == PENDING  # released ops are the worker's, not the queue's
     assert len(queue) == 0 and queue.advance(0.0) is None
+
+
+def test_missing_before_names_an_op_that_waits_on_an_unsent_number() -> None:
+    """What the server asks before holding a submit's answer (docs/wire.md#6)."""
+    queue = TrainingQueue("s", gap_timeout=5.0)
+    admit(queue, 1)
+    assert not queue.missing_before(1)
+    admit(queue, 3)
+    assert queue.missing_before(3)  # 2 has not arrived
+    admit(queue, 2)
+    assert not queue.missing_before(3) and not queue.missing_before(2)
+    assert released(queue) == [1, 2, 3]
+    admit(queue, 6)
+    assert queue.missing_before(6)  # 4 and 5 missing
+    assert queue.consume(4) and queue.consume(5)  # lenient mode records them used
+    assert not queue.missing_before(6)

@@ -192,6 +192,13 @@ class Session:
             self.cond.notify_all()
             return op.id
 
+    def waits_for_earlier(self, operation_id: str) -> bool:
+        """Whether this training op cannot run before a lower sequence number arrives (a gap
+        before it); False for sampling ops and unknown ids."""
+        with self.cond:
+            op = self.ops.get(operation_id)
+            return op is not None and op.seq is not None and self.queue.missing_before(op.seq)
+
     def consume(self, seq: int) -> None:
         """Record a number whose submit was refused as used, so nothing waits on it (the
         server's lenient mode, docs/semantics.md#4). A number already taken is left alone."""

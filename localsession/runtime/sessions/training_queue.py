@@ -86,6 +86,11 @@ class TrainingQueue:
         self.last_received = max(self.last_received, seq)
         return op
 
+    def missing_before(self, seq: int) -> bool:
+        """Whether a number below ``seq`` has neither arrived nor been recorded lost, so op
+        ``seq`` cannot run until another submit (or the gap timeout) comes."""
+        return any(n not in self._by_seq and n not in self._lost for n in range(self.next_seq, seq))
+
     def consume(self, seq: int) -> bool:
         """Record a number whose submit was refused as used, so nothing waits on it (the
         server's lenient mode). A number already taken is left alone; False then."""

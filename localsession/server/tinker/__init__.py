@@ -14,11 +14,12 @@ from starlette.routing import BaseRoute
 
 from localsession.runtime.service import Service
 
-__all__ = ["routes"]
+__all__ = ["mount"]
 
 
-def routes(service: Service) -> list[BaseRoute]:
-    """The Tinker routes over ``service`` (one dialect state per app)."""
+def mount(service: Service) -> list[BaseRoute]:
+    """The Tinker routes over ``service`` (one dialect state per app). Not named ``routes``:
+    importing the submodule ``routes`` would rebind that package attribute to the module."""
     from localsession.server.tinker.dialect import Dialect
     from localsession.server.tinker.routes import routes as tinker_routes
 
