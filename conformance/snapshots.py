@@ -12,12 +12,14 @@ exactly; floats within ``validation.json``'s tolerances. The parity report lists
 as ``agree``, ``differ`` (with the diff) or ``not recorded``; any ``differ`` fails the run.
 ``--snapshot-report OUT.json`` also writes it as JSON.
 
-Values are captured by wrapping, for the duration of the run, the public methods of the
-client classes the backend hands out (``ServiceClient``, ``TrainingClient``,
-``SamplingClient`` and any class they return whose name ends in ``Client``) and ``result``
-of the futures they return. Only calls made by the test's own thread during the test
-function itself are recorded (not fixtures: their scope would make a recording depend on
-test selection), and only the outermost call (a method calling another records once).
+A returned model is recorded as its fields plus its public properties (an op result's
+``metrics`` and ``loss_fn_outputs``). Values are captured by wrapping, for the duration of
+the run, the public methods of the client classes the backend hands out (``ServiceClient``,
+``TrainingClient``, ``SamplingClient`` and any class they return whose name ends in
+``Client``) and ``result`` of the futures they return. Only calls made by the test's own
+thread during the test function itself are recorded (not fixtures: their scope would make a
+recording depend on test selection), and only the outermost call (a method calling another
+records once).
 Volatile values (ARNs, ids, times) are normalised as in cassettes (normalise.py).
 """
 
@@ -166,7 +168,16 @@ class Capture:
 def _plain(value: Any) -> Any:
     """A JSON value for anything a client returns."""
     if hasattr(value, "model_dump"):
-        return _plain(value.model_dump(mode="json"))
+        dump = dict(value.model_dump(mode="json"))
+        for name in dir(type(value)):  # public properties (an op result's metrics, ...)
+            if name.startswith(("_", "model_")) or name in dump:
+                continue
+            if isinstance(inspect.getattr_static(type(value), name, None), property):
+                try:
+                    dump[name] = getattr(value, name)
+                except Exception:  # noqa: BLE001 - a property that cannot answer is left out
+                    continue
+        return _plain(dump)
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
