@@ -49,6 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--xfail-file", type=Path, help="known divergences, instead of the backend's")
     group.addoption("--base-model", help="base model to create sessions on")
     group.addoption("--conformance-report", type=Path, metavar="OUT.json", help="write a report")
+    group.addoption("--snapshot-update", type=Path, metavar="DIR", help="record snapshots")
+    group.addoption("--snapshot-check", type=Path, metavar="DIR", help="compare with snapshots")
+    group.addoption("--snapshot-report", type=Path, metavar="OUT.json", help="parity report")
     for key in ("region", "role", "base-model", "group", "s3"):
         group.addoption(f"--remote-{key}", help=f"remote backend: {key} (or CONFORMANCE_* env)")
 
@@ -61,6 +64,12 @@ def pytest_configure(config: pytest.Config) -> None:
     recorder = Recorder()
     config.stash[_RECORDER] = recorder
     config.pluginmanager.register(recorder, "conformance-recorder")  # collects every report
+    update, check = config.getoption("--snapshot-update"), config.getoption("--snapshot-check")
+    if update is not None or check is not None:  # snapshot conformance (snapshots.py)
+        from conformance.snapshot_plugin import SnapshotPlugin
+
+        report = config.getoption("--snapshot-report")
+        config.pluginmanager.register(SnapshotPlugin(update, check, report), "snapshots")
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:

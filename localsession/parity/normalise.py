@@ -5,8 +5,9 @@ replaces what changes from run to run with placeholders, numbered by first appea
 
 - ARNs naming an account (``arn:aws:...:123456789012:...``) -> ``<arn:s1>``;
 - UUIDs (operation ids, client tokens) -> ``<uuid:c2>``;
-- training-session names (the ``TrainingSessionName`` keys, and those names inside paths
-  and other strings) -> ``<session:c1>``;
+- training-session names (the ``TrainingSessionName`` keys, the SDK's default names
+  ``sagemaker-training-session-<8 hex>``, and those names inside paths and other strings)
+  -> ``<session:c1>``;
 - times (keys ending in ``Time``, ``Timestamp`` or ``Date``) -> a fixed time of the same
   type (:data:`FIXED_EPOCH`, :data:`FIXED_ISO`); request ids -> ``<request-id>``;
 - a bare 12-digit account id inside a string -> ``000000000000``.
@@ -34,6 +35,8 @@ UUID_RE = re.compile(
 )
 ACCOUNT_RE = re.compile(r"(?<![0-9])[0-9]{12}(?![0-9])")
 PLACEHOLDER_RE = re.compile(r"<([a-z-]+):([sc])(\d+)>")
+#: The SDK's default session names (``DEFAULT_SESSION_NAME_PREFIX`` + 8 hex digits).
+SESSION_RE = re.compile(r"sagemaker-training-session-[0-9a-f]{8}(?![0-9a-f])")
 TIME_KEY_RE = re.compile(r"(Time|Timestamp|Date|time|timestamp|At)$")
 SESSION_KEYS = frozenset({"TrainingSessionName", "trainingSessionName"})
 REQUEST_ID_KEYS = frozenset({"RequestId", "requestId", "x-amzn-requestid", "x-amz-request-id"})
@@ -132,6 +135,7 @@ class Normaliser:
         for name in self._sessions:  # a session name inside a longer string (an S3 URI)
             if name in text:
                 text = text.replace(name, self.table[name])
+        text = SESSION_RE.sub(lambda m: self._placeholder("session", m[0], origin), text)
         return ACCOUNT_RE.sub(ZERO_ACCOUNT, self.scrub(text))
 
     def value(self, value: Any, origin: str, key: str = "") -> Any:

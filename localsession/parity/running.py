@@ -59,7 +59,11 @@ def build_proxy(options: RecordOptions, credentials: Any = None) -> RecordingPro
 def record(options: RecordOptions) -> int:
     """``localsession record``: run the proxy in the foreground until Ctrl-C."""
     sock = bind_or_explain(options.host, options.port)
-    proxy = build_proxy(options)
+    try:
+        proxy = build_proxy(options)
+    except BaseException:
+        sock.close()
+        raise
     url = url_of(sock)
     print(f"localsession recording on {url} -> {proxy.upstreams.control}; Ctrl-C stops it")
     print(f"# cassette: {proxy.writer.path}")

@@ -1,0 +1,116 @@
+"""Two more ways to drive localsession, for the shipped reference snapshots
+(conformance/reference/): the third carrier, and in-process clients set up like the wire.
+
+- ``--backend=import:conformance.backends.carriers:make_mock``: the unmodified SDK inside
+  ``localsession.mock()`` (no socket), with ``serve``'s strict limits, four sessions and a
+  1 s sequence-gap timeout, as ``--backend=http`` runs its server;
+- ``--backend=import:conformance.backends.carriers:make_inprocess_wire``: localsession's own
+  clients in-process, strict (``max_tokens >= 512``, as botocore enforces over the wire),
+  with the same S3 output path, session cap and gap timeout as ``--backend=http``. The
+  three carriers then answer each test alike, which is what the reference set checks.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from conformance.adapter import Backend, Limits
+from conformance.backends import GROUP, REGION, ROLE, S3, xfail_file
+from conformance.capabilities import CAPABILITIES
+
+MAX_SESSIONS = 4
+GAP_TIMEOUT = 1.0
+
+
+def make_inprocess_wire(options: dict[str, Any]) -> Backend:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import localsession
+    from localsession.runtime.service import Service, ServiceConfig
+
+    home = tempfile.TemporaryDirectory(prefix="conformance-inprocess-wire-")
+    config = ServiceConfig(home=Path(home.name), max_sessions=MAX_SESSIONS, gap_timeout=GAP_TIMEOUT)
+    service = Service(config)
+
+    def client() -> Any:
+        return localsession.ServiceClient(
+            REGION,
+            role_arn=ROLE,
+            backend=service,
+            strict=True,
+            model_package_group_arn=GROUP,
+            s3_output_path=S3,
+        )
+
+    def usage(name: str) -> dict[str, int]:
+        detail = service.describe_training_session({"TrainingSessionName": name})
+        return dict(detail["TrainingSessionDetail"]["BillableTokenUsage"])
+
+    def close() -> None:
+        service.close()
+        home.cleanup()
+
+    return Backend(
+        name="inprocess-wire",
+        version=importlib.metadata.version("localsession"),
+        ts=localsession,
+        base_model=options.get("base_model") or "localsession/tiny",
+        service_client=client,
+        strict_client=client,
+        capabilities=options.get("capabilities") or frozenset(CAPABILITIES),
+        limits=Limits(min_max_tokens=512, max_sessions=MAX_SESSIONS, gap_timeout_s=GAP_TIMEOUT),
+        billable_usage=usage,
+        xfail_file=xfail_file("inprocess"),
+        close=close,
+        details={"model": "localsession/tiny (CPU)", "strict": "strict, like the wire"},
+    )
+
+
+def make_mock(options: dict[str, Any]) -> Backend:
+    import sagemaker.train.training_session as ts
+
+    import localsession
+
+    saved = {
+        k: os.environ.get(k) for k in ("LOCALSESSION_MAX_SESSIONS", "LOCALSESSION_GAP_TIMEOUT")
+    }
+    os.environ["LOCALSESSION_MAX_SESSIONS"] = str(MAX_SESSIONS)
+    os.environ["LOCALSESSION_GAP_TIMEOUT"] = str(GAP_TIMEOUT)
+    try:
+        mock = localsession.mock(strict=True, region=REGION).start()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    def client() -> Any:
+        return ts.ServiceClient(role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path=S3)
+
+    def usage(name: str) -> dict[str, int]:
+        import boto3
+
+        detail = boto3.client("sagemaker", region_name=REGION).describe_training_session(
+            TrainingSessionName=name
+        )["TrainingSessionDetail"]
+        return {k: int(v) for k, v in detail.get("BillableTokenUsage", {}).items()}
+
+    return Backend(
+        name="mock",
+        version=f"localsession {importlib.metadata.version('localsession')} mock() via "
+        f"sagemaker-train {importlib.metadata.version('sagemaker-train')}",
+        ts=ts,
+        base_model=options.get("base_model") or "localsession-tiny",
+        service_client=client,
+        strict_client=client,
+        capabilities=options.get("capabilities") or frozenset(CAPABILITIES),
+        limits=Limits(min_max_tokens=512, max_sessions=MAX_SESSIONS, gap_timeout_s=GAP_TIMEOUT),
+        billable_usage=usage,
+        xfail_file=xfail_file("http"),
+        close=mock.stop,
+        details={"carrier": "localsession.mock() (in-process botocore hook)"},
+    )

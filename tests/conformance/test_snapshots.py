@@ -1,0 +1,122 @@
+"""Snapshot conformance (``--snapshot-update`` / ``--snapshot-check``).
+
+- The shipped reference set (conformance/reference/, localsession recorded in-process) is
+  matched by all three carriers: in-process, HTTP (``serve`` + the SDK) and ``mock()``.
+- Three divergences planted in a backend (planted.py) are reported as diffs for exactly the
+  tests whose recorded events they touch, found from the recording itself; every other
+  test agrees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _runs import ROOT, TIMEOUT, env, run, suite_command
+
+pytestmark = pytest.mark.integration
+REFERENCE = ROOT / "conformance" / "reference"
+CARRIERS = {
+    "inprocess": "import:conformance.backends.carriers:make_inprocess_wire",
+    "http": "http",
+    "mock": "import:conformance.backends.carriers:make_mock",
+}
+
+
+def _report(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text()))
+
+
+def test_the_three_carriers_match_the_reference_snapshots(tmp_path: Path) -> None:
+    procs = {}
+    for name, backend in CARRIERS.items():
+        report = tmp_path / f"{name}.json"
+        args = suite_command(
+            backend, f"--snapshot-check={REFERENCE}", f"--snapshot-report={report}"
+        )
+        procs[name] = (
+            subprocess.Popen(
+                args, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True,
+            ),
+            report,
+        )  # fmt: skip
+    recorded = sum(len(json.loads(p.read_text())) for p in REFERENCE.glob("*.snapshot.json"))
+    try:
+        for name, (proc, report) in procs.items():
+            output, _ = proc.communicate(timeout=2 * TIMEOUT)  # three suites at once
+            assert proc.returncode == 0, f"{name}:\n{output[-6000:]}"
+            tests = _report(report)["tests"]
+            verdicts = {t: v["status"] for t, v in tests.items()}
+            assert set(verdicts.values()) == {"agree"}, (name, verdicts)
+            assert len(verdicts) == recorded >= 100, name
+    finally:
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+
+
+def _touched(events: list[dict[str, Any]]) -> set[str]:
+    """Which planted divergences a recorded test's events meet (planted.py)."""
+    hits = set()
+    for event in events:
+        error = event.get("error") or {}
+        if error.get("code") == "ResourceNotFound":
+            hits.add("code")
+        value = event.get("value")
+        if event["call"] == "result:compute_logprobs" and any(
+            isinstance(v, float) for v in value or []
+        ):
+            hits.add("float")
+        if event["call"] == "result:optim_step" and "grad_norm" in (value or {}).get("metrics", {}):
+            hits.add("field")
+    return hits
+
+
+def test_planted_divergences_are_reported_for_exactly_the_affected_tests(tmp_path: Path) -> None:
+    snapshots, report = tmp_path / "snapshots", tmp_path / "parity.json"
+    snapshots.mkdir()  # the timing-dependent tests the reference set declares, as a user would
+    volatile = json.loads((REFERENCE / "validation.json").read_text())["volatile_tests"]
+    (snapshots / "validation.json").write_text(json.dumps({"volatile_tests": volatile}))
+    recorded = run(suite_command("fakes", f"--snapshot-update={snapshots}"))
+    assert recorded.returncode == 0, recorded.stdout[-4000:]
+    validation = json.loads((snapshots / "validation.json").read_text())
+    assert validation["backend"] == "fakes" and validation["sdk"].startswith("sagemaker-train")
+    assert validation["date"] and validation["tests"] >= 100
+
+    events: dict[str, list[dict[str, Any]]] = {}
+    for path in snapshots.glob("*.snapshot.json"):
+        events.update({k: v["events"] for k, v in json.loads(path.read_text()).items()})
+    expected = {test: hits for test, e in events.items() if (hits := _touched(e))}
+    assert {h for hits in expected.values() for h in hits} == {"code", "float", "field"}
+
+    planted_env = {
+        **env(),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "conformance"), str(ROOT)]),
+    }
+    args = suite_command(
+        "import:planted:make_planted",
+        f"--snapshot-check={snapshots}",
+        f"--snapshot-report={report}",
+    )
+    checked = subprocess.run(
+        args, cwd=ROOT, env=planted_env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert checked.returncode != 0  # a divergence fails the run
+    assert "parity report" in checked.stdout
+    tests = _report(report)["tests"]
+    differ = {t for t, v in tests.items() if v["status"] == "differ"}
+    assert differ == set(expected), (sorted(differ - set(expected)), sorted(set(expected) - differ))
+    assert {v["status"] for t, v in tests.items() if t not in differ} == {"agree"}
+    for test, hits in expected.items():
+        diff = "\n".join(tests[test]["diff"])
+        if "code" in hits:
+            assert "'ResourceNotFoundException', recorded 'ResourceNotFound'" in diff, diff
+        if "field" in hits:
+            assert "metrics.grad_norm: missing" in diff, diff
+        if "float" in hits:
+            assert "|diff| 0.01" in diff, diff
