@@ -28,7 +28,7 @@ from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E40
 from localsession.mocking.tinker_server import API_KEY  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 from localsession.server.runner import ServerThread, client_env  # noqa: E402
-from localsession.server.serve import server_catalog  # noqa: E402
+from localsession.wiring import server_catalog  # noqa: E402
 
 ROLE = "arn:aws:iam::123456789012:role/bench"
 GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/bench"
