@@ -26,9 +26,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E402
 from localsession.mocking.tinker_server import API_KEY  # noqa: E402
-from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
+from localsession.runtime.service import ServiceConfig  # noqa: E402
 from localsession.server.runner import ServerThread, client_env  # noqa: E402
-from localsession.wiring import server_catalog  # noqa: E402
+from localsession.wiring import build_service, server_catalog  # noqa: E402
 
 ROLE = "arn:aws:iam::123456789012:role/bench"
 GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/bench"
@@ -107,7 +107,7 @@ def collect(smoke: bool = False, runs: int = 5, model: str = MODEL) -> list[Row]
     runs = 1 if smoke else runs
     logging.getLogger("sagemaker").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as home:
-        service = Service(
+        service = build_service(
             ServiceConfig(home=Path(home), max_sessions=8, strict=False),
             catalog=server_catalog(Path(home), {}),
         )

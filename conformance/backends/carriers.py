@@ -29,11 +29,12 @@ GAP_TIMEOUT = 1.0
 def make_inprocess_wire(options: dict[str, Any]) -> Backend:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import localsession
-    from localsession.runtime.service import Service, ServiceConfig
+    from localsession.runtime.service import ServiceConfig
+    from localsession.wiring import build_service
 
     home = tempfile.TemporaryDirectory(prefix="conformance-inprocess-wire-")
     config = ServiceConfig(home=Path(home.name), max_sessions=MAX_SESSIONS, gap_timeout=GAP_TIMEOUT)
-    service = Service(config)
+    service = build_service(config)
 
     def client() -> Any:
         return localsession.ServiceClient(
