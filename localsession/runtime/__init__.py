@@ -1,1 +1,3 @@
-"""The service in-process: sessions, ordered training queues, the sampling scheduler; no torch."""
+"""The service in-process, no torch, by resource: ``sessions/`` (sessions and their
+operations), ``packages/`` (the model registry and its artifacts), ``models/`` (catalog,
+sources, hub) and ``chat/`` (OpenAI chat completions), behind the front ``service.py``."""
