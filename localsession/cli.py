@@ -160,7 +160,8 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default=[],
         metavar="NAME=TARGET",
         help="serve base model NAME (a service model id) with TARGET: a built-in, a model "
-        "directory, or a model in the local Hugging Face cache (repeatable)",
+        "directory, or a model in the local Hugging Face cache (repeatable); "
+        "NAME=TARGET;max_context=N also sets the context length its sessions accept",
     )
     serve.add_argument("--max-sessions", type=int, help="concurrent session cap (default 4)")
     serve.add_argument(
