@@ -48,7 +48,7 @@ $(MODEL_STAMP): $(STAMP)
 	touch $(MODEL_STAMP)
 
 # GRPO teaches SmolLM2-135M-Instruct two-digit addition (examples/grpo_math.py, its `chat`
-# task): held-out accuracy and a sample reply before and after, metrics and a plot in
+# task): held-out accuracy before and after, the first question it learned, metrics and a plot in
 # $(DEMO_RUN). `make demo-tiny` is the same loop on the built-in random-init model.
 demo: $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) examples/grpo_math.py --base-model $(DEMO_MODEL) \

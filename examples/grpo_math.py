@@ -25,10 +25,11 @@ Run:    python examples/grpo_math.py [--base-model HuggingFaceTB/SmolLM2-135M-In
 Writes: DIR/metrics.jsonl (per step: loss, reward, accuracy, kl_sample_train, tokens/s,
         token counts; held-out accuracy every --eval-every steps), DIR/summary.json.
 Expect: SmolLM2-135M-Instruct, 40 held-out questions, greedy accuracy 0.150 -> 0.650 after 15
-        steps (seed 0; 0.100 -> 0.675 for seed 1); a step takes about 13 s on 2 idle CPU
-        cores. Built-in tiny model: sampled accuracy 0.178 -> 0.234, greedy flat at 0.234
-        after 40 steps (GRPO sharpens the policy; it does not teach the tiny model new
-        arithmetic: a longer SFT does). The README's examples table has the details.
+        steps (seed 0; 0.100 -> 0.675 for seed 1); a step took 22.7 s on 2 idle CPU
+        cores (fp32; that CPU had no bf16). Built-in tiny model: sampled accuracy 0.178 ->
+        0.234, greedy flat at 0.234 after 40 steps (GRPO sharpens the policy; it does not
+        teach the tiny model new arithmetic: a longer SFT does). The README's examples table
+        has the details.
 Real service: change the ``from localsession import`` line to
         ``from sagemaker.train.training_session import`` and pass --base-model.
 """
