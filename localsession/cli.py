@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from localsession._version import __version__
+from localsession.cli_parser import SuggestingParser
 from localsession.runtime.home import ConfigError
 
 DESCRIPTION = """\
@@ -42,10 +43,7 @@ def _wrap(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="localsession", description=DESCRIPTION, formatter_class=raw
-    )
+    parser = SuggestingParser(prog="localsession", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"localsession {__version__}")
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="one of:"
@@ -90,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "conformance":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        # The subcommand's own parser, so the suggestion comes from its options.
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return _dispatch(args, extra)
     except ConfigError as exc:
@@ -174,7 +174,8 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default=[],
         metavar="NAME=TARGET",
         help="serve base model NAME (a service model id) with TARGET: a built-in, a model "
-        "directory, or a model in the local Hugging Face cache (repeatable)",
+        "directory, or a model in the local Hugging Face cache (repeatable); "
+        "NAME=TARGET;max_context=N also sets the context length its sessions accept",
     )
     serve.add_argument("--max-sessions", type=int, help="concurrent session cap (default 4)")
     serve.add_argument(

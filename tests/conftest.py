@@ -73,6 +73,7 @@ INTEGRATION = (
     "realmodel/test_gguf_errors.py::test_locating_the_shipped_file_imports_neither_torch_nor_the_package",
     "differential/test_wire_timeout.py",
     "examples/test_run_home.py",
+    "examples/test_interrupt.py",  # runs an example and interrupts it
     "examples/test_example_parts.py::test_code_rewards_pass_fail_and_no_code",  # sandbox runs
     "mock/test_mock_errors.py",  # against ``localsession serve``
     "mock/test_mock_sdk.py::test_blog_grpo_in_the_mock_equals_serve",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession import Datum, ModelInput, SampledSequence, SamplingParams, TensorData
+from localsession.cli_parser import SuggestingParser
 
 ROLE_ARN = "arn:aws:iam::000000000000:role/localsession-examples"
 SERVICE_MIN_MAX_TOKENS = 512  # docs/wire.md#10
@@ -37,13 +38,19 @@ def parse_args(
     """``--steps --seed --base-model --smoke --run-dir`` plus the example's own options.
 
     ``steps=None`` leaves ``args.steps`` None when not given (the example picks a default)."""
-    parser = argparse.ArgumentParser(
-        description=(description or "").split("\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    rest = (description or "").strip().split("\n\n", 1)[1:]  # the docstring's details
+    parser = SuggestingParser(description=_first_paragraph(description), epilog="".join(rest))
+    chosen = steps if steps is not None else "set by the task, see below"
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"training steps (default: {chosen}; {smoke_steps} with --smoke)",
     )
-    parser.add_argument("--steps", type=int, default=None, help=f"training steps ({steps})")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--base-model", default=base_model)
+    parser.add_argument("--seed", type=int, default=0, help="seed for data order and sampling")
+    parser.add_argument(
+        "--base-model", default=base_model, help="a model id, a model directory or a .gguf file"
+    )
     parser.add_argument("--smoke", action="store_true", help="a few tiny steps, for CI")
     parser.add_argument("--run-dir", type=Path, default=None, help="default runs/<name>-<time>")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -60,10 +67,34 @@ def parse_args(
     return args
 
 
+def _first_paragraph(text: str | None) -> str:
+    """An example's docstring up to its first blank line: its whole first paragraph."""
+    paragraph = (text or "").strip().split("\n\n")[0]
+    return " ".join(line.strip() for line in paragraph.splitlines())
+
+
+#: The run directory of the run in progress (for the message after Ctrl-C).
+_current_run: list[Path] = []
+
+
+def run_main(main: Callable[[], Any]) -> None:
+    """Run an example's ``main``; Ctrl-C ends it with one line, not a traceback. The metrics
+    of every finished step are already in ``RUN_DIR/metrics.jsonl`` (written step by step)."""
+    import sys
+
+    try:
+        main()
+    except KeyboardInterrupt:
+        where = f"{_current_run[-1]}/metrics.jsonl" if _current_run else "the run directory"
+        print(f"\ninterrupted: the finished steps' metrics are in {where}", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
 def run_dir_for(args: argparse.Namespace, name: str) -> Path:
     """The run directory: ``--run-dir``, else ``runs/<name>-<YYYYmmdd-HHMMSS>``."""
     path = args.run_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     path.mkdir(parents=True, exist_ok=True)
+    _current_run.append(path)
     # Keep this run's model packages with the run (a localsession setting; ignored elsewhere),
     # and delete them when the run ends unless --keep-packages (a GRPO run saves every step).
     home = path.resolve() / "localsession-home"

@@ -80,3 +80,49 @@ def test_conformance_on_an_unreachable_backend_fails_loudly(tmp_path: object) ->
     )
     assert done.returncode == 1, done.stdout
     assert "FAILED: backend unavailable: remote backend" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["serv"], "did you mean serve?"),
+        (["serve", "--prot", "1"], "did you mean --port?"),
+        (["packages", "lst"], "did you mean list?"),
+        (["demo", "--stesp", "3"], "did you mean --steps?"),
+    ],
+)
+def test_a_typo_gets_a_suggestion(argv: list[str], hint: str) -> None:
+    done = run_cli(*argv, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(hint), done.stderr
+
+
+def test_example_help_is_whole_with_real_defaults() -> None:
+    """Every example's ``--help``: its docstring's whole first paragraph, defaults shown only
+    where they are real (never ``None``), and a typo'd option suggested."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    for script in ("grpo_math.py", "sft_chat.py", "code_rl.py", "preference.py", "distillation.py"):
+        done = subprocess.run(
+            [sys.executable, str(root / script), "--help"],
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        text = done.stdout
+        assert "None" not in text, (script, text)
+        description = text.split("\n\n")[1]
+        assert description.rstrip().endswith("."), (script, description)
+        assert "(default: 0)" in text.split("\n  --seed SEED", 1)[1].split("--base-model")[0]
+        assert "with --smoke" in text
+        typo = subprocess.run(
+            [sys.executable, str(root / script), "--stpes", "2"],
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+            timeout=300,
+        )
+        assert typo.returncode == 2 and "did you mean --steps?" in typo.stderr, typo.stderr

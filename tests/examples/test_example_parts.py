@@ -157,3 +157,28 @@ def test_grpo_step_trains_on_groups_with_signal(relaxed: object) -> None:
             svc, tc, _ScriptedSampler(["junk"] * 4), tok, problems[:1], 0, args
         )
         assert flat["groups_used"] == 0.0 and "loss" not in flat
+
+
+def test_grpo_demo_reports_accuracy_lines_and_the_first_question_it_learned() -> None:
+    """The demo's lines: accuracy before and after on lines of their own, and the first
+    held-out question (by position) that the trained model answers correctly, with its reply
+    before training; never a reply that is wrong."""
+    grpo_math = pytest.importorskip("grpo_math")
+    problems = make_split(0, 50, 3, style="chat")[1]
+    right = [str(p.answer) for p in problems]
+    before = {"greedy": 1 / 3, "sampled": 0.25, "replies": ["x", right[1], "y"]}
+    after = {"greedy": 2 / 3, "sampled": 0.5, "replies": ["z", "w", right[2]]}
+    for result in (before, after):
+        result["correct"] = [
+            math_reward(r, p) > 0 for r, p in zip(result["replies"], problems, strict=True)
+        ]
+    assert grpo_math.accuracy_line("before", before) == (
+        "held-out accuracy before training: 0.333 greedy (1/3), 0.250 sampled"
+    )
+    learned = grpo_math.first_learned(problems, before, after)
+    assert learned is not None and learned["question"] == problems[2].question
+    assert learned["reply_after"] == right[2] and learned["reply_before"] == "y"
+    assert learned["correct_before"] is False
+    assert grpo_math.first_learned(problems, after, before)["question"] == problems[1].question
+    nothing = {**after, "correct": [False, False, False]}
+    assert grpo_math.first_learned(problems, before, nothing) is None
