@@ -2,7 +2,8 @@
 
 One server (a thread of this process) serves both dialects over one service. Each step:
 sample 4 completions for each of 2 chat prompts (seeded, max_tokens 512, stopping at the
-model's end-of-sequence token), build ppo datums with group-normalised rewards, one
+turn's end ``<|im_end|>``, a stop string on both sides), build ppo datums with
+group-normalised rewards, one
 ``forward_backward`` + ``optim_step``, then a fresh sampler from saved weights. The two
 clients run the same prompts and seeds on sessions of the same rank, alternating step by
 step (common.interleaved), so both see the same machine load. Target: tinker ≤ 1.15× the
@@ -33,6 +34,8 @@ from localsession.wiring import build_service, server_catalog  # noqa: E402
 ROLE = "arn:aws:iam::123456789012:role/bench"
 GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/bench"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: Both clients stop at the chat turn's end, as a stop string (the same rule on both sides).
+STOP = ["<|im_end|>"]
 QUESTIONS = [
     "Compute 27 + 82. Reply with the result only.",
     "Compute 13 + 9. Reply with the result only.",
@@ -130,12 +133,16 @@ def collect(smoke: bool = False, runs: int = 5, model: str = MODEL) -> list[Row]
                     "tinker": Loop(
                         ttc,
                         tinker.types,
-                        tinker.types.SamplingParams(max_tokens=512, seed=3),
+                        tinker.types.SamplingParams(max_tokens=512, seed=3, stop=STOP),
                         prompts,
                         True,
                     ),
                     "sagemaker": Loop(
-                        stc, sm, sm.SamplingParams(max_tokens=512, seed=3), prompts, False
+                        stc,
+                        sm,
+                        sm.SamplingParams(max_tokens=512, seed=3, stop=STOP),
+                        prompts,
+                        False,
                     ),
                 }
                 times = interleaved({k: v.step for k, v in loops.items()}, runs, warmup=1)

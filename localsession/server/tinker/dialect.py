@@ -28,6 +28,7 @@ from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
 from localsession.server.tinker.checkpoints import Checkpoints
+from localsession.server.tinker.samplers import Sampler, Samplers
 
 #: The losses Tinker's SDK can name, and the ones the runtime computes.
 TINKER_LOSSES = (
@@ -74,20 +75,11 @@ class Future:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class Sampler:
-    sampler_id: str
-    base_model: str
-    model_path: str | None
-    package: str | None
-    model_id: str | None
-
-
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Dialect(Checkpoints):
+class Dialect(Checkpoints, Samplers):
     """The Tinker dialect's state over one :class:`Service` (thread-safe)."""
 
     def __init__(self, service: Service) -> None:
@@ -331,6 +323,8 @@ class Dialect(Checkpoints):
             info = self.service.registry.get(arn)
             base, rank = str(request.get("base_model") or info.base_model), info.lora_rank
             name = self._new_session(base, rank, None)
+            # the load is the model's first op: it needs the engine up (a few seconds)
+            self.service.wait_for_session(name, 600)
             model_id = f"{request['session_id']}:train:{int(request.get('model_seq_id') or 0)}"
             model = Model(
                 model_id,
@@ -359,56 +353,3 @@ class Dialect(Checkpoints):
                 extra={"path": path},
             )
         )
-
-    # -- sampling ------------------------------------------------------------------------
-
-    def create_sampler(self, model_path: str | None, base_model: str | None) -> str:
-        package = self.package_of(model_path) if model_path else None
-        model_id = None
-        if model_path:
-            model_id = model_path[len("tinker://") :].split("/")[0]
-            if base_model is None:
-                base_model = self.service.registry.get(str(package)).base_model
-        if not base_model:
-            raise errors.validation("create_sampling_client needs base_model or model_path")
-        self.service.resolve_base_model(base_model)
-        base_model = self.tokenizer_id(base_model)
-        sampler_id = f"sampler-{uuid.uuid4().hex}"
-        with self.lock:
-            self.samplers[sampler_id] = Sampler(
-                sampler_id, base_model, model_path, package, model_id
-            )
-        return sampler_id
-
-    def sampler(self, sampler_id: Any) -> Sampler:
-        with self.lock:
-            found = self.samplers.get(str(sampler_id))
-        if found is None:
-            raise errors.not_found(f"sampling session {sampler_id!r} is unknown", runtime=True)
-        return found
-
-    def session_for(self, sampler: Sampler) -> str:
-        """Which runtime session runs ``sampler``'s requests."""
-        with self.lock:
-            model = self.models.get(sampler.model_id or "")
-            if model is not None and self.canonical(model.base_model) == self.canonical(
-                sampler.base_model
-            ):
-                try:
-                    if self.service.session(model.session).status == "Running":
-                        return model.session
-                except ServiceError:
-                    pass
-            key = self.canonical(sampler.base_model)
-            name = self.hidden.get(key)
-        if name is not None:
-            try:
-                if self.service.session(name).status == "Running":
-                    return name
-            except ServiceError:
-                pass
-        name = self._new_session(sampler.base_model, 1, None)
-        self.service.wait_for_session(name, 600)
-        with self.lock:
-            self.hidden[key] = name
-        return name

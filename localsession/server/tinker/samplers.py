@@ -1,0 +1,96 @@
+"""Sampling sessions (a mixin of the Dialect): which weights a sampler reads, and which
+runtime session runs its requests.
+
+A sampler reads a checkpoint's package (``model_path``) or the base model. It runs on the
+runtime session of the model that saved the checkpoint while that model is alive, else on
+one hidden sampler session per base model (rank 1: sampling reads a package's own adapter,
+so the session's rank does not matter).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from localsession.runtime import errors
+from localsession.runtime.errors import ServiceError
+from localsession.runtime.service import Service
+
+
+@dataclass
+class Sampler:
+    sampler_id: str
+    base_model: str
+    model_path: str | None
+    package: str | None
+    model_id: str | None
+
+
+class Samplers:
+    """Sampling sessions by id; the Dialect sets the attributes and the helpers."""
+
+    service: Service
+    lock: threading.Lock
+    samplers: dict[str, Sampler]
+    hidden: dict[str, str]
+    models: dict[str, Any]
+
+    if TYPE_CHECKING:  # provided by Checkpoints and the Dialect
+
+        def package_of(self, path: str, *, required: bool = True) -> str: ...
+        def tokenizer_id(self, base_model: str) -> str: ...
+        def canonical(self, base_model: str) -> str: ...
+        def _new_session(self, base_model: str, rank: int, seed: int | None) -> str: ...
+
+    def create_sampler(self, model_path: str | None, base_model: str | None) -> str:
+        package = self.package_of(model_path) if model_path else None
+        model_id = None
+        if model_path:
+            model_id = model_path[len("tinker://") :].split("/")[0]
+            if base_model is None:
+                base_model = self.service.registry.get(str(package)).base_model
+        if not base_model:
+            raise errors.validation("create_sampling_client needs base_model or model_path")
+        self.service.resolve_base_model(base_model)
+        base_model = self.tokenizer_id(base_model)
+        sampler_id = f"sampler-{uuid.uuid4().hex}"
+        with self.lock:
+            self.samplers[sampler_id] = Sampler(
+                sampler_id, base_model, model_path, package, model_id
+            )
+        return sampler_id
+
+    def sampler(self, sampler_id: Any) -> Sampler:
+        with self.lock:
+            found = self.samplers.get(str(sampler_id))
+        if found is None:
+            raise errors.not_found(f"sampling session {sampler_id!r} is unknown", runtime=True)
+        return found
+
+    def session_for(self, sampler: Sampler) -> str:
+        """Which runtime session runs ``sampler``'s requests."""
+        with self.lock:
+            model = self.models.get(sampler.model_id or "")
+            if model is not None and self.canonical(model.base_model) == self.canonical(
+                sampler.base_model
+            ):
+                try:
+                    if self.service.session(model.session).status == "Running":
+                        return model.session
+                except ServiceError:
+                    pass
+            key = self.canonical(sampler.base_model)
+            name = self.hidden.get(key)
+        if name is not None:
+            try:
+                if self.service.session(name).status == "Running":
+                    return name
+            except ServiceError:
+                pass
+        name = self._new_session(sampler.base_model, 1, None)
+        self.service.wait_for_session(name, 600)
+        with self.lock:
+            self.hidden[key] = name
+        return name
