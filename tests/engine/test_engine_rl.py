@@ -68,7 +68,8 @@ def test_split_invariance(make_engine: Callable[..., TorchEngine], loss_fn: str)
         for row_all, row_split in zip(
             [o[key]["data"] for o in r_all["lossFnOutputs"]], joined, strict=True
         ):
-            assert row_all == pytest.approx(row_split, abs=1e-6)
+            # a few float32 ulps: the batch size changes the matmul's summation order
+            assert row_all == pytest.approx(row_split, rel=1e-6, abs=1e-6)
     assert 0 < r_all["metrics"]["actor/pg_clipfrac"] < 1 or loss_fn == "importance_sampling"
     g_all, g_split = grads(whole), grads(split)
     assert g_all.keys() == g_split.keys() and g_all
