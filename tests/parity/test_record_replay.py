@@ -12,7 +12,7 @@ from typing import Any
 
 import mock_blog as blog
 import pytest
-from conftest import (
+from parity_support import (
     CLIENT_KEY,
     CLIENT_SECRET,
     MAP,
@@ -24,6 +24,7 @@ from conftest import (
 
 import localsession
 from localsession.parity.cassette import find, load
+from localsession.parity.normalise import strip_numbers
 from localsession.parity.replay import Replayer, replay_app
 from localsession.parity.running import AppThread
 
@@ -53,7 +54,12 @@ def test_replay_with_serve_stopped_gives_identical_results(
         replayed = blog.grpo(BY_ID, steps=2, group=2, concurrent=False)
     assert replayer.misses == []
     assert replayed == recording.seen  # tokens, logprobs, metrics (mfu too), the ARN
-    assert len(replayer.used) == len(replayer.cassette.exchanges)
+    # Every distinct recorded request was replayed (a poll or a retry the recording repeated
+    # under load may be answered once fewer).
+    keys = [
+        json.dumps(strip_numbers(e["request"]), sort_keys=True) for e in replayer.cassette.exchanges
+    ]
+    assert {keys[i] for i in replayer.used} == set(keys)
 
 
 def test_mock_replay_gives_identical_results(recording: Recording) -> None:
