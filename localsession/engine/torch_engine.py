@@ -108,8 +108,7 @@ class TorchEngine:
         #: Decoding models (merged.py): the plain base model (shares every tensor), and
         #: merged snapshot copies in the process-wide ``MERGED_CACHE`` under this owner.
         self._can_merge = can_merge(self._loaded.model, self._loaded.dtype)
-        #: The most positions the model takes: a model map entry's ``max_context``, else
-        #: ``max_position_embeddings`` (None: unknown).
+        #: Most positions taken: a map entry's ``max_context``, else the model's (None: unknown)
         self.max_positions: int | None = (spec.model and spec.model.max_context) or (
             int(getattr(self._loaded.model.config, "max_position_embeddings", 0) or 0) or None
         )
