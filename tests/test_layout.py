@@ -137,7 +137,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "leaves",
         ("port", "vocab", "types", "exceptions", "futures", "chat_format", "metrics", "sandbox",
-         "_version"),
+         "cli_parser", "_version"),
     ),
 )  # fmt: skip
 #: The one module allowed to name engine modules.

@@ -232,8 +232,7 @@ class Mock:
                 else:
                     self._home_option.mkdir(parents=True, exist_ok=True)
                 self._env = self._environment(s3=not _moto_active())
-                # Path-style S3, as botocore uses against serve's IP address, so S3 requests
-                # reach the app as /bucket/key in both carriers.
+                # path-style S3, as against serve's IP: the app sees /bucket/key in both carriers
                 (self.home / "aws-config").write_text(
                     "[default]\ns3 =\n    addressing_style = path\n"
                 )
