@@ -138,8 +138,103 @@ def parse_datums(
     max_length: int | None = None,
 ) -> Batch:
     """Check parsed datums for ``loss_fn`` and pad them into one batch on ``device``.
-    A datum longer than ``max_length`` (the model's maximum positions) is refused."""
+    A datum longer than ``max_length`` (the model's maximum positions) is refused.
+
+    Well-formed datums take :func:`_batched`: one tensor per column for the whole batch, each
+    check one tensor op. Anything it does not accept as it stands (a bad value, integral
+    floats as ids, a column some datums lack) goes through the datum-by-datum path, which
+    converts what may be converted and raises the error naming the datum and key."""
     check_loss_fn(loss_fn)
+    fast = _batched(datums, loss_fn, vocab_size, pad_id, device, max_length)
+    if fast is not None:
+        return fast
+    return _checked(datums, loss_fn, vocab_size, pad_id, device, max_length)
+
+
+def _padded(rows: list[list[Any]], width: int, fill: Any, dtype: torch.dtype | None) -> Tensor:
+    """``rows`` right-padded with ``fill`` to ``width`` as one ``[B, width]`` tensor
+    (``dtype`` None: the one torch infers, so floats among ids stay visible)."""
+    return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=dtype)
+
+
+def _batched(
+    datums: Sequence[TrainingDatum],
+    loss_fn: str,
+    vocab_size: int,
+    pad_id: int,
+    device: torch.device,
+    max_length: int | None,
+) -> Batch | None:
+    """The batch of datums that pass every check as they stand, built a column at a time on
+    the CPU; None for anything else (the caller then finds and names the problem)."""
+    if not datums or not 0 <= pad_id < vocab_size:
+        return None
+    try:
+        tokens: list[list[Any]] = []
+        columns: dict[str, list[list[Any]]] = {}
+        for i, datum in enumerate(datums):
+            ids = datum_tokens(datum, i)
+            inputs = check_input_keys(i, datum, loss_fn)
+            for key, value in inputs.items():
+                columns.setdefault(key, []).append(column_data(i, key, value, len(ids)))
+            tokens.append(ids)
+        lengths = [len(ids) for ids in tokens]
+        width = max(lengths)
+        if max_length is not None and width > max_length:
+            return None
+        if any(len(rows) != len(tokens) for rows in columns.values()):
+            return None  # a column some datums lack: refused, or temperature's default
+        tokens_BT = torch.tensor([ids + [pad_id] * (width - len(ids)) for ids in tokens])
+        targets_BT = _padded(columns.pop("target_tokens"), width, 0, None)
+        if {tokens_BT.dtype, targets_BT.dtype} != {torch.long}:
+            return None
+        if not _in_vocab(tokens_BT, targets_BT, vocab_size) or "weights" not in columns:
+            return None
+        floats: dict[str, Tensor] = {}
+        for key, rows in columns.items():
+            fill = 1.0 if key == "temperature" else 0.0
+            floats[key] = _padded(rows, width, fill, torch.float32)  # [B, T]
+        if floats:
+            stacked = torch.stack(list(floats.values()))  # [K, B, T]
+            if not bool(torch.isfinite(stacked).all()):
+                return None
+        if "temperature" in floats and not bool((floats["temperature"] > 0).all()):
+            return None
+    except (EngineInputError, KeyError, TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+    mask_BT = torch.tensor([[True] * n + [False] * (width - n) for n in lengths])
+
+    def on(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.to(device)
+
+    return Batch(
+        tokens_BT=tokens_BT.to(device),
+        targets_BT=targets_BT.to(device),
+        mask_BT=mask_BT.to(device),
+        weights_BT=floats["weights"].to(device),
+        lengths=lengths,
+        advantages_BT=on(floats.get("advantages")),
+        logprobs_BT=on(floats.get("logprobs")),
+        ref_log_prob_BT=on(floats.get("ref_log_prob")),
+        temperature_BT=on(floats.get("temperature")),
+    )
+
+
+def _in_vocab(tokens_BT: Tensor, targets_BT: Tensor, vocab_size: int) -> bool:
+    """Whether every id (input and target; padding is in range) is in ``[0, vocab_size)``."""
+    low, high = torch.aminmax(torch.stack((tokens_BT, targets_BT)))
+    return int(low) >= 0 and int(high) < vocab_size
+
+
+def _checked(
+    datums: Sequence[TrainingDatum],
+    loss_fn: str,
+    vocab_size: int,
+    pad_id: int,
+    device: torch.device,
+    max_length: int | None,
+) -> Batch:
+    """:func:`parse_datums` one datum and one column at a time, raising on the first problem."""
     tokens_list: list[Tensor] = []
     columns: dict[str, list[Tensor | None]] = {key: [] for key in vocab.LOSS_INPUT_KEYS}
     for i, datum in enumerate(datums):

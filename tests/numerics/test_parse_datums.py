@@ -1,0 +1,122 @@
+"""``parse_datums``'s batched path (one tensor per column) against its datum-by-datum path:
+the same batch for well-formed datums of every loss, and for anything else the same error
+(the batched path declines it and the checked path names the datum and key)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+
+from localsession.numerics.datums import Batch, _batched, _checked, parse_datums
+from localsession.port import EngineInputError, TrainingDatum
+
+CPU = torch.device("cpu")
+VOCAB, PAD = 300, 7
+FIELDS = ("tokens_BT", "targets_BT", "mask_BT", "weights_BT", "advantages_BT", "logprobs_BT",
+          "ref_log_prob_BT", "temperature_BT")  # fmt: skip
+
+
+def _datum(rng: random.Random, n: int, keys: tuple[str, ...]) -> TrainingDatum:
+    """A port datum (as the runtime's parse hands it on) with random ids and values."""
+    inputs: dict[str, Any] = {"target_tokens": [rng.randrange(VOCAB) for _ in range(n)]}
+    for key in keys:
+        low = 0.1 if key == "temperature" else -3.0
+        inputs[key] = [rng.uniform(low, 3.0) for _ in range(n)]
+    return TrainingDatum([rng.randrange(VOCAB) for _ in range(n)], inputs)
+
+
+def _same(a: Batch, b: Batch) -> None:
+    assert a.lengths == b.lengths
+    for name in FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize(
+    ("loss_fn", "keys"),
+    [
+        ("cross_entropy", ("weights",)),
+        ("cross_entropy", ("weights", "temperature")),
+        ("importance_sampling", ("weights", "logprobs", "advantages")),
+        ("ppo", ("weights", "logprobs", "advantages", "ref_log_prob")),
+    ],
+)
+def test_the_batched_path_builds_what_the_checked_path_builds(
+    loss_fn: str, keys: tuple[str, ...]
+) -> None:
+    rng = random.Random(len(keys))
+    datums = [_datum(rng, n, keys) for n in (5, 12, 3, 12, 8)]
+    fast = _batched(datums, loss_fn, VOCAB, PAD, CPU, None)
+    assert fast is not None
+    _same(fast, _checked(datums, loss_fn, VOCAB, PAD, CPU, None))
+    _same(parse_datums(datums, loss_fn, VOCAB, PAD, CPU), fast)
+
+
+def _message(call: Any) -> str:
+    with pytest.raises(EngineInputError) as info:
+        call()
+    return str(info.value)
+
+
+def _broken(kind: str) -> list[TrainingDatum]:
+    rng = random.Random(0)
+    datums = [_datum(rng, 6, ("weights",)) for _ in range(3)]
+    inputs = datums[1].loss_fn_inputs
+    if kind == "token out of vocabulary":
+        datums[2].tokens[2] = VOCAB
+    elif kind == "fractional target":
+        inputs["target_tokens"][3] = 2.5
+    elif kind == "NaN weight":
+        inputs["weights"][0] = float("nan")
+    elif kind == "short column":
+        inputs["weights"].pop()
+    elif kind == "weights missing in one datum":
+        del inputs["weights"]
+    elif kind == "string value":
+        inputs["weights"][2] = "x"
+    elif kind == "negative token":
+        datums[0].tokens[0] = -1
+    return datums
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "token out of vocabulary",
+        "fractional target",
+        "NaN weight",
+        "short column",
+        "weights missing in one datum",
+        "string value",
+        "negative token",
+    ],  # fmt: skip
+)
+def test_bad_datums_get_the_checked_paths_error(kind: str) -> None:
+    datums = _broken(kind)
+    assert _batched(datums, "cross_entropy", VOCAB, PAD, CPU, None) is None
+    expected = _message(lambda: _checked(datums, "cross_entropy", VOCAB, PAD, CPU, None))
+    assert _message(lambda: parse_datums(datums, "cross_entropy", VOCAB, PAD, CPU)) == expected
+    assert "datum" in expected
+
+
+def test_convertible_values_still_parse() -> None:
+    """Integral floats as ids and booleans as numbers: the checked path converts them."""
+    rng = random.Random(1)
+    datums = [_datum(rng, 4, ("weights",)) for _ in range(2)]
+    datums[0].loss_fn_inputs["target_tokens"][0] = 5.0
+    datums[1].loss_fn_inputs["weights"][0] = True
+    batch = parse_datums(datums, "cross_entropy", VOCAB, PAD, CPU)
+    assert int(batch.targets_BT[0, 0]) == 5 and float(batch.weights_BT[1, 0]) == 1.0
+
+
+def test_a_datum_past_the_context_length_is_refused() -> None:
+    datums = [_datum(random.Random(2), 10, ("weights",))]
+    assert "maximum context length of 8" in _message(
+        lambda: parse_datums(datums, "cross_entropy", VOCAB, PAD, CPU, max_length=8)
+    )
