@@ -184,6 +184,6 @@ def create_app(
             *chat_routes.routes(service),
             *admin.routes(service),
             *s3.routes(lambda: service.registry),
-            *tinker.routes(service),
+            *tinker.mount(service),
         ],
     )

@@ -14,10 +14,10 @@ from starlette.routing import BaseRoute
 
 from localsession.runtime.service import Service
 
-__all__ = ["routes"]
+__all__ = ["mount"]
 
 
-def routes(service: Service) -> list[BaseRoute]:
+def mount(service: Service) -> list[BaseRoute]:
     """The Tinker routes over ``service`` (one dialect state per app)."""
     from localsession.server.tinker.dialect import Dialect
     from localsession.server.tinker.routes import routes as tinker_routes
