@@ -18,8 +18,7 @@ __all__ = ["mount"]
 
 
 def mount(service: Service) -> list[BaseRoute]:
-    """The Tinker routes over ``service`` (one dialect state per app). Not named ``routes``:
-    importing the submodule ``routes`` would rebind that package attribute to the module."""
+    """The Tinker routes over ``service`` (one dialect state per app)."""
     from localsession.server.tinker.dialect import Dialect
     from localsession.server.tinker.routes import routes as tinker_routes
 
