@@ -4,11 +4,11 @@ Rows (issue "real-model performance and memory"), each measured side by side in 
 
 - **training step 8×256**: ``forward_backward(cross_entropy)`` + ``optim_step`` through the
   public client vs the hand-written loop (same weights, peft LoRA rank 32 / alpha 64 on every
-  linear layer, summed cross-entropy, fused AdamW), interleaved. Target ≥ 0.90×.
+  linear layer, summed cross-entropy, fused AdamW), interleaved. Target ≥ 0.95×.
 - **16 concurrent ``sample(num_samples=4, max_tokens=64)``** from a saved snapshot vs one
-  raw batched ``generate`` over the same 16 prompts × 4 on the plain base. Target ≥ 1.0×.
+  raw batched ``generate`` over the same 16 prompts × 4 on the plain base. Target ≥ 1.5×.
 - **compute_logprobs 8×256**: 8 concurrent calls vs one raw forward of the 8×256 batch
-  through the peft model, reading the same log-probabilities. Target ≥ 0.90×.
+  through the peft model, reading the same log-probabilities. Target ≥ 0.95×.
 - **memory**, each number the peak (or current) RSS of a fresh subprocess, so rows never
   share an allocator: one session's training step vs the raw loop's (≤ 1.3×); four sessions
   on one base, each after a training step and a snapshot sampler, vs one session doing the
@@ -144,8 +144,8 @@ def speed_rows(
                 f"real: training step {batch}×{length} vs raw peft+fused AdamW (tok/s)",
                 ours,
                 "tok/s",
-                "≥ 0.90×",
-                ratio >= 0.90,
+                "≥ 0.95×",
+                ratio >= 0.95,
                 base,
                 ratio,
             )
@@ -171,8 +171,8 @@ def speed_rows(
                 f"real: compute_logprobs {batch}×{length} vs raw forward (tok/s)",
                 ours,
                 "tok/s",
-                "≥ 0.90×",
-                ratio >= 0.90,
+                "≥ 0.95×",
+                ratio >= 0.95,
                 base,
                 ratio,
             )
@@ -199,8 +199,8 @@ def speed_rows(
                 "generate (tok/s)",
                 ours,
                 "tok/s",
-                "≥ 1.0×",
-                ratio >= 1.0,
+                "≥ 1.5×",
+                ratio >= 1.5,
                 base,
                 ratio,
             )

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -181,20 +182,25 @@ def memory_part(counts: tuple[int, ...], inline: bool) -> dict[int, dict[str, fl
     return out
 
 
-def step_seconds(client: Any, rank: int, batch: int, length: int, runs: int) -> float:
-    """Median seconds of a cross-entropy step of ``batch`` × ``length`` on tiny at ``rank``."""
+def step_seconds(
+    client: Any, shapes: dict[str, tuple[int, int, int]], runs: int
+) -> dict[str, float]:
+    """Median seconds of a cross-entropy step on tiny for each ``(rank, batch, length)``,
+    every shape one session, all run round-robin (a burst of load on a shared machine then
+    lands on every size, not on whichever was running)."""
     from bench.bench_training import api_step, token_rows
+    from bench.common import interleaved
 
-    tc = client.create_lora_training_client("localsession/tiny", rank=rank)
-    rows = token_rows(batch, length, seed=length)
-    api_step(tc, rows)  # warm
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        api_step(tc, rows)
-        times.append(time.perf_counter() - started)
-    tc.stop()
-    return median(times)
+    steps = {}
+    tcs = []
+    for key, (rank, batch, length) in shapes.items():
+        tc = client.create_lora_training_client("localsession/tiny", rank=rank)
+        tcs.append(tc)
+        steps[key] = partial(api_step, tc, token_rows(batch, length, seed=length))
+    times = interleaved(steps, runs)
+    for tc in tcs:
+        tc.stop()
+    return {key: median(t) for key, t in times.items()}
 
 
 def train_flops_per_token(rank: int) -> tuple[float, float]:
@@ -321,15 +327,18 @@ def collect(smoke: bool = False, plot_dir: Path | None = None) -> list[Row]:
     )
 
     runs = 1 if smoke else 3
+    lengths = (64, 128) if smoke else (128, 256, 512, 1024, 2048)
+    ranks = (8, 16) if smoke else (8, 16, 32, 64)
+    shapes = {f"L{n}": (32, 1, n) for n in lengths}
+    shapes |= {f"r{r}": (r, 2 if smoke else 8, 128) for r in ranks}
     with tempfile.TemporaryDirectory() as home:
-        service, client = _client(home, 4)
+        service, client = _client(home, len(shapes))
         try:
-            lengths = (64, 128) if smoke else (128, 256, 512, 1024, 2048)
-            by_len = {n: step_seconds(client, 32, 1, n, runs) for n in lengths}
-            ranks = (8, 16) if smoke else (8, 16, 32, 64)
-            by_rank = {r: step_seconds(client, r, 2 if smoke else 8, 128, runs) for r in ranks}
+            got_steps = step_seconds(client, shapes, runs)
         finally:
             service.close()
+    by_len = {n: got_steps[f"L{n}"] for n in lengths}
+    by_rank = {r: got_steps[f"r{r}"] for r in ranks}
     l0 = lengths[0]
     for n in lengths[1:]:
         per_token = (by_len[n] / n) / (by_len[l0] / l0)

@@ -19,10 +19,20 @@
    and MFU at ``--batch`` × ``--seq``, and sampling tokens/s (16 prompts × 4, 64 tokens),
    all through the engine in bf16 on CUDA. Skipped with a line when the model is missing.
 
-On a machine without CUDA it prints a skip line and exits 0, so it can run anywhere.
+4. **Shared base.** Four bf16 sessions on ``localsession/small`` (and on SmolLM2 when it is
+   installed) through the in-process API, one training step each: every session's frozen
+   base tensors must be the first one's, and the GPU memory per added session is printed.
+
+Everything ends in one table (bench/common.py's), closed by pass/MISS, with the script's
+wall time against its 8-minute budget. On a machine without CUDA it prints a skip line and
+exits 0, so it can run anywhere; ``--dry-run`` runs every check on the CPU at toy sizes
+(bf16 on the CPU against fp32), to check the script itself.
+
+Length: one prepared script, to be copied to and run on a lent GPU machine as it is; its four
+checks share their setup and the closing table, so they stay in one file.
 
 Run: python bench/gpu_check.py [--steps 3] [--batch 8] [--seq 1024] [--peak-tflops X]
-     [--no-real]
+     [--no-real] [--dry-run]
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.common import Row, render  # noqa: E402
 from localsession.port import TrainingDatum  # noqa: E402 - torch-free, after the path is set
 
 #: Peak dense bf16 tensor-core FLOP/s by device-name fragment (vendor data sheets, SXM parts).
@@ -53,6 +64,33 @@ PEAK_BF16_TFLOPS: dict[str, float] = {
 }
 LOSS_RTOL = 2e-2
 LOGPROB_ATOL = 5e-2
+#: The device the checks run on: "cuda", or "cpu" for ``--dry-run`` (the same code at toy
+#: sizes, to check the script itself on a machine without a GPU).
+ACCEL = "cuda"
+#: The table printed at the end (bench/common.py's rows).
+ROWS: list[Row] = []
+#: The whole check's wall-time budget.
+BUDGET_S = 480.0
+
+
+def _sync() -> None:
+    import torch
+
+    if ACCEL == "cuda":
+        torch.cuda.synchronize()
+
+
+def _peak_gib() -> float:
+    """Peak GPU memory allocated since the last reset (NaN on the CPU)."""
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if ACCEL == "cuda" else float("nan")
+
+
+def _allocated_gib() -> float:
+    import torch
+
+    return torch.cuda.memory_allocated() / 2**30 if ACCEL == "cuda" else float("nan")
 
 
 def port_datums(rows: list[list[int]]) -> list[TrainingDatum]:
@@ -83,10 +121,10 @@ def parity(
     from localsession.runtime.models.catalog import LocalCatalog
 
     spec = EngineSpec(model, rank=32, alpha=64, model=LocalCatalog().resolve(model))
-    engines = {}
-    for device, dtype in (("cpu", "fp32"), ("cuda", "bf16")):
+    engines = {}  # "cpu": the fp32 reference; "cuda": bf16 on the accelerator (CPU: dry run)
+    for label, device, dtype in (("cpu", "cpu", "fp32"), ("cuda", ACCEL, "bf16")):
         os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = device, dtype
-        engines[device] = TorchEngine(spec)
+        engines[label] = TorchEngine(spec)
     os.environ.pop(DEVICE_ENV, None)
     os.environ.pop(DTYPE_ENV, None)
     ok = True
@@ -117,6 +155,15 @@ def parity(
         )
     for e in engines.values():
         e.close()
+    ROWS.append(
+        Row(
+            f"bf16 parity, {Path(model).name} ({steps} steps)",
+            float(ok),
+            "",
+            f"loss ≤ {LOSS_RTOL:g} rel, logprob ≤ {LOGPROB_ATOL:g}",
+            ok,
+        )
+    )
     return ok
 
 
@@ -130,11 +177,12 @@ def half_billion_engine() -> Any:
     from localsession.engine.torch_engine import TorchEngine
     from localsession.port import EngineSpec, ResolvedModel
 
+    dry = ACCEL != "cuda"  # the dry run: the same code on a 2-layer model on the CPU
     config = LlamaConfig(
         vocab_size=32000,
-        hidden_size=1024,
-        intermediate_size=4096,
-        num_hidden_layers=26,
+        hidden_size=128 if dry else 1024,
+        intermediate_size=256 if dry else 4096,
+        num_hidden_layers=2 if dry else 26,
         num_attention_heads=16,
         num_key_value_heads=8,
         max_position_embeddings=4096,
@@ -143,7 +191,7 @@ def half_billion_engine() -> Any:
         bos_token_id=257,
         eos_token_id=258,
     )
-    device = torch.device("cuda")
+    device = torch.device(ACCEL)
     with torch.device(device):
         base: Any = LlamaForCausalLM(config)
     base = base.to(dtype=torch.bfloat16)
@@ -193,12 +241,13 @@ def throughput(
 
     for _ in range(2):  # warm-up: kernels, allocator
         step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    _sync()
+    if ACCEL == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     for _ in range(steps):
         step()  # each step reads its loss back, so it ends synchronised
-    torch.cuda.synchronize()
+    _sync()
     seconds = (time.perf_counter() - started) / steps
     tokens_per_s = batch * seq / seconds
     flops_per_token = (
@@ -207,7 +256,7 @@ def throughput(
         + 12 * config.num_hidden_layers * seq * config.hidden_size
     )
     achieved = tokens_per_s * flops_per_token
-    name = torch.cuda.get_device_name()
+    name = torch.cuda.get_device_name() if ACCEL == "cuda" else "cpu (dry run)"
     peak = peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
     mfu = (
         f"{100 * achieved / (peak * 1e12):.1f}% of {peak:g} TFLOP/s"
@@ -217,23 +266,46 @@ def throughput(
     print(
         f"training {batch}×{seq} on {name}: {seconds * 1e3:.1f} ms/step, "
         f"{tokens_per_s:,.0f} tok/s, {achieved / 1e12:.1f} TFLOP/s, MFU {mfu}, "
-        f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+        f"peak memory {_peak_gib():.1f} GiB"
     )
+    label = f"{n_frozen / 1e9:.2f}B, {batch}×{seq}"
+    ROWS.append(Row(f"train bf16 tok/s, {label}", tokens_per_s, "tok/s", "info", None))
+    if peak:
+        mfu_pct = 100 * achieved / (peak * 1e12)
+        ROWS.append(
+            Row(
+                f"train MFU % (4·N_frozen + 6·N_lora + attn), {label}",
+                mfu_pct,
+                "%",
+                f"info (peak {peak:g} TFLOP/s)",
+                None,
+            )
+        )
+    ROWS.append(Row(f"train peak GPU memory, {label} (GiB)", _peak_gib(), "GiB", "info", None))
     prompts, new_tokens = sample_shape
     requests = [
         SampleRequest(prompt=row[:64], num_samples=4, max_tokens=new_tokens, seed=i)
         for i, row in enumerate(token_rows(prompts, 64, 256, seed=1))
     ]
     engine.sample(None, requests[:2])  # warm-up
-    torch.cuda.synchronize()
+    _sync()
     started = time.perf_counter()
     out = engine.sample(None, requests)
-    torch.cuda.synchronize()
+    _sync()
     seconds = time.perf_counter() - started
     generated = sum(len(s["tokens"]) for r in out for s in r["sequences"])
     print(
         f"sampling {prompts}×4 streams, ≤{new_tokens} new tokens: "
         f"{generated / seconds:,.0f} tok/s ({seconds:.2f} s)"
+    )
+    ROWS.append(
+        Row(
+            f"sample bf16 tok/s, {prompts}×4 streams, {n_frozen / 1e9:.2f}B",
+            generated / seconds,
+            "tok/s",
+            "info",
+            None,
+        )
     )
     engine.close()
 
@@ -253,14 +325,98 @@ def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> b
     directory = str(real.ensure_real_model())
     print(f"real model: {directory}")
     ok = parity(steps, directory, vocab=49152, length=256)
-    os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = "cuda", "bf16"
+    os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = ACCEL, "bf16"
     resolved = LocalCatalog().resolve(directory)
     engine = TorchEngine(EngineSpec(directory, rank=32, alpha=64, model=resolved))
     os.environ.pop(DEVICE_ENV, None)
     os.environ.pop(DTYPE_ENV, None)
     config = engine.model.get_base_model().config
-    throughput(batch, seq, max(steps, 5), peak_tflops, (engine, config), (16, 64))
+    dry = ACCEL != "cuda"
+    throughput(
+        batch,
+        seq,
+        1 if dry else max(steps, 5),
+        peak_tflops,
+        (engine, config),
+        (2, 4) if dry else (16, 64),
+    )
     return ok
+
+
+def shared_base(model: str, sessions: int = 4) -> bool:
+    """Check 4: ``sessions`` bf16 sessions on one base through the in-process API, one
+    training step each: every session's frozen base tensors are the first one's (one copy),
+    and the GPU memory each added session costs is printed."""
+    import tempfile
+
+    from localsession import AdamParams, Datum, ModelInput, ServiceClient
+    from localsession.engine.loading import DEVICE_ENV
+    from localsession.engine.precision import DTYPE_ENV
+    from localsession.runtime.service import ServiceConfig
+    from localsession.wiring import build_service
+
+    os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = ACCEL, "bf16"
+    rows = token_rows(2, 16, 256, seed=2) if ACCEL != "cuda" else token_rows(4, 128, 256, seed=2)
+    data = [
+        Datum(
+            model_input=ModelInput.from_ints(r[:-1]),
+            loss_fn_inputs={"target_tokens": r[1:], "weights": [1.0] * (len(r) - 1)},
+        )
+        for r in rows
+    ]
+    with tempfile.TemporaryDirectory() as home:
+        service = build_service(ServiceConfig(home=Path(home), max_sessions=sessions))
+        client = ServiceClient(
+            "us-west-2", role_arn="arn:aws:iam::0:role/gpu", backend=service, strict=False
+        )
+        tcs, memory = [], []
+        try:
+            for _ in range(sessions):
+                tc = client.create_lora_training_client(model, rank=32)
+                tc.forward_backward(data, "cross_entropy").result()
+                tc.optim_step(AdamParams(learning_rate=1e-4)).result()
+                _sync()
+                tcs.append(tc)
+                memory.append(_allocated_gib())
+            pointers = [
+                {
+                    n: p.data_ptr()
+                    for n, p in service.session(
+                        tc.training_session_name
+                    ).engine._loaded.model.named_parameters()
+                    if not p.requires_grad
+                }
+                for tc in tcs
+            ]
+            shared = sum(ptrs == pointers[0] for ptrs in pointers)
+        finally:
+            service.close()
+            os.environ.pop(DEVICE_ENV, None)
+            os.environ.pop(DTYPE_ENV, None)
+    per_session = (memory[-1] - memory[0]) / max(1, sessions - 1)
+    print(
+        f"shared base {Path(model).name}: {shared}/{sessions} sessions on one base copy; "
+        f"GPU memory {memory[0]:.2f} GiB with one, +{per_session * 1024:.0f} MiB per session"
+    )
+    ROWS.append(
+        Row(
+            f"sessions sharing one base, {Path(model).name}",
+            float(shared),
+            "",
+            f"= {sessions}",
+            shared == sessions,
+        )
+    )
+    ROWS.append(
+        Row(
+            f"GPU memory per added session, {Path(model).name} (MiB)",
+            per_session * 1024,
+            "MiB",
+            "info",
+            None,
+        )
+    )
+    return shared == sessions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,24 +427,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--peak-tflops", type=float, default=None)
     parser.add_argument("--no-real", action="store_true", help="skip the real-model check")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run every check on the CPU at toy sizes (checks this script, measures nothing)",
+    )
     args = parser.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
+    global ACCEL
+    ROWS.clear()
+    if args.dry_run:
+        ACCEL = "cpu"
+        args.steps, args.batch, args.seq = 1, 2, 32
+        print("gpu_check: dry run on the CPU at toy sizes; the numbers mean nothing")
+    elif not torch.cuda.is_available():
         print(
             "gpu_check: skip: no CUDA device (torch.cuda.is_available() is False); run it "
-            "on a GPU machine"
+            "on a GPU machine (or --dry-run to check the script on the CPU)"
         )
         return 0
+    else:
+        ACCEL = "cuda"
+    started = time.perf_counter()
     ok = parity(args.steps)
-    throughput(args.batch, args.seq, max(args.steps, 5), args.peak_tflops)
+    throughput(
+        args.batch,
+        args.seq,
+        max(args.steps, 1 if args.dry_run else 5),
+        args.peak_tflops,
+        sample_shape=(2, 4) if args.dry_run else (32, 128),
+    )
+    ok = shared_base("localsession/small") and ok
     if not args.no_real:
         real_ok = real_model(args.steps, args.batch, args.seq, args.peak_tflops)
         ok = ok and real_ok is not False
-    print(
-        f"gpu_check: {'pass' if ok else 'MISS'}: bf16 parity "
-        f"{'within' if ok else 'outside'} tolerance"
-    )
+        from bench import real_model as real
+
+        if real.available():
+            ok = shared_base(str(real.ensure_real_model())) and ok
+    wall = time.perf_counter() - started
+    ROWS.append(Row("gpu_check wall time (s)", wall, "s", f"≤ {BUDGET_S:.0f} s", wall <= BUDGET_S))
+    name = torch.cuda.get_device_name() if ACCEL == "cuda" else "cpu (dry run)"
+    print()
+    print(render(ROWS, f"gpu_check on {name}"))
     return 0 if ok else 1
 
 

@@ -55,3 +55,17 @@ def test_gpu_check_skips_cleanly_without_cuda(capsys: pytest.CaptureFixture[str]
 
 def test_bench_dir_is_where_run_all_looks() -> None:
     assert all(Path(p).parent.name == "bench" for p in scripts())
+
+
+def test_gpu_check_dry_run_exercises_every_check_on_the_cpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--dry-run``: parity, throughput and the shared base at toy sizes on the CPU, ending
+    in the one table (the numbers mean nothing; the script's logic is what is checked)."""
+    module = importlib.import_module("bench.gpu_check")
+    assert module.main(["--dry-run", "--no-real"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("gpu_check on cpu (dry run)") :]
+    for metric in ("bf16 parity", "train bf16 tok/s", "sessions sharing one base", "wall time"):
+        assert metric in table, metric
+    assert table.rstrip().splitlines()[-1].startswith("pass")
