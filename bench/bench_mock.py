@@ -53,22 +53,14 @@ def over_http():
     from localsession.wiring import listed_catalog
     from localsession.server.runner import ServerThread
     from localsession.server.serve import serve_exports
+    from localsession.mocking.hooks import scoped_environ
 
     mapped = {"openai/gpt-oss-20b": "localsession/tiny"}
     service = FakeService(catalog=listed_catalog(mapped, accept_any=False))
     with ServerThread(service, long_poll=0.9) as url:
         env = serve_exports(url, service)
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        from huggingface_hub import constants  # imported already: its copy follows the env
-
-        hub_cache, constants.HF_HUB_CACHE = constants.HF_HUB_CACHE, env["HF_HUB_CACHE"]
-        try:
+        with scoped_environ(env):  # huggingface_hub's import-time copy of the cache too
             seen = grpo("openai/gpt-oss-20b", steps=2)
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-            constants.HF_HUB_CACHE = hub_cache
     service.close()
     assert len(seen["metrics"]) == 2
 

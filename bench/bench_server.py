@@ -22,8 +22,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import localsession as ls  # noqa: E402
 from bench.common import Row, bench_args, emit  # noqa: E402
+from localsession.mocking.hooks import scoped_environ  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 from localsession.server.runner import ServerThread, client_env  # noqa: E402
 from localsession.wiring import build_service
@@ -129,21 +128,6 @@ def paired_grpo_steps(sdk: Any, sdk_ts: Any, local: Any, runs: int) -> tuple[flo
     )
 
 
-@contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for the block, then put the old values back."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-
-
 def collect(smoke: bool = False, runs: int = 10) -> list[Row]:
     """The HTTP latency and HTTP step rows (``smoke``: short ops, one repetition)."""
     runs = 1 if smoke else runs
@@ -151,7 +135,7 @@ def collect(smoke: bool = False, runs: int = 10) -> list[Row]:
     with tempfile.TemporaryDirectory() as home:
         service = build_service(ServiceConfig(home=Path(home), max_sessions=8))
         try:
-            with ServerThread(service) as url, _environ(client_env(url, "us-west-2")):
+            with ServerThread(service) as url, scoped_environ(client_env(url, "us-west-2")):
                 import sagemaker.train.training_session as ts
 
                 sdk = ts.ServiceClient(

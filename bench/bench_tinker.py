@@ -14,6 +14,7 @@ Run: python bench/bench_tinker.py [--smoke] [--runs 5] [--model NAME]
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import Row, bench_args, emit, interleaved, median  # noqa: E402
+from localsession.mocking.hooks import scoped_environ  # noqa: E402
 from localsession.mocking.tinker_server import API_KEY  # noqa: E402
 from localsession.runtime.service import ServiceConfig  # noqa: E402
 from localsession.server.runner import ServerThread, client_env  # noqa: E402
@@ -115,10 +117,10 @@ def collect(smoke: bool = False, runs: int = 5, model: str = MODEL) -> list[Row]
             catalog=server_catalog(Path(home), {}),
         )
         try:
-            with ServerThread(service) as url:
+            with ServerThread(service) as url, contextlib.ExitStack() as stack:
                 env = {**client_env(url, "us-west-2"), "TINKER_BASE_URL": url}
                 env.update({"TINKER_API_KEY": API_KEY, "HF_HUB_CACHE": str(service.hub_cache)})
-                os.environ.update(env)
+                stack.enter_context(scoped_environ(env))
                 import sagemaker.train.training_session as sm
                 import tinker
 

@@ -22,6 +22,7 @@ any order, leave nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -172,7 +173,7 @@ def hook_installed() -> bool:
 # -- environment ----------------------------------------------------------------------------
 
 #: Settings libraries read once at import; patched beside the variable while a mock is live.
-_IMPORT_TIME: dict[str, list[tuple[str, str, Callable[[str | None], Any]]]] = {
+IMPORT_TIME: dict[str, list[tuple[str, str, Callable[[str | None], Any]]]] = {
     "HF_HUB_OFFLINE": [
         ("huggingface_hub.constants", "HF_HUB_OFFLINE", lambda v: v not in (None, "", "0")),
     ],
@@ -182,6 +183,32 @@ _IMPORT_TIME: dict[str, list[tuple[str, str, Callable[[str | None], Any]]]] = {
     ],
     "HF_HOME": [("huggingface_hub.constants", "HF_HOME", lambda v: v)],
 }
+
+
+@contextlib.contextmanager
+def scoped_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, with the settings libraries read from
+    them at import (:data:`IMPORT_TIME`), then put back what was there: how a test or a bench
+    points an already-imported SDK at a server of its own."""
+    saved = {key: os.environ.get(key) for key in values}
+    attrs: list[tuple[Any, str, Any]] = []
+    for key, value in values.items():
+        os.environ[key] = value
+        for module_name, attr, convert in IMPORT_TIME.get(key, []):
+            module = sys.modules.get(module_name)
+            if module is not None:
+                attrs.append((module, attr, getattr(module, attr, None)))
+                setattr(module, attr, convert(value))
+    try:
+        yield
+    finally:
+        for module, attr, old in reversed(attrs):
+            setattr(module, attr, old)
+        for key, old_value in saved.items():
+            if old_value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old_value
 
 
 def _apply(env: dict[str, str | None]) -> None:
@@ -195,7 +222,7 @@ def _apply(env: dict[str, str | None]) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-        for module_name, attr, convert in _IMPORT_TIME.get(key, []):
+        for module_name, attr, convert in IMPORT_TIME.get(key, []):
             module = sys.modules.get(module_name)
             if module is None or value is None:
                 continue

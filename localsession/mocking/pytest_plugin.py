@@ -45,18 +45,16 @@ def localsession_mock(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.fixture
-def localsession_tinker(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Any]:
+def localsession_tinker(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A working ``TINKER_BASE_URL`` for this test: one loopback localsession server per test
     session and engine (``@pytest.mark.localsession_tinker(engine="fake")`` for the instant
     engine), with ``TINKER_API_KEY`` and the offline tokenizer cache set. Yields the
     :class:`~localsession.mocking.tinker_server.TinkerServer`."""
+    from localsession.mocking.hooks import scoped_environ
     from localsession.mocking.tinker_server import shared
 
     marker = request.node.get_closest_marker("localsession_tinker")
     options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
     server = shared(options.get("engine", "torch"))
-    for key, value in server.environment().items():
-        monkeypatch.setenv(key, value)
-    yield server
+    with scoped_environ(server.environment()):  # huggingface_hub's import-time cache too
+        yield server

@@ -181,6 +181,7 @@ def test_examples_use_only_the_public_client_surface() -> None:
                     "from localsession.metrics import",
                     "from localsession.custom_loss import",
                     "from localsession.sandbox import",
+                    "from localsession.cli_parser import",  # the CLI's did-you-mean parser
                 )
                 assert line.startswith(allowed), f"{path.name}: {line}"
         assert "strict=False" not in text or path.name == "loop.py", path.name
