@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import urllib.error
+import urllib.request
 from typing import Any
 
 from conformance.adapter import Backend, BackendUnavailable, Limits
@@ -75,7 +77,14 @@ def make_tinker(options: dict[str, Any]) -> Backend:
     def client() -> Any:
         return tinker.ServiceClient(base_url=url, api_key=api_key)
 
-    try:  # fail fast, and once, when nothing answers at the URL
+    try:  # fail fast when nothing listens (the SDK itself retries a refused connection)
+        urllib.request.urlopen(str(url), timeout=10.0).close()
+    except urllib.error.HTTPError:
+        pass  # something answers HTTP: the SDK's probe below says whether it is Tinker
+    except (OSError, ValueError) as exc:
+        close()
+        raise BackendUnavailable(f"nothing answers at --base-url {url}: {exc}") from None
+    try:
         rest = tinker.RestClient(base_url=url, api_key=api_key)
         models = rest.get_server_capabilities().result(timeout=60.0).supported_models
     except Exception as exc:  # noqa: BLE001 - any transport or HTTP error means unreachable

@@ -1,4 +1,4 @@
-"""Fixtures and helpers of the Tinker-surface suite: one ``tinker.ServiceClient`` per run,
+"""Fixtures of the Tinker-surface suite: one ``tinker.ServiceClient`` per test,
 training clients on the backend's base model, and datums built from the backend's prompt.
 
 Only the SDK's public clients and types are used, so the tests run unchanged against any
@@ -15,9 +15,10 @@ import pytest
 from conformance.adapter import Backend
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def tinker_client(backend: Backend) -> Iterator[Any]:
-    """The backend's ``tinker.ServiceClient``, closed at the end of the run."""
+    """A ``tinker.ServiceClient`` for one test, closed at its end (which ends the test's
+    models, so a server with a small session limit can run the suite)."""
     client = backend.service_client()
     yield client
     try:

@@ -13,7 +13,7 @@ from conformance.suite_tinker._kit import wait
 MAX_TOKENS = 10
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def sampler(backend: Backend, tinker_client: Any) -> Any:
     """A sampling client on the base model (read-only: never trained)."""
     return wait(tinker_client.create_sampling_client(base_model=backend.base_model), backend)
