@@ -78,6 +78,11 @@ class Backend:
     close: Callable[[], None] = lambda: None
     #: Free-form facts recorded in the report (server URL, region, ...).
     details: dict[str, str] = field(default_factory=dict)
+    #: The client surface: ``sagemaker`` (``suite/``) or ``tinker`` (``suite_tinker/``). It
+    #: answers the ``surface.*`` capabilities, whatever ``--capabilities`` declares.
+    surface: str = "sagemaker"
 
     def has(self, capability: str) -> bool:
+        if capability.startswith("surface."):
+            return capability == f"surface.{self.surface}"
         return capability in self.capabilities

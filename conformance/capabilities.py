@@ -14,6 +14,11 @@ from collections.abc import Iterable
 import pytest
 
 CAPABILITIES: dict[str, str] = {
+    # The surfaces: every test of suite/ requires the first, of suite_tinker/ the second
+    # (plugin.py); a backend answers them from its ``surface``, not its declarations.
+    "surface.sagemaker": "SageMaker-only: the sagemaker.train.training_session API, with "
+    "model packages in a model-package group, Hub base models, S3 output and ARNs",
+    "surface.tinker": "the Tinker API through the unmodified tinker SDK",
     "loss.outputs": "§1 each datum's loss_fn_outputs hold float32 `logprobs` and "
     "`elementwise_loss`, one per position",
     "loss.formulas": "§1 per-token losses: cross_entropy, importance_sampling, ppo, cispo, "

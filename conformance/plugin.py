@@ -32,7 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--backend",
         default="inprocess",
-        help="inprocess | http | http=URL | fakes | remote | import:module:factory",
+        help="inprocess | http | http=URL | fakes | remote | tinker | import:module:factory",
     )
     group.addoption(
         "--capabilities",
@@ -48,6 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--xfail-file", type=Path, help="known divergences, instead of the backend's")
     group.addoption("--base-model", help="base model to create sessions on")
+    group.addoption("--base-url", help="tinker backend: the server's URL (or TINKER_BASE_URL)")
     group.addoption("--conformance-report", type=Path, metavar="OUT.json", help="write a report")
     group.addoption("--snapshot-update", type=Path, metavar="DIR", help="record snapshots")
     group.addoption("--snapshot-check", type=Path, metavar="DIR", help="compare with snapshots")
@@ -87,6 +88,7 @@ def _options(config: pytest.Config) -> dict[str, Any]:
         "capabilities": capabilities,
         "xfail_file": config.getoption("--xfail-file"),
         "base_model": config.getoption("--remote-base-model") or config.getoption("--base-model"),
+        "base_url": config.getoption("--base-url"),
         "region": config.getoption("--remote-region"),
         "role": config.getoption("--remote-role"),
         "group": config.getoption("--remote-group"),
@@ -141,7 +143,11 @@ def suite_id(item: pytest.Item) -> str:
 
 
 def _required(item: pytest.Item) -> list[str]:
-    return [name for mark in item.iter_markers("requires") for name in mark.args]
+    """The item's ``requires`` marks, plus the surface its directory is written against."""
+    folder = Path(str(item.path)).parent.name
+    surface = {"suite": ["surface.sagemaker"], "suite_tinker": ["surface.tinker"]}
+    marked = [name for mark in item.iter_markers("requires") for name in mark.args]
+    return surface.get(folder, []) + marked
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -159,12 +165,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in suite:
         missing = [name for name in _required(item) if not backend.has(name)]
         if missing:
-            item.add_marker(
-                pytest.mark.skip(
-                    reason=f"backend {backend.name} does not declare capability "
-                    + ", ".join(repr(m) for m in missing)
-                )
+            reason = f"backend {backend.name} does not declare capability " + ", ".join(
+                repr(m) for m in missing
             )
+            if "surface.sagemaker" in missing:  # say why, once per line
+                reason += f" ({CAPABILITIES['surface.sagemaker']})"
+            item.add_marker(pytest.mark.skip(reason=reason))
     if backend.xfail_file is not None:
         _apply_xfails(backend.xfail_file, suite)
 
@@ -183,7 +189,15 @@ def _apply_xfails(path: Path, suite: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """Say, last and in red, that an unavailable backend means nothing was checked."""
+    """List every skipped test with its reason (a missing capability names it); then say,
+    last and in red, that an unavailable backend means nothing was checked."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.when in ("setup", "call")]
+    if skipped:
+        terminalreporter.section(f"conformance: {len(skipped)} skipped, with reasons")
+        for report in skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+            reason = reason.removeprefix("Skipped: ")
+            terminalreporter.write_line(f"SKIP {report.nodeid.split('/')[-1]}: {reason}")
     if _UNAVAILABLE in config.stash:
         terminalreporter.write_line(
             f"FAILED: backend unavailable: {config.stash[_UNAVAILABLE]}; no conformance test "

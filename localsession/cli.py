@@ -29,6 +29,7 @@ Any other option is passed to pytest, for example:
   --drop-capability NAME       treat the backend as not declaring NAME (repeatable)
   --xfail-file FILE            known divergences, instead of the backend's own file
   --base-model NAME            the base model sessions are created on
+  --base-url URL               --backend=tinker: a Tinker server (else a loopback serve)
   --remote-region R, --remote-role ARN, --remote-base-model NAME, --remote-group ARN,
   --remote-s3 URI              settings of --backend=remote (or CONFORMANCE_* variables)
 A backend that cannot be started (for example remote without AWS credentials) fails the run.
@@ -287,7 +288,8 @@ def _add_conformance(commands: argparse._SubParsersAction) -> None:  # type: ign
     run.add_argument(
         "--backend",
         default="inprocess",
-        help="inprocess (default) | http | http=URL | fakes | remote | import:module:factory",
+        help="inprocess (default) | http | http=URL | fakes | remote | tinker | "
+        "import:module:factory",
     )
     run.add_argument("--report", type=Path, help="write the JSON report here")
     run.add_argument("--slow", action="store_true", help="also run the slow tests")

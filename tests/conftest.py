@@ -66,7 +66,7 @@ os.environ["LOCALSESSION_CACHE"] = str(_SCRATCH / "cache")
 INTEGRATION = (
     "cli/",  # each test runs the ``localsession`` command (or ``serve``) as a subprocess
     "server/",  # the unmodified SDK, boto3 and openai against a running server
-    "tinker/",  # the unmodified tinker SDK against a loopback server (localsession_tinker)
+    "tinker/",  # the unmodified tinker SDK against a loopback server or serve (conformance)
     "realmodel/test_smollm2.py",  # converts and trains the real SmolLM2-135M
     "realmodel/test_tokenizer_export.py",  # reads the real SmolLM2's tokenizer from its GGUF
     "realmodel/test_gguf_errors.py::test_truncated_gguf_names_the_file_and_the_cause",

@@ -1,5 +1,6 @@
 """Built-in backends, chosen by ``--backend``: ``inprocess``, ``http``, ``http=URL``,
-``fakes``, ``remote``, or ``import:package.module:factory`` for anyone's own adapter.
+``fakes``, ``remote``, ``tinker`` (the Tinker API, backends/tinker.py), or
+``import:package.module:factory`` for anyone's own adapter.
 
 Each ``make_*`` returns a :class:`~conformance.adapter.Backend` (or raises
 :class:`~conformance.adapter.BackendUnavailable`); its known divergences live next to it in
@@ -48,6 +49,10 @@ def make_backend(spec: str, options: dict[str, Any]) -> Backend:
         from conformance.backends.http import make_http
 
         return make_http(options, url=arg or None)
+    if kind == "tinker":
+        from conformance.backends.tinker import make_tinker
+
+        return make_tinker(options)
     if kind == "remote":
         from conformance.backends.remote import make_remote
 
@@ -55,6 +60,6 @@ def make_backend(spec: str, options: dict[str, Any]) -> Backend:
     import pytest
 
     raise pytest.UsageError(
-        f"--backend={spec!r}: use inprocess, http, http=URL, fakes, remote or "
+        f"--backend={spec!r}: use inprocess, http, http=URL, fakes, remote, tinker or "
         "import:package.module:factory"
     )

@@ -1,0 +1,1 @@
+"""The Tinker-surface conformance tests, run by ``--backend=tinker`` (backends/tinker.py)."""
