@@ -4,18 +4,19 @@ thread (tests)."""
 
 from __future__ import annotations
 
+import functools
 import shlex
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from localsession.parity.proxy import RecordingProxy, Upstreams, user_credentials
 from localsession.parity.replay import Replayer, replay_app
-from localsession.server.runner import bind, client_env, url_of
+from localsession.server.runner import client_env, url_of, uvicorn_server
 from localsession.server.startup import StartupError, bind_or_explain
+
+#: Every line of the banners is flushed: a supervisor or a log file sees it at once.
+say = functools.partial(print, flush=True)
 
 
 @dataclass
@@ -30,11 +31,6 @@ class RecordOptions:
     profile: str | None = None
     #: Forward the client's requests unsigned (an upstream that checks no signature).
     no_sign: bool = False
-
-
-def _uvicorn(app: Any) -> uvicorn.Server:
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    return uvicorn.Server(config)
 
 
 def build_proxy(options: RecordOptions, credentials: Any = None) -> RecordingProxy:
@@ -65,15 +61,19 @@ def record(options: RecordOptions) -> int:
         sock.close()
         raise
     url = url_of(sock)
-    print(f"localsession recording on {url} -> {proxy.upstreams.control}; Ctrl-C stops it")
-    print(f"# cassette: {proxy.writer.path}")
-    print("# point the SageMaker SDK here (your own credentials stay in your environment:")
-    print("# the proxy re-signs every request with them, and writes none of them):")
+    say(
+        f"localsession recording on {url} -> {proxy.upstreams.control}; Ctrl-C stops it", flush=True
+    )
+    say(f"# cassette: {proxy.writer.path}")
+    say(
+        "# point the SageMaker SDK here (your own credentials stay in your environment:", flush=True
+    )
+    say("# the proxy re-signs every request with them, and writes none of them):")
     for key, value in client_env(url, options.region).items():
         if key.startswith("AWS_ACCESS_KEY_ID") or key.startswith("AWS_SECRET"):
             continue
-        print(f"export {key}={shlex.quote(value)}")
-    server = _uvicorn(proxy.app())
+        say(f"export {key}={shlex.quote(value)}")
+    server = uvicorn_server(proxy.app())
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -81,7 +81,7 @@ def record(options: RecordOptions) -> int:
     finally:
         proxy.close()
         sock.close()
-        print(f"recorded {proxy.writer.count} exchanges to {proxy.writer.path}", flush=True)
+        say(f"recorded {proxy.writer.count} exchanges to {proxy.writer.path}")
     return 0
 
 
@@ -96,14 +96,14 @@ def serve_replay(location: Path, host: str, port: int) -> int:
     sock = bind_or_explain(host, port)
     url = url_of(sock)
     region = str(replayer.cassette.header.get("region") or "us-west-2")
-    print(
+    say(
         f"localsession replaying {replayer.cassette.path} "
         f"({len(replayer.cassette.exchanges)} exchanges) on {url}; Ctrl-C stops it"
     )
-    print("# point the SageMaker SDK here:")
+    say("# point the SageMaker SDK here:")
     for key, value in client_env(url, region).items():
-        print(f"export {key}={shlex.quote(value)}")
-    server = _uvicorn(replay_app(replayer))
+        say(f"export {key}={shlex.quote(value)}")
+    server = uvicorn_server(replay_app(replayer))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -111,34 +111,9 @@ def serve_replay(location: Path, host: str, port: int) -> int:
     finally:
         sock.close()
         unused = len(replayer.cassette.exchanges) - len(replayer.used)
-        print(
+        say(
             f"replay stopped: {len(replayer.used)} exchanges replayed, {unused} not, "
             f"{len(replayer.misses)} requests unmatched",
             flush=True,
         )
     return 1 if replayer.misses else 0
-
-
-class AppThread:
-    """An ASGI app on port 0 on a background thread: ``with AppThread(app) as url: ...``."""
-
-    def __init__(self, app: Any, host: str = "127.0.0.1") -> None:
-        self._sock = bind(host, 0)
-        self.url = url_of(self._sock)
-        self._server = _uvicorn(app)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-
-    def __enter__(self) -> str:
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError(f"the server on {self.url} failed to start")
-            threading.Event().wait(0.01)
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10.0)
-        self._sock.close()

@@ -49,6 +49,13 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def uvicorn_server(app: Any, **config: Any) -> uvicorn.Server:
+    """A quiet uvicorn server for ``app`` (``config``: more uvicorn options)."""
+    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+    options.update(config)
+    return uvicorn.Server(uvicorn.Config(app, **options))
+
+
 def make_server(
     service: Service,
     *,
@@ -58,29 +65,17 @@ def make_server(
     **config: Any,
 ) -> uvicorn.Server:
     app = create_app(service, long_poll=long_poll, submit_hold=submit_hold, credential=credential)
-    options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
-    options.update(config)
-    return uvicorn.Server(uvicorn.Config(app, **options))
+    return uvicorn_server(app, **config)
 
 
-class ServerThread:
-    """A server for ``service`` on a background thread: ``with ServerThread(s) as url: ...``."""
+class AppThread:
+    """An ASGI app's server on a background thread: ``with AppThread(app) as url: ...``."""
 
-    def __init__(
-        self,
-        service: Service,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        long_poll: float = LONG_POLL_SECONDS,
-        credential: Credential | None = None,
-        submit_hold: float = SUBMIT_HOLD_SECONDS,
-    ) -> None:
-        self.service = service
+    def __init__(self, server: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        """``server``: an ASGI app, or a ``uvicorn.Server`` already made for one."""
         self._sock = bind(host, port)
         self.url = url_of(self._sock)
-        self._server = make_server(
-            service, long_poll=long_poll, submit_hold=submit_hold, credential=credential
-        )
+        self._server = server if isinstance(server, uvicorn.Server) else uvicorn_server(server)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )
@@ -103,3 +98,22 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServerThread(AppThread):
+    """A server for ``service`` on a background thread: ``with ServerThread(s) as url: ...``."""
+
+    def __init__(
+        self,
+        service: Service,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        long_poll: float = LONG_POLL_SECONDS,
+        credential: Credential | None = None,
+        submit_hold: float = SUBMIT_HOLD_SECONDS,
+    ) -> None:
+        self.service = service
+        server = make_server(
+            service, long_poll=long_poll, submit_hold=submit_hold, credential=credential
+        )
+        super().__init__(server, host, port)
