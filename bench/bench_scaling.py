@@ -72,12 +72,12 @@ def grpo_step(tc: Any, max_tokens: int) -> float:
     data = [
         Datum(
             model_input=ModelInput.from_ints(PROMPT + s.tokens[:-1]),
-            loss_fn_inputs={
-                "target_tokens": [0] * pad + list(s.tokens),
-                "weights": [0.0] * pad + [1.0] * len(s.tokens),
-                "logprobs": [0.0] * pad + list(s.logprobs),
-                "advantages": [0.0] * pad + [1.0 if i % 2 else -1.0] * len(s.tokens),
-            },
+            loss_fn_inputs=dict(
+                target_tokens=[0] * pad + list(s.tokens),
+                weights=[0.0] * pad + [1.0] * len(s.tokens),
+                logprobs=[0.0] * pad + list(s.logprobs),
+                advantages=[0.0] * pad + [1.0 if i % 2 else -1.0] * len(s.tokens),
+            ),
         )
         for i, s in enumerate(seqs)
         if s.tokens
@@ -155,14 +155,14 @@ def memory_worker(sessions: int) -> dict[str, float]:
             _base_pointers(service.session(tc.training_session_name).engine._loaded.model) == first
             for tc in tcs
         )
-        result = {
+        row = {
             "peak": peak_rss_mb(),
             "state": lora * 16 / 2**20,
             "base": base / 2**20,
             "shared": float(shared),
         }
         service.close()
-    return result
+    return row
 
 
 def _base_pointers(model: Any) -> dict[str, int]:

@@ -93,12 +93,12 @@ class GrpoLoop:
                 datums.append(
                     ts.Datum(
                         model_input=ts.ModelInput.from_ints(prompt + seq.tokens[:-1]),
-                        loss_fn_inputs={
-                            "target_tokens": [0] * pad + list(seq.tokens),
-                            "weights": [0.0] * pad + [1.0] * n,
-                            "logprobs": [0.0] * pad + list(seq.logprobs),
-                            "advantages": [0.0] * pad + [1.0 if i % 2 else -1.0] * n,
-                        },
+                        loss_fn_inputs=dict(
+                            target_tokens=[0] * pad + list(seq.tokens),
+                            weights=[0.0] * pad + [1.0] * n,
+                            logprobs=[0.0] * pad + list(seq.logprobs),
+                            advantages=[0.0] * pad + [1.0 if i % 2 else -1.0] * n,
+                        ),
                     )
                 )
         self.tc.forward_backward(datums, "ppo")

@@ -165,27 +165,27 @@ class Capture:
         self._seen.clear()
 
 
-def _plain(value: Any) -> Any:
+def _plain(obj: Any) -> Any:
     """A JSON value for anything a client returns."""
-    if hasattr(value, "model_dump"):
-        dump = dict(value.model_dump(mode="json"))
-        for name in dir(type(value)):  # public properties (an op result's metrics, ...)
+    if hasattr(obj, "model_dump"):
+        dump = dict(obj.model_dump(mode="json"))
+        for name in dir(type(obj)):  # public properties (an op result's metrics, ...)
             if name.startswith(("_", "model_")) or name in dump:
                 continue
-            if isinstance(inspect.getattr_static(type(value), name, None), property):
+            if isinstance(inspect.getattr_static(type(obj), name, None), property):
                 try:
-                    dump[name] = getattr(value, name)
+                    dump[name] = getattr(obj, name)
                 except Exception:  # noqa: BLE001 - a property that cannot answer is left out
                     continue
         return _plain(dump)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if hasattr(value, "value") and isinstance(value.value, str):  # an Enum
-        return value.value
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if hasattr(obj, "value") and isinstance(obj.value, str):  # an Enum
+        return obj.value
     return "<object>"
 
 

@@ -28,8 +28,8 @@ class Lines(Generic[AnyStr]):
         self._nothing: AnyStr = "" if isinstance(stream, io.TextIOBase) else b""  # type: ignore[assignment]
         self._queue: queue.Queue[AnyStr | None] = queue.Queue()
         self._ended = False
-        self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
-        self._thread.start()
+        self._reader = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self._reader.start()
 
     def _drain(self, stream: IO[AnyStr]) -> None:
         while line := stream.readline():

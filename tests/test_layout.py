@@ -149,9 +149,9 @@ def layer_of(module: str) -> int | None:
     rest = module.split(".")[1:]
     for depth in range(len(rest), -1, -1):
         prefix = ".".join(rest[:depth])
-        for index, (_, prefixes) in enumerate(LAYERS):
+        for floor, (_, prefixes) in enumerate(LAYERS):
             if prefix in prefixes and (prefix or not rest):
-                return index
+                return floor
     return None
 
 

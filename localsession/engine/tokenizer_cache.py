@@ -42,12 +42,12 @@ def gguf_key(path: Path) -> str:
     stat = path.stat()
     memo = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     with _lock:
-        known = _keys.get(memo)
-    if known is None:
-        known = file_key(path)
+        key = _keys.get(memo)
+    if key is None:
+        key = file_key(path)
         with _lock:
-            _keys[memo] = known
-    return known
+            _keys[memo] = key
+    return key
 
 
 def _copy_files(source: Path, directory: Path) -> None:

@@ -47,9 +47,9 @@ def install() -> None:
                 return original(base_model, hub_client, hf_model_id)
             from fakes.tokenizer import ByteTokenizer
 
-            tokenizer = ByteTokenizer()
-            tokenizer.name_or_path = str(hf_model_id or base_model)
-            return tokenizer
+            fake = ByteTokenizer()
+            fake.name_or_path = str(hf_model_id or base_model)
+            return fake
 
         setattr(module, "load_tokenizer", load_tokenizer)  # noqa: B010 - a module attribute
         _installed.append((module, original))

@@ -43,7 +43,7 @@ def encode_body(raw: bytes, content_type: str, normalise: Any) -> dict[str, Any]
     if "json" in content_type or raw[:1] in (b"{", b"["):
         try:
             return {"json": normalise(json.loads(raw))}
-        except ValueError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             pass
     return {"base64": base64.b64encode(raw).decode("ascii")}
 
@@ -64,7 +64,7 @@ class CassetteWriter:
         directory.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         self.path = directory / f"{stamp}-{os.getpid()}{SUFFIX}"
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._seq = 0
         self._file = self.path.open("w", encoding="utf-8")
         self._write({"kind": "header", "cassette": FORMAT, "localsession": __version__, **header})
@@ -76,7 +76,7 @@ class CassetteWriter:
     def exchange(self, request: dict[str, Any], response: dict[str, Any], values: Any) -> int:
         """Write one exchange; ``values()`` is called under the lock for the examples of
         placeholders not written yet. Returns the exchange's number."""
-        with self._lock:
+        with self._mutex:
             self._seq += 1
             self._write(
                 {
@@ -94,7 +94,7 @@ class CassetteWriter:
         return self._seq
 
     def close(self) -> None:
-        with self._lock:
+        with self._mutex:
             self._file.close()
 
 

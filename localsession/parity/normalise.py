@@ -55,25 +55,25 @@ REDACTED = "<redacted>"
 ZERO_ACCOUNT = "000000000000"
 
 
-def redact(value: Any) -> Any:
-    """``value`` without any dict entry whose key names a credential."""
-    if isinstance(value, dict):
-        return {k: redact(v) for k, v in value.items() if not SECRET_KEY_RE.match(str(k))}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
+def redact(node: Any) -> Any:
+    """``node`` without any dict entry whose key names a credential."""
+    if isinstance(node, dict):
+        return {k: redact(v) for k, v in node.items() if not SECRET_KEY_RE.match(str(k))}
+    if isinstance(node, list | tuple):
+        return [redact(v) for v in node]
+    return node
 
 
-def strip_numbers(value: Any) -> Any:
-    """``value`` with placeholder numbers erased (``<uuid:c3>`` -> ``<uuid>``): the loose
+def strip_numbers(node: Any) -> Any:
+    """``node`` with placeholder numbers erased (``<uuid:c3>`` -> ``<uuid>``): the loose
     match a replay falls back to when concurrency ordered a run's values differently."""
-    if isinstance(value, dict):
-        return {k: strip_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [strip_numbers(v) for v in value]
-    if isinstance(value, str):
-        return PLACEHOLDER_RE.sub(lambda m: f"<{m[1]}>", value)
-    return value
+    if isinstance(node, dict):
+        return {k: strip_numbers(v) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return [strip_numbers(v) for v in node]
+    if isinstance(node, str):
+        return PLACEHOLDER_RE.sub(lambda m: f"<{m[1]}>", node)
+    return node
 
 
 class Normaliser:
@@ -138,25 +138,25 @@ class Normaliser:
         text = SESSION_RE.sub(lambda m: self._placeholder("session", m[0], origin), text)
         return ACCOUNT_RE.sub(ZERO_ACCOUNT, self.scrub(text))
 
-    def value(self, value: Any, origin: str, key: str = "") -> Any:
+    def value(self, node: Any, origin: str, key: str = "") -> Any:
         """A JSON value with volatile parts replaced; ``origin`` is ``"c"`` for what the
         client sent, ``"s"`` for what the server answered."""
-        if isinstance(value, dict):
+        if isinstance(node, dict):
             return {
                 k: self.value(v, origin, str(k))
-                for k, v in value.items()
+                for k, v in node.items()
                 if not SECRET_KEY_RE.match(str(k))
             }
-        if isinstance(value, list):
-            return [self.value(v, origin, key) for v in value]
-        if key and TIME_KEY_RE.search(key) and not isinstance(value, bool):
-            if isinstance(value, int | float):
+        if isinstance(node, list | tuple):
+            return [self.value(v, origin, key) for v in node]
+        if key and TIME_KEY_RE.search(key) and not isinstance(node, bool):
+            if isinstance(node, int | float):
                 return FIXED_EPOCH
-            if isinstance(value, str):
+            if isinstance(node, str):
                 return FIXED_ISO
-        if isinstance(value, str):
-            return self.string(value, origin, key)
-        return value
+        if isinstance(node, str):
+            return self.string(node, origin, key)
+        return node
 
     def path(self, path: str, origin: str = "c") -> str:
         """A URL path with known volatile segments (and UUIDs) replaced."""
@@ -182,16 +182,16 @@ class Normaliser:
         return urlencode(kept)
 
 
-def expand(value: Any, resolve: Any) -> Any:
-    """``value`` with each placeholder replaced by ``resolve(placeholder)`` (a replay's
-    answer: the client's own value for ``c`` placeholders, the example for ``s`` ones)."""
-    if isinstance(value, dict):
-        return {k: expand(v, resolve) for k, v in value.items()}
-    if isinstance(value, list):
-        return [expand(v, resolve) for v in value]
-    if isinstance(value, str) and "<" in value:
-        return PLACEHOLDER_RE.sub(lambda m: str(resolve(m[0])), value)
-    return value
+def expand(node: Any, resolve: Any) -> Any:
+    """``node`` with each placeholder replaced by ``resolve(placeholder)`` (a replay's
+    answer: the client's own node for ``c`` placeholders, the example for ``s`` ones)."""
+    if isinstance(node, dict):
+        return {k: expand(v, resolve) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return [expand(v, resolve) for v in node]
+    if isinstance(node, str) and "<" in node:
+        return PLACEHOLDER_RE.sub(lambda m: str(resolve(m[0])), node)
+    return node
 
 
 def add_secret(norm: Normaliser, secret: str | None) -> None:

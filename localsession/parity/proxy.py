@@ -80,10 +80,11 @@ class Upstreams:
             return cls(real["control"], runtime or real["runtime"], s3 or real["s3"])
         for url in (upstream, runtime, s3):
             if url is not None and urlsplit(url).scheme not in ("http", "https"):
-                raise ValueError(
+                problem = (
                     f"--upstream {url!r}: give an http(s) URL (e.g. http://127.0.0.1:8080) "
                     "or `aws` for the service's own endpoints in --region"
                 )
+                raise ValueError(problem)
         return cls(upstream.rstrip("/"), (runtime or upstream).rstrip("/"), s3)
 
     def route(self, path: str) -> tuple[str, str, str]:
@@ -123,7 +124,7 @@ class RecordingProxy:
         frozen = self.credentials.get_frozen_credentials() if self.credentials else None
         secrets = [frozen.access_key, frozen.secret_key, frozen.token or ""] if frozen else []
         self.norm = Normaliser(secrets)
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._written: set[str] = set()
         self.writer = CassetteWriter(
             self.out,
@@ -149,7 +150,7 @@ class RecordingProxy:
         """Forward one request (``path`` decoded, ``raw_path`` as sent); record it."""
         lower = {k.lower(): v for k, v in headers.items()}
         key, region, service = _scope(lower.get("authorization"))
-        with self._lock:
+        with self._mutex:
             add_secret(self.norm, key)
             request = request_record(self.norm, method, path, query, headers, raw)
         base, upstream_path, default_service = self.upstreams.route(raw_path or path)
@@ -157,7 +158,7 @@ class RecordingProxy:
         sent = {k: v for k, v in lower.items() if k not in DROPPED}
         sent = self._sign(method, url, sent, raw, service or default_service, region)
         status, out, body = self._send(method, url, sent, raw)
-        with self._lock:
+        with self._mutex:
             response = response_record(self.norm, status, out, body)
             self.writer.exchange(request, response, self._new_values)
         return status, {k: v for k, v in out.items() if k.lower() not in HOP_BY_HOP}, body

@@ -46,7 +46,7 @@ class Replayer:
         self.norm = Normaliser()
         self.used: set[int] = set()
         self.misses: list[str] = []
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self._exact: dict[str, list[int]] = {}
         self._loose: dict[str, list[int]] = {}
         self._last: dict[str, int] = {}
@@ -65,7 +65,7 @@ class Replayer:
         self, method: str, path: str, query: str, headers: dict[str, str], raw: bytes
     ) -> tuple[int, dict[str, str], bytes]:
         """(status, headers, body) for one request."""
-        with self._lock:
+        with self._mutex:
             request = request_record(self.norm, method, path, query, headers, raw)
             index = self._match(request)
             if index is None:
@@ -84,9 +84,9 @@ class Replayer:
             (self._exact, _key(request)),
             (self._loose, _key(strip_numbers(request))),
         ):
-            for index in table.get(key, []):
-                if index not in self.used:
-                    return index
+            for candidate in table.get(key, []):
+                if candidate not in self.used:
+                    return candidate
         if request["method"] == "GET":  # a poll repeated past the recording: same answer
             return self._last.get(_key(strip_numbers(request)))
         return None

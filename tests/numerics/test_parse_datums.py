@@ -22,9 +22,9 @@ FIELDS = ("tokens_BT", "targets_BT", "mask_BT", "weights_BT", "advantages_BT", "
 def _datum(rng: random.Random, n: int, keys: tuple[str, ...]) -> TrainingDatum:
     """A port datum (as the runtime's parse hands it on) with random ids and values."""
     inputs: dict[str, Any] = {"target_tokens": [rng.randrange(VOCAB) for _ in range(n)]}
-    for key in keys:
-        low = 0.1 if key == "temperature" else -3.0
-        inputs[key] = [rng.uniform(low, 3.0) for _ in range(n)]
+    for name in keys:
+        low = 0.1 if name == "temperature" else -3.0
+        inputs[name] = [rng.uniform(low, 3.0) for _ in range(n)]
     return TrainingDatum([rng.randrange(VOCAB) for _ in range(n)], inputs)
 
 

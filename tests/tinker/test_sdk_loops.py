@@ -24,10 +24,10 @@ def sft_datum(tokens: list[int], weights: list[float] | None = None) -> Any:
     """Next-token prediction over ``tokens``."""
     return types.Datum(
         model_input=types.ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={
-            "target_tokens": tokens[1:],
-            "weights": weights if weights is not None else [1.0] * (len(tokens) - 1),
-        },
+        loss_fn_inputs=dict(
+            target_tokens=tokens[1:],
+            weights=weights if weights is not None else [1.0] * (len(tokens) - 1),
+        ),
     )
 
 

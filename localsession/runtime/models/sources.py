@@ -74,19 +74,21 @@ def split_map_target(value: str, where: str = "model map") -> tuple[str, int | N
     for option in options:
         key, sep, raw = option.strip().partition("=")
         if key.strip() not in MAP_OPTIONS or not sep:
-            raise ValueError(
+            problem = (
                 f"{where}: unknown option {option.strip()!r} in {value!r}; the one option is "
                 "max_context=N (example: openai/gpt-oss-20b=localsession/tiny;max_context=131072)"
             )
+            raise ValueError(problem)
         try:
             max_context = int(raw.strip())
         except ValueError:
             max_context = 0
         if max_context < 1:
-            raise ValueError(
+            problem = (
                 f"{where}: max_context in {value!r} must be a whole number of positions >= 1, "
                 f"got {raw.strip()!r}"
             )
+            raise ValueError(problem)
     return target.strip(), max_context
 
 
@@ -124,18 +126,18 @@ def read_map_file(path: Path) -> dict[str, str]:
     if not isinstance(data, dict):
         raise ValueError(shape)
     mapping: dict[str, str] = {}
-    for name, value in data.items():
-        if isinstance(value, dict):
-            model, context = value.get("model"), value.get("max_context")
-            if not isinstance(model, str) or set(value) - {"model", "max_context"}:
-                raise ValueError(f"{shape}; entry {name!r} is {value!r}")
+    for name, entry in data.items():
+        if isinstance(entry, dict):
+            model, context = entry.get("model"), entry.get("max_context")
+            if not isinstance(model, str) or set(entry) - {"model", "max_context"}:
+                raise ValueError(f"{shape}; entry {name!r} is {entry!r}")
             if context is not None and (type(context) is not int or context < 1):
                 raise ValueError(f"{path}: entry {name!r}: max_context must be an int >= 1")
-            value = model if context is None else f"{model}{OPTION_SEPARATOR}max_context={context}"
-        if not isinstance(value, str):
-            raise ValueError(f"{shape}; entry {name!r} is {value!r}")
-        split_map_target(value, str(path))
-        mapping[name] = value
+            entry = model if context is None else f"{model}{OPTION_SEPARATOR}max_context={context}"
+        if not isinstance(entry, str):
+            raise ValueError(f"{shape}; entry {name!r} is {entry!r}")
+        split_map_target(entry, str(path))
+        mapping[name] = entry
     return mapping
 
 

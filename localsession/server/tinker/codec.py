@@ -123,14 +123,14 @@ def _datum(msg: Any, index: int) -> dict[str, Any]:
     return {"modelInput": {"chunks": chunks}, "lossFnInputs": inputs}
 
 
-def _json_tensor(value: Any, where: str) -> dict[str, Any]:
-    if isinstance(value, list):
-        return {"data": value, "dtype": "float32"}
-    if not isinstance(value, dict) or not isinstance(value.get("data"), list):
+def _json_tensor(given: Any, where: str) -> dict[str, Any]:
+    if isinstance(given, list):
+        return {"data": given, "dtype": "float32"}
+    if not isinstance(given, dict) or not isinstance(given.get("data"), list):
         raise errors.validation(f"{where} must be a TensorData object with a data list")
-    out = {"data": value["data"], "dtype": value.get("dtype") or "float32"}
-    if value.get("shape"):
-        out["shape"] = value["shape"]
+    out = {"data": given["data"], "dtype": given.get("dtype") or "float32"}
+    if given.get("shape"):
+        out["shape"] = given["shape"]
     return out
 
 

@@ -104,10 +104,10 @@ class Dialect(Checkpoints, Samplers):
 
     def heartbeat(self, session_id: str) -> bool:
         with self.lock:
-            if session_id not in self.sessions:
-                return False
-            self.sessions[session_id] = time.monotonic()
-            return True
+            alive = session_id in self.sessions
+            if alive:
+                self.sessions[session_id] = time.monotonic()
+        return alive
 
     def finish(self, session_id: str) -> None:
         """End a session (``ServiceClient.close``): its heartbeats get 410 and its models'

@@ -38,19 +38,19 @@ def fwd_metrics(result: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
-def truncate_at(result: dict[str, Any], stop_ids: list[int]) -> dict[str, Any]:
+def truncate_at(body: dict[str, Any], stop_ids: list[int]) -> dict[str, Any]:
     """Cut each sequence after its first stop token id (stop reason ``stop``)."""
     if not stop_ids:
-        return result
+        return body
     stops = set(stop_ids)
-    for seq in result.get("sequences", []):
+    for seq in body.get("sequences", []):
         for i, token in enumerate(seq["tokens"]):
             if token in stops:
                 seq["tokens"] = seq["tokens"][: i + 1]
                 seq["logprobs"] = (seq.get("logprobs") or [])[: i + 1]
                 seq["stopReason"] = "stop"
                 break
-    return result
+    return body
 
 
 def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Response:

@@ -288,8 +288,8 @@ class TinkerRoutes:
         )
 
     async def _hold(self, name: str, op_id: str) -> None:
-        loop = asyncio.get_running_loop()
-        finished = loop.create_future()
+        running = asyncio.get_running_loop()
+        finished = running.create_future()
 
         def wake() -> None:
             def settle() -> None:
@@ -297,7 +297,7 @@ class TinkerRoutes:
                     finished.set_result(None)
 
             try:
-                loop.call_soon_threadsafe(settle)
+                running.call_soon_threadsafe(settle)
             except RuntimeError:
                 pass
 
