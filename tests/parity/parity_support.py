@@ -41,3 +41,6 @@ def point_sdk(monkeypatch: pytest.MonkeyPatch, url: str, hf_cache: str) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CLIENT_SECRET)
     monkeypatch.setenv("HF_HUB_CACHE", hf_cache)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants  # read at import: an earlier test may have imported it
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", hf_cache)
