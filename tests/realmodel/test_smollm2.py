@@ -185,6 +185,7 @@ def test_sft_lowers_the_loss_and_packages_load_in_transformers_and_peft(
     torch.testing.assert_close(token_logprobs(peft_model, tokens), ours, atol=1e-4, rtol=0)
     with torch.no_grad():
         ids = torch.tensor([tokens])
-        torch.testing.assert_close(peft_model(ids).logits, merged(ids).logits, atol=1e-4, rtol=0)
+        # logits reach ~25: W x + B (A x) and (W + B A) x round apart by a few 1e-5 relative
+        torch.testing.assert_close(peft_model(ids).logits, merged(ids).logits, atol=1e-4, rtol=1e-5)
     # The trained adapter really changed the model (the comparison above is not base vs base).
     assert (token_logprobs(hf_model(smol_dir), tokens) - ours).abs().max() > 1e-3
