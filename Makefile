@@ -73,8 +73,8 @@ test: $(SDK_STAMP) $(MODEL_STAMP) lint typecheck
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 # The fast tier: everything but the tests marked `integration` (processes, servers, crashes,
-# load, soak, examples, real models, conformance runs): 556 tests, about 47 s of CPU
-# (50 s wall at load 1.4-2; 83 s wall at load 5 on the shared 2-core box).
+# load, soak, examples, real models, conformance runs): 598 tests, about 2 minutes on the
+# shared 2-core box.
 test-unit: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m 'not slow and not gpu and not integration'
 
