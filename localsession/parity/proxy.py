@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from localsession.parity.asgi import read_request, send_response
 from localsession.parity.cassette import CassetteWriter, request_record, response_record
 from localsession.parity.compare import DEFAULT_TOLERANCES
 from localsession.parity.normalise import Normaliser, add_secret
@@ -214,14 +215,7 @@ class RecordingProxy:
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] != "http":
                 return
-            chunks = []
-            while True:
-                message = await receive()
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body"):
-                    break
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            query = scope.get("query_string", b"").decode("latin-1")
+            headers, query, request_body = await read_request(scope, receive)
             raw_path = scope.get("raw_path", b"").decode("latin-1") or None
             status, out, body = await run_in_threadpool(
                 self.forward,
@@ -229,15 +223,10 @@ class RecordingProxy:
                 scope["path"],
                 query,
                 headers,
-                b"".join(chunks),
+                request_body,
                 raw_path,
             )
-            raw_headers = [
-                (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in out.items()
-            ]
-            raw_headers.append((b"content-length", str(len(body)).encode()))
-            await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-            await send({"type": "http.response.body", "body": body})
+            await send_response(send, status, {k.lower(): v for k, v in out.items()}, body)
 
         return app
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession.parity import compare
+from localsession.parity.asgi import read_request, send_response
 from localsession.parity.cassette import Cassette, decode_body, load, request_record
 from localsession.parity.normalise import PLACEHOLDER_RE, Normaliser, strip_numbers
 
@@ -161,25 +162,13 @@ def replay_app(replayer: Replayer) -> Any:
                     return
         if scope["type"] != "http":
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        headers, query, request_body = await read_request(scope, receive)
         path = scope["path"]
         if path == "/_localsession/health":
             status, out, body = 200, {"content-type": "application/json"}, b'{"status":"ok"}'
         else:
-            query = scope.get("query_string", b"").decode("latin-1")
-            status, out, body = replayer.answer(
-                scope["method"], path, query, headers, b"".join(chunks)
-            )
-        raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out.items()]
-        raw_headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-        await send({"type": "http.response.body", "body": body})
+            status, out, body = replayer.answer(scope["method"], path, query, headers, request_body)
+        await send_response(send, status, out, body)
 
     return app
 
