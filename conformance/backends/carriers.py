@@ -14,60 +14,17 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from conformance.adapter import Backend, Limits
 from conformance.backends import GROUP, REGION, ROLE, S3, xfail_file
+from conformance.backends.inprocess import MAX_SESSIONS, make_inprocess
+from conformance.backends.inprocess import WIRE_GAP_TIMEOUT as GAP_TIMEOUT
 from conformance.capabilities import CAPABILITIES
-
-MAX_SESSIONS = 4
-GAP_TIMEOUT = 1.0
 
 
 def make_inprocess_wire(options: dict[str, Any]) -> Backend:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import localsession
-    from localsession.runtime.service import ServiceConfig
-    from localsession.wiring import build_service
-
-    home = tempfile.TemporaryDirectory(prefix="conformance-inprocess-wire-")
-    config = ServiceConfig(home=Path(home.name), max_sessions=MAX_SESSIONS, gap_timeout=GAP_TIMEOUT)
-    service = build_service(config)
-
-    def client() -> Any:
-        return localsession.ServiceClient(
-            REGION,
-            role_arn=ROLE,
-            backend=service,
-            strict=True,
-            model_package_group_arn=GROUP,
-            s3_output_path=S3,
-        )
-
-    def usage(name: str) -> dict[str, int]:
-        detail = service.describe_training_session({"TrainingSessionName": name})
-        return dict(detail["TrainingSessionDetail"]["BillableTokenUsage"])
-
-    def close() -> None:
-        service.close()
-        home.cleanup()
-
-    return Backend(
-        name="inprocess-wire",
-        version=importlib.metadata.version("localsession"),
-        ts=localsession,
-        base_model=options.get("base_model") or "localsession/tiny",
-        service_client=client,
-        strict_client=client,
-        capabilities=options.get("capabilities") or frozenset(CAPABILITIES),
-        limits=Limits(min_max_tokens=512, max_sessions=MAX_SESSIONS, gap_timeout_s=GAP_TIMEOUT),
-        billable_usage=usage,
-        xfail_file=xfail_file("inprocess"),
-        close=close,
-        details={"model": "localsession/tiny (CPU)", "strict": "strict, like the wire"},
-    )
+    return make_inprocess(options, wire=True)
 
 
 def make_mock(options: dict[str, Any]) -> Backend:

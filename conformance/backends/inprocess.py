@@ -9,13 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from conformance.adapter import Backend, Limits
-from conformance.backends import GROUP, ROLE, xfail_file
+from conformance.backends import GROUP, REGION, ROLE, S3, xfail_file
 from conformance.capabilities import CAPABILITIES
 
 MAX_SESSIONS = 4
+#: The sequence-gap timeout ``--backend=http`` runs its server with (the wire set-up).
+WIRE_GAP_TIMEOUT = 1.0
 
 
-def make_inprocess(options: dict[str, Any]) -> Backend:
+def make_inprocess(options: dict[str, Any], *, wire: bool = False) -> Backend:
+    """localsession's own clients on a private service. ``wire``: set up as ``--backend=http``
+    runs (always strict, ``max_tokens >= 512``, its S3 output path and 1 s gap timeout), so
+    in-process answers each test as the wire does (the reference snapshots' recorder)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import localsession
     from localsession.runtime.service import ServiceConfig
@@ -23,17 +28,19 @@ def make_inprocess(options: dict[str, Any]) -> Backend:
 
     home = tempfile.TemporaryDirectory(prefix="conformance-inprocess-")
     # gap_timeout 0: the in-process default, a number refused client-side is lost at once.
+    gap = WIRE_GAP_TIMEOUT if wire else 0.0
     service = build_service(
-        ServiceConfig(home=Path(home.name), max_sessions=MAX_SESSIONS, gap_timeout=0.0)
+        ServiceConfig(home=Path(home.name), max_sessions=MAX_SESSIONS, gap_timeout=gap)
     )
 
     def client(strict: bool) -> Any:
         return localsession.ServiceClient(
-            "us-west-2",
+            REGION,
             role_arn=ROLE,
             backend=service,
-            strict=strict,
+            strict=strict or wire,
             model_package_group_arn=GROUP,
+            s3_output_path=S3 if wire else None,
         )
 
     def usage(name: str) -> dict[str, int]:
@@ -45,16 +52,21 @@ def make_inprocess(options: dict[str, Any]) -> Backend:
         home.cleanup()
 
     return Backend(
-        name="inprocess",
+        name="inprocess-wire" if wire else "inprocess",
         version=importlib.metadata.version("localsession"),
         ts=localsession,
-        base_model="localsession/tiny",
+        base_model=options.get("base_model") or "localsession/tiny",
         service_client=lambda: client(False),  # relaxed: short generations (docs/semantics.md#4)
         strict_client=lambda: client(True),
-        capabilities=frozenset(CAPABILITIES),
-        limits=Limits(min_max_tokens=1, max_sessions=MAX_SESSIONS, gap_timeout_s=0.0),
+        capabilities=options.get("capabilities") or frozenset(CAPABILITIES),
+        limits=Limits(
+            min_max_tokens=512 if wire else 1, max_sessions=MAX_SESSIONS, gap_timeout_s=gap
+        ),
         billable_usage=usage,
         xfail_file=xfail_file("inprocess"),
         close=close,
-        details={"model": "localsession/tiny (CPU)", "strict": "relaxed + strict client"},
+        details={
+            "model": "localsession/tiny (CPU)",
+            "strict": "strict, like the wire" if wire else "relaxed + strict client",
+        },
     )
