@@ -6,9 +6,10 @@ unmodified ``sagemaker.train.training_session``) inside ``localsession.mock(engi
 entering and leaving a fresh mock every time, in a fresh interpreter:
 
 - cold: imports (SDK, localsession) + the first mock and loop, as a CI job's first test sees;
-- first after import: the same, from after ``import sagemaker.train.training_session`` (it
-  still pays torch and transformers, imported on first use by the engine and the SDK's
-  tokenizer);
+- first after import: the same, from once the SDK is imported: ``sagemaker.train.training_session``
+  and the ``sagemaker.core`` modules its ``ServiceClient()`` imports lazily (several seconds of
+  the cold time here). The issue's target: ≤ 1.5 s, with no torch imported (the fake engine
+  and ``ByteTokenizer``);
 - warm: the median of later mocks + loops in that process: the issue's target, two steps
   ≤ 1 s once the SDK is imported. Most of it is the SDK's own: ``ServiceClient()`` builds
   eight botocore clients, parsing their service models each time.
@@ -37,6 +38,8 @@ SCRIPT = """
 import json, statistics, sys, time
 t0 = time.perf_counter()
 import sagemaker.train.training_session
+# what ServiceClient() imports lazily
+import sagemaker.core.helper.session_helper, sagemaker.train.defaults
 import localsession
 sys.path.insert(0, "tests/mock")
 from mock_blog import grpo
@@ -66,7 +69,8 @@ def over_http():
 
 once()
 t2 = time.perf_counter()
-over_http()
+assert "torch" not in sys.modules, "the fake mock imported torch"
+over_http()  # serve's imports bring torch in
 warm, http = [], []
 for _ in range(RUNS):  # interleaved, so load bursts hit both
     start = time.perf_counter()
@@ -100,7 +104,13 @@ def collect(smoke: bool = False, runs: int = 5) -> list[Row]:
         Row(
             "mock cold: imports + first mock + 2 blog GRPO steps (s)", t["cold"], "s", "info", None
         ),
-        Row("mock first after SDK import: mock + 2 steps (s)", t["first"], "s", "info", None),
+        Row(
+            "mock first after SDK import: mock + 2 steps (s)",
+            t["first"],
+            "s",
+            "≤ 1.5 s",
+            t["first"] <= 1.5,
+        ),
         Row(
             "mock warm: fresh mock + 2 blog GRPO steps, median (s)",
             t["warm"],

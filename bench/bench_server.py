@@ -32,7 +32,8 @@ import localsession as ls  # noqa: E402
 from bench.common import Row, bench_args, emit  # noqa: E402
 from localsession.mocking.hooks import scoped_environ  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
-from localsession.server.runner import ServerThread, client_env  # noqa: E402
+from localsession.server.endpoints import client_env  # noqa: E402
+from localsession.server.runner import ServerThread  # noqa: E402
 from localsession.wiring import build_service
 
 ROLE = "arn:aws:iam::123456789012:role/bench"

@@ -20,7 +20,7 @@ from typing import Any
 from conformance.adapter import Backend, BackendUnavailable, Limits
 from conformance.backends import GROUP, REGION, ROLE, S3, xfail_file
 from conformance.capabilities import CAPABILITIES
-from localsession.server.runner import client_env
+from localsession.server.endpoints import client_env
 
 MAX_SESSIONS = 4
 GAP_TIMEOUT = 1.0

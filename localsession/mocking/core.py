@@ -187,7 +187,7 @@ class Mock:
         return wiring.build_service(config, catalog=wiring.server_catalog(self.home))
 
     def _environment(self, s3: bool) -> dict[str, str | None]:
-        from localsession.server.runner import client_env
+        from localsession.server.endpoints import client_env
 
         env: dict[str, str | None] = dict(client_env(self.url, self.region))
         if s3:
@@ -220,7 +220,7 @@ class Mock:
                 )
             with _import_lock:
                 from localsession.mocking.transport import AsgiBridge
-                from localsession.server import runner  # noqa: F401 - client_env, below
+                from localsession.server import endpoints  # noqa: F401 - client_env, below
                 from localsession.server.app import create_app
 
             number = next(_ids)

@@ -15,22 +15,6 @@ from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS, crea
 from localsession.server.auth import Credential
 
 
-def client_env(url: str, region: str) -> dict[str, str]:
-    """The environment an unmodified SDK, boto3 or AWS CLI needs to talk to ``url``."""
-    return {
-        "SAGEMAKER_TRAINING_SESSION_ENDPOINT": url,
-        "SAGEMAKER_TRAINING_SESSION_RUNTIME_ENDPOINT": url,
-        "AWS_ENDPOINT_URL_SAGEMAKER": url,
-        "AWS_ENDPOINT_URL_SAGEMAKERTRAININGSESSIONRUNTIME": url,
-        "AWS_ENDPOINT_URL_S3": f"{url}/s3",  # the artifacts (server/s3.py)
-        "AWS_ACCESS_KEY_ID": "localsession",
-        "AWS_SECRET_ACCESS_KEY": "localsession",
-        "AWS_REGION": region,
-        "AWS_DEFAULT_REGION": region,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-
-
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket; port 0 picks a free one."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -22,7 +22,8 @@ from localsession.runtime.models.sources import localsession_home, parse_map_ent
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS
 from localsession.server.auth import Credential
-from localsession.server.runner import client_env, make_server, url_of
+from localsession.server.endpoints import client_env
+from localsession.server.runner import make_server, url_of
 from localsession.server.startup import (
     RequestLog,
     StartupError,

@@ -238,7 +238,8 @@ def test_imports_stay_light() -> None:
 
 def test_a_fake_mock_runs_the_blog_loop_without_torch() -> None:
     """``mock(engine="fake")`` through the launch post's whole loop (the SDK's get_tokenizer
-    included) in a fresh interpreter: torch and transformers stay out of ``sys.modules``."""
+    included) in a fresh interpreter: torch, transformers and the HTTP server (uvicorn) stay
+    out of ``sys.modules``."""
     import subprocess
     import sys
     from pathlib import Path
@@ -249,7 +250,7 @@ def test_a_fake_mock_runs_the_blog_loop_without_torch() -> None:
         "                       model_map={'openai/gpt-oss-20b': 'localsession/tiny'}):\n"
         "    observed = mock_blog.grpo(steps=2)\n"
         "assert observed, observed\n"
-        "print(','.join(m for m in ('torch', 'transformers') if m in sys.modules) or 'none')\n"
+        "print(','.join(m for m in ('torch', 'transformers', 'uvicorn') if m in sys.modules) or 'none')\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     out = subprocess.run(

@@ -33,7 +33,7 @@ class Recording:
 
 
 def point_sdk(monkeypatch: pytest.MonkeyPatch, url: str, hf_cache: str) -> None:
-    from localsession.server.runner import client_env
+    from localsession.server.endpoints import client_env
 
     for key, value in client_env(url, "us-west-2").items():
         monkeypatch.setenv(key, value)

@@ -32,7 +32,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from procio import Lines
 
-from localsession.server.runner import client_env
+from localsession.server.endpoints import client_env
 
 from .conftest import HUB_ARN
 

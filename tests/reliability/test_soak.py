@@ -22,7 +22,8 @@ import pytest
 from botocore.config import Config
 
 from localsession.runtime.service import ServiceConfig
-from localsession.server.runner import ServerThread, client_env
+from localsession.server.endpoints import client_env
+from localsession.server.runner import ServerThread
 from localsession.wiring import build_service
 
 from .conftest import HUB_ARN

@@ -11,7 +11,7 @@ from testkit import running_server
 
 from localsession import ServiceClient as LocalServiceClient
 from localsession import TrainingClient
-from localsession.server.runner import client_env
+from localsession.server.endpoints import client_env
 
 from .common import GROUP, REGION, ROLE, S3, Running
 

@@ -25,7 +25,8 @@ from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.runtime.sessions.operations import TERMINAL
 from localsession.server.app import MAX_HELD_SAMPLING
-from localsession.server.runner import ServerThread, client_env
+from localsession.server.endpoints import client_env
+from localsession.server.runner import ServerThread
 from localsession.wiring import default_engine_factory
 
 from .common import GROUP, REGION, ROLE, S3

@@ -22,7 +22,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from localsession.runtime.packages.registry import INDEX_FILE, RETAINED_FILE
-from localsession.server.runner import client_env
+from localsession.server.endpoints import client_env
 
 from .common import S3, Running
 

@@ -55,7 +55,7 @@ def _sm_datum(loss: str) -> Any:
 def test_tinker_and_sagemaker_surfaces_agree_bit_for_bit(
     localsession_tinker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from localsession.server.runner import client_env
+    from localsession.server.endpoints import client_env
 
     for key, value in client_env(localsession_tinker.url, "us-west-2").items():
         monkeypatch.setenv(key, value)
