@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import Row, render  # noqa: E402
-from localsession.port import TrainingDatum  # noqa: E402 - torch-free, after the path is set
+from localsession.port import AdamHyperparams, TrainingDatum  # noqa: E402 - torch-free, after the path is set
 
 #: Peak dense bf16 tensor-core FLOP/s by device-name fragment (vendor data sheets, SXM parts).
 PEAK_BF16_TFLOPS: dict[str, float] = {
@@ -135,7 +135,7 @@ def parity(
             for d, e in engines.items()
         }
         for e in engines.values():
-            e.optim_step({"learningRate": 1e-3})
+            e.optim_step(AdamHyperparams(learning_rate=1e-3))
         cpu_loss, gpu_loss = (out[d]["metrics"]["loss"] for d in ("cpu", "cuda"))
         rel = abs(gpu_loss - cpu_loss) / abs(cpu_loss)
         diffs = [
@@ -237,7 +237,7 @@ def throughput(
 
     def step() -> None:
         engine.forward_backward(datums, "cross_entropy", None, backward=True)
-        engine.optim_step({"learningRate": 1e-4})
+        engine.optim_step(AdamHyperparams(learning_rate=1e-4))
 
     for _ in range(2):  # warm-up: kernels, allocator
         step()

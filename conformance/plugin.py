@@ -20,7 +20,7 @@ import pytest
 
 from conformance.adapter import Backend, BackendUnavailable
 from conformance.capabilities import CAPABILITIES, check_names
-from conformance.report import Recorder
+from conformance.report import Recorder, suite_id
 
 _BACKEND = pytest.StashKey[Backend]()
 _UNAVAILABLE = pytest.StashKey[str]()
@@ -135,11 +135,6 @@ def read_xfail_file(path: Path) -> dict[str, str]:
             raise pytest.UsageError(f"{path}:{number}: expected `file.py::test  # reason`")
         entries[test_id.strip()] = reason.strip() or "known divergence"
     return entries
-
-
-def suite_id(item: pytest.Item) -> str:
-    """An item's id relative to the suite: ``test_file.py::test_name[param]``."""
-    return f"{Path(str(item.path)).name}::{item.nodeid.split('::', 1)[1]}"
 
 
 def _required(item: pytest.Item) -> list[str]:

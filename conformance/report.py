@@ -26,6 +26,12 @@ SYMBOLS = {
 }
 
 
+def suite_id(item: pytest.Item) -> str:
+    """An item's id relative to the suite, as xfail files and snapshots name it:
+    ``test_file.py::test_name[param]``."""
+    return f"{Path(str(item.path)).name}::{item.nodeid.split('::', 1)[1]}"
+
+
 def _reason(report: pytest.TestReport) -> str | None:
     if hasattr(report, "wasxfail"):
         return str(report.wasxfail) or None

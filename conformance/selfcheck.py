@@ -21,7 +21,7 @@ from typing import Any
 
 from conformance.adapter import Backend
 from conformance.backends.fakes import fakes_backend
-from localsession.port import TrainingDatum
+from localsession.port import AdamHyperparams, TrainingDatum
 
 EXPECTED: dict[str, set[str]] = {
     "mean_loss": {
@@ -69,7 +69,7 @@ def _broken_service(defect: str) -> Any:
     from fakes.engine import EngineInputError, FakeEngine
 
     class BrokenEngine(FakeEngine):
-        pending_step: dict[str, Any] | None = None
+        pending_step: AdamHyperparams | None = None
 
         def forward_backward(self, datums: Sequence[TrainingDatum], *args: Any, **kw: Any) -> Any:
             if defect == "mean_loss":
@@ -97,11 +97,11 @@ def _broken_service(defect: str) -> Any:
             finally:
                 fe.compute_loss = original
 
-        def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+        def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
             if defect == "reordered":
                 self.pending_step = adam_params
                 return {
-                    "learning_rate": float(adam_params.get("learningRate", 0.0)),
+                    "learning_rate": adam_params.learning_rate,
                     "grad_norm": 1.0,
                     "num_params_updated": 1.0,
                 }

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from conformance.report import suite_id
 from conformance.snapshots import SUFFIX, VALIDATION, Capture, compare_events
 from localsession.parity.compare import DEFAULT_TOLERANCES
 
@@ -60,8 +61,6 @@ class SnapshotPlugin:
         if backend is None:
             yield
             return
-        from conformance.plugin import suite_id
-
         if not self.backend:
             self.backend = {"backend": backend.name, "backend_version": backend.version}
             self.capture.watch_module(backend.ts)

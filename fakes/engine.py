@@ -34,14 +34,21 @@ from fakes.script import Script
 from fakes.tokenizer import PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.adamw import PlainAdamW
 from localsession.numerics.datums import finite_or_raise, fwd_result, parse_datums
-from localsession.numerics.inputs import AdamHyperparams, empty_fwd_result
+from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import (
+    clip_config,
     compute_loss,
-    parse_loss_config,
     token_logprobs,
 )
 from localsession.numerics.optim import NamedMoments
-from localsession.port import EngineInputError, EngineSpec, SampleRequest, TrainingDatum
+from localsession.port import (
+    AdamHyperparams,
+    EngineInputError,
+    EngineSpec,
+    LossConfig,
+    SampleRequest,
+    TrainingDatum,
+)
 
 FORMAT = "localsession-fakes-bigram/1"
 ADAPTER, META = "fake_adapter.safetensors", "fake_package.json"
@@ -89,12 +96,12 @@ class FakeEngine:
         self,
         datums: Sequence[TrainingDatum],
         loss_fn: str,
-        loss_fn_config: dict[str, Any] | None,
+        loss_fn_config: LossConfig | None,
         *,
         backward: bool,
     ) -> dict[str, Any]:
         self.gate.pass_through()
-        clip = parse_loss_config(loss_fn, loss_fn_config)
+        clip = clip_config(loss_fn, loss_fn_config)
         if not datums:
             return empty_fwd_result()
         batch = parse_datums(datums, loss_fn, VOCAB_SIZE, PAD_ID, torch.device("cpu"))
@@ -109,11 +116,10 @@ class FakeEngine:
                 total.backward()
         return fwd_result(batch, lp_BT, loss_BT, metrics)
 
-    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
         self.gate.pass_through()
-        hp = AdamHyperparams.from_wire(adam_params)
         with self.lock:
-            metrics = self.optimizer.step(hp)
+            metrics = self.optimizer.step(adam_params)
             self.steps += 1
         return metrics
 

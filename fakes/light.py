@@ -42,15 +42,21 @@ from fakes.script import Completion, Script, scripted_tokens, stop_reason
 from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession import vocab
 from localsession.numerics.inputs import (
-    AdamHyperparams,
+    clip_config,
     empty_fwd_result,
     finite_or_raise,
     fwd_result_body,
-    parse_loss_config,
     read_datums,
     token_ids,
 )
-from localsession.port import EngineInputError, EngineSpec, SampleRequest, TrainingDatum
+from localsession.port import (
+    AdamHyperparams,
+    EngineInputError,
+    EngineSpec,
+    LossConfig,
+    SampleRequest,
+    TrainingDatum,
+)
 
 FORMAT = "localsession-fakes-light/1"
 PACKAGE, OPTIMIZER = "light_package.json", "light_optimizer.json"
@@ -108,12 +114,12 @@ class LightEngine:
         self,
         datums: Sequence[TrainingDatum],
         loss_fn: str,
-        loss_fn_config: dict[str, Any] | None,
+        loss_fn_config: LossConfig | None,
         *,
         backward: bool,
     ) -> dict[str, Any]:
         self.gate.pass_through()
-        clip = parse_loss_config(loss_fn, loss_fn_config)
+        clip = clip_config(loss_fn, loss_fn_config)
         if not datums:
             return empty_fwd_result()
         rows = read_datums(datums, loss_fn, VOCAB_SIZE)
@@ -163,9 +169,10 @@ class LightEngine:
         lengths = [len(d.tokens) for d in rows]
         return fwd_result_body(lengths, lp_rows, loss_rows, metrics, {"actor/pg_loss": per_datum})
 
-    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
         self.gate.pass_through()
-        hp = AdamHyperparams.from_wire(adam_params)
+        hp = adam_params
+        hp.check()  # before any change
         with self.lock:
             self.last_params = hp
             self.steps += 1

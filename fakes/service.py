@@ -2,7 +2,8 @@
 
 Everything a client observes (futures, sequence order, validation, limits, error codes,
 Skipped ops, session states) is the real runtime's: ``FakeService.runtime`` is a plain
-:class:`~localsession.runtime.service.Service`, built with
+:class:`~localsession.runtime.service.Service`, built by the composition root
+(``wiring.build_service(..., engine="fake")``, as every service is) with
 
 - a fake engine factory: the light engine (:mod:`fakes.light`, pure Python, the default) or,
   with ``numerics=True``, the bigram engine on torch (:mod:`fakes.engine`);
@@ -41,12 +42,12 @@ from fakes.calls import Call, CallLog
 from fakes.clock import Gate
 from fakes.knobs import EngineKnobs
 from fakes.script import Script
-from localsession import vocab
+from localsession import vocab, wiring
 from localsession.port import EngineSpec
+from localsession.runtime.config import ServiceConfig
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
-from localsession.runtime.models.catalog import ModelCatalog, StaticCatalog
-from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.models.catalog import ModelCatalog
 
 #: Attempts per submit before the SDK gives up on a transient refusal.
 SUBMIT_ATTEMPTS = vocab.SDK_SUBMIT_ATTEMPTS
@@ -117,8 +118,12 @@ class FakeService:
             check_create_members=numerics,
         )
         if catalog is None:
-            catalog = StaticCatalog(base_models or [DEFAULT_MODEL], accept_any=base_models is None)
-        self.runtime = Service(config, catalog=catalog)
+            catalog = wiring.listed_catalog(
+                base_models or [DEFAULT_MODEL],
+                accept_any=base_models is None,
+                write_tokenizers=False,
+            )
+        self.runtime = wiring.build_service(config, catalog=catalog, engine="fake")
         self.runtime.add_observer(self._observe)
 
     def _default_engine_class(self) -> Callable[..., Any]:

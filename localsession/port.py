@@ -4,9 +4,10 @@ A leaf: it imports nothing in the package but ``vocab`` and ``types``, so ``runt
 ``engine/``, ``numerics/`` and the fakes all stand on it and none of them on another.
 
 The runtime owns ordering, futures, sessions and limits; an engine owns tensors. Everything
-that crosses this seam is plain Python (typed values such as :class:`TrainingDatum` and
-:class:`SampleRequest`, the rest in the service's wire shapes), so the runtime never imports
-torch and a fake engine can stand in for the real one.
+that crosses this seam is plain Python: typed values the runtime parsed once
+(:class:`TrainingDatum`, :class:`LossConfig`, :class:`AdamHyperparams`, :class:`SampleRequest`)
+going in, the service's wire shapes coming back, so the runtime never imports torch and a fake
+engine can stand in for the real one.
 
 Threading contract: the runtime calls ``forward_backward``/``optim_step`` from one training
 worker per session, and ``sample``/``compute_logprobs`` from the sampling scheduler. An engine
@@ -18,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from localsession import vocab
 
 
 class EngineConfigError(Exception):
@@ -65,6 +68,65 @@ class TrainingDatum:
 
     tokens: list[int]
     loss_fn_inputs: dict[str, list[Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """A ``forward``/``forwardBackward``'s ``lossFnConfig``, checked by the runtime.
+
+    Each bound is the absolute ratio bound the caller gave (``clip_low_threshold`` in
+    [0, 1], ``clip_high_threshold`` in [1, 10]), or ``None`` for the loss's default
+    (``vocab.DEFAULT_CLIP``); see :meth:`bounds`.
+    """
+
+    clip_low_threshold: float | None = None
+    clip_high_threshold: float | None = None
+
+    def bounds(self, loss_fn: str) -> tuple[float, float]:
+        """(low, high) for ``loss_fn``: the bounds given, the loss's defaults for the rest."""
+        low, high = vocab.DEFAULT_CLIP[loss_fn]
+        given_low, given_high = self.clip_low_threshold, self.clip_high_threshold
+        return (low if given_low is None else given_low, high if given_high is None else given_high)
+
+
+@dataclass(frozen=True)
+class AdamHyperparams:
+    """One ``optimizerStep``'s AdamW hyperparameters, parsed once by the runtime.
+
+    The fields are the SDK's ``AdamParams`` names (wire keys: ``vocab.ADAM_WIRE_KEYS``) with
+    the SDK's defaults; ``grad_clip_norm`` and ``lora_plus_lr_ratio`` are off unless given.
+    The runtime checks the structure (known keys, finite numbers, the service's ranges in
+    strict mode); an engine checks only what AdamW cannot run with (:meth:`check`), which
+    fails the op. The type users build is ``localsession.AdamParams``; this is the port's.
+    """
+
+    learning_rate: float = vocab.ADAM_DEFAULTS["learningRate"]
+    beta1: float = vocab.ADAM_DEFAULTS["beta1"]
+    beta2: float = vocab.ADAM_DEFAULTS["beta2"]
+    eps: float = vocab.ADAM_DEFAULTS["eps"]
+    weight_decay: float = vocab.ADAM_DEFAULTS["weightDecay"]
+    grad_clip_norm: float | None = None
+    lora_plus_lr_ratio: float | None = None
+
+    def check(self) -> None:
+        """Raise :class:`EngineInputError` for values AdamW cannot run with (a relaxed
+        service lets values outside the service's ranges through to here)."""
+        problems = []
+        if self.learning_rate < 0:
+            problems.append(f"`learningRate` must be >= 0, got {self.learning_rate}")
+        for key, beta in (("beta1", self.beta1), ("beta2", self.beta2)):
+            if not 0.0 <= beta < 1.0:
+                problems.append(f"`{key}` must be in [0, 1), got {beta}")
+        if self.eps <= 0:
+            problems.append(f"`eps` must be > 0, got {self.eps}")
+        if self.weight_decay < 0:
+            problems.append(f"`weightDecay` must be >= 0, got {self.weight_decay}")
+        if self.grad_clip_norm is not None and self.grad_clip_norm < 0:
+            problems.append(f"`gradClipNorm` must be >= 0, got {self.grad_clip_norm}")
+        if self.lora_plus_lr_ratio is not None and self.lora_plus_lr_ratio <= 0:
+            problems.append(f"`loraPlusLrRatio` must be > 0, got {self.lora_plus_lr_ratio}")
+        if problems:
+            raise EngineInputError("adam_params: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -140,11 +202,14 @@ class Engine(Protocol):
         self,
         datums: Sequence[TrainingDatum],
         loss_fn: str,
-        loss_fn_config: dict[str, Any] | None,
+        loss_fn_config: LossConfig | None,
         *,
         backward: bool,
     ) -> dict[str, Any]:
         """Run the loss over parsed datums; accumulate gradients when ``backward``.
+
+        ``loss_fn`` is one of ``vocab.LOSS_FUNCTIONS``; ``loss_fn_config`` ``None`` means the
+        loss's default clip bounds.
 
         Returns the wire ``FwdResult``: ``{"metrics": {name: float}, "lossFnOutputs":
         [{"logprobs": TensorData, "elementwise_loss": TensorData}, ...]}`` (one per datum,
@@ -153,11 +218,11 @@ class Engine(Protocol):
         """
         ...
 
-    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
         """Apply and zero the accumulated gradients with AdamW; return the step's metrics.
 
-        ``adam_params`` is the wire ``AdamParamsConfig`` (``learningRate``, ``beta1``,
-        ``beta2``, ``eps``, ``weightDecay``, optional ``gradClipNorm``, ``loraPlusLrRatio``).
+        Raises :class:`EngineInputError`, with no state change, when ``adam_params.check()``
+        does.
         """
         ...
 

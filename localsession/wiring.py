@@ -6,7 +6,8 @@ runtime. This module puts the two together, and everything that builds a service
 
 - :func:`build_service`: a :class:`Service` with the torch engine and the local catalog (or
   the catalog and settings given); the in-process ``ServiceClient``, ``serve`` and ``mock()``
-  build theirs here;
+  build theirs here, and so do the fakes (``engine="fake"``: their own engine factory, a
+  hermetic catalog, torch never named);
 - :func:`server_catalog`: the catalog ``serve`` and ``mock()`` resolve names with;
 - :func:`listed_catalog`: a catalog of fixed names (``mock(engine="fake")``, the fakes);
 - :func:`default_service`: the process-wide service in-process clients share.
@@ -21,7 +22,7 @@ import atexit
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from localsession.port import Engine, EngineSpec, ResolvedModel
 
@@ -67,27 +68,50 @@ def server_catalog(
 
 
 def listed_catalog(
-    names: Mapping[str, str] | list[str] | tuple[str, ...], *, accept_any: bool
+    names: Mapping[str, str] | list[str] | tuple[str, ...],
+    *,
+    accept_any: bool,
+    write_tokenizers: bool = True,
 ) -> StaticCatalog:
-    """A catalog of fixed names (a mapping: listed name -> target), whose tokenizers the
-    engine writes; ``accept_any``: any other name resolves too (to itself)."""
+    """A catalog of fixed names (a mapping: listed name -> target); ``accept_any``: any other
+    name resolves too (to itself). Its tokenizers are written by the engine, unless
+    ``write_tokenizers`` is False (the fakes: their tokenizer is pure Python, no files)."""
     from localsession.runtime.models.catalog import StaticCatalog
 
-    return StaticCatalog(names, accept_any=accept_any, tokenizer_writer=default_tokenizer_writer)
+    writer = default_tokenizer_writer if write_tokenizers else None
+    return StaticCatalog(names, accept_any=accept_any, tokenizer_writer=writer)
+
+
+#: What runs a service's sessions: the torch engine, or a test double's engine (the fakes').
+EngineKind = Literal["torch", "fake"]
 
 
 def build_service(
-    config: ServiceConfig | None = None, *, catalog: ModelCatalog | None = None
+    config: ServiceConfig | None = None,
+    *,
+    catalog: ModelCatalog | None = None,
+    engine: EngineKind = "torch",
 ) -> Service:
-    """A service over the torch engine: ``config`` (default: from the environment), with
-    its engine factory filled in when it has none, and ``catalog`` (default: the local
-    catalog over ``config.home``, tokenizers written by the engine)."""
+    """A service: ``config`` (default: from the environment) and ``catalog``.
+
+    ``engine="torch"``: the config's engine factory, filled in with the torch engine when it
+    has none; the catalog defaults to the local one over ``config.home`` (tokenizers written
+    by the engine). ``engine="fake"``: a test double's service (``fakes.FakeService``, and so
+    ``mock(engine="fake")``); its engine factory must come in ``config`` (torch is never
+    filled in), and the catalog defaults to a hermetic one (any name, resolved to itself, no
+    tokenizer files, nothing read from ``~/.localsession`` or the Hugging Face cache).
+    """
     from localsession.runtime.config import ServiceConfig
     from localsession.runtime.models.catalog import LocalCatalog
     from localsession.runtime.service import Service
 
     config = config if config is not None else ServiceConfig.from_env()
-    if config.engine_factory is None:
+    if engine == "fake":
+        if config.engine_factory is None:
+            raise ValueError("build_service(engine='fake') needs config.engine_factory")
+        if catalog is None:
+            catalog = listed_catalog([], accept_any=True, write_tokenizers=False)
+    elif config.engine_factory is None:
         config.engine_factory = default_engine_factory
     if catalog is None:
         catalog = LocalCatalog(config.home, tokenizer_writer=default_tokenizer_writer)

@@ -10,8 +10,8 @@
   entry points over the fronts (server, mock) over the client over the composition root
   (``wiring``) over the runtime over the engine over the shared math over the leaves (the
   port, the vocabulary, the public types). Every module of ``localsession`` has a layer.
-- No import circles: no module of ``localsession`` or ``fakes`` reaches itself again by
-  import statements.
+- No import circles: no module of ``localsession``, ``fakes`` or ``conformance`` reaches
+  itself again by import statements (``CIRCLE_ROOTS``).
 - Only the composition root, ``localsession.wiring``, imports the engine: no other module of
   ``localsession``, ``fakes`` or ``conformance`` names ``localsession.engine``.
 - No ``.py`` file in ``localsession/``, ``fakes/`` or ``conformance/`` is longer than
@@ -142,6 +142,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 #: The one module allowed to name engine modules.
 COMPOSITION_ROOT = "localsession.wiring"
+#: The top-level packages whose modules may not import each other in a circle.
+CIRCLE_ROOTS = ("localsession", "fakes", "conformance")
 
 
 def layer_of(module: str) -> int | None:
@@ -303,7 +305,7 @@ def test_no_floor_imports_a_floor_above_it() -> None:
 
 
 def test_no_import_circles() -> None:
-    assert import_cycles(ROOT, ("localsession", "fakes")) == [], (
+    assert import_cycles(ROOT, CIRCLE_ROOTS) == [], (
         "modules that import each other: move what both need into a third module, or let "
         "one take a narrow Protocol instead of the other's class"
     )
@@ -419,6 +421,31 @@ def test_the_circle_rule_finds_a_planted_circle(tmp_path: Path) -> None:
     assert import_cycles(tmp_path, ("localsession", "fakes")) == [
         ["localsession.runtime.a", "localsession.runtime.b", "localsession.runtime.c"]
     ]
+
+
+def test_the_circle_rule_covers_conformance(tmp_path: Path) -> None:
+    """A package and its own modules: the backends picked by ``backends/__init__`` must not
+    import it back; what they share lives in a leaf (``backends/common.py``)."""
+    _tree(
+        tmp_path,
+        {
+            **CLEAN_HOUSE,
+            "conformance/__init__.py": "",
+            "conformance/adapter.py": "",
+            "conformance/backends/__init__.py": (
+                "from conformance.adapter import Backend\n"
+                "def make(kind):\n    from conformance.backends.fakes import make_fakes\n"
+            ),
+            "conformance/backends/common.py": "GROUP = 'g'\n",
+            "conformance/backends/fakes.py": "from conformance.backends.common import GROUP\n",
+        },
+    )
+    assert import_cycles(tmp_path, CIRCLE_ROOTS) == []
+    _tree(tmp_path, {"conformance/backends/fakes.py": "from conformance.backends import GROUP\n"})
+    assert import_cycles(tmp_path, CIRCLE_ROOTS) == [
+        ["conformance.backends", "conformance.backends.fakes"]
+    ]
+    assert import_cycles(tmp_path, ("localsession", "fakes")) == []  # the old roots missed it
 
 
 def test_the_engine_rule_finds_a_planted_engine_import(tmp_path: Path) -> None:

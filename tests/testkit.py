@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localsession.port import EngineInputError, EngineSpec, SampleRequest, TrainingDatum
+from localsession.port import (
+    AdamHyperparams,
+    EngineInputError,
+    EngineSpec,
+    LossConfig,
+    SampleRequest,
+    TrainingDatum,
+)
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.wiring import build_service
@@ -30,23 +37,28 @@ class StubEngine:
         self.spec = spec
         self.fail_loss = fail_loss
         self.calls: list[str] = []
+        #: Each op's typed argument as the engine received it: the ``loss_fn_config`` of a
+        #: forward(_backward), the hyperparameters of an optimizer step.
+        self.received: list[LossConfig | AdamHyperparams | None] = []
 
     def forward_backward(
         self,
         datums: Sequence[TrainingDatum],
         loss_fn: str,
-        loss_fn_config: dict[str, Any] | None,
+        loss_fn_config: LossConfig | None,
         *,
         backward: bool,
     ) -> dict[str, Any]:
         if loss_fn == self.fail_loss:
             raise EngineInputError("datum 0: `advantages` is missing")
         self.calls.append(f"fb{datums[0].tokens[0]}")
+        self.received.append(loss_fn_config)
         return {"metrics": {"loss": 1.0, "global_token_num": 1.0}}
 
-    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
         self.calls.append("step")
-        return {"learning_rate": adam_params["learningRate"]}
+        self.received.append(adam_params)
+        return {"learning_rate": adam_params.learning_rate}
 
     def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
         self.calls.append("sample")

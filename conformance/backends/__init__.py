@@ -4,28 +4,18 @@
 
 Each ``make_*`` returns a :class:`~conformance.adapter.Backend` (or raises
 :class:`~conformance.adapter.BackendUnavailable`); its known divergences live next to it in
-``<name>.xfail``.
+``<name>.xfail``. The imports run one way: this module imports a backend's module when that
+backend is asked for, and the backends share what they need through ``backends/common.py``,
+never through this module.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from conformance.adapter import Backend
-
-HERE = Path(__file__).parent
-ROLE = "arn:aws:iam::123456789012:role/conformance"
-REGION = "us-west-2"
-GROUP = f"arn:aws:sagemaker:{REGION}:123456789012:model-package-group/conformance"
-S3 = "s3://conformance-bucket/out"
-
-
-def xfail_file(name: str) -> Path | None:
-    path = HERE / f"{name}.xfail"
-    return path if path.exists() else None
 
 
 def make_backend(spec: str, options: dict[str, Any]) -> Backend:

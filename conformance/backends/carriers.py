@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from conformance.adapter import Backend, Limits
-from conformance.backends import GROUP, REGION, ROLE, S3, xfail_file
+from conformance.backends.common import GROUP, REGION, ROLE, S3, xfail_file
 from conformance.backends.inprocess import MAX_SESSIONS, make_inprocess
 from conformance.backends.inprocess import WIRE_GAP_TIMEOUT as GAP_TIMEOUT
 from conformance.capabilities import CAPABILITIES

@@ -6,7 +6,7 @@ import importlib.metadata
 from typing import Any
 
 from conformance.adapter import Backend, Limits
-from conformance.backends import GROUP, xfail_file
+from conformance.backends.common import GROUP, xfail_file
 from conformance.capabilities import CAPABILITIES
 
 MAX_SESSIONS = 4

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from conformance.adapter import Backend, BackendUnavailable, Limits
-from conformance.backends import GROUP, REGION, ROLE, S3, xfail_file
+from conformance.backends.common import GROUP, REGION, ROLE, S3, xfail_file
 from conformance.capabilities import CAPABILITIES
 from localsession.server.endpoints import client_env
 

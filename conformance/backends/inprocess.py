@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.adapter import Backend, Limits
-from conformance.backends import GROUP, REGION, ROLE, S3, xfail_file
+from conformance.backends.common import GROUP, REGION, ROLE, S3, xfail_file
 from conformance.capabilities import CAPABILITIES
 
 MAX_SESSIONS = 4

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from conformance.adapter import Backend, BackendUnavailable, Limits
-from conformance.backends import xfail_file
+from conformance.backends.common import xfail_file
 
 SETTINGS = {
     "region": "CONFORMANCE_REGION",

@@ -21,7 +21,7 @@ import urllib.request
 from typing import Any
 
 from conformance.adapter import Backend, BackendUnavailable, Limits
-from conformance.backends import xfail_file
+from conformance.backends.common import xfail_file
 
 #: localsession's decisions that the Tinker-surface tests check (docs/semantics.md).
 LOCAL_CAPABILITIES = frozenset(

@@ -34,8 +34,9 @@ from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from localsession.numerics.optim import WIRE_KEYS, AdamHyperparams, NamedMoments
-from localsession.port import EngineInputError
+from localsession import vocab
+from localsession.numerics.optim import NamedMoments
+from localsession.port import AdamHyperparams, EngineInputError
 
 ADAPTER_NAME = "default"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -237,13 +238,29 @@ def read_sampling_adapter(
 
 
 def adam_params_to_wire(hp: AdamHyperparams) -> dict[str, float]:
-    """The wire ``AdamParamsConfig`` of ``hp`` (unset optional keys left out)."""
+    """``hp`` as ``optimizer.json`` keeps it: ``AdamParamsConfig`` keys (unset optional keys
+    left out)."""
     out: dict[str, float] = {}
-    for wire, field_name in WIRE_KEYS.items():
+    for wire, field_name in vocab.ADAM_WIRE_KEYS.items():
         value = getattr(hp, field_name)
         if value is not None:
             out[wire] = float(value)
     return out
+
+
+def adam_params_from_json(saved: Any) -> AdamHyperparams:
+    """The hyperparameters ``optimizer.json`` kept (see :func:`adam_params_to_wire`);
+    raises ``EngineInputError`` for a file this module did not write."""
+    if not isinstance(saved, dict) or not set(saved) <= set(vocab.ADAM_WIRE_KEYS):
+        raise EngineInputError(f"`last_adam_params` must map AdamParamsConfig keys, got {saved!r}")
+    values: dict[str, float] = {}
+    for key, value in saved.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise EngineInputError(f"`last_adam_params.{key}` must be a number, got {value!r}")
+        values[vocab.ADAM_WIRE_KEYS[key]] = float(value)
+    params = AdamHyperparams(**values)
+    params.check()
+    return params
 
 
 def write_optimizer(
@@ -301,7 +318,7 @@ def read_optimizer(
     last_params = None
     if meta.get("last_adam_params") is not None:
         try:
-            last_params = AdamHyperparams.from_wire(meta["last_adam_params"])
+            last_params = adam_params_from_json(meta["last_adam_params"])
         except EngineInputError as err:
             raise _error(directory, f"{OPTIMIZER_CONFIG}: {err}", fix) from None
     tensors = _read_tensors(path, OPTIMIZER_WEIGHTS, fix)

@@ -8,8 +8,8 @@ update (localsession.port threading contract).
 
 - ``forward_backward`` / ``forward`` share one code path (under ``torch.no_grad`` for
   ``forward``): logprobs agree bit for bit; one right-padded batch, the loss a plain sum.
-- Datums arrive parsed (``port.TrainingDatum``); their semantic checks run before any
-  tensor reaches the model, and an ``EngineInputError`` leaves no gradient behind.
+- Inputs arrive parsed (``port.TrainingDatum``, ``LossConfig``, ``AdamHyperparams``); their
+  semantic checks run before any tensor moves, and an ``EngineInputError`` changes nothing.
 - ``sample`` / ``compute_logprobs`` with ``weights=None`` read the *base* model (adapter
   disabled); with a package directory they read that package's adapter snapshot, never the
   live training weights (docs/semantics.md#3). Snapshots are loaded lazily and cached (LRU);
@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from localsession import port
 from localsession.engine import memory
 from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
@@ -73,8 +74,8 @@ from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weight
 from localsession.engine.train_step import loss_step
 from localsession.numerics.datums import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
-from localsession.numerics.losses import parse_loss_config
-from localsession.numerics.optim import AdamHyperparams, LoraAdamW
+from localsession.numerics.losses import clip_config
+from localsession.numerics.optim import LoraAdamW
 from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
 
 
@@ -166,14 +167,14 @@ class TorchEngine:
         self,
         datums: Sequence[TrainingDatum],
         loss_fn: str,
-        loss_fn_config: dict[str, Any] | None,
+        loss_fn_config: port.LossConfig | None,
         *,
         backward: bool,
     ) -> dict[str, Any]:
-        """Run the loss (docs/semantics.md#1) over wire datums; accumulate gradients when
+        """Run the loss (docs/semantics.md#1) over parsed datums; accumulate gradients when
         ``backward``."""
         self._check_open()
-        clip = parse_loss_config(loss_fn, loss_fn_config)
+        clip = clip_config(loss_fn, loss_fn_config)
         if not datums:
             return empty_fwd_result()
         m = self._loaded
@@ -199,17 +200,16 @@ class TorchEngine:
         return result
 
     def forward(
-        self, datums: Sequence[TrainingDatum], loss_fn: str, loss_fn_config: dict[str, Any] | None
+        self, datums: Sequence[TrainingDatum], loss_fn: str, loss_fn_config: port.LossConfig | None
     ) -> dict[str, Any]:
         """``forward_backward(..., backward=False)``."""
         return self.forward_backward(datums, loss_fn, loss_fn_config, backward=False)
 
-    def optim_step(self, adam_params: dict[str, Any]) -> dict[str, float]:
+    def optim_step(self, adam_params: port.AdamHyperparams) -> dict[str, float]:
         """Apply and zero the accumulated gradients with AdamW (docs/semantics.md#2)."""
         self._check_open()
-        hp = AdamHyperparams.from_wire(adam_params)
         with self._mutex:
-            return self._optimizer.step(hp)
+            return self._optimizer.step(adam_params)
 
     def zero_grad(self) -> None:
         """Drop accumulated gradients (``load_state`` does this)."""

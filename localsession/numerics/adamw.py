@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from localsession.numerics.inputs import AdamHyperparams
 from localsession.numerics.optim import NamedMoments, clip_grads_, global_grad_norm, is_lora_b
+from localsession.port import AdamHyperparams
 
 
 class PlainAdamW:

@@ -1,11 +1,13 @@
-"""The torch-free half of the numerics: parsing and checking what an op asks the engine for.
+"""The torch-free half of the numerics: reading and checking what an op asks the engine for.
 
 Every engine (the torch engine, the fakes' numeric bigram engine and their torch-free light
 engine) reads its inputs through these functions, so a bad input fails with the same message
 whichever engine runs it, and always before any state changes:
 
-- ``loss_fn`` and ``loss_fn_config`` (:func:`check_loss_fn`, :func:`parse_loss_config`);
-- ``adam_params`` (:class:`AdamHyperparams`);
+- ``loss_fn`` and the clip bounds of its ``loss_fn_config`` (:func:`check_loss_fn`,
+  :func:`clip_config`); the config and the Adam hyperparameters arrive as the port's typed
+  values (:class:`~localsession.port.LossConfig`, :class:`~localsession.port.AdamHyperparams`),
+  checked once by the runtime;
 - datums, as the runtime parsed them (:class:`~localsession.port.TrainingDatum`): their
   tokens (:func:`datum_tokens`), their ``loss_fn_inputs`` keys (:func:`check_input_keys`),
   one value per token (:func:`column_data`) and, as plain lists, every value
@@ -25,11 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localsession import vocab
-from localsession.port import EngineInputError, TrainingDatum
-
-#: Wire keys of ``AdamParamsConfig`` -> field names.
-WIRE_KEYS: dict[str, str] = dict(vocab.ADAM_WIRE_KEYS)
-
+from localsession.port import EngineInputError, LossConfig, TrainingDatum
 
 # -- losses ---------------------------------------------------------------------------------
 
@@ -50,100 +48,12 @@ def check_loss_fn(loss_fn: str) -> None:
         )
 
 
-def parse_loss_config(loss_fn: str, config: Mapping[str, Any] | None) -> ClipConfig:
-    """Validate ``loss_fn_config`` (docs/semantics.md#1) and fill in the loss's defaults."""
+def clip_config(loss_fn: str, config: LossConfig | None) -> ClipConfig:
+    """The clip bounds of ``loss_fn`` under the runtime-checked ``loss_fn_config``
+    (docs/semantics.md#1): the bounds given, the loss's defaults for the rest."""
     check_loss_fn(loss_fn)
-    low, high = vocab.DEFAULT_CLIP[loss_fn]
-    if config is None:
-        return ClipConfig(low, high)
-    keys = ", ".join(vocab.LOSS_CONFIG_KEYS)
-    if not isinstance(config, Mapping):
-        raise EngineInputError(
-            f"loss_fn_config must be an object with keys {keys}, got {type(config).__name__}"
-        )
-    values = {"clip_low_threshold": low, "clip_high_threshold": high}
-    for key, value in config.items():
-        if key not in vocab.LOSS_CONFIG_RANGES:
-            raise EngineInputError(f"loss_fn_config: unsupported key {key!r}; allowed keys: {keys}")
-        lo_bound, hi_bound = vocab.LOSS_CONFIG_RANGES[key]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or not lo_bound <= value <= hi_bound
-        ):
-            raise EngineInputError(
-                f"loss_fn_config: `{key}` must be a number in [{lo_bound:g}, {hi_bound:g}], "
-                f"got {value!r}"
-            )
-        values[key] = float(value)
-    return ClipConfig(values["clip_low_threshold"], values["clip_high_threshold"])
-
-
-# -- AdamW hyperparameters ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AdamHyperparams:
-    """One step's AdamW hyperparameters, parsed from the wire (the SDK's defaults).
-
-    Internal to the engines; the SDK-facing type users build is ``localsession.AdamParams``.
-    """
-
-    learning_rate: float = vocab.ADAM_DEFAULTS["learningRate"]
-    beta1: float = vocab.ADAM_DEFAULTS["beta1"]
-    beta2: float = vocab.ADAM_DEFAULTS["beta2"]
-    eps: float = vocab.ADAM_DEFAULTS["eps"]
-    weight_decay: float = vocab.ADAM_DEFAULTS["weightDecay"]
-    grad_clip_norm: float | None = None
-    lora_plus_lr_ratio: float | None = None
-
-    @classmethod
-    def from_wire(cls, wire: Mapping[str, Any]) -> AdamHyperparams:
-        """Parse a wire ``AdamParamsConfig``; raise ``EngineInputError`` naming a bad key.
-
-        Only semantic sanity is checked here (the service's stricter ranges are enforced by
-        the runtime, which may run relaxed).
-        """
-        if not isinstance(wire, Mapping):
-            raise EngineInputError(f"adam_params must be an object, got {type(wire).__name__}")
-        values: dict[str, float | None] = {}
-        for key, value in wire.items():
-            if key not in WIRE_KEYS:
-                raise EngineInputError(
-                    f"adam_params: unsupported key {key!r}; allowed keys: {', '.join(WIRE_KEYS)}"
-                )
-            if value is None and key in ("gradClipNorm", "loraPlusLrRatio"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise EngineInputError(f"adam_params: `{key}` must be a number, got {value!r}")
-            if not math.isfinite(value):
-                raise EngineInputError(f"adam_params: `{key}` must be finite, got {value!r}")
-            values[WIRE_KEYS[key]] = float(value)
-        if "learning_rate" not in values:
-            raise EngineInputError("adam_params: `learningRate` is required")
-        params = cls(**values)  # type: ignore[arg-type]
-        params.check()
-        return params
-
-    def check(self) -> None:
-        """Raise ``EngineInputError`` for values AdamW cannot run with."""
-        problems = []
-        if self.learning_rate < 0:
-            problems.append(f"`learningRate` must be >= 0, got {self.learning_rate}")
-        for key, beta in (("beta1", self.beta1), ("beta2", self.beta2)):
-            if not 0.0 <= beta < 1.0:
-                problems.append(f"`{key}` must be in [0, 1), got {beta}")
-        if self.eps <= 0:
-            problems.append(f"`eps` must be > 0, got {self.eps}")
-        if self.weight_decay < 0:
-            problems.append(f"`weightDecay` must be >= 0, got {self.weight_decay}")
-        if self.grad_clip_norm is not None and self.grad_clip_norm < 0:
-            problems.append(f"`gradClipNorm` must be >= 0, got {self.grad_clip_norm}")
-        if self.lora_plus_lr_ratio is not None and self.lora_plus_lr_ratio <= 0:
-            problems.append(f"`loraPlusLrRatio` must be > 0, got {self.lora_plus_lr_ratio}")
-        if problems:
-            raise EngineInputError("adam_params: " + "; ".join(problems))
+    low, high = (config or LossConfig()).bounds(loss_fn)
+    return ClipConfig(low, high)
 
 
 # -- datums ---------------------------------------------------------------------------------

@@ -30,10 +30,10 @@ import torch
 from torch import Tensor
 
 from localsession import vocab
-from localsession.numerics.inputs import ClipConfig, check_loss_fn, parse_loss_config
+from localsession.numerics.inputs import ClipConfig, check_loss_fn, clip_config
 from localsession.port import EngineInputError
 
-# The loss vocabulary and the config parser live in vocab / numerics.inputs (torch-free);
+# The loss vocabulary and the clip bounds live in vocab / numerics.inputs (torch-free);
 # they are re-exported here for the engines.
 LOSS_FUNCTIONS = vocab.LOSS_FUNCTIONS
 RL_LOSSES = vocab.RL_LOSSES
@@ -50,10 +50,10 @@ __all__ = [
     "LossInputs",
     "check_loss_fn",
     "cispo",
+    "clip_config",
     "compute_loss",
     "cross_entropy",
     "importance_sampling",
-    "parse_loss_config",
     "ppo",
     "ppo_clipped_side",
     "token_logprobs",

@@ -25,10 +25,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from localsession.numerics.inputs import WIRE_KEYS, AdamHyperparams
+from localsession.port import AdamHyperparams
 
 __all__ = [
-    "WIRE_KEYS",
     "AdamHyperparams",
     "LoraAdamW",
     "NamedMoments",

@@ -9,8 +9,10 @@ engine, which fails the op instead (docs/semantics.md#4, rule 1).
 Every message names the offending field and the fix.
 
 Parse once: a ``forward``/``forwardBackward`` body leaves here with its ``datumList`` as
-:class:`~localsession.port.TrainingDatum` values (tokens concatenated, inputs flattened), so no
-engine reads a wire datum again.
+:class:`~localsession.port.TrainingDatum` values (tokens concatenated, inputs flattened) and
+its ``lossFnConfig`` as a :class:`~localsession.port.LossConfig`; an ``optimizerStep`` body
+with its ``adamParamsConfig`` as :class:`~localsession.port.AdamHyperparams`. No engine reads
+a wire request again.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import re
 from typing import Any, TypeGuard
 
 from localsession import vocab
-from localsession.port import TrainingDatum
+from localsession.port import AdamHyperparams, LossConfig, TrainingDatum
 from localsession.runtime import members
 from localsession.runtime.errors import ServiceError, validation
 from localsession.runtime.packages.registry import group_name, parse_arn
@@ -37,8 +39,6 @@ _SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 _ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = tuple(
     (key, lo, hi, key in vocab.ADAM_REQUIRED) for key, (lo, hi) in vocab.ADAM_RANGES.items()
 )
-#: Defaults the runtime fills in for omitted optional keys (``learningRate`` is required).
-ADAM_DEFAULTS = {k: v for k, v in vocab.ADAM_DEFAULTS.items() if k not in vocab.ADAM_REQUIRED}
 
 #: The members each request structure may carry (botocore's model; see runtime/members.py).
 #: Anything else is refused, as botocore refuses it client-side; only the open maps and
@@ -189,10 +189,10 @@ def _flat(data: list[Any]) -> list[Any]:
     return data
 
 
-def _loss_fn_config(config: Any, op: str) -> None:
-    """Clip bounds only, each a number in its range (docs/semantics.md#1)."""
+def _loss_fn_config(config: Any, op: str) -> LossConfig | None:
+    """Clip bounds only, each a number in its range (docs/semantics.md#1); as the port's value."""
     if config is None:
-        return
+        return None
     if not isinstance(config, dict):
         raise validation(f"{op}.lossFnConfig must be an object like {{'clip_low_threshold': 0.8}}")
     for key, value in config.items():
@@ -204,18 +204,23 @@ def _loss_fn_config(config: Any, op: str) -> None:
         lo, hi = LOSS_FN_CONFIG_RANGES[key]
         if not _is_number(value) or not lo <= value <= hi:
             raise validation(f"{op}.lossFnConfig.{key}={value!r} must be a number in [{lo}, {hi}]")
+    return LossConfig(**{key: float(value) for key, value in config.items()})
 
 
-def _datum_list(body: dict[str, Any], op: str) -> list[TrainingDatum]:
-    """Check a forward(_backward) body's structure; its datums as port values."""
+def _loss_body(body: dict[str, Any], op: str) -> dict[str, Any]:
+    """Check a forward(_backward) body's structure; the body with its datums and its
+    ``lossFnConfig`` (when given) as port values."""
     known_members(body, op, op)
     loss_fn = body.get("lossFnName")
     if loss_fn not in vocab.LOSS_FUNCTIONS:
         raise validation(
             f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(vocab.LOSS_FUNCTIONS)}"
         )
-    _loss_fn_config(body.get("lossFnConfig"), op)
-    return training_datums(body.get("datumList"), op)
+    parsed = {**body}
+    if "lossFnConfig" in body:
+        parsed["lossFnConfig"] = _loss_fn_config(body["lossFnConfig"], op)
+    parsed["datumList"] = training_datums(body.get("datumList"), op)
+    return parsed
 
 
 def training_datums(datums: Any, op: str = "forwardBackward") -> list[TrainingDatum]:
@@ -252,7 +257,9 @@ def training_datums(datums: Any, op: str = "forwardBackward") -> list[TrainingDa
     return parsed
 
 
-def _adam(body: dict[str, Any], strict: bool) -> dict[str, float]:
+def _adam(body: dict[str, Any], strict: bool) -> AdamHyperparams:
+    """Check an optimizerStep body; its ``adamParamsConfig`` as the port's value (the SDK's
+    defaults for keys left out)."""
     known_members(body, "optimizerStep", "optimizerStep")
     params = body.get("adamParamsConfig")
     if not isinstance(params, dict):
@@ -261,7 +268,7 @@ def _adam(body: dict[str, Any], strict: bool) -> dict[str, float]:
     for key in params:
         if key not in known:
             raise validation(f"optimizerStep.adamParamsConfig has unknown member {key!r}")
-    out: dict[str, float] = dict(ADAM_DEFAULTS)
+    out: dict[str, float] = {}
     for key, lo, hi, required in _ADAM_RANGES:
         value = params.get(key)
         if value is None:
@@ -277,8 +284,8 @@ def _adam(body: dict[str, Any], strict: bool) -> dict[str, float]:
             )
         if strict and key == "learningRate" and value <= 0:
             raise validation("optimizerStep.adamParamsConfig.learningRate must be greater than 0")
-        out[key] = float(value)
-    return out
+        out[vocab.ADAM_WIRE_KEYS[key]] = float(value)
+    return AdamHyperparams(**out)
 
 
 def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[str, Any]]:
@@ -296,7 +303,7 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
         raise validation("clientToken must be 1-128 letters, digits or hyphens")
     kind, body = one_member(request.get("operationConfig"), TRAINING_OPS, "operationConfig")
     if kind in ("forward", "forwardBackward"):
-        body = {**body, "datumList": _datum_list(body, kind)}
+        body = _loss_body(body, kind)
     elif kind == "optimizerStep":
         body = {"adamParamsConfig": _adam(body, strict)}
     elif kind in ("saveWeights", "saveState", "loadState"):

@@ -8,14 +8,13 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from botocore.exceptions import ParamValidationError
 
 from localsession import ServiceClient
 from localsession.exceptions import OperationError
-from localsession.port import EngineSpec
+from localsession.port import AdamHyperparams, EngineSpec
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.types import SamplingParams
 from localsession.wiring import build_service
@@ -29,7 +28,7 @@ class StubEngine:
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec
 
-    def optim_step(self, params: dict[str, Any]) -> dict[str, float]:
+    def optim_step(self, params: AdamHyperparams) -> dict[str, float]:
         return {}
 
     def close(self) -> None:

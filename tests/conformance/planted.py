@@ -20,6 +20,7 @@ DROPPED = "grad_norm"
 
 def make_planted(options: dict[str, Any]) -> Backend:
     from fakes.engine import FakeEngine
+    from localsession.port import AdamHyperparams
     from localsession.runtime.errors import ServiceError
 
     init = ServiceError.__init__
@@ -34,7 +35,7 @@ def make_planted(options: dict[str, Any]) -> Backend:
 
     optim = FakeEngine.optim_step
 
-    def without(self: FakeEngine, adam_params: dict[str, Any]) -> dict[str, float]:
+    def without(self: FakeEngine, adam_params: AdamHyperparams) -> dict[str, float]:
         return {k: v for k, v in optim(self, adam_params).items() if k != DROPPED}
 
     ServiceError.__init__ = renamed  # type: ignore[method-assign]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _runs import BACKENDS, Finished
 
-from conformance.backends import xfail_file
+from conformance.backends.common import xfail_file
 from conformance.capabilities import CAPABILITIES
 from conformance.plugin import read_xfail_file
 from localsession.cli import main

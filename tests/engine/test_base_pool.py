@@ -22,7 +22,7 @@ from localsession.engine import torch_engine
 from localsession.engine.base_pool import POOL, load_private
 from localsession.engine.merged import MergedCache, merged_bytes
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import EngineSpec, SampleRequest
+from localsession.port import AdamHyperparams, EngineSpec, SampleRequest
 
 from .helpers import make_datum, random_tokens
 
@@ -68,7 +68,7 @@ def _script(a: TorchEngine, b: TorchEngine, tmp: Path) -> list[Any]:
     out: list[Any] = []
     data_a = [make_datum(t) for t in random_tokens(3, 24, seed=1)]
     data_b = [make_datum(t) for t in random_tokens(2, 20, seed=2)]
-    adam = {"learningRate": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weightDecay": 0.0}
+    adam = AdamHyperparams(learning_rate=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0)
     prompt = random_tokens(1, 6, seed=3)[0]
     request = SampleRequest(prompt=prompt, num_samples=2, max_tokens=6, seed=7)
     for step in range(2):
@@ -129,7 +129,7 @@ def test_merged_cache_budget_and_lru(
     size = merged_bytes(a.model)
     monkeypatch.setenv("LOCALSESSION_MERGED_CACHE_MB", str(2.5 * size / 2**20))  # two fit
     request = SampleRequest(prompt=[5, 6, 7], num_samples=1, max_tokens=4, seed=1)
-    adam = {"learningRate": 1e-2}
+    adam = AdamHyperparams(learning_rate=1e-2)
     for engine in (a, b):
         engine.forward_backward([make_datum([1, 2, 3, 4])], "cross_entropy", None, backward=True)
         engine.optim_step(adam)

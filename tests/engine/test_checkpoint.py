@@ -18,8 +18,7 @@ from localsession.engine.builtin import build_builtin
 from localsession.engine.checkpoint import ADAPTER_WEIGHTS, OPTIMIZER_CONFIG, OPTIMIZER_WEIGHTS
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.torch_engine import TorchEngine
-from localsession.numerics.optim import AdamHyperparams
-from localsession.port import EngineInputError, SampleRequest
+from localsession.port import AdamHyperparams, EngineInputError, SampleRequest
 
 from .conftest import TINY
 from .helpers import make_datum, random_tokens
@@ -29,13 +28,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 PROMPT = [257, *b"Once upon a time"]
 STEPS = [
-    {"learningRate": 1e-2},
-    {"learningRate": 5e-3, "beta1": 0.8, "gradClipNorm": 0.5},
-    {"learningRate": 2e-3, "loraPlusLrRatio": 4.0, "weightDecay": 0.1},
+    AdamHyperparams(learning_rate=1e-2),
+    AdamHyperparams(learning_rate=5e-3, beta1=0.8, grad_clip_norm=0.5),
+    AdamHyperparams(learning_rate=2e-3, lora_plus_lr_ratio=4.0, weight_decay=0.1),
 ]
 
 
-def train(engine: TorchEngine, steps: list[dict[str, Any]], seed: int) -> None:
+def train(engine: TorchEngine, steps: list[AdamHyperparams], seed: int) -> None:
     """One forward_backward + optim_step per entry, on datums that differ per step."""
     for i, adam in enumerate(steps):
         datums = [make_datum(t) for t in random_tokens(2, 24, seed=seed + i)]
@@ -87,7 +86,7 @@ def test_resume_with_optimizer_is_bit_identical(
     b.forward_backward([make_datum(PROMPT)], "cross_entropy", None, backward=True)
     b.load_package(str(tmp_path / "ckpt"), load_optimizer=True)
     assert not b.optimizer.has_grad()
-    assert b.optimizer.last_params == AdamHyperparams.from_wire(STEPS[-1])
+    assert b.optimizer.last_params == STEPS[-1]
     train(b, STEPS, seed=20)
     assert_same(adapter(a), adapter(b))
     ma, mb = moments(a), moments(b)
@@ -113,7 +112,14 @@ def test_optimizer_json_records_steps_and_hyperparameters(
     meta = json.loads((tmp_path / OPTIMIZER_CONFIG).read_text())
     assert meta["step"] == len(STEPS)
     assert set(meta["steps"].values()) == {len(STEPS)}
-    assert meta["last_adam_params"]["learningRate"] == STEPS[-1]["learningRate"]
+    assert meta["last_adam_params"] == {
+        "learningRate": 2e-3,
+        "beta1": 0.9,
+        "beta2": 0.999,
+        "eps": 1e-8,
+        "weightDecay": 0.1,
+        "loraPlusLrRatio": 4.0,
+    }
     assert meta["last_adam_params"]["loraPlusLrRatio"] == 4.0
     tensors = load_file(str(tmp_path / OPTIMIZER_WEIGHTS))
     assert len(tensors) == 2 * len(meta["steps"])
@@ -200,7 +206,7 @@ def test_sampling_from_a_snapshot_is_isolated(
     )
 
     for e in (engine, twin):  # move the live adapter well away from the snapshot
-        train(e, [{"learningRate": 5e-2}] * 2, seed=40)
+        train(e, [AdamHyperparams(learning_rate=5e-2)] * 2, seed=40)
     live = adapter(engine)
     (out,) = engine.sample(pkg, requests)
     assert out["sequences"][0]["tokens"] == ref.tokens

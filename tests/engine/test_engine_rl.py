@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import SampleRequest, TrainingDatum
+from localsession.port import AdamHyperparams, LossConfig, SampleRequest, TrainingDatum
 
 from .helpers import make_datum, outputs_without, random_tokens, untimed
 
 RL_LOSSES = ("importance_sampling", "ppo", "cispo")
-CONFIG = {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
+CONFIG = LossConfig(clip_low_threshold=0.9, clip_high_threshold=1.1)
 
 
 def rl_datums(seed: int, n: int = 8, length: int = 24) -> list[TrainingDatum]:
@@ -47,7 +47,7 @@ def test_split_invariance(make_engine: Callable[..., TorchEngine], loss_fn: str)
     whole, split = make_engine(seed=3), make_engine(seed=3)
     for engine in (whole, split):  # one identical step so LoRA B is non-zero
         engine.forward_backward(rl_datums(50), "cross_entropy", None, backward=True)
-        engine.optim_step({"learningRate": 1e-2})
+        engine.optim_step(AdamHyperparams(learning_rate=1e-2))
     datums = rl_datums(seed=7)
     r_all = whole.forward_backward(datums, loss_fn, CONFIG, backward=True)
     r_a = split.forward_backward(datums[:4], loss_fn, CONFIG, backward=True)

@@ -11,7 +11,7 @@ import torch
 
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import EngineInputError, SampleRequest
+from localsession.port import AdamHyperparams, EngineInputError, SampleRequest
 
 from .helpers import make_datum
 
@@ -220,7 +220,7 @@ def test_new_adapter_samples_like_base_and_training_keeps_base_sampling(
     expected = [s.tokens for s in base_sampler.run(requests)[0]]
     assert [s.tokens for s in adapted_sampler.run(requests)[0]] == expected  # B = 0
     engine.forward_backward([make_datum(PROMPT)], "cross_entropy", None, backward=True)
-    engine.optim_step({"learningRate": 1e-2})
+    engine.optim_step(AdamHyperparams(learning_rate=1e-2))
     (out,) = engine.sample(None, requests)
     assert [s["tokens"] for s in out["sequences"]] == expected  # samplers see the base model
 

@@ -17,7 +17,13 @@ import pytest
 import torch
 
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import EngineInputError, EngineSpec, ResolvedModel, SampleRequest
+from localsession.port import (
+    AdamHyperparams,
+    EngineInputError,
+    EngineSpec,
+    ResolvedModel,
+    SampleRequest,
+)
 from localsession.runtime.validate import training_datums
 
 from .conftest import TINY
@@ -70,7 +76,7 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
     whole_engine, chunk_engine = make_engine(seed=5), make_engine(seed=5)
     for engine in (whole_engine, chunk_engine):  # one identical step: LoRA B non-zero
         engine.forward_backward(training_datums(datums[:8]), "cross_entropy", None, backward=True)
-        engine.optim_step({"learningRate": 1e-2})
+        engine.optim_step(AdamHyperparams(learning_rate=1e-2))
 
     started = time.perf_counter()
     whole = whole_engine.forward_backward(training_datums(datums), loss_fn, None, backward=True)

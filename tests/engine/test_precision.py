@@ -13,7 +13,7 @@ import torch
 
 from localsession.engine import precision
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import SampleRequest
+from localsession.port import AdamHyperparams, SampleRequest
 
 from .helpers import make_datum, random_tokens
 
@@ -45,7 +45,7 @@ def test_dtype_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _step(engine: TorchEngine, data: list[dict[str, object]]) -> float:
     out = engine.forward_backward(data, "cross_entropy", None, backward=True)
-    engine.optim_step({"learningRate": 1e-2})
+    engine.optim_step(AdamHyperparams(learning_rate=1e-2))
     return float(out["metrics"]["loss"])
 
 

@@ -18,7 +18,7 @@ import torch
 
 from localsession.engine import placement, precision
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import EngineSpec, ResolvedModel
+from localsession.port import AdamHyperparams, EngineSpec, ResolvedModel
 
 from .helpers import make_datum
 
@@ -68,7 +68,7 @@ def test_bf16_within_bound_of_fp32(
     real_dir: Path, engines: list[TorchEngine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = _data(4, 64, seed=0)
-    adam = {"learningRate": 1e-3}
+    adam = AdamHyperparams(learning_rate=1e-3)
     losses: dict[str, list[float]] = {}
     logprobs: dict[str, torch.Tensor] = {}
     for dtype in ("fp32", "bf16"):

@@ -16,6 +16,7 @@ from peft import LoraConfig, get_peft_model
 
 from localsession.engine.builtin import build_builtin
 from localsession.engine.torch_engine import TorchEngine
+from localsession.port import AdamHyperparams
 
 from .helpers import make_datum, random_tokens
 
@@ -81,7 +82,7 @@ def test_cross_entropy_logprobs_grads_and_adamw_step(
     ref_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in ref_params.values()))
     assert result["metrics"]["actor/grad_norm"] == pytest.approx(float(ref_norm), rel=1e-4)
 
-    adam = {"learningRate": 1e-3, "beta1": 0.85, "beta2": 0.99, "eps": 1e-8, "weightDecay": 0.05}
+    adam = AdamHyperparams(learning_rate=1e-3, beta1=0.85, beta2=0.99, eps=1e-8, weight_decay=0.05)
     metrics = engine.optim_step(adam)
     ref_grads = [p.grad for p in ref_params.values() if p.grad is not None]
     expected_norm = torch.sqrt(sum((g.double() ** 2).sum() for g in ref_grads)).item()

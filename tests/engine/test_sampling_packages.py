@@ -17,7 +17,7 @@ from peft import PeftModel
 
 from localsession.engine.builtin import build_builtin
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import EngineInputError, SampleRequest
+from localsession.port import AdamHyperparams, EngineInputError, SampleRequest
 
 from .conftest import TINY
 from .helpers import make_datum, random_tokens
@@ -31,7 +31,7 @@ def _trained_package(engine: TorchEngine, directory: Path) -> str:
     for i in range(2):
         datums = [make_datum(t) for t in random_tokens(2, 24, seed=30 + i)]
         engine.forward_backward(datums, "cross_entropy", None, backward=True)
-        engine.optim_step({"learningRate": 2e-2})
+        engine.optim_step(AdamHyperparams(learning_rate=2e-2))
     engine.save_package(str(directory), include_optimizer=False, merge_weights=False)
     return str(directory)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from localsession.numerics.adamw import PlainAdamW
-from localsession.numerics.inputs import AdamHyperparams
+from localsession.port import AdamHyperparams
 
 
 def _params() -> list[tuple[str, torch.nn.Parameter]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from localsession.numerics.optim import AdamHyperparams, LoraAdamW
-from localsession.port import EngineInputError
+from localsession.numerics.optim import LoraAdamW
+from localsession.port import AdamHyperparams, EngineInputError
 
 
 def make_params(seed: int = 0) -> list[tuple[str, torch.nn.Parameter]]:
@@ -110,34 +110,27 @@ def test_step_with_nothing_accumulated_leaves_weights() -> None:
         assert torch.equal(p.detach(), p0)
 
 
-def test_from_wire_parses_all_fields() -> None:
-    hp = AdamHyperparams.from_wire(
-        {
-            "learningRate": 1e-4,
-            "beta1": 0.8,
-            "beta2": 0.9,
-            "eps": 1e-7,
-            "weightDecay": 0,
-            "gradClipNorm": 1.0,
-            "loraPlusLrRatio": 8,
-        }
-    )
-    assert hp == AdamHyperparams(1e-4, 0.8, 0.9, 1e-7, 0.0, 1.0, 8.0)
-    assert AdamHyperparams.from_wire({"learningRate": 0}).weight_decay == 0.01  # SDK default
-
-
 @pytest.mark.parametrize(
-    ("wire", "needle"),
+    ("hp", "needle"),
     [
-        ({}, "learningRate"),
-        ({"learningRate": 1e-4, "momentum": 0.9}, "momentum"),
-        ({"learningRate": True}, "learningRate"),
-        ({"learningRate": -1.0}, "learningRate"),
-        ({"learningRate": 1e-4, "beta2": 1.0}, "beta2"),
-        ({"learningRate": 1e-4, "eps": 0}, "eps"),
-        ({"learningRate": float("inf")}, "learningRate"),
+        (AdamHyperparams(learning_rate=-1.0), "`learningRate` must be >= 0, got -1.0"),
+        (AdamHyperparams(beta1=1.0), "`beta1` must be in [0, 1), got 1.0"),
+        (AdamHyperparams(beta2=-0.1), "`beta2` must be in [0, 1), got -0.1"),
+        (AdamHyperparams(eps=0.0), "`eps` must be > 0, got 0.0"),
+        (AdamHyperparams(weight_decay=-0.5), "`weightDecay` must be >= 0, got -0.5"),
+        (AdamHyperparams(grad_clip_norm=-1.0), "`gradClipNorm` must be >= 0, got -1.0"),
+        (AdamHyperparams(lora_plus_lr_ratio=0.0), "`loraPlusLrRatio` must be > 0, got 0.0"),
     ],
 )
-def test_from_wire_rejects_bad_values(wire: dict[str, object], needle: str) -> None:
-    with pytest.raises(EngineInputError, match=needle):
-        AdamHyperparams.from_wire(wire)
+def test_step_refuses_values_adamw_cannot_run(hp: AdamHyperparams, needle: str) -> None:
+    """What a relaxed runtime lets through: the step fails before touching any weight."""
+    named = make_params()
+    for (_, p), g in zip(named, grads_for(0, named), strict=True):
+        p.grad = g
+    before = [p.detach().clone() for _, p in named]
+    with pytest.raises(EngineInputError) as err:
+        LoraAdamW(named).step(hp)
+    assert str(err.value) == f"adam_params: {needle}"
+    for (_, p), p0 in zip(named, before, strict=True):
+        assert torch.equal(p.detach(), p0) and p.grad is not None
+    AdamHyperparams(learning_rate=0.0, beta1=0.0, grad_clip_norm=0.0).check()  # edges run
