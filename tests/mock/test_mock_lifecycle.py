@@ -250,7 +250,8 @@ def test_a_fake_mock_runs_the_blog_loop_without_torch() -> None:
         "                       model_map={'openai/gpt-oss-20b': 'localsession/tiny'}):\n"
         "    observed = mock_blog.grpo(steps=2)\n"
         "assert observed, observed\n"
-        "print(','.join(m for m in ('torch', 'transformers', 'uvicorn') if m in sys.modules) or 'none')\n"
+        "heavy = ('torch', 'transformers', 'uvicorn')\n"
+        "print(','.join(m for m in heavy if m in sys.modules) or 'none')\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     out = subprocess.run(
