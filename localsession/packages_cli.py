@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from localsession import wiring
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.home import ConfigError
 from localsession.runtime.packages.registry import PackageInfo
@@ -18,7 +19,7 @@ from localsession.runtime.service import Service
 
 
 def run_packages(args: argparse.Namespace) -> int:
-    service = Service()
+    service = wiring.build_service()
     home = service.config.home
     try:
         if args.verb in ("list", "prune") and not (home / "packages").is_dir():

@@ -252,6 +252,25 @@ def engine_importers(root: Path) -> list[str]:
     return found
 
 
+def service_builders(root: Path) -> list[str]:
+    """Modules outside the composition root that construct a ``Service`` themselves."""
+    found = []
+    for module in all_modules(root, ("localsession", "fakes", "conformance")):
+        path = module_file(root, module)
+        assert path is not None
+        if module == COMPOSITION_ROOT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                callee = node.func
+                name = (
+                    callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+                )
+                if name == "Service":
+                    found.append(module)
+    return sorted(set(found))
+
+
 # -- reading lengths ----------------------------------------------------------------------
 
 
@@ -315,6 +334,12 @@ def test_only_the_composition_root_imports_the_engine() -> None:
     assert engine_importers(ROOT) == [], (
         f"only {COMPOSITION_ROOT} names engine modules: ask it (build_service, "
         "default_engine_factory, server_catalog, listed_catalog) instead"
+    )
+
+
+def test_only_the_composition_root_builds_a_service() -> None:
+    assert service_builders(ROOT) == [], (
+        f"only {COMPOSITION_ROOT} constructs Service: call wiring.build_service instead"
     )
 
 
@@ -454,3 +479,10 @@ def test_the_engine_rule_finds_a_planted_engine_import(tmp_path: Path) -> None:
     _tree(tmp_path, {"fakes/__init__.py": "from localsession.engine import loading\n",
                      "localsession/engine/loading.py": ""})  # fmt: skip
     assert engine_importers(tmp_path) == ["fakes -> localsession.engine.loading"]
+
+
+def test_the_service_rule_finds_a_planted_construction(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    assert service_builders(tmp_path) == []
+    _tree(tmp_path, {"localsession/cli.py": "from x import runtime\ns = runtime.Service()\n"})
+    assert service_builders(tmp_path) == ["localsession.cli"]
