@@ -23,7 +23,7 @@ from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
-from localsession.server.tinker import codec, rest, results
+from localsession.server.tinker import codec, completions, rest, results
 from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
 
 #: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
@@ -33,9 +33,9 @@ CLIENT_CONFIG = {
     "pjwt_auth_enabled": False,
     "proto_compress_fwdbwd": True,
     "parallel_fwdbwd_chunks": False,
-    "sample_use_retrieve_futures": False,
+    "sample_use_retrieve_futures": True,
     "custom_loss_server_side": False,
-    "sample_join_sampling_session": False,
+    "sample_join_sampling_session": True,
 }
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -69,6 +69,7 @@ class TinkerRoutes:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.service = dialect.service
+        self.completions = completions.Completions(dialect)
 
     # -- plain JSON endpoints ------------------------------------------------------------
 
@@ -240,6 +241,10 @@ class TinkerRoutes:
             },
         )
         request_id = self.dialect.add_future(future)
+        if CLIENT_CONFIG["sample_use_retrieve_futures"]:  # the SDK's session poller reads it
+            self.completions.watch(
+                sampler.sampler_id, body.get("seq_id"), request_id, name, future.op_id or ""
+            )
         ids = [f"{request_id}-{i}" for i in range(op["numSamples"])]
         return JSONResponse({"request_id": request_id, "sample_sequence_ids": ids})
 
@@ -346,6 +351,7 @@ def routes(dialect: Dialect) -> list[Route]:
         ("/asample", r.asample, "POST"),
         ("/retrieve_future", r.retrieve_future, "POST"),
         *rest.table(dialect),
+        *completions.table(r.completions, body_json),
     ]
     out = [Route(api + path, guarded(handler), methods=[method]) for path, handler, method in table]
     out.append(
