@@ -86,6 +86,7 @@ INTEGRATION = (
     "bench/test_bench_smoke.py",
     "conformance/test_plugin.py",
     "conformance/test_selfcheck.py",
+    "conformance/test_selfcheck_tinker.py",
     "conformance/test_suite_passes.py",
     "examples/test_examples.py",
     "examples/test_sandbox.py",

@@ -133,11 +133,10 @@ class Completions:
             loop = asyncio.get_running_loop()
             waiter: asyncio.Future[None] = loop.create_future()
             with self.lock:
-                queue = self._queue(key)
-                if queue.cursor > prev:  # one landed since _take
+                if any(e[0] > prev for e in self._queue(key).events):  # landed since _take
                     waiter.set_result(None)
                 else:
-                    queue.waiters.append((loop, waiter))
+                    self._queue(key).waiters.append((loop, waiter))
             try:
                 await asyncio.wait_for(waiter, hold)
             except asyncio.TimeoutError:
@@ -147,9 +146,9 @@ class Completions:
         return {"completions": completions, "cursor": events[-1][0] if events else prev}
 
 
-def table(completions: Completions, read: Callable[[Request], Awaitable[dict[str, Any]]]) -> list[
-    tuple[str, Handler, str]
-]:
+def table(
+    completions: Completions, read: Callable[[Request], Awaitable[dict[str, Any]]]
+) -> list[tuple[str, Handler, str]]:
     """The two routes, for routes.py's table (``read`` parses a JSON body)."""
 
     async def retrieve_futures(request: Request) -> Response:

@@ -1,0 +1,77 @@
+"""The Tinker suite's meta-test: each defect planted in localsession's own dialect
+(conformance/selfcheck_tinker.py) makes the tests it names fail, and the same tests pass on
+the unbroken dialect.
+
+The default tier plants each defect around one named test on the shared loopback server
+(one server, a dozen test calls); the slow tier runs every named test through the real
+``--backend=import:conformance.selfcheck_tinker:<defect>`` plugin path, one subprocess per
+defect, and reads the failures from its report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _runs import ROOT, run, suite_command
+
+pytest.importorskip("tinker")
+
+from conformance.backends.tinker import LOCAL_CAPABILITIES, LOCAL_MODEL, make_tinker  # noqa: E402
+from conformance.selfcheck_tinker import EXPECTED, planted, run_test  # noqa: E402
+
+SUITE = ROOT / "conformance" / "suite_tinker"
+
+
+@pytest.fixture(scope="module")
+def dialect() -> Iterator[tuple[Any, Any]]:
+    """The shared loopback server as a Tinker backend, and one client for every call."""
+    from localsession.mocking.hooks import scoped_environ
+    from localsession.mocking.tinker_server import shared
+
+    server = shared("torch")
+    with scoped_environ(server.environment()):
+        options = {"base_url": server.url, "base_model": LOCAL_MODEL}
+        backend = make_tinker({**options, "capabilities": LOCAL_CAPABILITIES})
+        client = backend.service_client()
+        yield backend, client
+        client.close("success").result()
+
+
+@pytest.mark.parametrize("defect", sorted(EXPECTED))
+def test_each_defect_fails_a_named_test_that_passes_unbroken(
+    defect: str, dialect: tuple[Any, Any]
+) -> None:
+    backend, client = dialect
+    test_id = sorted(EXPECTED[defect])[0]
+    run_test(test_id, backend, client)  # unbroken: passes
+    with planted(defect), pytest.raises(AssertionError):
+        run_test(test_id, backend, client)
+
+
+def test_planting_an_unknown_defect_is_refused() -> None:
+    with pytest.raises(KeyError, match="known: "), planted("no_such_defect"):
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("defect", sorted(EXPECTED))
+def test_the_suite_catches_the_planted_defect_through_the_plugin(
+    defect: str, tmp_path: Path
+) -> None:
+    expected = EXPECTED[defect]
+    report = tmp_path / f"{defect}.json"
+    done = run(
+        suite_command(
+            f"import:conformance.selfcheck_tinker:{defect}",
+            f"--conformance-report={report}",
+            paths=[SUITE / test_id for test_id in sorted(expected)],
+        )
+    )
+    assert done.returncode == 1, done.stdout[-3000:]
+    tests = json.loads(report.read_text())["tests"]
+    failed = {t["id"].split("suite_tinker/", 1)[1] for t in tests if t["outcome"] == "failed"}
+    assert expected <= failed, (expected - failed, done.stdout[-3000:])
