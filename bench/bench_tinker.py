@@ -126,7 +126,9 @@ def collect(smoke: bool = False, runs: int = 5, model: str = MODEL) -> list[Row]
                 import tinker
 
                 sc = tinker.ServiceClient()
-                ttc = sc.create_lora_training_client(base_model=model, rank=8, seed=0).result()
+                ttc = sc.create_lora_training_client(  # the SageMaker session's LoRA targets
+                    base_model=model, rank=8, seed=0, train_unembed=False
+                ).result()
                 prompts = _prompts(ttc.get_tokenizer())
                 sdk = sm.ServiceClient(
                     role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path="s3://b/o"

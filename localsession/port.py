@@ -191,6 +191,9 @@ class EngineSpec:
     #: Seed for the LoRA initialisation (docs/semantics.md#2: seeded, so equal specs start
     #: bit-identical on one device).
     seed: int = 0
+    #: Also put LoRA on the output head (Tinker's ``train_unembed``); with tied embeddings
+    #: the adapter changes the head's output only, never the input embedding.
+    train_unembed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     model: ResolvedModel | None = None
 

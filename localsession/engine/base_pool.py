@@ -142,7 +142,9 @@ def load_shared(
     entry = pool.acquire(pool_key(resolved, device, dtype, plan.key if plan else ""), load)
     try:
         view = session_view(entry.model)
-        peft_model = loading.apply_lora(view, spec.rank, spec.alpha, spec.seed)
+        peft_model = loading.apply_lora(
+            view, spec.rank, spec.alpha, spec.seed, unembed=bool(spec.train_unembed)
+        )
         if plan is not None:
             placement.materialise_lora(peft_model, plan.execution_device, spec.seed)
         # The tokenizer is shared too, but its name is the session's model id (a mapped name

@@ -5,9 +5,12 @@
   is touched at all.
 - The base model is frozen. LoRA (peft) goes on every linear projection of the attention and
   MLP blocks (``target_modules="all-linear"``: q/k/v/o/gate/up/down on Llama; never the
-  embeddings or the output head), with ``lora_dropout=0``, B = 0 (peft's default, so a new
-  session behaves exactly like the base model) and A drawn from a private generator seeded
-  with ``EngineSpec.seed`` (so equal specs start bit-identical on one device).
+  embeddings), and on the output head too when ``EngineSpec.train_unembed`` (a head tied to
+  the input embedding stays tied: the adapter adds to the head's output only), with
+  ``lora_dropout=0``, B = 0 (peft's default, so a new session behaves exactly like the base
+  model) and A drawn from a private generator seeded with ``EngineSpec.seed`` (so equal specs
+  start bit-identical on one device; the head's A is drawn last, so the other modules' A are
+  the same with and without it).
 - The model arrives resolved (``EngineSpec.model``, from the service's catalog); this module
   imports nothing from the runtime but the engine port. A ``"gguf"`` model is converted once
   by ``engine/gguf.py`` into a plain directory cached under ``ResolvedModel.cache_root``
@@ -158,16 +161,28 @@ def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
+def head_name(model: Any) -> str:
+    """The module name of ``model``'s output head (``lm_head`` on Llama), "" if none."""
+    head = model.get_output_embeddings()
+    return next((name for name, m in model.named_modules() if m is head and name), "")
+
+
 @torch.no_grad()
 def seed_lora_a(model: torch.nn.Module, seed: int) -> None:
     """Re-draw every LoRA A matrix from a generator seeded with ``seed``.
 
     Same distribution as peft's default (kaiming-uniform with a = sqrt(5), i.e.
-    U(-1/sqrt(fan_in), 1/sqrt(fan_in))), drawn on the CPU in float32 in sorted-name order, so
-    the values do not depend on the device or on the global RNG.
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in))), drawn on the CPU in float32 in sorted-name order
+    with the output head's last, so the values do not depend on the device, on the global
+    RNG, or on whether the head is adapted.
     """
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    named = sorted((name, p) for name, p in model.named_parameters() if ".lora_A." in name)
+    get_base = getattr(model, "get_base_model", None)
+    head = head_name(get_base()) if callable(get_base) else ""
+    named = sorted(
+        ((name, p) for name, p in model.named_parameters() if ".lora_A." in name),
+        key=lambda item: (bool(head) and f".{head}.lora_A." in item[0], item[0]),
+    )
     for _name, weight_RI in named:  # [rank, in_features]
         bound = 1.0 / math.sqrt(weight_RI.shape[1])
         values_RI = torch.empty(weight_RI.shape, dtype=torch.float32)
@@ -175,15 +190,23 @@ def seed_lora_a(model: torch.nn.Module, seed: int) -> None:
         weight_RI.copy_(values_RI)
 
 
-def apply_lora(base: Any, rank: int, alpha: int, seed: int) -> PeftModel:
-    """Freeze ``base`` and wrap it with a seeded LoRA adapter (see the module docstring)."""
+def apply_lora(base: Any, rank: int, alpha: int, seed: int, *, unembed: bool = False) -> PeftModel:
+    """Freeze ``base`` and wrap it with a seeded LoRA adapter (see the module docstring);
+    ``unembed`` adapts the output head too."""
     if rank < 1:
         raise ValueError(f"LoRA rank must be >= 1, got {rank}")
     base.requires_grad_(False)
+    targets: str | list[str] = "all-linear"
+    if unembed:  # every linear layer's leaf name (what all-linear covers) plus the head
+        head = head_name(base)
+        if not head:
+            raise EngineConfigError("train_unembed: this model has no output head to adapt")
+        linear = {n for n, m in base.named_modules() if isinstance(m, torch.nn.Linear)}
+        targets = sorted({name.rsplit(".", 1)[-1] for name in linear} | {head})
     config = LoraConfig(
         r=rank,
         lora_alpha=alpha,
-        target_modules="all-linear",
+        target_modules=targets,
         lora_dropout=0.0,
         bias="none",
         task_type="CAUSAL_LM",
@@ -192,6 +215,8 @@ def apply_lora(base: Any, rank: int, alpha: int, seed: int) -> PeftModel:
     # deprecations that users cannot act on.
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
+        # peft warns that a tied head is adapted: intended (merged.py unties it on merge)
+        warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
         peft_model = get_peft_model(base, config)
     seed_lora_a(peft_model, seed)
     peft_model.eval()  # no dropout anywhere; gradients still flow

@@ -10,8 +10,9 @@ the module tree in which every LoRA layer is replaced by its base layer:
   the adapter-disabled model's;
 - for an adapter snapshot (``merge=True``) each adapted layer gets a new weight
   ``W + scaling · B @ A`` (peft's own ``get_delta_weight``), and every other tensor
-  (embeddings, norms, head) is shared. Logits then differ from the unmerged model by float
-  rounding only (~1e-6 in float32).
+  (embeddings, norms, an unadapted head) is shared; an adapted head tied to the input
+  embedding gets its own merged weight, the embedding stays the base one. Logits then
+  differ from the unmerged model by float rounding only (~1e-6 in float32).
 
 Merging is done only in float32: in bfloat16 a small LoRA delta would be rounded away when
 added to ``W`` (8 mantissa bits), so half-precision engines keep decoding unmerged. The

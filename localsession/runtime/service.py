@@ -137,11 +137,13 @@ class Service:
         strict: bool | None = None,
         region: str | None = None,
         seed: int = 0,
+        train_unembed: bool = False,
     ) -> dict[str, Any]:
         """CreateTrainingSession. ``strict`` overrides the service default for this session;
         ``region`` (the caller's: the client's, or the request's SigV4 scope) is the one its
         ARN and its packages' ARNs name (default: the service's); ``seed`` seeds the LoRA
-        initialisation (the Tinker dialect's ``lora_config.seed``; the wire has none)."""
+        initialisation and ``train_unembed`` adapts the output head too (the Tinker
+        dialect's ``lora_config``; the SageMaker wire has neither)."""
         name = validate.session_name(request.get("TrainingSessionName"))
         validate.create_request(request, check_members=self.config.check_create_members)
         rank, alpha, base_model = validate.lora_and_base_model(request)
@@ -163,7 +165,14 @@ class Service:
             f"training-session/{name}"
         )
         details = validate.session_details(request)
-        spec = EngineSpec(base_model=model, rank=rank, alpha=alpha, seed=seed, model=resolved)
+        spec = EngineSpec(
+            base_model=model,
+            rank=rank,
+            alpha=alpha,
+            seed=seed,
+            train_unembed=train_unembed,
+            model=resolved,
+        )
         self.table.add(
             name,
             lambda: Session(

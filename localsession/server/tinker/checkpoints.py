@@ -7,6 +7,7 @@ know is looked up among the packages of the session group.
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,8 @@ from localsession.runtime.service import Service
 
 #: The group runtime sessions save into when created without one (the SDK's default too).
 GROUP = "sagemaker-default"
+#: The output head's module name in the catalog's (Llama-family) models.
+HEAD = "lm_head"
 
 
 class Checkpoints:
@@ -72,6 +75,16 @@ class Checkpoints:
         with self.lock:
             self.paths[path] = arn
         return arn
+
+    def adapts_head(self, arn: str) -> bool:
+        """Whether the package's adapter covers the output head (``train_unembed``): its
+        ``adapter_config.json`` lists ``lm_head`` among its targets."""
+        try:
+            config_file = self.service.registry.path(arn) / "adapter_config.json"
+            targets = json.loads(config_file.read_text(encoding="utf-8")).get("target_modules")
+        except (OSError, ValueError, ServiceError):
+            return False  # no adapter config (the fakes' packages): nothing on the head
+        return isinstance(targets, list) and HEAD in targets
 
     def forget(self, path: str) -> None:
         with self.lock:

@@ -144,7 +144,9 @@ class Dialect(Checkpoints, Samplers):
     def models_list(self) -> list[str]:
         return self.service.list_base_models()
 
-    def _new_session(self, base_model: str, rank: int, seed: int | None) -> str:
+    def _new_session(
+        self, base_model: str, rank: int, seed: int | None, unembed: bool = False
+    ) -> str:
         name = f"tinker-{uuid.uuid4().hex[:16]}"
         request: dict[str, Any] = {
             "TrainingSessionName": name,
@@ -152,7 +154,9 @@ class Dialect(Checkpoints, Samplers):
             "ModelConfig": {"BaseModelArn": base_model},
             "RoleArn": f"arn:aws:iam::{self.service.config.account}:role/tinker",
         }
-        self.service.create_training_session(request, strict=False, seed=int(seed or 0))
+        self.service.create_training_session(
+            request, strict=False, seed=int(seed or 0), train_unembed=unembed
+        )
         return name
 
     def create_model(self, request: dict[str, Any]) -> str:
@@ -174,7 +178,8 @@ class Dialect(Checkpoints, Samplers):
         optimizer = (request.get("optimizer_config") or {}).get("type", "adamw")
         if optimizer != "adamw":
             raise errors.validation(f"optimizer {optimizer!r} is not supported; use adamw")
-        name = self._new_session(base_model, rank, lora.get("seed"))
+        unembed = lora.get("train_unembed", True) is not False  # the SDK's default: True
+        name = self._new_session(base_model, rank, lora.get("seed"), unembed)
         model_id = f"{session_id}:train:{seq}"
         model = Model(model_id, name, base_model, rank, lora, request.get("user_metadata"))
         with self.lock:
@@ -322,7 +327,8 @@ class Dialect(Checkpoints, Samplers):
         if request.get("session_id") is not None:  # create-via-load: a new model
             info = self.service.registry.get(arn)
             base, rank = str(request.get("base_model") or info.base_model), info.lora_rank
-            name = self._new_session(base, rank, None)
+            unembed = self.adapts_head(arn)
+            name = self._new_session(base, rank, None, unembed)
             # the load is the model's first op: it needs the engine up (a few seconds)
             self.service.wait_for_session(name, 600)
             model_id = f"{request['session_id']}:train:{int(request.get('model_seq_id') or 0)}"
@@ -331,7 +337,7 @@ class Dialect(Checkpoints, Samplers):
                 name,
                 base,
                 rank,
-                {"rank": rank},
+                {"rank": rank, "train_unembed": unembed},
                 request.get("user_metadata"),
                 offset=1,
             )

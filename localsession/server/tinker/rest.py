@@ -161,7 +161,7 @@ def table(dialect: Dialect) -> list[tuple[str, Handler, str]]:
                 "base_model": info.base_model,
                 "is_lora": True,
                 "lora_rank": info.lora_rank,
-                "train_unembed": False,
+                "train_unembed": await run_in_threadpool(dialect.adapts_head, arn),
                 "train_mlp": True,
                 "train_attn": True,
             }

@@ -3,8 +3,9 @@ runtime session runs its requests.
 
 A sampler reads a checkpoint's package (``model_path``) or the base model. It runs on the
 runtime session of the model that saved the checkpoint while that model is alive, else on
-one hidden sampler session per base model (rank 1: sampling reads a package's own adapter,
-so the session's rank does not matter).
+one hidden sampler session per base model and head (rank 1: sampling reads a package's own
+adapter, so the session's rank does not matter; but a package that adapts the output head,
+``train_unembed``, needs a session whose adapter covers the head too).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Sampler:
     model_path: str | None
     package: str | None
     model_id: str | None
+    #: the package adapts the output head (train_unembed): only a session that does reads it
+    unembed: bool = False
 
 
 class Samplers:
@@ -40,9 +43,12 @@ class Samplers:
     if TYPE_CHECKING:  # provided by Checkpoints and the Dialect
 
         def package_of(self, path: str, *, required: bool = True) -> str: ...
+        def adapts_head(self, arn: str) -> bool: ...
         def tokenizer_id(self, base_model: str) -> str: ...
         def canonical(self, base_model: str) -> str: ...
-        def _new_session(self, base_model: str, rank: int, seed: int | None) -> str: ...
+        def _new_session(
+            self, base_model: str, rank: int, seed: int | None, unembed: bool = False
+        ) -> str: ...
 
     def create_sampler(self, model_path: str | None, base_model: str | None) -> str:
         package = self.package_of(model_path) if model_path else None
@@ -55,10 +61,11 @@ class Samplers:
             raise errors.validation("create_sampling_client needs base_model or model_path")
         self.service.resolve_base_model(base_model)
         base_model = self.tokenizer_id(base_model)
+        unembed = self.adapts_head(package) if package else False
         sampler_id = f"sampler-{uuid.uuid4().hex}"
         with self.lock:
             self.samplers[sampler_id] = Sampler(
-                sampler_id, base_model, model_path, package, model_id
+                sampler_id, base_model, model_path, package, model_id, unembed
             )
         return sampler_id
 
@@ -81,7 +88,7 @@ class Samplers:
                         return model.session
                 except ServiceError:
                     pass
-            key = self.canonical(sampler.base_model)
+            key = self.canonical(sampler.base_model) + (" +unembed" if sampler.unembed else "")
             name = self.hidden.get(key)
         if name is not None:
             try:
@@ -89,7 +96,7 @@ class Samplers:
                     return name
             except ServiceError:
                 pass
-        name = self._new_session(sampler.base_model, 1, None)
+        name = self._new_session(sampler.base_model, 1, None, sampler.unembed)
         self.service.wait_for_session(name, 600)
         with self.lock:
             self.hidden[key] = name
