@@ -162,9 +162,11 @@ class FakeService:
         strict: bool | None = None,
         region: str | None = None,
         seed: int = 0,
+        train_unembed: bool = False,
     ) -> dict[str, Any]:
+        # the fake engines have no output-head adapter: train_unembed reaches the spec only
         return self.runtime.create_training_session(
-            request, strict=strict, region=region, seed=seed
+            request, strict=strict, region=region, seed=seed, train_unembed=train_unembed
         )
 
     def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
