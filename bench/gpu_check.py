@@ -23,13 +23,18 @@
    installed) through the in-process API, one training step each: every session's frozen
    base tensors must be the first one's, and the GPU memory per added session is printed.
 
+5. **The Tinker dialect** (bench/gpu_tinker.py): the unmodified ``tinker`` SDK against a
+   ``serve`` started in-process, one ``forward_backward`` + ``optim_step`` + ``sample`` on
+   ``localsession/small`` in bf16 on the device: the loss falls and the samples are sound.
+
 Everything ends in one table (bench/common.py's), closed by pass/MISS, with the script's
 wall time against its 8-minute budget. On a machine without CUDA it prints a skip line and
 exits 0, so it can run anywhere; ``--dry-run`` runs every check on the CPU at toy sizes
 (bf16 on the CPU against fp32), to check the script itself.
 
 Length: one prepared script, to be copied to and run on a lent GPU machine as it is; its four
-checks share their setup and the closing table, so they stay in one file.
+checks share their setup and the closing table, so they stay in one file (the Tinker check,
+which shares only the table, is bench/gpu_tinker.py, copied with the tree).
 
 Run: python bench/gpu_check.py [--steps 3] [--batch 8] [--seq 1024] [--peak-tflops X]
      [--no-real] [--dry-run]
@@ -420,7 +425,7 @@ def shared_base(model: str, sessions: int = 4) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run both checks on CUDA; print a skip line (and return 0) without one."""
+    """Run the checks on CUDA; print a skip line (and return 0) without one."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--steps", type=int, default=3, help="parity and timed steps")
     parser.add_argument("--batch", type=int, default=8)
@@ -459,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
         sample_shape=(2, 4) if args.dry_run else (32, 128),
     )
     ok = shared_base("localsession/small") and ok
+    from bench.gpu_tinker import tinker_step
+
+    ok = tinker_step(ACCEL, ROWS) is not False and ok
     if not args.no_real:
         real_ok = real_model(args.steps, args.batch, args.seq, args.peak_tflops)
         ok = ok and real_ok is not False

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -155,6 +156,7 @@ def _make(defect: str, options: dict[str, Any]) -> Backend:
     held = planted(defect)
     held.__enter__()  # for the whole run: this process exists to be broken
     _HELD.append(held)  # (a collected context manager would lift the patch)
+    os.environ.pop("TINKER_BASE_URL", None)  # always the loopback dialect, never a URL
     backend = make_tinker({**options, "base_url": None})
     backend.name = f"tinker-broken-{defect}"
     backend.details["defect"] = defect

@@ -66,6 +66,7 @@ def test_gpu_check_dry_run_exercises_every_check_on_the_cpu(
     assert module.main(["--dry-run", "--no-real"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("gpu_check on cpu (dry run)") :]
-    for metric in ("bf16 parity", "train bf16 tok/s", "sessions sharing one base", "wall time"):
+    metrics = ("bf16 parity", "train bf16 tok/s", "sessions sharing one base", "wall time")
+    for metric in (*metrics, "tinker SDK step on serve"):
         assert metric in table, metric
     assert table.rstrip().splitlines()[-1].startswith("pass")

@@ -19,6 +19,7 @@ session (the original client is 0), so clones never share a queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -89,11 +90,9 @@ class Completions:
                 queue.cursor += 1
                 queue.events.append((queue.cursor, request_id, state))
                 waiters, queue.waiters = queue.waiters, []
-            for loop, waiter in waiters:
-                try:
-                    loop.call_soon_threadsafe(_settle, waiter)
-                except RuntimeError:
-                    pass  # that poll's loop is gone
+            for owner, waiter in waiters:
+                with contextlib.suppress(RuntimeError):  # that poll's loop is gone
+                    owner.call_soon_threadsafe(_settle, waiter)
 
         service.on_operation_done(name, op, done)
 
@@ -130,17 +129,15 @@ class Completions:
         hold = HOLD_SECONDS if timeout is None else min(max(float(timeout), 0.0), HOLD_SECONDS)
         events = self._take(key, prev)
         if not events and hold > 0:
-            loop = asyncio.get_running_loop()
-            waiter: asyncio.Future[None] = loop.create_future()
+            running = asyncio.get_running_loop()
+            waiter: asyncio.Future[None] = running.create_future()
             with self.lock:
                 if any(e[0] > prev for e in self._queue(key).events):  # landed since _take
                     waiter.set_result(None)
                 else:
-                    self._queue(key).waiters.append((loop, waiter))
-            try:
+                    self._queue(key).waiters.append((running, waiter))
+            with contextlib.suppress(asyncio.TimeoutError):  # nothing yet: answer empty
                 await asyncio.wait_for(waiter, hold)
-            except asyncio.TimeoutError:
-                pass
             events = self._take(key, prev)
         completions = [{"state": state, "request_id": rid} for _, rid, state in events]
         return {"completions": completions, "cursor": events[-1][0] if events else prev}
