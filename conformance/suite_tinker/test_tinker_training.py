@@ -78,6 +78,7 @@ def test_only_optim_step_changes_the_weights(
     tc = wait(new_trainer(seed=3), backend)
     exact = backend.has("forward.bit_exact")
     start = loss_of(backend, tc, tokens)
+    assert start > 0.0, "a cross-entropy loss:sum (-Σ w·logp, w = 1) is positive"
     wait(tc.forward_backward([datum(backend, tokens)], "cross_entropy"), backend)
     assert close(loss_of(backend, tc, tokens), start, exact), "forward_backward moved weights"
     losses = [step(backend, tc, tokens) for _ in range(4)]

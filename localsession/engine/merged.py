@@ -10,9 +10,11 @@ the module tree in which every LoRA layer is replaced by its base layer:
   the adapter-disabled model's;
 - for an adapter snapshot (``merge=True``) each adapted layer gets a new weight
   ``W + scaling · B @ A`` (peft's own ``get_delta_weight``), and every other tensor
-  (embeddings, norms, an unadapted head) is shared; an adapted head tied to the input
-  embedding gets its own merged weight, the embedding stays the base one. Logits then
-  differ from the unmerged model by float rounding only (~1e-6 in float32).
+  (embeddings, norms, an unadapted head) is shared. An adapted output head
+  (``train_unembed``) is not merged: its copy is :class:`LowRankHead`, the shared base head
+  plus copies of the snapshot's A and B (r·(d+V) values instead of a new V×d weight, and
+  a head tied to the input embedding stays tied). Logits then differ from the unmerged
+  model by float rounding only (~1e-6 in float32).
 
 Merging is done only in float32: in bfloat16 a small LoRA delta would be rounded away when
 added to ``W`` (8 mantissa bits), so half-precision engines keep decoding unmerged. The
@@ -59,8 +61,39 @@ def can_merge(peft_model: Any, dtype: torch.dtype) -> bool:
     layers = adapted_layers(peft_model)
     if any(getattr(m, "use_dora", {}).get(ADAPTER_NAME) for m in layers.values()):
         return False
-    size = sum(m.get_base_layer().weight.numel() for m in layers.values())
+    size = sum(
+        m.get_base_layer().weight.numel()
+        for m in layers.values()
+        if not _is_head(peft_model, m)  # a head stays low-rank (LowRankHead)
+    )
     return size <= MERGE_MAX_ELEMENTS
+
+
+class LowRankHead(torch.nn.Module):
+    """An adapted output head in a merged copy: ``base(x) + scaling · (x Aᵀ) Bᵀ`` with
+    frozen copies of one snapshot's ``A`` [r, d] and ``B`` [V, r] (peft's own order)."""
+
+    def __init__(self, layer: Any) -> None:
+        super().__init__()
+        self.base_layer = layer.get_base_layer()
+        self.a_RD = torch.nn.Parameter(layer.lora_A[ADAPTER_NAME].weight.detach().clone(), False)
+        self.b_VR = torch.nn.Parameter(layer.lora_B[ADAPTER_NAME].weight.detach().clone(), False)
+        self.scaling = float(layer.scaling[ADAPTER_NAME])
+
+    @torch.no_grad()
+    def load_(self, layer: Any) -> None:
+        """Take the adapter values ``layer`` holds now."""
+        self.a_RD.copy_(layer.lora_A[ADAPTER_NAME].weight)
+        self.b_VR.copy_(layer.lora_B[ADAPTER_NAME].weight)
+
+    def forward(self, x_BTD: torch.Tensor) -> torch.Tensor:
+        out_BTV = self.base_layer(x_BTD)
+        low_BTR = x_BTD.to(self.a_RD.dtype) @ self.a_RD.T
+        return out_BTV + ((low_BTR @ self.b_VR.T) * self.scaling).to(out_BTV.dtype)
+
+
+def _is_head(peft_model: Any, layer: Any) -> bool:
+    return layer is peft_model.get_base_model().get_output_embeddings()
 
 
 @torch.no_grad()
@@ -78,7 +111,9 @@ def plain_model(peft_model: Any, *, merge: bool) -> torch.nn.Module:
     plain: torch.nn.Module = copy.deepcopy(base, memo)
     for name, layer in layers.items():
         base_layer = layer.get_base_layer()
-        if merge:
+        if merge and _is_head(peft_model, layer):
+            replacement = LowRankHead(layer)
+        elif merge:
             replacement = copy.copy(base_layer)
             replacement._parameters = dict(base_layer._parameters)
             delta = layer.get_delta_weight(ADAPTER_NAME)
@@ -96,6 +131,10 @@ def remerge_(plain: torch.nn.Module, peft_model: Any) -> None:
     """Rewrite the merged weights of ``plain`` (from ``plain_model(..., merge=True)``) for
     the adapter values the peft model holds now; the same values a fresh build gives."""
     for name, layer in adapted_layers(peft_model).items():
+        if _is_head(peft_model, layer):
+            head: LowRankHead = plain.get_submodule(name)  # type: ignore[assignment]
+            head.load_(layer)
+            continue
         base_weight = layer.get_base_layer().weight
         delta = layer.get_delta_weight(ADAPTER_NAME)
         target: torch.Tensor = plain.get_submodule(name).weight  # type: ignore[assignment]
@@ -113,11 +152,19 @@ def merged_cache_budget() -> int:
 
 
 def merged_bytes(peft_model: Any) -> int:
-    """Bytes of new tensors a merged copy holds (one weight per adapted layer)."""
-    return sum(
-        m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size()
-        for m in adapted_layers(peft_model).values()
-    )
+    """Bytes of new tensors a merged copy holds (one weight per adapted layer; A and B for
+    an adapted head)."""
+    total = 0
+    for m in adapted_layers(peft_model).values():
+        if _is_head(peft_model, m):
+            total += sum(p.numel() * p.element_size() for p in _low_rank(m))
+        else:
+            total += m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size()
+    return total
+
+
+def _low_rank(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight
 
 
 @dataclass

@@ -3,8 +3,9 @@
 On the built-in tiny model (untied head): the head gets an adapter that starts at zero,
 takes a nonzero gradient and moves with ``optim_step``, while every other module's seeded A
 is the same as without it. On a tied copy of it (head = input embedding): the embedding
-never changes, the merged decoding copy matches the adapter's logits, and a merged export,
-which cannot hold two different tied tensors, is refused by name.
+never changes, the merged decoding copy (its head low-rank, still tied) matches the
+adapter's logits before and after a re-merge, and a merged export, which cannot hold two
+different tied tensors, is refused by name.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from safetensors.torch import load_file, save_file
 from localsession.engine.base_pool import load_private
 from localsession.engine.builtin import save_builtin
 from localsession.engine.checkpoint import merged_state_dict
-from localsession.engine.merged import plain_model
+from localsession.engine.merged import (
+    LowRankHead,
+    adapted_layers,
+    merged_bytes,
+    plain_model,
+    remerge_,
+)
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import EngineInputError, EngineSpec, ResolvedModel
 
@@ -95,7 +102,8 @@ def test_a_tied_head_adapts_its_output_only(tied_tiny: ResolvedModel) -> None:
     loaded = load_private(spec, tied_tiny)
     base = loaded.model.get_base_model()
     embedding = base.get_input_embeddings().weight
-    assert base.get_output_embeddings().get_base_layer().weight is embedding  # still tied
+    head_layer = base.get_output_embeddings()
+    assert head_layer.get_base_layer().weight is embedding  # still tied
     engine = TorchEngine(spec, loaded)
     try:
         start = embedding.detach().clone()
@@ -107,6 +115,17 @@ def test_a_tied_head_adapts_its_output_only(tied_tiny: ResolvedModel) -> None:
         merged = plain_model(loaded.model, merge=True)
         assert torch.allclose(_logits(merged), trained, atol=1e-5, rtol=0)
         assert torch.equal(merged.get_input_embeddings().weight, start)
+        head = merged.get_output_embeddings()
+        assert isinstance(head, LowRankHead) and head.base_layer.weight is embedding
+        layers = adapted_layers(loaded.model).values()
+        others = sum(m.get_base_layer().weight.numel() for m in layers if m is not head_layer)
+        vocab, width = embedding.shape  # the head's copy: A [4, d] and B [V, 4], no V×d
+        assert merged_bytes(loaded.model) == 4 * (others + 4 * (width + vocab))
+        for _ in range(2):  # a later snapshot, re-merged in place
+            engine.forward_backward([make_datum(TOKENS)], "cross_entropy", None, backward=True)
+            engine.optim_step({"learningRate": 1e-2})
+        remerge_(merged, loaded.model)
+        assert torch.allclose(_logits(merged), _logits(loaded.model), atol=1e-5, rtol=0)
         assert not torch.allclose(_logits(plain_model(loaded.model, merge=False)), trained)
         with pytest.raises(EngineInputError, match="train_unembed"):
             merged_state_dict(loaded.model)
