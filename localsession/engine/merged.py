@@ -154,17 +154,17 @@ def merged_cache_budget() -> int:
 def merged_bytes(peft_model: Any) -> int:
     """Bytes of new tensors a merged copy holds (one weight per adapted layer; A and B for
     an adapted head)."""
-    total = 0
-    for m in adapted_layers(peft_model).values():
-        if _is_head(peft_model, m):
-            total += sum(p.numel() * p.element_size() for p in _low_rank(m))
-        else:
-            total += m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size()
-    return total
+    return sum(
+        sum(t.numel() * t.element_size() for t in _new_tensors(peft_model, m))
+        for m in adapted_layers(peft_model).values()
+    )
 
 
-def _low_rank(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    return layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight
+def _new_tensors(peft_model: Any, layer: Any) -> tuple[torch.Tensor, ...]:
+    """What a merged copy holds anew for ``layer``: its weight's size, or A and B."""
+    if _is_head(peft_model, layer):
+        return layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight
+    return (layer.get_base_layer().weight,)
 
 
 @dataclass
