@@ -367,14 +367,11 @@ def merged_state_dict(model: Any) -> dict[str, Tensor]:
         if f"{name}.weight" not in out:
             raise RuntimeError(f"merge: adapted layer {name!r} has no base weight")
     head = base.get_output_embeddings()
-    if head in layers.values() and head.get_base_layer().weight is (
-        base.get_input_embeddings().weight
-    ):
-        # save_pretrained keeps one of two tied tensors: the merged head would be lost
-        raise EngineInputError(
-            "merged weights: this adapter adapts an output head tied to the input "
-            "embedding (train_unembed), which one merged checkpoint cannot hold; save "
-            "without merged weights (the adapter alone samples and loads)"
+    if head in layers.values() and head.base_layer.weight is base.get_input_embeddings().weight:
+        raise EngineInputError(  # save_pretrained would keep one of the two tied tensors
+            "merged weights: this adapter adapts an output head tied to the input embedding "
+            "(train_unembed), which one merged checkpoint cannot hold; save without merged "
+            "weights (the adapter alone samples and loads)"
         )
     return out
 

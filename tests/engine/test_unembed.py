@@ -30,13 +30,14 @@ from localsession.engine.merged import (
     remerge_,
 )
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import EngineInputError, EngineSpec, ResolvedModel
+from localsession.port import AdamHyperparams, EngineInputError, EngineSpec, ResolvedModel
 
 from .helpers import make_datum
 
 TINY = "localsession/tiny"
 TOKENS = [1, 5, 9, 13, 17, 21, 25, 29, 33]
 HEAD = ".lm_head.lora_"
+ADAM = AdamHyperparams(learning_rate=1e-2)
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_the_head_adapter_trains_and_the_rest_is_seeded_as_without_it(
     head.forward_backward([datum], "cross_entropy", None, backward=True)
     grad_B = _grads(head)[head_keys[1]]  # [V, r]
     assert float(grad_B.abs().sum()) > 0.0
-    head.optim_step({"learningRate": 1e-2})
+    head.optim_step(ADAM)
     after = head.adapter_state_dict()
     assert float((after[head_keys[1]] - before[head_keys[1]]).abs().sum()) > 0.0
 
@@ -109,7 +110,7 @@ def test_a_tied_head_adapts_its_output_only(tied_tiny: ResolvedModel) -> None:
         start = embedding.detach().clone()
         for _ in range(2):
             engine.forward_backward([make_datum(TOKENS)], "cross_entropy", None, backward=True)
-            engine.optim_step({"learningRate": 1e-2})
+            engine.optim_step(ADAM)
         assert torch.equal(embedding, start)  # the embedding (and the base head) never move
         trained = _logits(loaded.model)
         merged = plain_model(loaded.model, merge=True)
@@ -123,7 +124,7 @@ def test_a_tied_head_adapts_its_output_only(tied_tiny: ResolvedModel) -> None:
         assert merged_bytes(loaded.model) == 4 * (others + 4 * (width + vocab))
         for _ in range(2):  # a later snapshot, re-merged in place
             engine.forward_backward([make_datum(TOKENS)], "cross_entropy", None, backward=True)
-            engine.optim_step({"learningRate": 1e-2})
+            engine.optim_step(ADAM)
         remerge_(merged, loaded.model)
         assert torch.allclose(_logits(merged), _logits(loaded.model), atol=1e-5, rtol=0)
         assert not torch.allclose(_logits(plain_model(loaded.model, merge=False)), trained)
