@@ -512,7 +512,7 @@ def memory_rows(name: str, batch: int, length: int, inline: bool = False) -> lis
 #: What each part measures, for the MISS rows printed when the real model is missing.
 PARTS = {
     "speed": "training step and compute_logprobs vs raw",
-    "sampling": "concurrent sampling (1/4/16/64) vs raw batched generate",
+    "sampling": "concurrent sampling at 1, 4, 16 and 64 calls vs raw batched generate",
     "bf16": "bf16 vs fp32 training step",
     "streaming": "time to the first streamed chunk",
     "memory": "RSS of one and of four sessions vs raw",

@@ -15,7 +15,7 @@ per row group written next to the table (issue 28, item 7).
   ``PER_SESSION_MB`` (its worker thread, malloc arena and torch's per-thread buffers).
 - **sequence length** (tiny, 1 row, rank 32): step time at 128, 512 and 2,048 tokens.
   Target: the time per token at L ≤ 2× its value at 128 (linear, up to attention's L² share).
-- **LoRA rank** (tiny, 4×128): step time at rank 8, 16, 32 and 64. Target: t(r)/t(8) ≤ 1.5×
+- **LoRA rank** (tiny, 8×128): step time at rank 8, 16, 32 and 64. Target: t(r)/t(8) ≤ 1.5×
   the ratio of training FLOPs (4·N_base + 6·N_lora per token, the frozen base taking no weight
   gradient).
 - **budget**: this script's own wall time, target ≤ 300 s on an idle 2-core machine.
@@ -49,13 +49,14 @@ BUDGET_S = 300.0
 #: arena and torch's per-thread buffers): measured ~20 MB on small.
 PER_SESSION_MB = 32.0
 PROMPT = [257, *b"Q: 2+3=? A: "]
-#: Sizes, cut to fit ``BUDGET_S`` (652 s before on a loaded box, with 4 steps per session,
-#: 3 timed rounds per shape, 8 rows per rank step and five lengths).
+#: Sizes, cut to fit ``BUDGET_S`` (652 s before, with 4 steps per session and five lengths;
+#: 304 s wall but 67 s of CPU time with these at load 11 on 2 cores, the memory part's three
+#: fresh interpreters taking 209 s of the wall time).
 STEPS_PER_SESSION = 3
-SHAPE_RUNS = 2
+SHAPE_RUNS = 3
 LENGTHS = (128, 512, 2048)
 RANKS = (8, 16, 32, 64)
-RANK_ROWS = 4
+RANK_ROWS = 8
 
 
 def lap(started: float, part: str) -> None:
