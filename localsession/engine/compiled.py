@@ -14,8 +14,9 @@ It falls back to eager, with one log line, and stays there for that engine:
 - when a compiled call raises: the same call then runs eager, so a caller's own errors
   (a bad input) still surface from the eager model, unchanged.
 
-Compilation is slow (measured on the 2-core CPU box: ~150 s for ``localsession/small``'s
-first step) and happens again for each new input shape until dynamo marks the shape dynamic.
+Compilation is slow and happens again for each new input shape until dynamo marks the shape
+dynamic (on 2 cores at load ~10: ``localsession/small`` 150 s; SmolLM2-135M at 8×256 18 min
+cold, 4.6 min from a warm inductor cache, then 1.3-1.5× eager's speed). So it stays opt-in.
 """
 
 from __future__ import annotations

@@ -126,8 +126,9 @@ def test_compiled_agrees_with_eager(
     assert losses == pytest.approx(eager_losses, rel=1e-5)
     for got, want in zip(gradients, eager_grads, strict=True):
         assert got.keys() == want.keys()
-        for key in want:
-            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6)
+        for key in want:  # per tensor: fused kernels reorder sums, so compare norms
+            error = float((got[key] - want[key]).norm())
+            assert error <= 1e-4 * float(want[key].norm()), (key, error)
     assert greedy(fast, tmp_path, "fast") == greedy(eager, tmp_path, "eager")
     # and the compiled forward-only path reads the same logprobs as eager's
     datums = [make_datum(t) for t in random_tokens(2, 20, seed=9)]
