@@ -13,10 +13,10 @@ per row group written next to the table (issue 28, item 7).
   shared. Targets: every session's frozen base tensors live at the same addresses as the
   first session's (no copy), and the RSS growth per added session ≤ its adapter state plus
   ``PER_SESSION_MB`` (its worker thread, malloc arena and torch's per-thread buffers).
-- **sequence length** (tiny, 1 row, rank 32): step time at 128 … 2,048 tokens. Target: the
-  time per token at L ≤ 2× its value at 128 (linear, up to attention's L² share).
-- **LoRA rank** (tiny, 8×128): step time at rank 8 … 64. Target: t(r)/t(8) ≤ 1.5× the ratio
-  of training FLOPs (4·N_base + 6·N_lora per token, the frozen base taking no weight
+- **sequence length** (tiny, 1 row, rank 32): step time at 128, 512 and 2,048 tokens.
+  Target: the time per token at L ≤ 2× its value at 128 (linear, up to attention's L² share).
+- **LoRA rank** (tiny, 8×128): step time at rank 8, 16, 32 and 64. Target: t(r)/t(8) ≤ 1.5×
+  the ratio of training FLOPs (4·N_base + 6·N_lora per token, the frozen base taking no weight
   gradient).
 - **budget**: this script's own wall time, target ≤ 300 s on an idle 2-core machine.
 
@@ -49,6 +49,19 @@ BUDGET_S = 300.0
 #: arena and torch's per-thread buffers): measured ~20 MB on small.
 PER_SESSION_MB = 32.0
 PROMPT = [257, *b"Q: 2+3=? A: "]
+#: Sizes, cut to fit ``BUDGET_S`` (652 s before, with 4 steps per session and five lengths;
+#: 304 s wall but 67 s of CPU time with these at load 11 on 2 cores, the memory part's three
+#: fresh interpreters taking 209 s of the wall time).
+STEPS_PER_SESSION = 3
+SHAPE_RUNS = 3
+LENGTHS = (128, 512, 2048)
+RANKS = (8, 16, 32, 64)
+RANK_ROWS = 8
+
+
+def lap(started: float, part: str) -> None:
+    """Print the wall time so far after ``part`` (where the budget goes)."""
+    print(f"bench_scaling: {part} done at {time.perf_counter() - started:.0f}s", file=sys.stderr)
 
 
 def _client(home: str, sessions: int) -> tuple[Any, Any]:
@@ -247,7 +260,8 @@ def collect(smoke: bool = False, plot_dir: Path | None = None) -> list[Row]:
     counts = (1, 2) if smoke else (1, 2, 4, 8)
     rows: list[Row] = []
 
-    got = sessions_part(counts, 1 if smoke else 4, 4 if smoke else 16)
+    got = sessions_part(counts, 1 if smoke else STEPS_PER_SESSION, 4 if smoke else 16)
+    lap(started, "sessions")
     rate1, p50_1 = got[1][0], median(got[1][1])
     for n in counts[1:]:
         rate, lat = got[n]
@@ -288,6 +302,7 @@ def collect(smoke: bool = False, plot_dir: Path | None = None) -> list[Row]:
 
     mem_counts = (1, 2) if smoke else (1, 4, 16)
     mem = memory_part(mem_counts, inline=smoke)
+    lap(started, "memory")
     first, last = mem_counts[0], mem_counts[-1]
     per_session = (mem[last]["peak"] - mem[first]["peak"]) / (last - first)
     state, base = mem[first]["state"], mem[first]["base"]
@@ -326,17 +341,18 @@ def collect(smoke: bool = False, plot_dir: Path | None = None) -> list[Row]:
         },
     )
 
-    runs = 1 if smoke else 3
-    lengths = (64, 128) if smoke else (128, 256, 512, 1024, 2048)
-    ranks = (8, 16) if smoke else (8, 16, 32, 64)
+    runs = 1 if smoke else SHAPE_RUNS
+    lengths = (64, 128) if smoke else LENGTHS
+    ranks = (8, 16) if smoke else RANKS
     shapes = {f"L{n}": (32, 1, n) for n in lengths}
-    shapes |= {f"r{r}": (r, 2 if smoke else 8, 128) for r in ranks}
+    shapes |= {f"r{r}": (r, 2 if smoke else RANK_ROWS, 128) for r in ranks}
     with tempfile.TemporaryDirectory() as home:
         service, client = _client(home, len(shapes))
         try:
             got_steps = step_seconds(client, shapes, runs)
         finally:
             service.close()
+    lap(started, "length and rank")
     by_len = {n: got_steps[f"L{n}"] for n in lengths}
     by_rank = {r: got_steps[f"r{r}"] for r in ranks}
     l0 = lengths[0]
@@ -379,7 +395,7 @@ def collect(smoke: bool = False, plot_dir: Path | None = None) -> list[Row]:
         )
     plot(
         plot_dir / "rank.png",
-        "step time vs LoRA rank (tiny, 8×128)",
+        f"step time vs LoRA rank (tiny, {RANK_ROWS}×128)",
         "rank",
         "s",
         {

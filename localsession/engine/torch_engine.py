@@ -1,10 +1,9 @@
 """``TorchEngine``: the real engine behind a session (the ``Engine`` protocol in torch).
 
-One instance holds one session's trainable LoRA adapter, the AdamW state and the accumulated
-gradients, on a view of a base model that every session on the same base shares
-(``base_pool``: one copy of the weights per resolved model, device, dtype and placement).
-All compute runs under the session's lock, so a sampling batch never sees a half-applied
-update (localsession.port threading contract).
+One instance holds one session's LoRA adapter, AdamW state and accumulated gradients, on a
+view of a base that every session on it shares (``base_pool``: one copy of the weights per
+model, device, dtype and placement). All compute runs under the session's lock, so a sampling
+batch never sees a half-applied update (localsession.port threading contract).
 
 - ``forward_backward`` / ``forward`` share one code path (under ``torch.no_grad`` for
   ``forward``): logprobs agree bit for bit; one right-padded batch, the loss a plain sum.
@@ -28,9 +27,8 @@ update (localsession.port threading contract).
   file before anything live changes, then copies into the existing parameters so the
   optimizer's references stay valid.
 
-The parts live beside it: ``train_step`` (the loss, its gradients, CPU micro-batches),
-``snapshots`` (package adapters for sampling and swapping them in), ``request_checks`` (input
-checks before any tensor reaches the model).
+Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``compiled`` (the opt-in
+``torch.compile`` training forward), ``snapshots`` (package adapters), ``request_checks``.
 """
 
 from __future__ import annotations
@@ -59,6 +57,7 @@ from localsession.engine.checkpoint import (
     write_merged,
     write_optimizer,
 )
+from localsession.engine.compiled import TrainingForward
 from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
 from localsession.engine.loading import LoadedModel
 from localsession.engine.merged import (
@@ -92,6 +91,7 @@ class TorchEngine:
         self._loaded = loaded
         self._mutex = threading.Lock()
         self._optimizer = LoraAdamW(self._loaded.model.named_parameters())
+        self._train_forward = TrainingForward(self._loaded.model, self._loaded.device)
         self._sampler = BatchSampler(
             self._loaded.model,
             self._loaded.tokenizer,
@@ -181,14 +181,13 @@ class TorchEngine:
         batch = parse_datums(
             datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions
         )
-        grad_mode: AbstractContextManager[Any] = (
-            torch.enable_grad() if backward else torch.no_grad()
-        )
+        mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
-            with self._mutex, grad_mode:
+            with self._mutex, mode:
                 start = time.perf_counter()
+                fwd, adapter = self._train_forward, self._adapter
                 result = loss_step(
-                    m.model, self._adapter, batch, loss_fn, clip, backward, m.device, m.vocab_size
+                    fwd, adapter, batch, loss_fn, clip, backward, m.device, m.vocab_size
                 )
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:
@@ -392,6 +391,7 @@ class TorchEngine:
             self._plain_base = None
             MERGED_CACHE.drop_owner(self._cache_owner)
             del self._sampler, self._optimizer, self._loaded, self._adapter, self._snapshots
+            del self._train_forward  # holds the model (and a compiled graph)
             if self._shared is not None:
                 POOL.release(self._shared)
                 self._shared = None

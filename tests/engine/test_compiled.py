@@ -1,0 +1,138 @@
+"""The opt-in compiled training forward (engine/compiled.py): agreement with eager on losses,
+gradients and greedy samples (slow: compiling takes minutes on a CPU), and the clean fallback
+to eager when compiling is unavailable or fails (fast)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from localsession.engine import compiled
+from localsession.engine.torch_engine import TorchEngine
+from localsession.port import SampleRequest
+
+from .helpers import make_datum, random_tokens
+
+ADAM = {"learningRate": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weightDecay": 0.0}
+
+
+def grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
+
+
+def train(engine: TorchEngine, steps: int) -> tuple[list[float], list[dict[str, torch.Tensor]]]:
+    """``steps`` cross-entropy steps on fixed data: each step's loss and gradients."""
+    datums = [make_datum(t) for t in random_tokens(3, 24, seed=5)]
+    losses, gradients = [], []
+    for _ in range(steps):
+        out = engine.forward_backward(datums, "cross_entropy", None, backward=True)
+        losses.append(float(out["metrics"]["loss"]))
+        gradients.append(grads(engine))
+        engine.optim_step(ADAM)
+    return losses, gradients
+
+
+def greedy(engine: TorchEngine, tmp_path: Path, name: str) -> list[int]:
+    """Greedy tokens from a saved snapshot of ``engine``'s adapter."""
+    directory = tmp_path / name
+    engine.save_package(str(directory), include_optimizer=False, merge_weights=False)
+    request = SampleRequest(prompt=[257, 72, 101], max_tokens=16, temperature=0.0, seed=0)
+    (out,) = engine.sample(str(directory), [request])
+    return list(out["sequences"][0]["tokens"])
+
+
+def test_eager_by_default(
+    make_engine: Callable[..., TorchEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(compiled.COMPILE_ENV, raising=False)
+    assert not make_engine()._train_forward.is_compiled
+    for value in ("0", "off", ""):
+        monkeypatch.setenv(compiled.COMPILE_ENV, value)
+        assert compiled.requested_backend() is None
+    monkeypatch.setenv(compiled.COMPILE_ENV, "1")
+    assert compiled.requested_backend() == "inductor"
+
+
+def test_no_cxx_compiler_falls_back_with_one_log_line(
+    make_engine: Callable[..., TorchEngine],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv(compiled.COMPILE_ENV, "1")
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
+    with caplog.at_level(logging.WARNING, logger="localsession.engine.compiled"):
+        engine = make_engine()
+    assert not engine._train_forward.is_compiled
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{compiled.COMPILE_ENV}=inductor: running eager instead "
+        "(no C++ compiler found (set CXX or install g++))"
+    ]
+
+
+def test_failing_compiled_call_falls_back_to_eager_results(
+    make_engine: Callable[..., TorchEngine],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[int] = []
+
+    def broken_compile(model: Any, **kwargs: Any) -> Callable[..., Any]:
+        def run(**inputs: Any) -> Any:
+            calls.append(1)
+            raise RuntimeError("inductor exploded")
+
+        return run
+
+    eager_losses, eager_grads = train(make_engine(), 2)
+    monkeypatch.setenv(compiled.COMPILE_ENV, "inductor")
+    monkeypatch.setattr(compiled, "unavailable_reason", lambda backend, device: None)
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    with caplog.at_level(logging.WARNING, logger="localsession.engine.compiled"):
+        engine = make_engine()
+        assert engine._train_forward.is_compiled
+        losses, gradients = train(engine, 2)
+    assert calls == [1]  # tried once, then eager for good
+    assert not engine._train_forward.is_compiled
+    assert len(caplog.records) == 1 and "inductor exploded" in caplog.records[0].getMessage()
+    assert losses == eager_losses  # the very same eager computation
+    for got, want in zip(gradients, eager_grads, strict=True):
+        assert got.keys() == want.keys()
+        assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_agrees_with_eager(
+    backend: str,
+    make_engine: Callable[..., TorchEngine],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    if backend == "inductor" and compiled.unavailable_reason(backend, torch.device("cpu")):
+        pytest.skip("inductor cannot compile here (no C++ compiler)")
+    eager = make_engine()
+    monkeypatch.setenv(compiled.COMPILE_ENV, backend)
+    fast = make_engine()
+    assert fast._train_forward.is_compiled
+    eager_losses, eager_grads = train(eager, 3)
+    losses, gradients = train(fast, 3)
+    assert fast._train_forward.is_compiled  # it did not fall back along the way
+    assert losses == pytest.approx(eager_losses, rel=1e-5)
+    for got, want in zip(gradients, eager_grads, strict=True):
+        assert got.keys() == want.keys()
+        for key in want:  # per tensor: fused kernels reorder sums, so compare norms
+            error = float((got[key] - want[key]).norm())
+            assert error <= 1e-4 * float(want[key].norm()), (key, error)
+    assert greedy(fast, tmp_path, "fast") == greedy(eager, tmp_path, "eager")
+    # and the compiled forward-only path reads the same logprobs as eager's
+    datums = [make_datum(t) for t in random_tokens(2, 20, seed=9)]
+    got = fast.forward(datums, "cross_entropy", None)["lossFnOutputs"]
+    want = eager.forward(datums, "cross_entropy", None)["lossFnOutputs"]
+    for g, w in zip(got, want, strict=True):
+        assert g["logprobs"]["data"] == pytest.approx(w["logprobs"]["data"], rel=1e-5, abs=1e-6)
