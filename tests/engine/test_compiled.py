@@ -14,11 +14,11 @@ import torch
 
 from localsession.engine import compiled
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import SampleRequest
+from localsession.port import AdamHyperparams, SampleRequest
 
 from .helpers import make_datum, random_tokens
 
-ADAM = {"learningRate": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weightDecay": 0.0}
+ADAM = AdamHyperparams(learning_rate=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0)
 
 
 def grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
