@@ -1,12 +1,15 @@
 """A GRPO step driven by the ``tinker`` SDK vs by the SageMaker SDK, both over HTTP.
 
 One server (a thread of this process) serves both dialects over one service. Each step:
-sample 4 completions for each of 2 chat prompts (seeded, max_tokens 512, stopping at the
-turn's end ``<|im_end|>``, a stop string on both sides), build ppo datums with
+sample 4 completions for each of 2 chat prompts (seeded, max_tokens 512: the SageMaker SDK
+allows no less; stopping at the turn's end ``<|im_end|>``, a stop string on both sides,
+which the runtime maps to that special token's id), build ppo datums with
 group-normalised rewards, one
-``forward_backward`` + ``optim_step``, then a fresh sampler from saved weights. The two
-clients run the same prompts and seeds on sessions of the same rank, alternating step by
-step (common.interleaved), so both see the same machine load. Target: tinker ≤ 1.15× the
+``forward_backward`` + ``optim_step`` (the same AdamW settings on both sides: the two SDKs'
+``AdamParams`` defaults differ), then a fresh sampler from saved weights. The two
+clients run the same prompts and seeds on sessions of the same rank and LoRA seed, so they
+do the same work (the token row shows it), alternating step by step (common.interleaved),
+so both see the same machine load. Target: tinker ≤ 1.15× the
 SageMaker SDK (issue 27).
 
 Run: python bench/bench_tinker.py [--smoke] [--runs 5] [--model NAME]
@@ -39,6 +42,9 @@ GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/bench"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: Both clients stop at the chat turn's end, as a stop string (the same rule on both sides).
 STOP = ["<|im_end|>"]
+#: AdamW settings both clients send in full (Tinker's defaults: beta2 0.95, eps 1e-12;
+#: SageMaker's: beta2 0.999, eps 1e-8, weight decay 0.01).
+ADAM = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0}
 QUESTIONS = [
     "Compute 27 + 82. Reply with the result only.",
     "Compute 13 + 9. Reply with the result only.",
@@ -103,7 +109,7 @@ class Loop:
             self.tokens += sum(len(s.tokens) for s in sequences)
             datums += _datums(self._datum, prompt, sequences)
         fwd = self.tc.forward_backward(datums, "ppo")
-        adam = self.ts.AdamParams(learning_rate=1e-4, weight_decay=0.0)
+        adam = self.ts.AdamParams(**ADAM)
         self.tc.optim_step(adam).result()
         fwd.result()
         self.sampler = self.tc.save_weights_and_get_sampling_client()

@@ -38,7 +38,7 @@ from typing import Any
 
 from fakes.clock import Gate
 from fakes.light_math import Row, lp_row, sample_row, token_loss
-from fakes.script import Completion, Script, scripted_tokens, stop_reason
+from fakes.script import Completion, Script, check_stop_ids, scripted_tokens, stop_reason
 from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession import vocab
 from localsession.numerics.inputs import (
@@ -223,6 +223,7 @@ class LightEngine:
         self, delta: dict[int, Row] | None, req: SampleRequest, what: str
     ) -> dict[str, Any]:
         prompt = _check_prompt(req.prompt, f"{what}: `prompt`")
+        check_stop_ids(req, what)
         scripted = self.script.resolve_request(prompt, req, what)
         with self.lock:
             sequences = [
@@ -248,13 +249,13 @@ class LightEngine:
             token, lp = sample_row(self.row(prev, delta), req, rng)
             tokens.append(token)
             logprobs.append(lp)
-            prev, reason = token, stop_reason(tokens, req.stop, req.max_tokens)
+            prev, reason = token, stop_reason(tokens, req.stop, req.max_tokens, req.stop_token_ids)
         return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
 
     def _scripted(
         self, delta: dict[int, Row] | None, req: SampleRequest, completion: Completion
     ) -> dict[str, Any]:
-        tokens, reason = scripted_tokens(completion, req.stop, req.max_tokens)
+        tokens, reason = scripted_tokens(completion, req.stop, req.max_tokens, req.stop_token_ids)
         if completion.logprobs is not None:
             logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
         else:

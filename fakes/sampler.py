@@ -2,9 +2,10 @@
 
 A stream draws its tokens one at a time from ``table[previous token]``: temperature, then
 top-k, then top-p (the torch engine's own filters), with a private generator seeded
-``seed + i`` for sample i. It stops at the EOS ``<|im_end|>`` or a stop string (matched in the
-text decoded with special tokens skipped, as the torch engine matches it; the returned tokens
-include the token that ended it; ``stop_reason`` ``"stop"``) or at ``max_tokens`` (``"length"``).
+``seed + i`` for sample i. It stops at the EOS ``<|im_end|>``, a stop token id or a stop
+string (matched in the text decoded with special tokens skipped, as the torch engine matches
+it; the returned tokens include the token that ended it; ``stop_reason`` ``"stop"``) or at
+``max_tokens`` (``"length"``).
 Reported logprobs are log-softmax(logits / T) of each token before filtering (T = 0: greedy,
 T = 1 values). Scripted completions get the same truncation and, unless scripted too, the
 same logprobs.
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fakes.script import Completion, Script, scripted_tokens, stop_reason
+from fakes.script import Completion, Script, check_stop_ids, scripted_tokens, stop_reason
 from fakes.tokenizer import VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.filters import (
     sample_from_logits,
@@ -65,14 +66,14 @@ def _generate(table_VV: Tensor, req: SampleRequest, i: int) -> dict[str, Any]:
             )
             token = int(sample_from_logits(filtered_1V, torch.rand(1, generator=gen))[0])
         tokens.append(token)
-        prev, reason = token, stop_reason(tokens, req.stop, req.max_tokens)
+        prev, reason = token, stop_reason(tokens, req.stop, req.max_tokens, req.stop_token_ids)
     prevs = [req.prompt[-1], *tokens[:-1]]
     logprobs = _tempered_logprobs(table_VV, prevs, tokens, req.temperature)
     return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
 
 
 def _scripted(table_VV: Tensor, req: SampleRequest, completion: Completion) -> dict[str, Any]:
-    tokens, reason = scripted_tokens(completion, req.stop, req.max_tokens)
+    tokens, reason = scripted_tokens(completion, req.stop, req.max_tokens, req.stop_token_ids)
     if completion.logprobs is not None:
         logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
     else:
@@ -112,6 +113,7 @@ def sample_request(
 ) -> dict[str, Any]:
     """The wire ``SampleResponse`` for one request: scripted where the script answers."""
     prompt = check_tokens(list(req.prompt), f"{what}: `prompt`")
+    check_stop_ids(req, what)
     scripted = script.resolve_request(prompt, req, what)
     sequences = [
         _generate(table_VV, req, i) if c is None else _scripted(table_VV, req, c)

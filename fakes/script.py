@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from fakes.tokenizer import EOS_ID, VOCAB_SIZE, ByteTokenizer
@@ -223,12 +223,25 @@ class Script:
             raise EngineInputError(f"{what}: the script's policy raised {exc!r}") from exc
 
 
-def stop_reason(tokens: list[int], stop: tuple[str, ...], max_tokens: int) -> str | None:
+def check_stop_ids(req: SampleRequest, what: str) -> None:
+    """Refuse a request whose stop token ids leave the vocabulary, as the torch engine does."""
+    outside = [t for t in req.stop_token_ids if not 0 <= t < VOCAB_SIZE]
+    if outside:
+        raise EngineInputError(
+            f"{what}: stop token id {outside[0]} is outside the vocabulary [0, {VOCAB_SIZE}); "
+            "pass ids the model's tokenizer produces"
+        )
+
+
+def stop_reason(
+    tokens: list[int], stop: tuple[str, ...], max_tokens: int, stop_ids: Collection[int] = ()
+) -> str | None:
     """Why a fake engine's sample stream whose last token is ``tokens[-1]`` ends there, or
-    None to go on (both fake engines stop the same way). Stop strings are matched in the text
-    decoded with special tokens skipped, as the torch engine matches them, so a sampled
+    None to go on (both fake engines stop the same way): EOS or one of ``stop_ids`` (the
+    request's stop token ids) the step it is drawn, or a stop string, matched in the text
+    decoded with special tokens skipped, as the torch engine matches it, so a sampled
     ``<|endoftext|>`` never completes the stop string ``"e"``."""
-    if tokens[-1] == EOS_ID:
+    if tokens[-1] == EOS_ID or tokens[-1] in stop_ids:
         return "stop"
     text = _TOKENIZER.decode(tokens, skip_special_tokens=True) if stop else ""
     if any(s and s in text for s in stop):
@@ -239,17 +252,17 @@ def stop_reason(tokens: list[int], stop: tuple[str, ...], max_tokens: int) -> st
 
 
 def scripted_tokens(
-    completion: Completion, stop: tuple[str, ...], max_tokens: int
+    completion: Completion, stop: tuple[str, ...], max_tokens: int, stop_ids: Collection[int] = ()
 ) -> tuple[list[int], str]:
     """The tokens a request receives of a scripted completion, and its stop reason: cut
-    where the request's stop strings or ``max_tokens`` end the stream (as a sampled stream
-    would be, :func:`stop_reason`), else the whole completion with the completion's own
-    reason."""
+    where the request's stop strings, stop ids or ``max_tokens`` end the stream (as a sampled
+    stream would be, :func:`stop_reason`), else the whole completion with the completion's
+    own reason."""
     tokens: list[int] = []
     reason = "length" if max_tokens <= 0 else None
     for token in completion.token_ids():
         if reason is not None:
             break
         tokens.append(token)
-        reason = stop_reason(tokens, stop, max_tokens)
+        reason = stop_reason(tokens, stop, max_tokens, stop_ids)
     return tokens, reason or completion.stop_reason

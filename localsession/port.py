@@ -143,6 +143,11 @@ class SampleRequest:
     #: fresh seed when the caller gave none), so an engine never draws its own.
     seed: int = 0
     stop: tuple[str, ...] = ()
+    #: Token ids that end a sample the step they are drawn (``stop_reason`` ``"stop"``, the
+    #: id kept as the last token), beside EOS and the stop strings. The runtime fills in the
+    #: id of a stop string that is one special token (its text decodes to nothing, so the
+    #: string could never match); the engine checks each id is inside its vocabulary.
+    stop_token_ids: tuple[int, ...] = ()
     include_prompt_logprobs: bool = False
     topk_prompt_logprobs: int | None = None
     #: streaming hook (see ``TokenCallback``); not part of the request's identity

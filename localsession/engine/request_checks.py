@@ -1,10 +1,11 @@
 """Checks on a sampling or logprob request before any tensor reaches the model.
 
 ``TorchEngine.sample`` and ``compute_logprobs`` call these first: a bad prompt (not a list,
-empty, a non-integer, an id outside the vocabulary), a bad sampling parameter or a request
-longer than the model's context raises ``EngineInputError`` naming the request and the fix,
-and nothing in the engine has changed. Requests joining a running batch (``admitter``) are
-checked the same way, each as a lone request.
+empty, a non-integer, an id outside the vocabulary), a stop token id outside the vocabulary,
+a bad sampling parameter or a request longer than the model's context raises
+``EngineInputError`` naming the request and the fix, and nothing in the engine has changed.
+Requests joining a running batch (``admitter``) are checked the same way, each as a lone
+request.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def check_request(
         problems.append(f"`temperature` must be >= 0, got {req.temperature}")
     if not 0 < req.top_p <= 1:
         problems.append(f"`top_p` must be in (0, 1], got {req.top_p}")
+    outside = [t for t in req.stop_token_ids if not 0 <= t < vocab_size]
+    if outside:
+        problems.append(
+            f"stop token id {outside[0]} is outside the vocabulary [0, {vocab_size}); "
+            "pass ids the model's tokenizer produces"
+        )
     limit = max_positions
     if limit is not None and len(prompt) + max(req.max_tokens, 0) > limit:
         problems.append(

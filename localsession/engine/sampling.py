@@ -11,10 +11,12 @@ then the cache is compacted once (one copy instead of one per finished stream).
 Per stream, a private CPU ``torch.Generator`` seeded ``seed + i`` draws exactly one uniform
 per step while the stream is live (inverse-CDF sampling), so a stream's tokens never depend
 on what else is in the batch (and its draws are the same on every device).
-Generation stops at an EOS id or when a stop string appears in the decoded completion (special
-tokens decode to nothing there, so "<bos>" never completes the stop string "o"); the
-returned tokens include that last token. Reported logprobs are log-softmax(logits / T) of the
-chosen token before top-k / top-p (T = 0 is greedy and reports T = 1 values).
+Generation stops at an EOS id, at one of the request's ``stop_token_ids`` (checked the step
+the id is drawn, so a stopped stream costs no further decode step) or when a stop string
+appears in the decoded completion (special tokens decode to nothing there, so "<bos>" never
+completes the stop string "o"); the returned tokens include that last token. Reported
+logprobs are log-softmax(logits / T) of the chosen token before top-k / top-p (T = 0 is
+greedy and reports T = 1 values).
 
 Streaming: a request's ``on_token`` is called with (sample index, token, logprob) as each of
 its tokens is chosen, between decode steps of the whole batch, so other requests keep being
@@ -119,7 +121,7 @@ class BatchSampler:
         return logits_RV, cache, mask_RL, pos_RL[:, -1]
 
     def _finish_check(self, stream: SampledStream, token: int) -> None:
-        if token in self.eos_ids:
+        if token in self.eos_ids or token in stream.stop_ids:
             stream.stop_reason = "stop"
         elif stream.stop and any(
             s in self.tokenizer.decode(stream.tokens, skip_special_tokens=True)
@@ -150,6 +152,7 @@ class BatchSampler:
                         req.max_tokens,
                         tuple(req.stop),
                         gen,
+                        frozenset(req.stop_token_ids),
                     )
                 )
                 if req.max_tokens <= 0:

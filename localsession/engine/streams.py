@@ -27,6 +27,7 @@ class SampledStream:
     max_tokens: int
     stop: tuple[str, ...]
     generator: torch.Generator
+    stop_ids: frozenset[int] = frozenset()
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: str | None = None

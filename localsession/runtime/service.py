@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,8 +280,10 @@ class Service:
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         return self.dataplane.execute_training_operation(name, request)
 
-    def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
-        return self.dataplane.execute_sampling_operation(name, request)
+    def execute_sampling_operation(
+        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any] = ()
+    ) -> dict[str, Any]:
+        return self.dataplane.execute_sampling_operation(name, request, stop_token_ids)
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)

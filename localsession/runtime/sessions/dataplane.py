@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from localsession import vocab
@@ -19,6 +19,7 @@ from localsession.port import SampleRequest
 from localsession.runtime import errors, validate
 from localsession.runtime.config import ServiceConfig
 from localsession.runtime.faults import Faults
+from localsession.runtime.sessions import stops
 from localsession.runtime.sessions.lifecycle import Session
 from localsession.runtime.sessions.operations import COMPLETED, FAILED, TERMINAL, Operation
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
@@ -28,8 +29,11 @@ from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 Observer = Callable[[str, dict[str, Any], "dict[str, Any] | errors.ServiceError"], None]
 
 
-def sample_request(body: dict[str, Any], tokens: list[int]) -> SampleRequest:
-    """The engine's request for a checked ``sample`` op body (a random seed if none)."""
+def sample_request(
+    body: dict[str, Any], tokens: list[int], stop_ids: tuple[int, ...] = ()
+) -> SampleRequest:
+    """The engine's request for a checked ``sample`` op body (a random seed if none) and its
+    settled stop token ids (runtime/sessions/stops.py)."""
     params = body["samplingParams"]
     seed = params.get("seed")
     return SampleRequest(
@@ -41,6 +45,7 @@ def sample_request(body: dict[str, Any], tokens: list[int]) -> SampleRequest:
         top_k=params.get("topK", -1),
         seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
         stop=tuple(params.get("stop") or ()),
+        stop_token_ids=stop_ids,
         include_prompt_logprobs=bool(body.get("includePromptLogprobs")),
         topk_prompt_logprobs=body.get("topkPromptLogprobs"),
     )
@@ -104,16 +109,30 @@ class DataPlane:
                 session.consume(number)
             raise
 
-    def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
-        return self._observed(name, request, lambda: self._execute_sampling(name, request))
+    def execute_sampling_operation(
+        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any] = ()
+    ) -> dict[str, Any]:
+        """Submit a sampling op. ``stop_token_ids``: ids that end a sample, from a dialect
+        whose wire carries them (Tinker); the SageMaker wire has none."""
+        return self._observed(
+            name, request, lambda: self._execute_sampling(name, request, stop_token_ids)
+        )
 
-    def _execute_sampling(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+    def _execute_sampling(
+        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any]
+    ) -> dict[str, Any]:
         faults = self.service.faults
         if faults.armed:
             faults.on_request()
         session = self.service.session(name)
         session.require_accepting()
         kind, body, tokens = validate.sampling_request(request, session.strict)
+        stop_ids: tuple[int, ...] = ()
+        if kind == "sample":
+            strings = body["samplingParams"].get("stop") or ()
+            engine = session.engine if strings else None
+            tokenizer = engine.get_tokenizer() if engine is not None else None
+            stop_ids = stops.stop_token_ids(stop_token_ids, strings, tokenizer)
         if faults.armed:
             faults.on_submit(kind)
         weights = self.service.sampling_weights(session, body.get("modelPackageArn"))
@@ -127,7 +146,7 @@ class DataPlane:
             session.sampling_package = weights
             op.finish(COMPLETED, result={})
             return {"operationId": op.id}
-        request_ = sample_request(body, tokens) if kind == "sample" else None
+        request_ = sample_request(body, tokens, stop_ids) if kind == "sample" else None
         self.service.scheduler.submit(make_job(session, op, weights, request_, tokens))
         return {"operationId": op.id}
 

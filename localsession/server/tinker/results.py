@@ -1,4 +1,4 @@
-"""Completed runtime results in Tinker's shapes: metric names, stop ids, result bodies.
+"""Completed runtime results in Tinker's shapes: metric names and result bodies.
 
 ``ForwardBackwardOutput`` and ``SampleResponse`` go back as protobuf (the 0.38 SDK reads
 them in no other form); the rest as JSON.
@@ -38,21 +38,6 @@ def fwd_metrics(result: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
-def truncate_at(body: dict[str, Any], stop_ids: list[int]) -> dict[str, Any]:
-    """Cut each sequence after its first stop token id (stop reason ``stop``)."""
-    if not stop_ids:
-        return body
-    stops = set(stop_ids)
-    for seq in body.get("sequences", []):
-        for i, token in enumerate(seq["tokens"]):
-            if token in stops:
-                seq["tokens"] = seq["tokens"][: i + 1]
-                seq["logprobs"] = (seq.get("logprobs") or [])[: i + 1]
-                seq["stopReason"] = "stop"
-                break
-    return body
-
-
 def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Response:
     """A completed runtime op's result, in the Tinker shape its request type reads."""
     kind = future.kind
@@ -80,7 +65,6 @@ def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Resp
             {"path": future.extra["path"], "model_id": future.model_id, "type": "load_weights"}
         )
     if kind == "sample":
-        payload = truncate_at(payload, future.extra["stop_ids"])
         last_n = future.extra.get("last_n")
         prompt = payload.get("promptLogprobs")
         if last_n and prompt is not None:

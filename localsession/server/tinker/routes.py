@@ -227,7 +227,10 @@ class TinkerRoutes:
             op["modelPackageArn"] = sampler.package
         name = await run_in_threadpool(self.dialect.session_for, sampler)
         answer = await run_in_threadpool(
-            self.service.execute_sampling_operation, name, {"operationConfig": {"sample": op}}
+            self.service.execute_sampling_operation,
+            name,
+            {"operationConfig": {"sample": op}},
+            stop_ids,
         )
         future = Future(
             "sample",
@@ -235,7 +238,6 @@ class TinkerRoutes:
             op_id=answer["operationId"],
             sampling=True,
             extra={
-                "stop_ids": stop_ids,
                 "topk": topk,
                 "last_n": body.get("prompt_logprobs_last_n"),
             },
