@@ -40,6 +40,7 @@ from localsession.wiring import build_service, server_catalog  # noqa: E402
 ROLE = "arn:aws:iam::123456789012:role/bench"
 GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/bench"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOKE_MODEL = "localsession/tiny"
 #: Both clients stop at the chat turn's end, as a stop string (the same rule on both sides).
 STOP = ["<|im_end|>"]
 #: AdamW settings both clients send in full (Tinker's defaults: beta2 0.95, eps 1e-12;
@@ -115,8 +116,11 @@ class Loop:
         self.sampler = self.tc.save_weights_and_get_sampling_client()
 
 
-def collect(smoke: bool = False, runs: int = 5, model: str = MODEL) -> list[Row]:
+def collect(smoke: bool = False, runs: int = 5, model: str | None = None) -> list[Row]:
+    """The paired GRPO steps; ``smoke``: one run on the built-in tiny model (the test suite's
+    check that the script runs, not a measurement), unless ``model`` names another."""
     runs = 1 if smoke else runs
+    model = model or (SMOKE_MODEL if smoke else MODEL)
     logging.getLogger("sagemaker").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as home:
         service = build_service(
@@ -186,7 +190,9 @@ def collect(smoke: bool = False, runs: int = 5, model: str = MODEL) -> list[Row]
 def main() -> None:
     parser = bench_args(__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--model", default=MODEL)
+    parser.add_argument(
+        "--model", default=None, help=f"default: {MODEL} ({SMOKE_MODEL} with --smoke)"
+    )
     args = parser.parse_args()
     emit(collect(args.smoke, args.runs, args.model), args, "GRPO step: tinker SDK vs SageMaker SDK")
 
