@@ -60,10 +60,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         prompts=8,
         learning_rate=2e-4,
         temperature=0.7,
-        eval_size=40,
+        eval_size=50,
         eval_every=5,
         eval_samples=1,
-        max_tokens=16,
+        max_tokens=12,
     ),
     "gsm8k": dict(
         steps=40,
@@ -95,6 +95,12 @@ def add_options(parser: Any) -> None:
         "--eval-samples", type=int, default=None, help="sampled answers per question"
     )
     parser.add_argument("--max-tokens", type=int, default=None, help="answer length limit")
+    parser.add_argument(
+        "--system-prompt",
+        default="none",
+        help="the system turn's text; 'none': no system turn (the chat template may add its "
+        "default one: SmolLM2's does)",
+    )
 
 
 def resolve_options(args: Any) -> Any:
@@ -110,8 +116,12 @@ def resolve_options(args: Any) -> Any:
     return args
 
 
-def prompt_ids(tokenizer: Any, problem: MathProblem) -> list[int]:
-    return loop.chat_prompt(tokenizer, [{"role": "user", "content": problem.question}])
+def prompt_ids(tokenizer: Any, problem: MathProblem, system: str = "none") -> list[int]:
+    """The question as a user turn in the model's chat template, after a system turn holding
+    ``system`` (``"none"``: no system turn, so the template inserts its default, if any)."""
+    turns = [] if system == "none" else [{"role": "system", "content": system}]
+    turns.append({"role": "user", "content": problem.question})
+    return loop.chat_prompt(tokenizer, turns)
 
 
 def evaluate(
@@ -122,7 +132,7 @@ def evaluate(
     question's greedy reply. Every request is in flight before any result is awaited."""
     sampled = svc.params(args.max_tokens, temperature=args.temperature, seed=12345, stop=None)
     greedy = svc.params(args.max_tokens, temperature=0.0, seed=0, stop=None)
-    prompts = [prompt_ids(tok, p) for p in problems]
+    prompts = [prompt_ids(tok, p, args.system_prompt) for p in problems]
     s_futures = [sampler.sample(p, args.eval_samples, sampled) for p in prompts]
     g_futures = [sampler.sample(p, 1, greedy) for p in prompts]
     g_texts = [loop.decode(tok, f.result().sequences[0]) for f in g_futures]
@@ -168,14 +178,15 @@ def first_learned(
 
 
 def warm_start(
-    tc: Any, tok: Any, train: list[MathProblem], steps: int, rng: random.Random, log: Any, q: bool
+    tc: Any, tok: Any, train: list[MathProblem], rng: random.Random, log: Any, args: Any
 ) -> None:
     """SFT on the reference solutions at a constant learning rate of 3e-3."""
-    if steps == 0:
+    if args.sft_steps == 0:
         return
-    for step in loop.progress(range(steps), desc="SFT warm start", quiet=q):
+    system = args.system_prompt
+    for step in loop.progress(range(args.sft_steps), desc="SFT warm start", quiet=args.quiet):
         batch = [
-            loop.sft_datum(prompt_ids(tok, p), loop.completion_ids(tok, p.solution))
+            loop.sft_datum(prompt_ids(tok, p, system), loop.completion_ids(tok, p.solution))
             for p in rng.sample(train, 32)
         ]
         started = time.perf_counter()
@@ -195,10 +206,12 @@ def grpo_step(
     seed: int,
     args: Any,
 ) -> dict[str, float]:
-    """One GRPO step; returns its metrics."""
-    started = time.perf_counter()
+    """One GRPO step; returns its metrics (``sample_seconds`` / ``train_seconds``: wall
+    time of sampling and of ``forward_backward`` + ``optim_step``; ``cpu_seconds``: this
+    process's CPU time over the step, all threads, a load-independent measure)."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     k, temperature = args.group_size, args.temperature
-    prompts = [prompt_ids(tok, p) for p in problems]
+    prompts = [prompt_ids(tok, p, args.system_prompt) for p in problems]
     params = svc.params(args.max_tokens, temperature=temperature, seed=seed, stop=None)
     futures = [sampler.sample(p, k, params) for p in prompts]  # all in flight, then wait
     datums, rewards, sampled = [], [], 0
@@ -224,6 +237,7 @@ def grpo_step(
         "sampled_tokens": sampled,
         "prefill_tokens": sum(map(len, prompts)),
         "sample_tokens_per_s": sampled / sample_seconds,
+        "sample_seconds": sample_seconds,
     }
     if datums:
         train_started = time.perf_counter()
@@ -235,9 +249,9 @@ def grpo_step(
         metrics["clipfrac"] = out.metrics.get("actor/pg_clipfrac", 0.0)
         metrics["grad_norm"] = opt.result().metrics.get("grad_norm", 0.0)
         metrics["train_tokens"] = loop.batch_tokens(datums)
-        metrics["train_tokens_per_s"] = metrics["train_tokens"] / (
-            time.perf_counter() - train_started
-        )
+        metrics["train_seconds"] = time.perf_counter() - train_started
+        metrics["train_tokens_per_s"] = metrics["train_tokens"] / metrics["train_seconds"]
+    metrics["cpu_seconds"] = time.process_time() - cpu_started
     return metrics
 
 
@@ -254,9 +268,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         svc.client.create_lora_training_client(args.base_model, rank=16, alpha=32) as tc,
     ):
         tok = tc.get_tokenizer()
-        warm_start(tc, tok, train, args.sft_steps, rng, log, args.quiet)
+        warm_start(tc, tok, train, rng, log, args)
         sampler = tc.save_weights_and_get_sampling_client()
+        eval_started = time.perf_counter()
         before = evaluate(svc, sampler, tok, held_out, args)
+        eval_seconds = time.perf_counter() - eval_started
         log.log(
             0, phase="grpo", eval_accuracy=before["sampled"], eval_greedy_accuracy=before["greedy"]
         )
@@ -277,7 +293,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             log.log(step, phase="grpo", **metrics)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(reward=f"{metrics['reward']:.2f}")
+        grpo_seconds = time.perf_counter() - grpo_started
+        eval_started = time.perf_counter()
         after = evaluate(svc, sampler, tok, held_out, args)
+        eval_seconds += time.perf_counter() - eval_started
         log.log(
             args.steps,
             phase="grpo",
@@ -302,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "sft_steps": args.sft_steps,
         "grpo_steps": args.steps,
         "seconds": round(time.perf_counter() - started, 1),
+        "grpo_seconds": round(grpo_seconds, 1),
+        "eval_seconds": round(eval_seconds, 1),
         "run_dir": str(run_dir),
     }
     learned = first_learned(held_out, before, after)
