@@ -13,8 +13,9 @@ before and after.
 Two tasks (``--task``, picked from the base model by default):
 - ``chat`` (any pretrained instruct model, e.g. HuggingFaceTB/SmolLM2-135M-Instruct):
   "Compute 27 + 82. Reply with the result only.", scored on the reply's last number;
-  8 prompts x 8 samples at temperature 0.7, lr 2e-4, 16-token answers, 15 steps, 40 held-out
-  questions, no warm start.
+  8 prompts x 8 samples at temperature 0.7, lr 2e-4, 12-token answers (``a + b = c`` and its
+  end-of-turn token fit; longer replies are cut, which costs them nothing if the answer came
+  first), 15 steps, 50 held-out questions, no warm start.
 - ``gsm8k`` (the built-in random-init models): one-sentence word problems answered in the
   GSM8K ``#### <n>`` format, after a 60-step SFT warm start (the tiny model knows no
   arithmetic or format at all); 16 prompts x 8 samples, lr 3e-4, 40 steps.
@@ -24,10 +25,11 @@ Run:    python examples/grpo_math.py [--base-model HuggingFaceTB/SmolLM2-135M-In
         localsession plot DIR        # the curves, as a PNG (needs matplotlib)
 Writes: DIR/metrics.jsonl (per step: loss, reward, accuracy, kl_sample_train, tokens/s,
         token counts; held-out accuracy every --eval-every steps), DIR/summary.json.
-Expect: SmolLM2-135M-Instruct, 40 held-out questions, greedy accuracy 0.150 -> 0.650 after 15
-        steps (seed 0; 0.100 -> 0.675 for seed 1); a step took 22.7 s on 2 idle CPU
-        cores (fp32; that CPU had no bf16). Built-in tiny model: sampled accuracy 0.178 ->
-        0.234, greedy flat at 0.234 after 40 steps (GRPO sharpens the policy; it does not
+Expect: SmolLM2-135M-Instruct, 50 held-out questions, 12-token answers: greedy accuracy 0.120
+        -> 0.600 after 10 steps (seed 0). With 16-token answers and 40 questions: 0.150 ->
+        0.650 after 15 steps (seed 0; 0.100 -> 0.675 for seed 1), and a step took 22.7 s on
+        2 idle CPU cores (fp32; that CPU had no bf16). Built-in tiny model: sampled accuracy
+        0.178 -> 0.234, greedy flat at 0.234 after 40 steps (GRPO sharpens the policy; it does not
         teach the tiny model new arithmetic: a longer SFT does). The README's examples table
         has the details.
 Real service: change the ``from localsession import`` line to
