@@ -13,8 +13,9 @@ before and after.
 Two tasks (``--task``, picked from the base model by default):
 - ``chat`` (any pretrained instruct model, e.g. HuggingFaceTB/SmolLM2-135M-Instruct):
   "Compute 27 + 82. Reply with the result only.", scored on the reply's last number;
-  8 prompts x 8 samples at temperature 0.7, lr 2e-4, 16-token answers, 15 steps, 40 held-out
-  questions, no warm start.
+  8 prompts x 8 samples at temperature 0.7, lr 2e-4, 12-token answers (``a + b = c`` and its
+  end-of-turn token fit; longer replies are cut, which costs them nothing if the answer came
+  first), 15 steps, 50 held-out questions, no warm start.
 - ``gsm8k`` (the built-in random-init models): one-sentence word problems answered in the
   GSM8K ``#### <n>`` format, after a 60-step SFT warm start (the tiny model knows no
   arithmetic or format at all); 16 prompts x 8 samples, lr 3e-4, 40 steps.
@@ -24,10 +25,11 @@ Run:    python examples/grpo_math.py [--base-model HuggingFaceTB/SmolLM2-135M-In
         localsession plot DIR        # the curves, as a PNG (needs matplotlib)
 Writes: DIR/metrics.jsonl (per step: loss, reward, accuracy, kl_sample_train, tokens/s,
         token counts; held-out accuracy every --eval-every steps), DIR/summary.json.
-Expect: SmolLM2-135M-Instruct, 40 held-out questions, greedy accuracy 0.150 -> 0.650 after 15
-        steps (seed 0; 0.100 -> 0.675 for seed 1); a step took 22.7 s on 2 idle CPU
-        cores (fp32; that CPU had no bf16). Built-in tiny model: sampled accuracy 0.178 ->
-        0.234, greedy flat at 0.234 after 40 steps (GRPO sharpens the policy; it does not
+Expect: SmolLM2-135M-Instruct, 50 held-out questions, 12-token answers: greedy accuracy 0.120
+        -> 0.600 after 10 steps (seed 0). With 16-token answers and 40 questions: 0.150 ->
+        0.650 after 15 steps (seed 0; 0.100 -> 0.675 for seed 1), and a step took 22.7 s on
+        2 idle CPU cores (fp32; that CPU had no bf16). Built-in tiny model: sampled accuracy
+        0.178 -> 0.234, greedy flat at 0.234 after 40 steps (GRPO sharpens the policy; it does not
         teach the tiny model new arithmetic: a longer SFT does). The README's examples table
         has the details.
 Real service: change the ``from localsession import`` line to
@@ -60,10 +62,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         prompts=8,
         learning_rate=2e-4,
         temperature=0.7,
-        eval_size=40,
+        eval_size=50,
         eval_every=5,
         eval_samples=1,
-        max_tokens=16,
+        max_tokens=12,
     ),
     "gsm8k": dict(
         steps=40,
@@ -95,6 +97,12 @@ def add_options(parser: Any) -> None:
         "--eval-samples", type=int, default=None, help="sampled answers per question"
     )
     parser.add_argument("--max-tokens", type=int, default=None, help="answer length limit")
+    parser.add_argument(
+        "--system-prompt",
+        default="none",
+        help="the system turn's text; 'none': no system turn (the chat template may add its "
+        "default one: SmolLM2's does)",
+    )
 
 
 def resolve_options(args: Any) -> Any:
@@ -110,8 +118,12 @@ def resolve_options(args: Any) -> Any:
     return args
 
 
-def prompt_ids(tokenizer: Any, problem: MathProblem) -> list[int]:
-    return loop.chat_prompt(tokenizer, [{"role": "user", "content": problem.question}])
+def prompt_ids(tokenizer: Any, problem: MathProblem, system: str = "none") -> list[int]:
+    """The question as a user turn in the model's chat template, after a system turn holding
+    ``system`` (``"none"``: no system turn, so the template inserts its default, if any)."""
+    turns = [] if system == "none" else [{"role": "system", "content": system}]
+    turns.append({"role": "user", "content": problem.question})
+    return loop.chat_prompt(tokenizer, turns)
 
 
 def evaluate(
@@ -122,7 +134,7 @@ def evaluate(
     question's greedy reply. Every request is in flight before any result is awaited."""
     sampled = svc.params(args.max_tokens, temperature=args.temperature, seed=12345, stop=None)
     greedy = svc.params(args.max_tokens, temperature=0.0, seed=0, stop=None)
-    prompts = [prompt_ids(tok, p) for p in problems]
+    prompts = [prompt_ids(tok, p, args.system_prompt) for p in problems]
     s_futures = [sampler.sample(p, args.eval_samples, sampled) for p in prompts]
     g_futures = [sampler.sample(p, 1, greedy) for p in prompts]
     g_texts = [loop.decode(tok, f.result().sequences[0]) for f in g_futures]
@@ -168,14 +180,15 @@ def first_learned(
 
 
 def warm_start(
-    tc: Any, tok: Any, train: list[MathProblem], steps: int, rng: random.Random, log: Any, q: bool
+    tc: Any, tok: Any, train: list[MathProblem], rng: random.Random, log: Any, args: Any
 ) -> None:
     """SFT on the reference solutions at a constant learning rate of 3e-3."""
-    if steps == 0:
+    if args.sft_steps == 0:
         return
-    for step in loop.progress(range(steps), desc="SFT warm start", quiet=q):
+    system = args.system_prompt
+    for step in loop.progress(range(args.sft_steps), desc="SFT warm start", quiet=args.quiet):
         batch = [
-            loop.sft_datum(prompt_ids(tok, p), loop.completion_ids(tok, p.solution))
+            loop.sft_datum(prompt_ids(tok, p, system), loop.completion_ids(tok, p.solution))
             for p in rng.sample(train, 32)
         ]
         started = time.perf_counter()
@@ -195,10 +208,12 @@ def grpo_step(
     seed: int,
     args: Any,
 ) -> dict[str, float]:
-    """One GRPO step; returns its metrics."""
-    started = time.perf_counter()
+    """One GRPO step; returns its metrics (``sample_seconds`` / ``train_seconds``: wall
+    time of sampling and of ``forward_backward`` + ``optim_step``; ``cpu_seconds``: this
+    process's CPU time over the step, all threads, a load-independent measure)."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     k, temperature = args.group_size, args.temperature
-    prompts = [prompt_ids(tok, p) for p in problems]
+    prompts = [prompt_ids(tok, p, args.system_prompt) for p in problems]
     params = svc.params(args.max_tokens, temperature=temperature, seed=seed, stop=None)
     futures = [sampler.sample(p, k, params) for p in prompts]  # all in flight, then wait
     datums, rewards, sampled = [], [], 0
@@ -224,6 +239,7 @@ def grpo_step(
         "sampled_tokens": sampled,
         "prefill_tokens": sum(map(len, prompts)),
         "sample_tokens_per_s": sampled / sample_seconds,
+        "sample_seconds": sample_seconds,
     }
     if datums:
         train_started = time.perf_counter()
@@ -235,9 +251,9 @@ def grpo_step(
         metrics["clipfrac"] = out.metrics.get("actor/pg_clipfrac", 0.0)
         metrics["grad_norm"] = opt.result().metrics.get("grad_norm", 0.0)
         metrics["train_tokens"] = loop.batch_tokens(datums)
-        metrics["train_tokens_per_s"] = metrics["train_tokens"] / (
-            time.perf_counter() - train_started
-        )
+        metrics["train_seconds"] = time.perf_counter() - train_started
+        metrics["train_tokens_per_s"] = metrics["train_tokens"] / metrics["train_seconds"]
+    metrics["cpu_seconds"] = time.process_time() - cpu_started
     return metrics
 
 
@@ -254,9 +270,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         svc.client.create_lora_training_client(args.base_model, rank=16, alpha=32) as tc,
     ):
         tok = tc.get_tokenizer()
-        warm_start(tc, tok, train, args.sft_steps, rng, log, args.quiet)
+        warm_start(tc, tok, train, rng, log, args)
         sampler = tc.save_weights_and_get_sampling_client()
+        eval_started = time.perf_counter()
         before = evaluate(svc, sampler, tok, held_out, args)
+        eval_seconds = time.perf_counter() - eval_started
         log.log(
             0, phase="grpo", eval_accuracy=before["sampled"], eval_greedy_accuracy=before["greedy"]
         )
@@ -277,7 +295,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             log.log(step, phase="grpo", **metrics)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(reward=f"{metrics['reward']:.2f}")
+        grpo_seconds = time.perf_counter() - grpo_started
+        eval_started = time.perf_counter()
         after = evaluate(svc, sampler, tok, held_out, args)
+        eval_seconds += time.perf_counter() - eval_started
         log.log(
             args.steps,
             phase="grpo",
@@ -302,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "sft_steps": args.sft_steps,
         "grpo_steps": args.steps,
         "seconds": round(time.perf_counter() - started, 1),
+        "grpo_seconds": round(grpo_seconds, 1),
+        "eval_seconds": round(eval_seconds, 1),
         "run_dir": str(run_dir),
     }
     learned = first_learned(held_out, before, after)

@@ -182,3 +182,42 @@ def test_grpo_demo_reports_accuracy_lines_and_the_first_question_it_learned() ->
     assert grpo_math.first_learned(problems, after, before)["question"] == problems[1].question
     nothing = {**after, "correct": [False, False, False]}
     assert grpo_math.first_learned(problems, before, nothing) is None
+
+
+#: SmolLM2-135M-Instruct's chat template (as its GGUF ships it): a default system turn is
+#: inserted when the messages have none.
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_grpo_chat_prompt_keeps_the_template_default_system_turn() -> None:
+    """The chat task's prompt: by default no system turn is passed, so SmolLM2's template adds
+    its own; ``--system-prompt ""`` gives an empty one instead (16 tokens fewer, but measured:
+    0/50 held-out right before training, against 6/50 with the default turn)."""
+    grpo_math = pytest.importorskip("grpo_math")
+    tok = build_tokenizer()
+    tok.chat_template = SMOLLM2_TEMPLATE
+    problem = make_split(0, 1, 0, style="chat")[0][0]
+    user = f"<|im_start|>user\n{problem.question}<|im_end|>\n<|im_start|>assistant\n"
+    empty = tok.decode(grpo_math.prompt_ids(tok, problem, ""))
+    default = tok.decode(grpo_math.prompt_ids(tok, problem, "none"))
+    assert empty == "<|im_start|>system\n<|im_end|>\n" + user
+    assert default == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+        "Face<|im_end|>\n" + user
+    )
+    args = grpo_math.resolve_options(
+        grpo_math.loop.parse_args(
+            "",
+            steps=None,
+            smoke_steps=1,
+            argv=["--base-model", "HuggingFaceTB/SmolLM2-135M-Instruct"],
+            extra=grpo_math.add_options,
+        )
+    )
+    assert args.task == "chat" and args.system_prompt == "none" and args.max_tokens == 12
