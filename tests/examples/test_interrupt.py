@@ -26,6 +26,9 @@ def test_ctrl_c_ends_an_example_with_one_line_and_keeps_its_metrics(tmp_path: Pa
         text=True,
         env=env,
         cwd=tmp_path,
+        # as from a terminal: a suite started in the background by a non-interactive shell
+        # hands its children SIGINT ignored, and Python then installs no KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         metrics = run / "metrics.jsonl"
