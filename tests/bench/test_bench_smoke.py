@@ -17,6 +17,8 @@ from bench.common import Row, render
 from bench.run_all import scripts
 
 BENCHES = [p.stem for p in scripts()]
+#: Smoke runs of 15-30 s each (two SDKs' GRPO loops, fresh interpreters): `make test-slow`.
+SLOW_SMOKES = {"bench_tinker", "bench_fakes", "bench_mock"}
 
 
 def test_every_bench_script_is_covered() -> None:
@@ -29,7 +31,10 @@ def test_every_bench_script_is_covered() -> None:
     } <= set(BENCHES)
 
 
-@pytest.mark.parametrize("name", BENCHES)
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SMOKES else n for n in BENCHES],
+)
 def test_bench_smoke(name: str) -> None:
     module = importlib.import_module(f"bench.{name}")
     rows = module.collect(smoke=True)

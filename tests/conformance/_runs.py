@@ -12,6 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "conformance" / "suite"
 BACKENDS = ("inprocess", "http", "fakes")
+REFERENCE = ROOT / "conformance" / "reference"
+#: The backend whose suite run (``suite_runs``) also checks the shipped reference snapshots,
+#: so test_snapshots.py runs only the other two carriers itself.
+SNAPSHOT_BACKEND = "http"
 TIMEOUT = 600
 
 
@@ -38,3 +42,5 @@ class Finished:
     returncode: int
     output: str
     report: Path
+    #: the ``--snapshot-report`` of the run that also checked the reference snapshots
+    snapshots: Path | None = None

@@ -1,7 +1,8 @@
 """Runs of the conformance suite in subprocesses, shared by this folder's tests.
 
 The three backends CI checks (inprocess, http, fakes) start together when the first test
-needs them, since the http run mostly waits on round trips; each writes a JSON report.
+needs them, since the http run mostly waits on round trips; each writes a JSON report. The
+http run also checks the shipped reference snapshots (test_snapshots.py reads its report).
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from _runs import BACKENDS, ROOT, TIMEOUT, Finished, env, suite_command
+from _runs import (
+    BACKENDS,
+    REFERENCE,
+    ROOT,
+    SNAPSHOT_BACKEND,
+    TIMEOUT,
+    Finished,
+    env,
+    suite_command,
+)
 
 
 @pytest.fixture(scope="package")
@@ -20,6 +30,8 @@ def suite_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, F
     for backend in BACKENDS:
         report = out / f"{backend}.json"
         args = suite_command(backend, f"--conformance-report={report}")
+        if backend == SNAPSHOT_BACKEND:
+            args += [f"--snapshot-check={REFERENCE}", f"--snapshot-report={out / 'snapshots.json'}"]
         procs[backend] = (
             subprocess.Popen(
                 args, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -31,7 +43,8 @@ def suite_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, F
     try:
         for backend, (proc, report) in procs.items():
             output, _ = proc.communicate(timeout=TIMEOUT)
-            finished[backend] = Finished(backend, proc.returncode, output, report)
+            snapshots = out / "snapshots.json" if backend == SNAPSHOT_BACKEND else None
+            finished[backend] = Finished(backend, proc.returncode, output, report, snapshots)
     finally:
         for proc, _ in procs.values():
             if proc.poll() is None:

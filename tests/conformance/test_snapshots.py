@@ -1,7 +1,9 @@
 """Snapshot conformance (``--snapshot-update`` / ``--snapshot-check``).
 
 - The shipped reference set (conformance/reference/, localsession recorded in-process) is
-  matched by all three carriers: in-process, HTTP (``serve`` + the SDK) and ``mock()``.
+  matched by all three carriers: in-process, HTTP (``serve`` + the SDK) and ``mock()``. The
+  HTTP carrier is the http run the folder's other tests share (conftest ``suite_runs``, with
+  ``--snapshot-check``); the other two run here, at the same time as each other.
 - Three divergences planted in a backend (planted.py) are reported as diffs for exactly the
   tests whose recorded events they touch, found from the recording itself; every other
   test agrees.
@@ -16,13 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _runs import ROOT, TIMEOUT, env, run, suite_command
+from _runs import REFERENCE, ROOT, SNAPSHOT_BACKEND, TIMEOUT, Finished, env, run, suite_command
 
 pytestmark = pytest.mark.integration
-REFERENCE = ROOT / "conformance" / "reference"
-CARRIERS = {
+CARRIERS = {  # besides the http carrier, checked by the shared suite_runs
     "inprocess": "import:conformance.backends.carriers:make_inprocess_wire",
-    "http": "http",
     "mock": "import:conformance.backends.carriers:make_mock",
 }
 
@@ -31,7 +31,9 @@ def _report(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def test_the_three_carriers_match_the_reference_snapshots(tmp_path: Path) -> None:
+def test_the_three_carriers_match_the_reference_snapshots(
+    tmp_path: Path, suite_runs: dict[str, Finished]
+) -> None:
     procs = {}
     for name, backend in CARRIERS.items():
         report = tmp_path / f"{name}.json"
@@ -46,10 +48,16 @@ def test_the_three_carriers_match_the_reference_snapshots(tmp_path: Path) -> Non
             report,
         )  # fmt: skip
     recorded = sum(len(json.loads(p.read_text())) for p in REFERENCE.glob("*.snapshot.json"))
+    shared = suite_runs[SNAPSHOT_BACKEND]
+    assert shared.snapshots is not None
     try:
+        runs = {SNAPSHOT_BACKEND: (shared.returncode, shared.output, shared.snapshots)}
         for name, (proc, report) in procs.items():
-            output, _ = proc.communicate(timeout=2 * TIMEOUT)  # three suites at once
-            assert proc.returncode == 0, f"{name}:\n{output[-6000:]}"
+            output, _ = proc.communicate(timeout=2 * TIMEOUT)  # two suites at once
+            runs[name] = (proc.returncode, output, report)
+        assert set(runs) == {"inprocess", "http", "mock"}
+        for name, (returncode, output, report) in runs.items():
+            assert returncode == 0, f"{name}:\n{output[-6000:]}"
             tests = _report(report)["tests"]
             verdicts = {t: v["status"] for t, v in tests.items()}
             assert set(verdicts.values()) == {"agree"}, (name, verdicts)

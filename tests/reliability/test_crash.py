@@ -123,7 +123,10 @@ def start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         entry = [str(HARNESS)] if harness else ["-m", "localsession"]
         proc = subprocess.Popen(
             [sys.executable, *entry, "serve", "--port", "0", "--home", str(home)]
-            + ["--gap-timeout", "5", "--long-poll", "5"],
+            + ["--gap-timeout", "5", "--long-poll", "5"]
+            # answered at once: each submit queued behind the stalled op would otherwise be
+            # held its 20 s (docs/wire.md#6) before the test reaches the kill
+            + ["--submit-hold", "0"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
