@@ -73,7 +73,7 @@ test: $(SDK_STAMP) $(MODEL_STAMP) lint typecheck
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 # The fast tier: everything but the tests marked `integration` (processes, servers, crashes,
-# load, soak, examples, real models, conformance runs): 598 tests, about 2 minutes on the
+# load, soak, examples, real models, conformance runs): 633 tests, about 2 minutes on the
 # shared 2-core box.
 test-unit: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m 'not slow and not gpu and not integration'
