@@ -151,6 +151,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture
+def decode_steps() -> Iterator[list[int]]:
+    """The decode steps each sampler batch ran during the test, one entry per batch (the torch
+    sampler's step hook; the batch's entry grows as it runs)."""
+    from localsession.engine import sampling
+
+    counts: list[int] = []
+
+    def hook(done: int) -> None:
+        if done == 1:
+            counts.append(0)
+        counts[-1] = done
+
+    remove = sampling.add_step_hook(hook)
+    yield counts
+    remove()
+
+
 @pytest.fixture(scope="session")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """One service for the whole run (sessions share it, as on the real service)."""

@@ -7,11 +7,10 @@ independent run without stops: the stopped stream is its prefix up to the first 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from localsession.engine import sampling
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import EngineInputError, SampleRequest
 
@@ -19,41 +18,28 @@ PROMPT = [257, *b"Once upon a time"]
 FREE = SampleRequest(prompt=PROMPT, max_tokens=64, temperature=0.0)
 
 
-@pytest.fixture
-def steps() -> Iterator[list[int]]:
-    """The decode steps each batch ran (one entry per batch, appended as it runs)."""
-    counts: list[int] = []
-
-    def hook(done: int) -> None:
-        if done == 1:
-            counts.append(0)
-        counts[-1] = done
-
-    remove = sampling.add_step_hook(hook)
-    yield counts
-    remove()
-
-
 def first_new_at(tokens: list[int], lo: int) -> int:
     """The first index >= ``lo`` whose token does not occur earlier in ``tokens``."""
     return next(i for i in range(lo, len(tokens)) if tokens[i] not in tokens[:i])
 
 
-def test_greedy_stops_at_the_id_after_k_steps(tiny_engine: TorchEngine, steps: list[int]) -> None:
+def test_greedy_stops_at_the_id_after_k_steps(
+    tiny_engine: TorchEngine, decode_steps: list[int]
+) -> None:
     (free,) = tiny_engine.sample(None, [FREE])
     tokens = free["sequences"][0]["tokens"]
     assert free["sequences"][0]["stopReason"] == "length" and len(tokens) == 64
-    assert steps == [64]
+    assert decode_steps == [64]
     k = first_new_at(tokens, 5)
     (cut,) = tiny_engine.sample(None, [dataclasses.replace(FREE, stop_token_ids=(tokens[k],))])
     seq = cut["sequences"][0]
     assert seq["tokens"] == tokens[: k + 1] and seq["stopReason"] == "stop"
     assert seq["logprobs"] == pytest.approx(free["sequences"][0]["logprobs"][: k + 1], abs=1e-5)
-    assert steps == [64, k + 1]  # the decoder stopped there: no step past the stop id
+    assert decode_steps == [64, k + 1]  # the decoder stopped there: no step past the stop id
 
 
 def test_sampled_streams_stop_at_their_first_stop_id(
-    tiny_engine: TorchEngine, steps: list[int]
+    tiny_engine: TorchEngine, decode_steps: list[int]
 ) -> None:
     sampled = SampleRequest(prompt=PROMPT, max_tokens=40, seed=7, num_samples=3)
     (free,) = tiny_engine.sample(None, [sampled])
@@ -68,7 +54,7 @@ def test_sampled_streams_stop_at_their_first_stop_id(
         assert seq["tokens"] == expected
         assert seq["stopReason"] == ("length" if at is None else "stop")
         lengths.append(len(expected))
-    assert steps[-1] == max(lengths) < 40
+    assert decode_steps[-1] == max(lengths) < 40
 
 
 def test_a_stopped_request_leaves_its_batch_mates_alone(tiny_engine: TorchEngine) -> None:

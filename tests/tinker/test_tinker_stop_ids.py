@@ -20,30 +20,13 @@ types = tinker.types
 
 
 @pytest.fixture
-def steps() -> Iterator[list[int]]:
-    """The decode steps of each batch the sampler ran during the test."""
-    from localsession.engine import sampling
-
-    counts: list[int] = []
-
-    def hook(done: int) -> None:
-        if done == 1:
-            counts.append(0)
-        counts[-1] = done
-
-    remove = sampling.add_step_hook(hook)
-    yield counts
-    remove()
-
-
-@pytest.fixture
 def sc(localsession_tinker: Any) -> Iterator[Any]:
     client = tinker.ServiceClient()
     yield client
     client.close("success").result()
 
 
-def test_a_stop_id_ends_generation_at_that_step(sc: Any, steps: list[int]) -> None:
+def test_a_stop_id_ends_generation_at_that_step(sc: Any, decode_steps: list[int]) -> None:
     sampler = sc.create_sampling_client(base_model="localsession/tiny").result()
     prompt = types.ModelInput.from_ints([257, *b"Once upon a time"])
 
@@ -53,11 +36,11 @@ def test_a_stop_id_ends_generation_at_that_step(sc: Any, steps: list[int]) -> No
 
     free = greedy()
     assert (len(free.tokens), free.stop_reason) == (64, "length")
-    assert steps == [64]
+    assert decode_steps == [64]
     k = next(i for i in range(6, 64) if free.tokens[i] not in free.tokens[:i])
     cut = greedy(stop=[free.tokens[k]])
     assert cut.tokens == free.tokens[: k + 1] and cut.stop_reason == "stop"
-    assert steps == [64, k + 1]  # k + 1 tokens, k + 1 decode steps: nothing ran past the id
+    assert decode_steps == [64, k + 1]  # k + 1 tokens, k + 1 decode steps: nothing ran past the id
 
 
 @pytest.mark.localsession_tinker(engine="fake")
