@@ -184,7 +184,8 @@ class Mock:
         )
         # Models are read from the user's HF cache as it is now, before the mock points
         # HF_HUB_CACHE at its own export cache (which holds tokenizers only).
-        return wiring.build_service(config, catalog=wiring.server_catalog(self.home))
+        catalog = wiring.server_catalog(self.home, self.model_map)
+        return wiring.build_service(config, catalog=catalog)
 
     def _environment(self, s3: bool) -> dict[str, str | None]:
         from localsession.server.endpoints import client_env

@@ -28,8 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "localsession_tinker(engine='torch'|'fake'): the engine of the localsession_tinker "
-        "fixture's server",
+        "localsession_tinker(engine='torch'|'fake', model_map={}): the engine and model map "
+        "of the localsession_tinker fixture's server",
     )
 
 
@@ -47,14 +47,16 @@ def localsession_mock(request: pytest.FixtureRequest) -> Iterator[Any]:
 @pytest.fixture
 def localsession_tinker(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A working ``TINKER_BASE_URL`` for this test: one loopback localsession server per test
-    session and engine (``@pytest.mark.localsession_tinker(engine="fake")`` for the instant
-    engine), with ``TINKER_API_KEY`` and the offline tokenizer cache set. Yields the
+    session, engine and model map (``@pytest.mark.localsession_tinker(engine="fake")`` for
+    the instant engine; ``model_map={"Qwen/Qwen3-4B-Instruct-2507": "localsession/tiny"}``
+    lists more names, as ``serve --model-map`` does), with ``TINKER_API_KEY`` and the offline
+    tokenizer cache (the built-ins' and mapped names' tokenizers) set. Yields the
     :class:`~localsession.mocking.tinker_server.TinkerServer`."""
     from localsession.mocking.hooks import scoped_environ
     from localsession.mocking.tinker_server import shared
 
     marker = request.node.get_closest_marker("localsession_tinker")
     options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
-    server = shared(options.get("engine", "torch"))
+    server = shared(options.get("engine", "torch"), options.get("model_map"))
     with scoped_environ(server.environment()):  # huggingface_hub's import-time cache too
         yield server

@@ -9,7 +9,11 @@ Hugging Face cache at it for one test.
 
 ``engine="torch"`` runs the real engine on the built-in and listed models; ``engine="fake"``
 runs the fakes' instant engine (any model name; scripted samples and the call log through
-:attr:`TinkerServer.service`).
+:attr:`TinkerServer.service`). ``model_map`` lists more names, as ``serve --model-map`` does
+(``{"Qwen/Qwen3-4B-Instruct-2507": "localsession/tiny"}``: code that picks a renderer by the
+model's name, like tinker-cookbook, then runs on a tiny model). The built-ins' and mapped
+names' tokenizers are in the offline HF cache before the first request, so
+``get_tokenizer(name)`` works before a training client exists.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ import atexit
 import shutil
 import tempfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from localsession.mocking.core import Engine, Mock
+from localsession.runtime.models.catalog import BUILTIN_MODELS
 
 #: The API key every local server accepts without ``--auth`` (the SDK wants a tml- prefix).
 API_KEY = "tml-localsession"
@@ -30,16 +36,29 @@ API_KEY = "tml-localsession"
 class TinkerServer:
     """One service on a background loopback server: ``url``, ``service``, ``environment``."""
 
-    def __init__(self, engine: Engine = "torch", home: Path | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine = "torch",
+        home: Path | None = None,
+        model_map: Mapping[str, str] | None = None,
+    ) -> None:
+        from localsession.runtime.models import hub
         from localsession.server.runner import ServerThread
 
         self.engine = engine
         self._tmp = None if home is not None else tempfile.mkdtemp(prefix="localsession-tinker-")
         self.home = home if home is not None else Path(str(self._tmp))
         # The mock's service recipe (serve's choices, relaxed), without its botocore hooks.
-        self.service: Any = Mock(engine=engine, home=self.home, strict=False)._build_service()
+        mock = Mock(engine=engine, home=self.home, strict=False, model_map=model_map)
+        self.service: Any = mock._build_service()
         # Each Tinker model is a runtime session; a test session makes many.
         self.service.config.max_sessions = max(self.service.config.max_sessions, 64)
+        # Before the first request, as serve does on a background thread: the tokenizers of
+        # the built-ins and mapped names (a shipped GGUF's, converted in seconds, is exported
+        # by its first get_info instead).
+        catalog = self.service.catalog
+        for name in [*BUILTIN_MODELS, *(model_map or {})]:
+            hub.export_tokenizer(catalog, catalog.canonical_name(name), self.service.hub_cache)
         self._thread = ServerThread(self.service)
         self.url = self._thread.start()
 
@@ -59,15 +78,17 @@ class TinkerServer:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-_servers: dict[str, TinkerServer] = {}
+_servers: dict[tuple[str, tuple[tuple[str, str], ...]], TinkerServer] = {}
 _lock = threading.Lock()
 
 
-def shared(engine: Engine = "torch") -> TinkerServer:
-    """The test session's server for ``engine``, started on first use, stopped at exit."""
+def shared(engine: Engine = "torch", model_map: Mapping[str, str] | None = None) -> TinkerServer:
+    """The test session's server for ``engine`` and ``model_map``, started on first use,
+    stopped at exit."""
+    key = (engine, tuple(sorted((model_map or {}).items())))
     with _lock:
-        server = _servers.get(engine)
+        server = _servers.get(key)
         if server is None:
-            server = _servers[engine] = TinkerServer(engine)
+            server = _servers[key] = TinkerServer(engine, model_map=model_map)
             atexit.register(server.close)
         return server
