@@ -1,17 +1,24 @@
 """The slow tier of the Tinker dialect: SmolLM2-135M through the unmodified SDK, and
-tinker-cookbook 0.6.1 recipes, unmodified, against ``localsession serve``.
+tinker-cookbook 0.6.1 recipes, unmodified, against the dialect's server (the
+``localsession_tinker`` fixture).
 
 The recipes run in a subprocess with a Python that has ``tinker_cookbook`` installed: this
 interpreter, or the one ``LOCALSESSION_COOKBOOK_PYTHON`` names (the cookbook needs
 ``tml-renderers>=0.4.1``, which the project's package index lacks, so it is installed with
-``--no-deps`` into a separate environment; docs/tinker.md). Recipes whose datasets come from
-the Hugging Face Hub (``sl_loop``: no_robots, ``rl_loop``: gsm8k, ``rl_numerics_check``:
-wikitext) cannot run offline and are not listed here.
+``--no-deps`` into a separate environment; docs/tinker.md). ``math_rl`` arithmetic runs on
+SmolLM2-135M. The others run on the tiny model under the name ``Qwen/Qwen3-4B-Instruct-2507``
+(the server's model map): ``sl_loop`` and ``rl_loop`` take no renderer option and ask the
+cookbook's model table for the name's renderer (``qwen3_instruct``, the tiny model's chat
+format), and the multi-turn ``guess_number`` takes seconds there instead of many minutes.
+Recipes that hard-code a Hub dataset (``sl_loop``: no_robots, ``rl_loop``: gsm8k,
+``rl_numerics_check``: wikitext) run in a directory holding small local stand-ins under the
+same names (hub_mirror.py), with ``HF_DATASETS_OFFLINE=1``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -19,21 +26,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hub_mirror import write_hub_mirror
 
 from localsession.runtime.models.sources import shipped_model_file
 
 tinker = pytest.importorskip("tinker")
 types = tinker.types
 
-pytestmark = pytest.mark.slow
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: A name the cookbook's model table knows (renderer ``qwen3_instruct``), served by the tiny model.
+TINY = "Qwen/Qwen3-4B-Instruct-2507"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.localsession_tinker(model_map={TINY: "localsession/tiny"}),
+]
 # Found by its file (the wheel's package imports `llm`, which is not installed): never imported.
-if shipped_model_file(SMOL) is None:
-    pytest.skip(
-        "the shipped SmolLM2 GGUF is not installed (make demo installs it)", allow_module_level=True
-    )
+needs_smol = pytest.mark.skipif(
+    shipped_model_file(SMOL) is None,
+    reason="the shipped SmolLM2 GGUF is not installed (make demo installs it)",
+)
 
 
+@needs_smol
 def test_smollm2_sft_loss_falls_and_seeded_samples_repeat(localsession_tinker: Any) -> None:
     sc = tinker.ServiceClient()
     tc = sc.create_lora_training_client(base_model=SMOL, rank=8, seed=0).result()
@@ -68,55 +82,127 @@ def _cookbook_python() -> str:
     return chosen
 
 
-RECIPES = {
-    "math_rl_arithmetic": [
-        "tinker_cookbook.recipes.math_rl.train",
-        "env=arithmetic",
-        "lora_rank=8",
-        "loss_fn=ppo",
-        "group_size=4",
-        "groups_per_batch=4",
-        "max_tokens=5",
-        "eval_every=0",
-        "save_every=0",
-    ],
-    "guess_number": [
-        "tinker_cookbook.recipes.multiplayer_rl.guess_number.train",
-        "group_size=2",
-        "batch_size=2",
-        "max_tokens=16",
-        "eval_every=0",
-        "save_every=0",
-    ],
-    "preference_shorter": [
-        "tinker_cookbook.recipes.preference.shorter.train",
-        "group_size=2",
-        "batch_size=2",
-        "max_tokens=16",
-        "eval_every=0",
-    ],
+RL_TINY = ("group_size=2", "max_tokens=8", "lora_rank=8", "save_every=0")
+#: recipe -> (base model, module and arguments); each run also gets max_steps=2 and log_path.
+RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "math_rl_arithmetic": (
+        SMOL,
+        (
+            "tinker_cookbook.recipes.math_rl.train",
+            "renderer_name=qwen3_instruct",  # SmolLM2 is not in the cookbook's model table
+            "env=arithmetic",
+            "lora_rank=8",
+            "loss_fn=ppo",
+            "group_size=4",
+            "groups_per_batch=4",
+            "max_tokens=5",
+            "eval_every=0",
+            "save_every=0",
+        ),
+    ),
+    "guess_number": (
+        TINY,
+        (
+            "tinker_cookbook.recipes.multiplayer_rl.guess_number.train",
+            "renderer_name=qwen3_instruct",  # its default is a Qwen3.5 renderer
+            "batch_size=2",
+            "eval_every=0",
+            *RL_TINY,
+        ),
+    ),
+    "preference_shorter": (
+        TINY,
+        (
+            "tinker_cookbook.recipes.preference.shorter.train",
+            "renderer_name=qwen3_instruct",
+            "batch_size=2",
+            "eval_every=0",
+            *RL_TINY,
+        ),
+    ),
+    "rl_numerics_check": (
+        TINY,
+        (
+            "tinker_cookbook.recipes.rl_numerics_check.train",
+            "groups_per_batch=2",
+            # One page of 200 characters: a corpus of a few thousand characters suffices.
+            "task.num_pages_min=1",
+            "task.num_pages_max=1",
+            "task.page_chars=200",
+            *RL_TINY,
+        ),
+    ),
+    "sl_loop": (
+        TINY,
+        ("tinker_cookbook.recipes.sl_loop", "batch_size=2", "lora_rank=8", "save_every=0"),
+    ),
+    # stable_reinforce, its default loss, is not implemented (docs/tinker.md).
+    "rl_loop": (
+        TINY,
+        (
+            "tinker_cookbook.recipes.rl_loop",
+            "batch_size=2",
+            "loss_fn=importance_sampling",
+            *RL_TINY,
+        ),
+    ),
 }
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def _per_step(rows: list[dict[str, Any]], key: str) -> list[float]:
+    """``key``'s value at steps 0 and 1, each finite."""
+    logged = [(row["step"], row[key]) for row in rows if key in row]
+    assert [step for step, _ in logged] == [0, 1], (key, logged)
+    values = [float(value) for _, value in logged]
+    assert all(math.isfinite(v) for v in values), (key, values)
+    return values
+
+
+def _check_metrics(recipe: str, rows: list[dict[str, Any]]) -> None:
+    if recipe == "sl_loop":
+        assert _per_step(rows, "num_sequences") == [2.0, 2.0]
+        # Per-token NLL of a barely trained model: near ln(vocabulary 259) = 5.56.
+        assert all(0.0 < nll < 2 * math.log(259) for nll in _per_step(rows, "train_mean_nll"))
+    elif recipe == "rl_loop":
+        # Its reward needs a \boxed{N} answer, which the tiny model never writes: every group
+        # has zero advantages and the recipe skips its optimizer steps (it says so).
+        assert _per_step(rows, "reward/total") == [0.0, 0.0]
+    else:  # tinker_cookbook.rl.train
+        episodes = 16 if recipe == "math_rl_arithmetic" else 4
+        assert _per_step(rows, "env/all/total_episodes") == [episodes, episodes]
+        _per_step(rows, "env/all/reward/total")
+        # The sampler's logprobs of the sampled tokens agree with the trainer's.
+        assert all(abs(kl) < 1e-3 for kl in _per_step(rows, "optim/kl_sample_train_v1"))
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [pytest.param(r, marks=needs_smol) if RECIPES[r][0] == SMOL else r for r in RECIPES],
+)
 def test_cookbook_recipe_runs_unmodified(
     recipe: str, localsession_tinker: Any, tmp_path: Path
 ) -> None:
     python = _cookbook_python()
-    module, *args = RECIPES[recipe]
-    log_dir = tmp_path / recipe
-    command = [
-        python,
-        "-m",
-        module,
-        f"model_name={SMOL}",
-        "renderer_name=qwen3_instruct",
-        "max_steps=2",
-        f"log_path={log_dir}",
-        *args,
-    ]
-    env = {**os.environ, **localsession_tinker.environment()}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    model, (module, *args) = RECIPES[recipe]
+    write_hub_mirror(tmp_path)  # the working directory: load_dataset("openai/gsm8k") finds it
+    log_dir = tmp_path / "log"
+    command = [python, "-m", module, f"model_name={model}", "max_steps=2", f"log_path={log_dir}"]
+    env = {
+        **os.environ,
+        **localsession_tinker.environment(),
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf-home"),  # the datasets cache; HF_HUB_CACHE is the server's
+    }
+    done = subprocess.run(
+        [*command, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     rows = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len([r for r in rows if any(k.startswith("env/") for k in r)]) >= 2
+    _check_metrics(recipe, rows)
+    # The recipe's final checkpoint is the server's, on a model of the intended base.
+    final = json.loads((log_dir / "checkpoints.jsonl").read_text().splitlines()[-1])
+    model_id = final["state_path"].removeprefix("tinker://").split("/")[0]
+    rest = tinker.RestClient()
+    assert rest.get_training_run(model_id).result().base_model == model
+    listed = {c.tinker_path for c in rest.list_checkpoints(model_id).result().checkpoints}
+    assert {final["state_path"], final["sampler_path"]} <= listed
