@@ -82,7 +82,7 @@ def _cookbook_python() -> str:
     return chosen
 
 
-RL_TINY = ("group_size=2", "max_tokens=8", "lora_rank=8", "save_every=0")
+RL_TINY = ("group_size=2", "max_tokens=8")  # and lora_rank=8, save_every=0 where offered
 #: recipe -> (base model, module and arguments); each run also gets max_steps=2 and log_path.
 RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "math_rl_arithmetic": (
@@ -107,6 +107,7 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
             "renderer_name=qwen3_instruct",  # its default is a Qwen3.5 renderer
             "batch_size=2",
             "eval_every=0",
+            "save_every=0",
             *RL_TINY,
         ),
     ),
@@ -129,6 +130,8 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
             "task.num_pages_min=1",
             "task.num_pages_max=1",
             "task.page_chars=200",
+            "lora_rank=8",
+            "save_every=0",
             *RL_TINY,
         ),
     ),
@@ -143,6 +146,8 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
             "tinker_cookbook.recipes.rl_loop",
             "batch_size=2",
             "loss_fn=importance_sampling",
+            "lora_rank=8",
+            "save_every=0",
             *RL_TINY,
         ),
     ),
