@@ -175,17 +175,14 @@ class Mock:
         from localsession.runtime.service import ServiceConfig
 
         config = ServiceConfig.from_env(
-            region=self.region,
-            home=self.home,
-            strict=self.strict,
-            persist_sessions=True,
-            local_model_paths=False,
-            hub_cache=hooks.shared_hub_cache(),
+            region=self.region, home=self.home, strict=self.strict, persist_sessions=True
         )
+        config.local_model_paths, config.hub_cache = False, hooks.shared_hub_cache()
         # Models are read from the user's HF cache as it is now, before the mock points
         # HF_HUB_CACHE at its own export cache (which holds tokenizers only).
-        catalog = wiring.server_catalog(self.home, self.model_map)
-        return wiring.build_service(config, catalog=catalog)
+        return wiring.build_service(
+            config, catalog=wiring.server_catalog(self.home, self.model_map)
+        )
 
     def _environment(self, s3: bool) -> dict[str, str | None]:
         from localsession.server.endpoints import client_env
