@@ -4,6 +4,7 @@ tokenizer writer here is a stand-in that writes one file naming what it was aske
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -86,3 +87,21 @@ def test_a_failing_export_still_answers_describe(
     assert json.loads(described["HubContentDocument"])["HuggingfaceId"] == "acme/broken"
     assert "corrupt tokenizer" in caplog.text
     assert not any((tmp_path / "hf-hub" / "models--acme--broken" / "snapshots").iterdir())
+
+
+def test_export_all_exports_the_gguf_tokenizers_last(tmp_path: Path) -> None:
+    order: list[str] = []
+
+    def writer(model: ResolvedModel, directory: Path) -> None:
+        order.append(model.name)
+        _writer(model, directory)
+
+    class Catalog(StaticCatalog):
+        def resolve(self, name: str) -> ResolvedModel:
+            found = super().resolve(name)
+            return dataclasses.replace(found, kind="gguf") if name.startswith("a/") else found
+
+    models = {"a/gguf": "x.gguf", "b/mapped": "localsession/tiny", "z/built": "localsession/small"}
+    hub.export_all(Catalog(models, tokenizer_writer=writer), tmp_path)
+    assert order == ["b/mapped", "z/built", "a/gguf"]
+    assert (tmp_path / "models--a--gguf" / "refs" / "main").is_file()

@@ -141,12 +141,21 @@ def export_tokenizer(catalog: ModelCatalog, model: str, cache: Path) -> Path:
 def export_all(catalog: ModelCatalog, cache: Path) -> None:
     """Export every listed model's tokenizer into the HF cache ``cache`` ahead of the first
     describe (a server warms its Hub with this on a background thread: a GGUF tokenizer takes
-    seconds to read)."""
-    for listed in catalog.names():
+    seconds to read). The GGUF models' go last, so a client that loads a built-in or mapped
+    name's tokenizer right after the server starts (tinker-cookbook's ``sl_loop``) finds it."""
+    for listed in sorted(catalog.names(), key=lambda name: _converted(catalog, name)):
         try:
             export_tokenizer(catalog, catalog.canonical_name(listed), cache)
         except Exception as exc:  # noqa: BLE001 - describe reports it again, per model
             logger.warning("could not export the tokenizer of %r: %s", listed, exc)
+
+
+def _converted(catalog: ModelCatalog, name: str) -> bool:
+    """Whether ``name``'s tokenizer is converted from a GGUF file (seconds, not milliseconds)."""
+    try:
+        return catalog.resolve(name).kind == "gguf"
+    except Exception:  # noqa: BLE001 - export_all reports it
+        return True
 
 
 def describe_hub_content(
