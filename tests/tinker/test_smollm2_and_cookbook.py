@@ -211,3 +211,23 @@ def test_cookbook_recipe_runs_unmodified(
     assert rest.get_training_run(model_id).result().base_model == model
     listed = {c.tinker_path for c in rest.list_checkpoints(model_id).result().checkpoints}
     assert {final["state_path"], final["sampler_path"]} <= listed
+
+
+def test_cookbook_math_rl_example_smoke(tmp_path: Path) -> None:
+    """examples/cookbook_math_rl.py (its own ``serve``, the recipe unmodified) on the tiny
+    model: the recipe's two steps are read back into the summary."""
+    python = _cookbook_python()
+    example = Path(__file__).resolve().parents[2] / "examples" / "cookbook_math_rl.py"
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home")}
+    done = subprocess.run(
+        [sys.executable, str(example), "--smoke", "--python", python, "--run-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps"] == 2
+    assert all(math.isfinite(v) for v in summary.values())
+    assert -0.1 <= summary["reward_first5"] <= 1.0 and 0.0 <= summary["correct_last5"] <= 1.0
