@@ -84,6 +84,33 @@ def test_openai_completion_matches_sample(session: TrainingClient, oai: Any) -> 
     ]  # seed reproducibility
 
 
+def test_a_special_stop_string_ends_the_completion_at_its_token(
+    session: TrainingClient, oai: Any
+) -> None:
+    # Specials decode to nothing, so "<|im_start|>" as text could never match; it stops at its
+    # id (257), the step it is drawn. A seed whose stop-free sample draws 256 or 257 first:
+    specials = {256: "<|endoftext|>", 257: "<|im_start|>"}
+    for seed in range(200):
+        (free,) = _reference(session, seed=seed, n=1, stop=[])
+        cut = next((i for i, t in enumerate(free.tokens) if t in specials), None)
+        if cut is not None:
+            break
+    else:
+        pytest.fail("no seed in 200 drew <|endoftext|> or <|im_start|> within 40 tokens")
+    response = oai.chat.completions.create(
+        model=session.training_session_name,
+        messages=MESSAGES,
+        max_tokens=40,
+        seed=seed,
+        stop=[specials[free.tokens[cut]]],
+        logprobs=True,
+    )
+    (choice,) = response.choices
+    assert response.usage.completion_tokens == cut + 1  # the stop token is the last one
+    assert choice.finish_reason == "stop"
+    assert [t.logprob for t in choice.logprobs.content] == pytest.approx(free.logprobs[: cut + 1])
+
+
 def test_openai_stream_carries_the_same_content(session: TrainingClient, oai: Any) -> None:
     kwargs: dict[str, Any] = {
         "model": session.training_session_name,

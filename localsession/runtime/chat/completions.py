@@ -17,6 +17,7 @@ from localsession.port import SampleRequest
 from localsession.runtime import errors
 from localsession.runtime.chat import protocol, streaming
 from localsession.runtime.packages.registry import Registry
+from localsession.runtime.sessions import stops
 from localsession.runtime.sessions.lifecycle import ACTIVE, PackageMismatch, Session
 from localsession.runtime.sessions.operations import COMPLETED, Operation
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
@@ -50,6 +51,8 @@ class PreparedChat:
     weights: str | None
     tokenizer: Any
     prompt: list[int]
+    #: the ids of the stop strings that are one special token each (runtime/sessions/stops.py)
+    stop_ids: tuple[int, ...] = ()
 
 
 def chat_text(tokenizer: Any, tokens: list[int], stop: tuple[str, ...]) -> str:
@@ -83,13 +86,15 @@ class Completions:
             request.messages, tools=request.tools, add_generation_prompt=True, tokenize=True
         )
         prompt = [int(t) for t in (encoded["input_ids"] if "input_ids" in encoded else encoded)]
-        return PreparedChat(request, target, session, weights, tokenizer, prompt)
+        stop_ids = stops.stop_token_ids((), request.stop, tokenizer)
+        return PreparedChat(request, target, session, weights, tokenizer, prompt, stop_ids)
 
     def run(self, prepared: PreparedChat) -> dict[str, Any]:
         """Sample a prepared chat request (blocking) and return the ``chat.completion`` body."""
         request, session, weights = prepared.request, prepared.session, prepared.weights
         tokenizer, prompt = prepared.tokenizer, prepared.prompt
-        sampled = self._sample_now(session, weights, protocol.sample_request(request, prompt))
+        sample = protocol.sample_request(request, prompt, stop_token_ids=prepared.stop_ids)
+        sampled = self._sample_now(session, weights, sample)
         sequences = sampled["sequences"]
         tops: list[list[list[tuple[str, float]]] | None] = [None] * len(sequences)
         if request.top_logprobs:

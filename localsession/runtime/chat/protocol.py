@@ -317,10 +317,14 @@ def chunks(body: dict[str, Any], request: ChatRequest) -> list[dict[str, Any]]:
 
 
 def sample_request(
-    request: ChatRequest, prompt: list[int], on_token: TokenCallback | None = None
+    request: ChatRequest,
+    prompt: list[int],
+    on_token: TokenCallback | None = None,
+    stop_token_ids: tuple[int, ...] = (),
 ) -> SampleRequest:
-    """The sampling request of a chat request: its ``n``, limits and stops, and its seed, or a
-    fresh one (``on_token`` streams each decoded token)."""
+    """The sampling request of a chat request: its ``n``, limits and stops (``stop_token_ids``:
+    the special stop strings' ids), and its seed, or a fresh one (``on_token`` streams each
+    decoded token)."""
     seed = random.SystemRandom().randrange(2**31) if request.seed is None else request.seed
     return SampleRequest(
         prompt=prompt,
@@ -330,6 +334,7 @@ def sample_request(
         top_p=request.top_p,
         seed=seed,
         stop=request.stop,
+        stop_token_ids=stop_token_ids,
         on_token=on_token,
     )
 

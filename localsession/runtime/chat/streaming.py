@@ -86,7 +86,10 @@ def stream_chat(
     tokenizer, prompt = prepared.tokenizer, prepared.prompt
     events: queue.Queue[_Event] = queue.Queue()
     sample = protocol.sample_request(
-        request, prompt, on_token=lambda i, token, logprob: events.put((i, token, logprob))
+        request,
+        prompt,
+        on_token=lambda i, token, logprob: events.put((i, token, logprob)),
+        stop_token_ids=prepared.stop_ids,
     )
     op = submit(sample)
 
