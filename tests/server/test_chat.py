@@ -32,10 +32,13 @@ def _prompt(tc: TrainingClient) -> list[int]:
     return list(rendered["input_ids"] if "input_ids" in rendered else rendered)
 
 
-def _reference(tc: TrainingClient, seed: int, n: int, stop: list[str]) -> list[Any]:
-    """The same request through ``sample``. The session never trains, so its saved weights
-    are the base model's, which is what a chat request without a package samples."""
-    sampler = tc.save_weights_and_get_sampling_client()
+def _reference(
+    tc: TrainingClient, seed: int, n: int, stop: list[str], sampler: Any = None
+) -> list[Any]:
+    """The same request through ``sample`` (on ``sampler``, else on a fresh snapshot). The
+    session never trains, so its saved weights are the base model's, which is what a chat
+    request without a package samples."""
+    sampler = sampler or tc.save_weights_and_get_sampling_client()
     result = sampler.sample(
         prompt=ModelInput.from_ints(_prompt(tc)),
         num_samples=n,
@@ -90,8 +93,9 @@ def test_a_special_stop_string_ends_the_completion_at_its_token(
     # Specials decode to nothing, so "<|im_start|>" as text could never match; it stops at its
     # id (257), the step it is drawn. A seed whose stop-free sample draws 256 or 257 first:
     specials = {256: "<|endoftext|>", 257: "<|im_start|>"}
+    sampler = session.save_weights_and_get_sampling_client()  # one snapshot for every seed
     for seed in range(200):
-        (free,) = _reference(session, seed=seed, n=1, stop=[])
+        (free,) = _reference(session, seed=seed, n=1, stop=[], sampler=sampler)
         cut = next((i for i, t in enumerate(free.tokens) if t in specials), None)
         if cut is not None:
             break

@@ -52,7 +52,7 @@ class PreparedChat:
     tokenizer: Any
     prompt: list[int]
     #: the ids of the stop strings that are one special token each (runtime/sessions/stops.py)
-    stop_ids: tuple[int, ...] = ()
+    stop_ids: tuple[int, ...]
 
 
 def chat_text(tokenizer: Any, tokens: list[int], stop: tuple[str, ...]) -> str:
