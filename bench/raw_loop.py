@@ -20,25 +20,31 @@ LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.01  # the SDK's AdamParams default, so both loops apply the same update
 
 
-def load_plain(name: str) -> tuple[Any, Any]:
-    """The base model and tokenizer the way a user loads them (no localsession engine)."""
+def load_plain(name: str, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+    """The base model (weights in ``dtype``) and tokenizer the way a user loads them (no
+    localsession engine)."""
     from localsession.engine.builtin import build_builtin
 
     if name.startswith("localsession/"):
-        return build_builtin(name)
+        model, tokenizer = build_builtin(name)
+        return model.to(dtype), tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
     return model, AutoTokenizer.from_pretrained(name)
 
 
 class RawLoop:
-    """peft LoRA + summed cross-entropy + fused AdamW on ``name``'s base model."""
+    """peft LoRA + summed cross-entropy + fused AdamW on ``name``'s base model.
 
-    def __init__(self, name: str) -> None:
+    ``dtype`` is the base weights' dtype; peft keeps the adapter (and so its gradients and
+    the AdamW moments) in float32 over a half-precision base, and the loss is taken on
+    float32 logits."""
+
+    def __init__(self, name: str, dtype: torch.dtype = torch.float32) -> None:
         from peft import LoraConfig, get_peft_model
 
-        base, self.tokenizer = load_plain(name)
+        base, self.tokenizer = load_plain(name, dtype)
         base.requires_grad_(False)
         config = LoraConfig(
             r=RANK,

@@ -214,11 +214,12 @@ def datum_metrics(
     :func:`compute_loss` returned. Every value is finite.
     """
     lp_BT, loss_BT = _rows(lp.detach()), _rows(loss.detach())
+    out: dict[str, list[float]] = {"actor/pg_loss": [_finite(x) for x in loss_BT.sum(-1).tolist()]}
+    if loss_fn not in RL_LOSSES and inputs.ref_logprobs is None:
+        return out  # cross_entropy: the weighted means below are not reported
     w_BT = _rows(inputs.weights)
     if inputs.mask is not None:
         w_BT = torch.where(_rows(inputs.mask), w_BT, torch.zeros_like(w_BT))
-    pg_loss_B = torch.nan_to_num(loss_BT.sum(-1), nan=0.0, posinf=0.0, neginf=0.0)
-    out: dict[str, list[float]] = {"actor/pg_loss": pg_loss_B.tolist()}
     if loss_fn in RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
@@ -252,15 +253,14 @@ def compute_loss(
     """
     check_loss_fn(loss_fn)
     w = inputs.weights
-    active = w != 0
     if inputs.mask is not None:
-        active = active & inputs.mask
         w = torch.where(inputs.mask, w, torch.zeros_like(w))
     if loss_fn == "cross_entropy":
         loss = cross_entropy(lp, w)
     else:
         if inputs.sampler_logprobs is None or inputs.advantages is None:
             raise EngineInputError(f"{loss_fn} needs `logprobs` and `advantages` inputs")
+        active = w != 0  # masked positions have w = 0 here
         q = torch.where(active, inputs.sampler_logprobs, lp.detach())
         adv = inputs.advantages
         if loss_fn == "importance_sampling":

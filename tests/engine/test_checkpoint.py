@@ -291,6 +291,18 @@ def test_incompatible_packages_fail_with_nothing_changed(
         engine.load_package(str(tmp_path / "no_opt"), load_optimizer=True)
     assert_unchanged(engine, state)
 
+    # optimizer state this optimizer cannot step: A matrices at two step counts
+    engine.save_package(str(tmp_path / "skewed"), include_optimizer=True, merge_weights=False)
+    config = tmp_path / "skewed" / OPTIMIZER_CONFIG
+    meta = json.loads(config.read_text())
+    first_a = next(k for k in sorted(meta["steps"]) if "lora_A" in k)
+    meta["steps"][first_a] += 1
+    config.write_text(json.dumps(meta))
+    skew = r"lora_A parameters, at step counts \[2, 3\].*load_state"
+    with pytest.raises(EngineInputError, match=skew):
+        engine.load_package(str(tmp_path / "skewed"), load_optimizer=True)
+    assert_unchanged(engine, state)
+
     # same rank in the config but a tensor missing / mis-shaped
     broken = tmp_path / "no_opt" / ADAPTER_WEIGHTS
     tensors = load_file(str(broken))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from localsession.numerics.optim import LoraAdamW
+from localsession.numerics.optim import LoraAdamW, NamedMoments
 from localsession.port import AdamHyperparams, EngineInputError
 
 
@@ -134,3 +134,54 @@ def test_step_refuses_values_adamw_cannot_run(hp: AdamHyperparams, needle: str) 
     for (_, p), p0 in zip(named, before, strict=True):
         assert torch.equal(p.detach(), p0) and p.grad is not None
     AdamHyperparams(learning_rate=0.0, beta1=0.0, grad_clip_norm=0.0).check()  # edges run
+
+
+def test_parameter_without_gradient_steps_with_zero_gradient() -> None:
+    """The documented difference from torch.optim.AdamW (which skips such a parameter): in
+    a flat group it steps with g = 0, so on a first step only weight decay moves it."""
+    named = make_params()
+    (_, a), (_, b) = named
+    a0, b0 = a.detach().clone(), b.detach().clone()
+    b.grad = grads_for(0, named)[1]
+    lr, wd = 1e-2, 0.1
+    metrics = LoraAdamW(named).step(AdamHyperparams(learning_rate=lr, weight_decay=wd))
+    assert metrics["num_params_updated"] == b.numel()
+    torch.testing.assert_close(a.detach(), a0 * (1 - lr * wd), atol=1e-7, rtol=0)
+    assert not torch.equal(b.detach(), b0 * (1 - lr * wd))  # its gradient moved it too
+
+
+def test_named_state_round_trip_and_refusals() -> None:
+    named = make_params()
+    opt = LoraAdamW(named)
+    for step in range(2):
+        for (_, p), g in zip(named, grads_for(step, named), strict=True):
+            p.grad = g
+        opt.step(HP)
+    saved = opt.named_state()
+    assert {n: m.step for n, m in saved.items()} == {n: 2 for n, _ in named}
+    other = make_params(seed=1)
+    restored = LoraAdamW(other)
+    restored.load_named_state(saved, HP)
+    again = restored.named_state()
+    for name, m in saved.items():
+        assert torch.equal(again[name].exp_avg, m.exp_avg)
+        assert torch.equal(again[name].exp_avg_sq, m.exp_avg_sq)
+
+
+def test_named_state_refuses_a_group_split_across_step_counts() -> None:
+    """The A matrices step together in one buffer: state for only some of them, or at two
+    step counts, cannot be loaded, and the check says so before anything changes."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"q.lora_A.w": (2, 3), "k.lora_A.w": (2, 3), "q.lora_B.w": (3, 2)}
+    named = [(n, torch.nn.Parameter(torch.randn(s, generator=gen))) for n, s in shapes.items()]
+    opt = LoraAdamW(named)
+    zeros = {n: NamedMoments(3, torch.zeros(s), torch.zeros(s)) for n, s in shapes.items()}
+    opt.check_named_state(zeros)
+    opt.check_named_state({"q.lora_B.w": zeros["q.lora_B.w"]})  # a whole group, alone
+    skewed = {**zeros, "k.lora_A.w": NamedMoments(4, torch.zeros(2, 3), torch.zeros(2, 3))}
+    with pytest.raises(ValueError, match=r"2 of the 2 lora_A parameters, at step counts \[3, 4\]"):
+        opt.check_named_state(skewed)
+    partial = {n: m for n, m in zeros.items() if n != "k.lora_A.w"}
+    with pytest.raises(ValueError, match=r"1 of the 2 lora_A parameters"):
+        opt.load_named_state(partial, None)
+    assert opt.named_state() == {}  # nothing was loaded
