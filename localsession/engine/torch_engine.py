@@ -185,9 +185,9 @@ class TorchEngine:
         try:
             with self._mutex, mode:
                 start = time.perf_counter()
-                fwd, adapter = self._train_forward, self._adapter
+                fwd, optimizer = self._train_forward, self._optimizer
                 result = loss_step(
-                    fwd, adapter, batch, loss_fn, clip, backward, m.device, m.vocab_size
+                    fwd, optimizer, batch, loss_fn, clip, backward, m.device, m.vocab_size
                 )
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:

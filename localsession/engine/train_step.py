@@ -10,14 +10,13 @@ before any gradient is added.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from localsession.numerics.datums import Batch, finite_or_raise, fwd_result
 from localsession.numerics.losses import ClipConfig, compute_loss, datum_metrics, token_logprobs
-from localsession.numerics.optim import global_grad_norm
+from localsession.numerics.optim import LoraAdamW
 
 #: Padded tokens per training micro-batch on a CPU (:func:`chunked_backward`).
 CHUNK_TOKENS = 4096
@@ -31,7 +30,7 @@ CHUNK_LOGIT_BYTES = 512 * 2**20
 
 def loss_step(
     model: Any,
-    adapter: Mapping[str, torch.nn.Parameter],
+    optimizer: LoraAdamW,
     batch: Batch,
     loss_fn: str,
     clip: ClipConfig,
@@ -40,11 +39,15 @@ def loss_step(
     vocab_size: int,
 ) -> dict[str, Any]:
     """Run the peft ``model`` over ``batch``; accumulate the loss's gradients into the
-    trainable ``adapter`` parameters when ``backward``. Returns the wire result
+    trainable parameters ``optimizer`` steps when ``backward``. Returns the wire result
     (``fwd_result``) with ``actor/grad_norm``: the norm of all gradients accumulated so far."""
     rows = chunk_rows(batch, device, vocab_size)
+    if backward:
+        optimizer.install_grad_views()  # gradients then accumulate into its flat buffers
     if backward and rows < len(batch.lengths):
-        lp_BT, loss_BT, metrics = chunked_backward(model, adapter, batch, loss_fn, clip, rows)
+        lp_BT, loss_BT, metrics = chunked_backward(
+            model, optimizer.params, batch, loss_fn, clip, rows
+        )
     else:
         out = model(input_ids=batch.tokens_BT, use_cache=False)
         lp_BT = token_logprobs(out["logits"], batch.targets_BT, batch.temperature_BT)
@@ -57,8 +60,7 @@ def loss_step(
     values = datum_metrics(loss_fn, lp_BT, loss_BT, batch.loss_inputs(), clip)
     # the norm of the gradient accumulated so far (this pass's included): the SDK keeps
     # the last chunk's, which is then the whole batch's
-    grads = [p.grad for p in adapter.values() if p.grad is not None]
-    norm = float(global_grad_norm(grads)) if grads else 0.0
+    norm = optimizer.grad_norm()
     metrics["actor/grad_norm"] = norm
     values["actor/grad_norm"] = [norm] * len(batch.lengths)
     return fwd_result(batch, lp_BT, loss_BT, metrics, values)
@@ -78,7 +80,7 @@ def chunk_rows(batch: Batch, device: torch.device, vocab_size: int) -> int:
 
 def chunked_backward(
     model: Any,
-    adapter: Mapping[str, torch.nn.Parameter],
+    params: list[torch.nn.Parameter],
     batch: Batch,
     loss_fn: str,
     clip: ClipConfig,
@@ -93,7 +95,6 @@ def chunked_backward(
     once over the whole batch's logprobs, as unchunked. A non-finite chunk puts the
     gradients back as they were before this call, then raises.
     """
-    params = list(adapter.values())
     before = [None if p.grad is None else p.grad.clone() for p in params]
     width = batch.tokens_BT.shape[1]
     lp_parts: list[torch.Tensor] = []
@@ -112,8 +113,12 @@ def chunked_backward(
             lp_parts.append(torch.nn.functional.pad(lp_BT.detach(), pad))
             loss_parts.append(torch.nn.functional.pad(loss_BT.detach(), pad))
     except BaseException:
-        for p, grad in zip(params, before, strict=True):
-            p.grad = grad
+        with torch.no_grad():  # in place: the gradients may be views of a flat buffer
+            for p, grad in zip(params, before, strict=True):
+                if grad is None or p.grad is None:
+                    p.grad = grad
+                else:
+                    p.grad.copy_(grad)
         raise
     lp_all = torch.cat(lp_parts)
     _, metrics = compute_loss(loss_fn, lp_all, batch.loss_inputs(), clip)

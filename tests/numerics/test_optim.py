@@ -138,16 +138,50 @@ def test_step_refuses_values_adamw_cannot_run(hp: AdamHyperparams, needle: str) 
 
 def test_parameter_without_gradient_steps_with_zero_gradient() -> None:
     """The documented difference from torch.optim.AdamW (which skips such a parameter): in
-    a flat group it steps with g = 0, so on a first step only weight decay moves it."""
-    named = make_params()
-    (_, a), (_, b) = named
-    a0, b0 = a.detach().clone(), b.detach().clone()
-    b.grad = grads_for(0, named)[1]
+    a flat group where another parameter has a gradient it steps with g = 0, so on a first
+    step only weight decay moves it. A group where none has one is skipped, as in torch."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"q.lora_A.w": (2, 3), "k.lora_A.w": (2, 3), "q.lora_B.w": (3, 2)}
+    named = [(n, torch.nn.Parameter(torch.randn(s, generator=gen))) for n, s in shapes.items()]
+    (_, qa), (_, ka), (_, qb) = named
+    ka0, qb0 = ka.detach().clone(), qb.detach().clone()
+    qa.grad = torch.ones(2, 3)
     lr, wd = 1e-2, 0.1
     metrics = LoraAdamW(named).step(AdamHyperparams(learning_rate=lr, weight_decay=wd))
-    assert metrics["num_params_updated"] == b.numel()
-    torch.testing.assert_close(a.detach(), a0 * (1 - lr * wd), atol=1e-7, rtol=0)
-    assert not torch.equal(b.detach(), b0 * (1 - lr * wd))  # its gradient moved it too
+    assert metrics["num_params_updated"] == qa.numel()
+    torch.testing.assert_close(ka.detach(), ka0 * (1 - lr * wd), atol=1e-7, rtol=0)
+    assert torch.equal(qb.detach(), qb0)  # the B group had no gradient at all
+
+
+def test_gradients_accumulate_in_place_into_the_flat_buffer() -> None:
+    """After ``install_grad_views`` two backwards add into one buffer, and the norm and the
+    update read it without a copy; values match per-parameter autograd."""
+    named = make_params()
+    (_, a), (_, b) = named
+    ref_a, ref_b = (torch.nn.Parameter(p.detach().clone()) for p in (a, b))
+    x = torch.randn(3, 6, generator=torch.Generator().manual_seed(5))
+    opt = LoraAdamW(named)
+    opt.install_grad_views()
+    view = a.grad
+    for p, q in ((a, b), (ref_a, ref_b)):
+        (x @ p.T @ q.T).sum().backward()
+        (x @ p.T @ q.T).pow(2).sum().backward()
+    assert a.grad is view  # accumulated in place, not replaced
+    torch.testing.assert_close(a.grad, ref_a.grad)
+    torch.testing.assert_close(b.grad, ref_b.grad)
+    expected = float(torch.cat([ref_a.grad.flatten(), ref_b.grad.flatten()]).norm())
+    assert opt.grad_norm() == pytest.approx(expected, rel=1e-6)
+    metrics = opt.step(HP)
+    assert metrics["grad_norm"] == pytest.approx(expected, rel=1e-6)
+    assert metrics["num_params_updated"] == 48 and a.grad is None and b.grad is None
+    torch.optim.AdamW(
+        [ref_a, ref_b],
+        lr=HP.learning_rate,
+        betas=(HP.beta1, HP.beta2),
+        eps=HP.eps,
+        weight_decay=HP.weight_decay,
+    ).step()
+    torch.testing.assert_close(a.detach(), ref_a.detach(), atol=1e-6, rtol=0)
 
 
 def test_named_state_round_trip_and_refusals() -> None:
