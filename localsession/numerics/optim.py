@@ -87,11 +87,10 @@ class _FlatGroup:
         self.name = name
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        kinds = {(p.device, p.dtype) for p in self.params}
+        kinds = sorted({f"{p.device} {p.dtype}" for p in self.params})
         if len(kinds) != 1:
-            raise ValueError(
-                f"LoraAdamW: the {name} parameters mix devices or dtypes: {sorted(map(str, kinds))}"
-            )
+            mixed = f"LoraAdamW: the {name} parameters mix devices or dtypes: {kinds}"
+            raise ValueError(mixed)
         flat = torch.cat([p.detach().reshape(-1) for p in self.params])  # [N]
         self.leaf = torch.nn.Parameter(flat)
         self.slices: dict[str, slice] = {}
@@ -135,15 +134,14 @@ class _FlatGroup:
         if live and buffer is not None:
             self.leaf.grad = buffer
             return buffer, self.leaf.numel()
-        present = [g for g in grads if g is not None]
-        if not present:
+        if all(g is None for g in grads):
             return None
         full = [
             g if g is not None else torch.zeros_like(p)
             for g, p in zip(grads, self.params, strict=True)
         ]
         self.leaf.grad = torch.cat([g.reshape(-1) for g in full])  # [N]
-        return self.leaf.grad, sum(g.numel() for g in present)
+        return self.leaf.grad, sum(g.numel() for g in grads if g is not None)
 
     def drop_grads(self) -> None:
         for p in self.params:
@@ -288,11 +286,12 @@ class LoraAdamW:
                 continue
             steps = sorted({m.step for m in given})
             if len(given) != len(group.names) or len(steps) != 1:
-                raise ValueError(
+                split = (
                     f"the optimizer state gives {len(given)} of the {len(group.names)} "
                     f"{group.name} parameters, at step counts {steps}: this optimizer steps a "
                     "group's parameters together, so it needs all of them at one step count"
                 )
+                raise ValueError(split)
 
     def load_named_state(
         self, moments: Mapping[str, NamedMoments], last_params: AdamHyperparams | None
