@@ -1,7 +1,6 @@
 """Model-package files (docs/semantics.md#5): the adapter, the AdamW state, a merged model.
 
-A package directory holds safetensors and JSON only; nothing is pickled and nothing here calls
-``torch.load``.
+A package holds safetensors and JSON only: nothing is pickled, nothing calls ``torch.load``.
 
 - ``adapter_config.json`` + ``adapter_model.safetensors``: peft's own layout, so
   ``peft.PeftModel.from_pretrained(base, directory)`` loads it. Tensor keys are peft's (the
@@ -11,9 +10,8 @@ A package directory holds safetensors and JSON only; nothing is pickled and noth
 - ``optimizer.safetensors``: ``<key>.exp_avg`` and ``<key>.exp_avg_sq`` per adapter key that
   has AdamW state; ``optimizer.json``: format tag, per-key step counts and the last step's
   hyperparameters (wire form).
-- ``merged/``: the base model with ``W + scaling * B @ A`` in every adapted layer (computed
-  with peft's ``get_delta_weight``; the live model is never merged), written by
-  ``save_pretrained`` with its tokenizer.
+- ``merged/``: the base with ``W + scaling * B @ A`` in every adapted layer (peft's
+  ``get_delta_weight``; the live model is never merged), by ``save_pretrained`` with its tokenizer.
 
 Readers check a package against the live adapter's :class:`AdapterLayout` (keys, shapes,
 rank, alpha) completely before returning anything, and raise ``EngineInputError`` naming the
@@ -35,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from localsession import vocab
-from localsession.numerics.optim import NamedMoments
+from localsession.numerics.optim import NamedMoments, split_group_problem
 from localsession.port import AdamHyperparams, EngineInputError
 
 ADAPTER_NAME = "default"
@@ -315,6 +313,8 @@ def read_optimizer(
             f"adapter does not have (e.g. {unknown[0]!r})",
             fix,
         )
+    if (split := split_group_problem(steps, layout.shapes)) is not None:
+        raise _error(directory, f"{OPTIMIZER_CONFIG}: {split}", fix)
     last_params = None
     if meta.get("last_adam_params") is not None:
         try:

@@ -75,7 +75,7 @@ from localsession.numerics.datums import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import clip_config
 from localsession.numerics.optim import LoraAdamW
-from localsession.port import Admit, EngineInputError, EngineSpec, SampleRequest, TrainingDatum
+from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
 
 
 class TorchEngine:
@@ -345,15 +345,9 @@ class TorchEngine:
         """Restore the adapter (and the AdamW state) from a package; zero gradients."""
         self._check_open()
         tensors = read_adapter(directory, self._layout)  # every check before any change
-        names = self._layout.names
         if load_optimizer:
             moments, last_params = read_optimizer(directory, self._layout)
-            try:
-                self._optimizer.check_named_state({names[k]: m for k, m in moments.items()})
-            except ValueError as err:
-                raise EngineInputError(
-                    f"package {directory!r}: {err}; load it without the optimizer (load_state)"
-                ) from None
+        names = self._layout.names
         with self._mutex, torch.no_grad():
             for key, name in names.items():
                 self._adapter[name].copy_(tensors[key])

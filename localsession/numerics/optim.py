@@ -34,12 +34,32 @@ __all__ = [
     "clip_grads_",
     "global_grad_norm",
     "is_lora_b",
+    "split_group_problem",
 ]
 
 
 def is_lora_b(name: str) -> bool:
     """Whether a parameter name is a LoRA B matrix (peft naming: ``...lora_B.<adapter>...``)."""
     return ".lora_B." in name or name.startswith("lora_B.")
+
+
+def split_group_problem(steps: Mapping[str, int], names: Iterable[str]) -> str | None:
+    """Why optimizer state with these per-parameter step counts cannot be loaded over the
+    parameters ``names``, or None. :class:`LoraAdamW` steps each group (the LoRA A
+    matrices, the LoRA B matrices) as one tensor, so a group needs state for all of its
+    parameters or for none, at one step count (as :meth:`LoraAdamW.named_state` writes it)."""
+    names = list(names)
+    for group, is_b in (("lora_A", False), ("lora_B", True)):
+        members = [n for n in names if is_lora_b(n) == is_b]
+        counts = sorted({steps[n] for n in members if n in steps})
+        given = sum(n in steps for n in members)
+        if given and (given != len(members) or len(counts) != 1):
+            return (
+                f"the optimizer state gives {given} of the {len(members)} {group} "
+                f"parameters, at step counts {counts}: the optimizer steps a group's "
+                "parameters together, so it needs all of them at one step count"
+            )
+    return None
 
 
 def global_grad_norm(grads: list[Tensor]) -> Tensor:
@@ -277,21 +297,11 @@ class LoraAdamW:
         return out
 
     def check_named_state(self, moments: Mapping[str, NamedMoments]) -> None:
-        """Raise ``ValueError`` unless :meth:`load_named_state` can take ``moments``: each
-        group (the A matrices, the B matrices) gives state for all of its parameters or for
-        none, at one step count (as :meth:`named_state` writes it)."""
-        for group in self._flat:
-            given = [moments[n] for n in group.names if n in moments]
-            if not given:
-                continue
-            steps = sorted({m.step for m in given})
-            if len(given) != len(group.names) or len(steps) != 1:
-                split = (
-                    f"the optimizer state gives {len(given)} of the {len(group.names)} "
-                    f"{group.name} parameters, at step counts {steps}: this optimizer steps a "
-                    "group's parameters together, so it needs all of them at one step count"
-                )
-                raise ValueError(split)
+        """Raise ``ValueError`` unless :meth:`load_named_state` can take ``moments``
+        (:func:`split_group_problem`)."""
+        problem = split_group_problem({n: m.step for n, m in moments.items()}, self.names)
+        if problem is not None:
+            raise ValueError(problem)
 
     def load_named_state(
         self, moments: Mapping[str, NamedMoments], last_params: AdamHyperparams | None
