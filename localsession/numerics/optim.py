@@ -218,9 +218,14 @@ class LoraAdamW:
         for group in self._flat:
             group.install_grad_views()
 
+    def _gathered(self) -> list[tuple[Tensor, int]]:
+        """Each group's flat gradient and its count of elements with a gradient (groups
+        without any gradient left out)."""
+        return [f for f in (g.flat_grad() for g in self._flat) if f is not None]
+
     def grad_norm(self) -> float:
         """The global L2 norm of the accumulated gradients (0.0 with none)."""
-        flat = [f[0] for f in (g.flat_grad() for g in self._flat) if f is not None]
+        flat = [grad for grad, _ in self._gathered()]
         return float(global_grad_norm(flat)) if flat else 0.0
 
     def _set_hyperparameters(self, hp: AdamHyperparams) -> None:
@@ -239,9 +244,9 @@ class LoraAdamW:
         hp.check()
         self.last_params = hp
         metrics = {"learning_rate": hp.learning_rate, "grad_norm": 0.0, "num_params_updated": 0.0}
-        if not self.has_grad():  # nothing accumulated: complete, weights unchanged
+        gathered = self._gathered()
+        if not gathered:  # nothing accumulated: complete, weights unchanged
             return metrics
-        gathered = [f for f in (g.flat_grad() for g in self._flat) if f is not None]
         flat_grads = [grad for grad, _ in gathered]
         updated = sum(count for _, count in gathered)
         total_norm = global_grad_norm(flat_grads)
@@ -296,23 +301,19 @@ class LoraAdamW:
             )
         return out
 
-    def check_named_state(self, moments: Mapping[str, NamedMoments]) -> None:
-        """Raise ``ValueError`` unless :meth:`load_named_state` can take ``moments``
-        (:func:`split_group_problem`)."""
-        problem = split_group_problem({n: m.step for n, m in moments.items()}, self.names)
-        if problem is not None:
-            raise ValueError(problem)
-
     def load_named_state(
         self, moments: Mapping[str, NamedMoments], last_params: AdamHyperparams | None
     ) -> None:
         """Replace the whole AdamW state with ``moments`` (see :meth:`named_state`).
 
-        The caller has checked names and shapes, and :meth:`check_named_state`. Goes through
-        ``torch``'s own ``load_state_dict``, so the step counters get the dtype and device
-        this optimizer (fused or not) uses. Drops accumulated gradients.
+        The caller has checked names and shapes (``checkpoint.read_optimizer``); state that
+        splits a group (:func:`split_group_problem`) raises ``ValueError`` before anything
+        changes. Goes through ``torch``'s own ``load_state_dict``, so the step counters get the
+        dtype and device this optimizer (fused or not) uses. Drops accumulated gradients.
         """
-        self.check_named_state(moments)
+        problem = split_group_problem({n: m.step for n, m in moments.items()}, self.names)
+        if problem is not None:
+            raise ValueError(problem)
         template = self.optimizer.state_dict()
         state: dict[int, dict[str, Tensor]] = {}
         for index, group in enumerate(self._flat):  # one leaf per param group, in order
