@@ -107,10 +107,6 @@ class _FlatGroup:
         self.name = name
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        kinds = sorted({f"{p.device} {p.dtype}" for p in self.params})
-        if len(kinds) != 1:
-            mixed = f"LoraAdamW: the {name} parameters mix devices or dtypes: {kinds}"
-            raise ValueError(mixed)
         flat = torch.cat([p.detach().reshape(-1) for p in self.params])  # [N]
         self.leaf = torch.nn.Parameter(flat)
         self.slices: dict[str, slice] = {}
@@ -120,23 +116,25 @@ class _FlatGroup:
             p.data = flat[self.slices[n]].view_as(p)
             start += p.numel()
 
-        #: the flat gradient buffer and each parameter's view into it, made on the first
-        #: ``install_grad_views`` and reused (zeroed) after every step
+        #: the flat gradient buffer (a slice of the optimizer's one buffer) and each
+        #: parameter's view into it, bound on the first ``install_grad_views`` and reused
+        #: (zeroed) after every step
         self._grad_buffer: Tensor | None = None
         self._views: list[Tensor] = []
         #: whether the parameters' gradients are currently those views
         self._views_live = False
 
-    def install_grad_views(self) -> None:
+    def install_grad_views(self, buffer: Tensor) -> None:
         """Before a backward with no gradient accumulated: give every parameter a zero
-        gradient that is a view into one flat buffer, so autograd accumulates into it in
-        place (it adds into an existing gradient) and it needs no gathering."""
+        gradient that is a view into ``buffer`` (this group's flat gradient, ``[N]``, kept
+        for later calls), so autograd accumulates into it in place (it adds into an existing
+        gradient) and it needs no gathering."""
         if any(p.grad is not None for p in self.params):
             return
         if self._grad_buffer is None:
-            self._grad_buffer = torch.zeros_like(self.leaf)  # [N]
+            self._grad_buffer = buffer
             self._views = [
-                self._grad_buffer[self.slices[n]].view_as(p)
+                buffer[self.slices[n]].view_as(p)
                 for n, p in zip(self.names, self.params, strict=True)
             ]
         else:
@@ -145,15 +143,18 @@ class _FlatGroup:
             p.grad = view
         self._views_live = True
 
+    def views_live(self) -> bool:
+        """Whether the parameters' gradients are the views into the flat buffer."""
+        grads = (p.grad for p in self.params)
+        return self._views_live and all(g is v for g, v in zip(grads, self._views, strict=True))
+
     def flat_grad(self) -> tuple[Tensor, int] | None:
         """``leaf.grad`` holding the parameters' gradients (zeros for a parameter without
         one) and how many elements had a gradient; None when none has one."""
         grads = [p.grad for p in self.params]
-        buffer = self._grad_buffer
-        live = self._views_live and all(g is v for g, v in zip(grads, self._views, strict=True))
-        if live and buffer is not None:
-            self.leaf.grad = buffer
-            return buffer, self.leaf.numel()
+        if self._grad_buffer is not None and self.views_live():
+            self.leaf.grad = self._grad_buffer
+            return self._grad_buffer, self.leaf.numel()
         if all(g is None for g in grads):
             return None
         full = [
@@ -190,6 +191,9 @@ class LoraAdamW:
         named = [(n, p) for n, p in named_params if p.requires_grad]
         if not named:
             raise ValueError("LoraAdamW: no trainable parameters")
+        kinds = sorted({f"{p.device} {p.dtype}" for _, p in named})
+        if len(kinds) != 1:  # they share one flat gradient buffer
+            raise ValueError(f"LoraAdamW: the trainable parameters mix devices or dtypes: {kinds}")
         self.params: list[torch.nn.Parameter] = [p for _, p in named]
         self.names: list[str] = [n for n, _ in named]
         #: The hyperparameters of the last ``step`` call (``None`` before the first).
@@ -202,6 +206,9 @@ class LoraAdamW:
         self._group_of = {n: g for g in self._flat for n in g.names}
         groups = [{"params": [g.leaf], "lr": 0.0, "name": g.name} for g in self._flat]
         self.optimizer = _make_adamw(groups)
+        #: every group's gradient back to back, made on the first backward: the norm a
+        #: ``forward_backward`` reports is then one op
+        self._grads: Tensor | None = None
 
     def has_grad(self) -> bool:
         """Whether any gradient has been accumulated since the last step."""
@@ -214,9 +221,17 @@ class LoraAdamW:
 
     def install_grad_views(self) -> None:
         """Call before a backward: where nothing has accumulated, gradients then accumulate
-        in place into each group's flat buffer (:meth:`_FlatGroup.install_grad_views`)."""
+        in place into each group's flat buffer (:meth:`_FlatGroup.install_grad_views`),
+        each a slice of one buffer for all groups."""
+        if self._grads is None:
+            first = self._flat[0].leaf
+            total = sum(g.leaf.numel() for g in self._flat)
+            self._grads = torch.zeros(total, dtype=first.dtype, device=first.device)  # [N]
+        start = 0
         for group in self._flat:
-            group.install_grad_views()
+            size = group.leaf.numel()
+            group.install_grad_views(self._grads[start : start + size])
+            start += size
 
     def _gathered(self) -> list[tuple[Tensor, int]]:
         """Each group's flat gradient and its count of elements with a gradient (groups
@@ -225,6 +240,8 @@ class LoraAdamW:
 
     def grad_norm(self) -> float:
         """The global L2 norm of the accumulated gradients (0.0 with none)."""
+        if self._grads is not None and all(g.views_live() for g in self._flat):
+            return float(torch.linalg.vector_norm(self._grads, 2.0))
         flat = [grad for grad, _ in self._gathered()]
         return float(global_grad_norm(flat)) if flat else 0.0
 

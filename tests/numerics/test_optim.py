@@ -182,6 +182,15 @@ def test_gradients_accumulate_in_place_into_the_flat_buffer() -> None:
         weight_decay=HP.weight_decay,
     ).step()
     torch.testing.assert_close(a.detach(), ref_a.detach(), atol=1e-6, rtol=0)
+    # the next step's backward starts from zero in the same buffer
+    opt.install_grad_views()
+    assert a.grad is view
+    ref_a.grad = ref_b.grad = None
+    (x @ a.T @ b.T).sum().backward()
+    (x @ ref_a.T @ ref_b.T).sum().backward()
+    torch.testing.assert_close(a.grad, ref_a.grad)
+    expected = float(torch.cat([ref_a.grad.flatten(), ref_b.grad.flatten()]).norm())
+    assert opt.grad_norm() == pytest.approx(expected, rel=1e-6)
 
 
 def test_named_state_round_trip() -> None:
