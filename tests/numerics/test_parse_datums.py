@@ -82,6 +82,15 @@ def _broken(kind: str) -> list[TrainingDatum]:
         inputs["weights"][2] = "x"
     elif kind == "negative token":
         datums[0].tokens[0] = -1
+    # values numpy (the batched path's converter) would read where torch refuses them
+    elif kind == "numeric string weight":
+        inputs["weights"][1] = "1.5"
+    elif kind == "None weight":
+        inputs["weights"][1] = None
+    elif kind == "weight past float32's range":
+        inputs["weights"][1] = 1e39
+    elif kind == "numeric string target":
+        inputs["target_tokens"][1] = "5"
     return datums
 
 
@@ -95,6 +104,10 @@ def _broken(kind: str) -> list[TrainingDatum]:
         "weights missing in one datum",
         "string value",
         "negative token",
+        "numeric string weight",
+        "None weight",
+        "weight past float32's range",
+        "numeric string target",
     ],  # fmt: skip
 )
 def test_bad_datums_get_the_checked_paths_error(kind: str) -> None:
