@@ -2,9 +2,8 @@
 
 ``submit`` checks a request as botocore would (strict mode), copies it as JSON would
 (:func:`wire_copy`: so the caller mutating its lists later cannot change a queued op, as on
-the wire) and hands it to the
-client's ``BackgroundSubmitter``. The caller gets a ``PendingAPIFuture`` at once; a refused
-submit surfaces at ``result()``, as with the SDK.
+the wire) and hands it to the client's ``BackgroundSubmitter``. The caller gets a
+``PendingAPIFuture`` at once; a refused submit surfaces at ``result()``, as with the SDK.
 
 The future behind it, ``RuntimeFuture``, does not poll. It registers with the runtime's
 completion callback for its op, so ``result()`` blocks on an event (``await`` on an asyncio

@@ -117,28 +117,27 @@ class _FlatGroup:
             start += p.numel()
 
         #: the flat gradient buffer (a slice of the optimizer's one buffer) and each
-        #: parameter's view into it, bound on the first ``install_grad_views`` and reused
-        #: (zeroed) after every step
+        #: parameter's view into it, bound once (:meth:`bind_grad_buffer`), zeroed and
+        #: reinstalled before each step's first backward
         self._grad_buffer: Tensor | None = None
         self._views: list[Tensor] = []
         #: whether the parameters' gradients are currently those views
         self._views_live = False
 
-    def install_grad_views(self, buffer: Tensor) -> None:
+    def bind_grad_buffer(self, buffer: Tensor) -> None:
+        """Make ``buffer`` (``[N]``) this group's flat gradient and each parameter's view."""
+        self._grad_buffer = buffer
+        self._views = [
+            buffer[self.slices[n]].view_as(p) for n, p in zip(self.names, self.params, strict=True)
+        ]
+
+    def install_grad_views(self) -> None:
         """Before a backward with no gradient accumulated: give every parameter a zero
-        gradient that is a view into ``buffer`` (this group's flat gradient, ``[N]``, kept
-        for later calls), so autograd accumulates into it in place (it adds into an existing
-        gradient) and it needs no gathering."""
-        if any(p.grad is not None for p in self.params):
+        gradient that is its view into the bound buffer, so autograd accumulates into it in
+        place (it adds into an existing gradient) and it needs no gathering."""
+        if self._grad_buffer is None or any(p.grad is not None for p in self.params):
             return
-        if self._grad_buffer is None:
-            self._grad_buffer = buffer
-            self._views = [
-                buffer[self.slices[n]].view_as(p)
-                for n, p in zip(self.names, self.params, strict=True)
-            ]
-        else:
-            self._grad_buffer.zero_()
+        self._grad_buffer.zero_()
         for p, view in zip(self.params, self._views, strict=True):
             p.grad = view
         self._views_live = True
@@ -227,11 +226,12 @@ class LoraAdamW:
             first = self._flat[0].leaf
             total = sum(g.leaf.numel() for g in self._flat)
             self._grads = torch.zeros(total, dtype=first.dtype, device=first.device)  # [N]
-        start = 0
+            start = 0
+            for group in self._flat:
+                group.bind_grad_buffer(self._grads[start : start + group.leaf.numel()])
+                start += group.leaf.numel()
         for group in self._flat:
-            size = group.leaf.numel()
-            group.install_grad_views(self._grads[start : start + size])
-            start += size
+            group.install_grad_views()
 
     def _gathered(self) -> list[tuple[Tensor, int]]:
         """Each group's flat gradient and its count of elements with a gradient (groups
