@@ -246,7 +246,12 @@ class Engine(Protocol):
         ...
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
-        """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
+        """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``.
+
+        An engine may also offer ``compute_logprobs_batch(weights, prompts)``: the same for
+        several prompts, one list per prompt, the whole call raising if any prompt would. The
+        runtime then hands it concurrent calls on the same weights together.
+        """
         ...
 
     def save_package(self, directory: str, *, include_optimizer: bool, merge_weights: bool) -> None:

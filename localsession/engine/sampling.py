@@ -328,6 +328,43 @@ class BatchSampler:
         return chosen_S, lp_S
 
 
+#: Float32 logits one ``batch_logprobs`` forward may produce: prompts are grouped under it
+#: (SmolLM2-135M: 8 prompts of 256 tokens, 404 MB, in one forward).
+LOGPROB_LOGIT_BYTES = 512 * 2**20
+
+
+@torch.no_grad()
+def batch_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[list[int]],
+    pad_id: int,
+    vocab_size: int,
+    device: torch.device,
+) -> list[list[float]]:
+    """Each prompt's log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1, several prompts per
+    forward: right-padded with ``pad_id`` (causal attention: no position sees the padding
+    after it), in groups of at most ``LOGPROB_LOGIT_BYTES`` of float32 logits. One prompt
+    alone runs exactly as ``forward`` runs an unpadded datum. Eight prompts of 256 tokens on
+    SmolLM2-135M: 3.8 s in one forward, 4.3 s one at a time."""
+    out: list[list[float]] = []
+    start = 0
+    while start < len(prompts):
+        stop, width = start + 1, len(prompts[start])
+        while stop < len(prompts):
+            wider = max(width, len(prompts[stop]))
+            if (stop + 1 - start) * wider * vocab_size * 4 > LOGPROB_LOGIT_BYTES:
+                break
+            stop, width = stop + 1, wider
+        group = prompts[start:stop]
+        ids_BL = torch.tensor([p + [pad_id] * (width - len(p)) for p in group], device=device)
+        logits_BLV = model(input_ids=ids_BL, use_cache=False)["logits"]
+        lp_rows = token_logprobs(logits_BLV[:, :-1], ids_BL[:, 1:]).tolist()  # [B, L-1]
+        del logits_BLV
+        out.extend(row[: len(p) - 1] for row, p in zip(lp_rows, group, strict=True))
+        start = stop
+    return out
+
+
 @torch.no_grad()
 def prompt_logprobs(
     model: torch.nn.Module, tokens: list[int], device: torch.device, topk: int = 0

@@ -13,15 +13,13 @@ batch never sees a half-applied update (localsession.port threading contract).
   disabled); with a package directory they read that package's adapter snapshot, never the
   live training weights (docs/semantics.md#3). Snapshots are loaded lazily and cached (LRU);
   decoding runs on a plain copy of the model (``merged``): the base layers themselves for
-  the base, the snapshot merged into the weights in float32, held in the process-wide
-  ``MERGED_CACHE`` under its memory budget (a copy evicted from it is re-merged in place for
-  the next snapshot; a copy larger than the budget is never made, and that snapshot decodes
-  through the peft model over the shared base instead). ``compute_logprobs`` reads that
-  decoding model too (it agrees with ``forward`` to ~1e-6 for a merged snapshot, exactly for
-  the base). Prompt logprobs of a ``sample`` request swap the snapshot into the peft adapter
-  under the lock and restore the live tensors bit for bit afterwards, so they match
-  ``forward``. A request's ``on_token`` hears each token as it is decoded; requests may join
-  a running batch (``admit``).
+  the base, else the snapshot merged in float32, held in ``MERGED_CACHE`` under its budget
+  (a larger copy is never made: that snapshot decodes through the peft model instead).
+  ``compute_logprobs`` reads that model too, concurrent prompts in one right-padded forward
+  (a lone prompt agrees with ``forward`` exactly for the base, to ~1e-6 for a merged
+  snapshot). Prompt logprobs of a ``sample`` request swap the snapshot into the peft adapter
+  under the lock and restore the live tensors bit for bit, so they match ``forward``.
+  Requests may join a running batch (``admit``); ``on_token`` hears each decoded token.
 - ``save_package`` / ``load_package`` (docs/semantics.md#5, file formats in ``checkpoint``):
   tensors are copied under the lock and written outside it; a load reads and checks every
   file before anything live changes, then copies into the existing parameters so the
@@ -37,7 +35,7 @@ import gc
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +66,7 @@ from localsession.engine.merged import (
     remerge_,
 )
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
-from localsession.engine.sampling import BatchSampler, prompt_logprobs
+from localsession.engine.sampling import BatchSampler, batch_logprobs, prompt_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.train_step import loss_step
 from localsession.numerics.datums import parse_datums
@@ -232,12 +230,9 @@ class TorchEngine:
         joiner = admit and admitter(admit, checked, self.vocab_size, self.max_positions)
         key, snapshot = self._snapshots.get(weights)
         with self._mutex, torch.no_grad():
-            decoder = self._decoder(key, snapshot)
-            if decoder is not None:
+            decoder = self._decoder(key, snapshot)  # None: the peft model, snapshot swapped in
+            with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
-            else:
-                with self._use_weights(snapshot):
-                    grouped = self._sampler.run(checked, None, joiner)
             responses: list[dict[str, Any]] = [
                 {
                     "sequences": [
@@ -303,19 +298,23 @@ class TorchEngine:
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
         """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
+        return self.compute_logprobs_batch(weights, [tokens])[0]
+
+    def compute_logprobs_batch(
+        self, weights: str | None, prompts: list[list[int]]
+    ) -> list[list[float | None]]:
+        """``compute_logprobs`` of several prompts on the same weights, batched (port)."""
         self._check_open()
-        ids = check_logprobs_prompt(tokens, self.vocab_size, self.max_positions)
+        m = self._loaded
+        checked = [check_logprobs_prompt(t, self.vocab_size, self.max_positions) for t in prompts]
         key, snapshot = self._snapshots.get(weights)
         with self._mutex, torch.no_grad():
-            # the sampler's model (merged: one matmul per linear layer, no adapter swap)
-            decoder = self._decoder(key, snapshot)
-            if decoder is not None:
-                values, _ = prompt_logprobs(decoder, ids, self._loaded.device, 0)
-            else:
-                with self._use_weights(snapshot):
-                    values, _ = prompt_logprobs(self._loaded.model, ids, self._loaded.device, 0)
-        self._trim(len(ids) * (self._token_bytes + 4 * self.vocab_size))
-        return [None, *values[1:]]
+            decoder = self._decoder(key, snapshot)  # the sampler's model, when there is one
+            with nullcontext() if decoder is not None else self._use_weights(snapshot):
+                model = decoder if decoder is not None else m.model
+                rows = batch_logprobs(model, checked, m.pad_id, self.vocab_size, m.device)
+        self._trim(sum(map(len, checked)) * (self._token_bytes + 4 * self.vocab_size))
+        return [[None, *row] for row in rows]
 
     # -- packages -----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from localsession.engine import sampling
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import AdamHyperparams, EngineInputError, SampleRequest
@@ -166,6 +167,29 @@ def test_compute_logprobs_matches_forward(tiny_engine: TorchEngine) -> None:
     fwd = tiny_engine.forward([make_datum(tokens)], "cross_entropy", None)
     expected = fwd["lossFnOutputs"][0]["logprobs"]["data"][:-1]  # position t predicts t + 1
     torch.testing.assert_close(torch.tensor(got[1:]), torch.tensor(expected), atol=1e-6, rtol=0)
+
+
+def test_compute_logprobs_batch_agrees_with_the_base_model_prompt_by_prompt(
+    tiny_engine: TorchEngine, tiny_base: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prompts of different lengths in one call (right-padded together, and split into
+    several forwards under a small logit budget) each get their own unpadded logprobs,
+    checked against the plain base model's log-softmax, one prompt at a time."""
+    base, _ = tiny_base
+    prompts = [[257, *b"a longer prompt here"], [257, *b"hi"], [257], [257, *b"mid size"]]
+    got_all = tiny_engine.compute_logprobs_batch(None, prompts)
+    width, vocab = max(map(len, prompts)), tiny_engine.vocab_size
+    monkeypatch.setattr(sampling, "LOGPROB_LOGIT_BYTES", 2 * width * vocab * 4)  # 2 a forward
+    for got in (got_all, tiny_engine.compute_logprobs_batch(None, prompts)):
+        assert [len(g) for g in got] == [len(p) for p in prompts]
+        for prompt, values in zip(prompts, got, strict=True):
+            assert values[0] is None
+            logprobs = torch.log_softmax(full_logits(base, prompt)[:-1], dim=-1)
+            targets = torch.tensor(prompt[1:], dtype=torch.long)
+            expected = logprobs[torch.arange(len(prompt) - 1), targets]
+            torch.testing.assert_close(torch.tensor(values[1:]), expected, atol=1e-5, rtol=0)
+    with pytest.raises(EngineInputError, match="outside the vocabulary"):
+        tiny_engine.compute_logprobs_batch(None, [[257, 1], [257, vocab]])
 
 
 def test_prompt_logprobs_and_topk(tiny_engine: TorchEngine, tiny_base: tuple[Any, Any]) -> None:

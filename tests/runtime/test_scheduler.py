@@ -230,3 +230,75 @@ def test_jobs_queued_during_a_batch_join_it() -> None:
         assert engine.batches[1:] == [(None, [6])]  # after the other session's job
     finally:
         scheduler.close()
+
+
+class LogprobBatchStub(StubEngine):
+    """Offers ``compute_logprobs_batch``: records each call's prompts; a batch holding a
+    prompt that starts with -1 fails as a whole, as the torch engine's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logprob_calls: list[list[list[int]]] = []
+
+    def compute_logprobs_batch(
+        self, weights: str | None, prompts: list[list[int]]
+    ) -> list[list[float | None]]:
+        self.logprob_calls.append(prompts)
+        if any(p[0] == -1 for p in prompts):
+            raise EngineInputError("prompt holds token id -1")
+        return [[None] + [float(-len(p))] * (len(p) - 1) for p in prompts]
+
+    def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
+        return self.compute_logprobs_batch(weights, [tokens])[0]
+
+
+def submit_logprobs(
+    sched: SamplingScheduler, session: Any, prompt: list[int], weights: str | None = None
+) -> Operation:
+    op = Operation(kind="computeLogprobs", body={}, id=str(uuid.uuid4()))
+    sched.submit(make_job(session, op, weights, None, prompt))
+    return op
+
+
+def test_concurrent_compute_logprobs_run_as_one_call_where_the_engine_batches() -> None:
+    """A burst on the same weights is one ``compute_logprobs_batch`` call, each op with its
+    own prompt's result; other weights wait for their own call; a batch that fails reruns
+    one call at a time, so only the bad prompt fails."""
+    scheduler = SamplingScheduler(gather_quiet_s=0.5, gather_max_s=10.0)
+    try:
+        engine = LogprobBatchStub()
+        session = StubSession(engine)
+        prompts = [[1] * n for n in (3, 5, 2)]
+        ops = [submit_logprobs(scheduler, session, p) for p in prompts]
+        other = submit_logprobs(scheduler, session, [1, 1], weights="pkg")
+        assert all(op.done.wait(10) for op in [*ops, other])
+        assert engine.logprob_calls == [prompts, [[1, 1]]]
+        assert [op.result["logprobs"] for op in ops if op.result] == [
+            [None, -3.0, -3.0],
+            [None, -5.0, -5.0, -5.0, -5.0],
+            [None, -2.0],
+        ]
+        engine.logprob_calls.clear()
+        mixed = [submit_logprobs(scheduler, session, p) for p in ([1, 1], [-1, 1], [1, 1, 1])]
+        assert all(op.done.wait(10) for op in mixed)
+        assert [op.status for op in mixed] == [COMPLETED, FAILED, COMPLETED]
+        assert engine.logprob_calls[0] == [[1, 1], [-1, 1], [1, 1, 1]]  # together first
+        assert len(engine.logprob_calls) == 4  # then one by one
+    finally:
+        scheduler.close()
+
+
+def test_compute_logprobs_of_an_engine_without_the_batch_method_run_one_by_one() -> None:
+    scheduler = SamplingScheduler(gather_quiet_s=0.5, gather_max_s=10.0)
+    try:
+        engine = StubEngine()
+        session = StubSession(engine)
+        started = time.monotonic()
+        ops = [submit_logprobs(scheduler, session, [1, 2, 3]) for _ in range(3)]
+        assert all(op.done.wait(10) for op in ops)
+        assert engine.batches == [(None, [-1])] * 3
+        # gathering would wait a 0.5 s quiet period before each of the three: >= 1.5 s
+        assert time.monotonic() - started < 1.2
+        assert all(op.result == {"logprobs": [None, -1.0, -1.0]} for op in ops)
+    finally:
+        scheduler.close()

@@ -4,7 +4,9 @@ Requests queue up while the engine is busy; when it frees up, the scheduler take
 waiting, groups it by (session, weights), and runs each group as one batch: every stream
 (request × ``num_samples``) of the group shares the same batched, KV-cached decode steps
 (docs/semantics.md#3, "Batching"). So 32 concurrent ``sample`` calls become one batched
-generation instead of 32 sequential ones.
+generation instead of 32 sequential ones. Concurrent ``compute_logprobs`` calls on the same
+weights are likewise gathered and run as one engine call, where the engine offers
+``compute_logprobs_batch`` (port); otherwise each runs alone, with no gathering wait.
 
 - **Gathering:** concurrent ``sample`` calls arrive a few hundred microseconds apart, so after
   the first job the scheduler waits until the queue has been quiet for ``GATHER_QUIET_S``
@@ -91,22 +93,23 @@ class SamplingScheduler:
                 self._cond.wait()
             if self._closing:
                 return None
-            if self._jobs[0].request is not None:
-                self._gather()
+            head = self._jobs[0]
+            logprobs = head.request is None
+            if logprobs and not _batches_logprobs(head):
+                return [self._jobs.popleft()]
+            self._gather()
             if self._closing:
                 return None
             first = self._jobs.popleft()
             batch = [first]
-            if first.request is None:
-                return batch
-            budget = MAX_BATCH_SEQUENCES - first.request.num_samples
+            budget = MAX_BATCH_SEQUENCES - _sequences(first)
             keep: deque[_Job] = deque()
             while self._jobs:
                 job = self._jobs.popleft()
                 same = job.session is first.session and job.weights == first.weights
-                if same and job.request is not None and job.request.num_samples <= budget:
+                if same and (job.request is None) == logprobs and _sequences(job) <= budget:
                     batch.append(job)
-                    budget -= job.request.num_samples
+                    budget -= _sequences(job)
                 else:
                     keep.append(job)
             self._jobs = keep
@@ -202,10 +205,14 @@ class SamplingScheduler:
         assert engine is not None
         try:
             if batch[0].request is None:
-                job = batch[0]
-                logprobs = engine.compute_logprobs(job.weights, job.tokens)
-                session.add_sample_usage(len(job.tokens), 0)
-                job.op.finish(COMPLETED, result={"logprobs": logprobs})
+                run_many = getattr(engine, "compute_logprobs_batch", None)
+                if run_many is None or len(batch) == 1:  # several come only with the method
+                    results = [engine.compute_logprobs(job.weights, job.tokens) for job in batch]
+                else:
+                    results = run_many(batch[0].weights, [job.tokens for job in batch])
+                for job, logprobs in zip(batch, results, strict=True):
+                    session.add_sample_usage(len(job.tokens), 0)
+                    job.op.finish(COMPLETED, result={"logprobs": logprobs})
                 return True
             requests = [job.request for job in batch if job.request is not None]
             if isolate and getattr(engine, "admits_requests", False):
@@ -233,6 +240,16 @@ class SamplingScheduler:
             session.add_sample_usage(prefill, decoded)
             job.op.finish(COMPLETED, result=response)
         return True
+
+
+def _sequences(job: _Job) -> int:
+    """The rows a job adds to a batch: its samples, or one prompt (``compute_logprobs``)."""
+    return 1 if job.request is None else job.request.num_samples
+
+
+def _batches_logprobs(job: _Job) -> bool:
+    """Whether ``job``'s engine runs several ``compute_logprobs`` calls as one (port)."""
+    return hasattr(job.session.engine, "compute_logprobs_batch")
 
 
 def make_job(
