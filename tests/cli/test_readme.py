@@ -42,7 +42,7 @@ def test_every_file_a_readme_names_exists(readme: Path) -> None:
 
 def _snippet() -> str:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Using it") :]
+    section = text[text.index("### In-process, with one import changed") :]
     start = section.index("```python\n") + len("```python\n")
     return section[start : section.index("\n```", start)]
 

@@ -171,7 +171,10 @@ def _wait_for(mark: Path, timeout: float = 120.0) -> None:
 
 
 def _staged(home: Path) -> list[Path]:
-    return [p for p in (home / "packages" / ".tmp").iterdir()]
+    """What staging holds; the registry makes ``.tmp`` on its first write, so a home that
+    has not been written yet has none, and nothing staged."""
+    staging = home / "packages" / ".tmp"
+    return list(staging.iterdir()) if staging.is_dir() else []
 
 
 def _check_registry_on_disk(home: Path, expected_versions: list[int]) -> None:
