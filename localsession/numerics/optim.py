@@ -119,14 +119,12 @@ class _FlatGroup:
         #: the flat gradient buffer (a slice of the optimizer's one buffer) and each
         #: parameter's view into it, bound once (:meth:`bind_grad_buffer`), zeroed and
         #: reinstalled before each step's first backward
-        self._grad_buffer: Tensor | None = None
+        self.grad_buffer: Tensor | None = None
         self._views: list[Tensor] = []
-        #: whether the parameters' gradients are currently those views
-        self._views_live = False
 
     def bind_grad_buffer(self, buffer: Tensor) -> None:
         """Make ``buffer`` (``[N]``) this group's flat gradient and each parameter's view."""
-        self._grad_buffer = buffer
+        self.grad_buffer = buffer
         self._views = [
             buffer[self.slices[n]].view_as(p) for n, p in zip(self.names, self.params, strict=True)
         ]
@@ -135,25 +133,20 @@ class _FlatGroup:
         """Before a backward with no gradient accumulated: give every parameter a zero
         gradient that is its view into the bound buffer, so autograd accumulates into it in
         place (it adds into an existing gradient) and it needs no gathering."""
-        if self._grad_buffer is None or any(p.grad is not None for p in self.params):
+        if self.grad_buffer is None or any(p.grad is not None for p in self.params):
             return
-        self._grad_buffer.zero_()
+        self.grad_buffer.zero_()
         for p, view in zip(self.params, self._views, strict=True):
             p.grad = view
-        self._views_live = True
-
-    def views_live(self) -> bool:
-        """Whether the parameters' gradients are the views into the flat buffer."""
-        grads = (p.grad for p in self.params)
-        return self._views_live and all(g is v for g, v in zip(grads, self._views, strict=True))
 
     def flat_grad(self) -> tuple[Tensor, int] | None:
         """``leaf.grad`` holding the parameters' gradients (zeros for a parameter without
         one) and how many elements had a gradient; None when none has one."""
         grads = [p.grad for p in self.params]
-        if self._grad_buffer is not None and self.views_live():
-            self.leaf.grad = self._grad_buffer
-            return self._grad_buffer, self.leaf.numel()
+        views = zip(grads, self._views, strict=True)
+        if self.grad_buffer is not None and all(g is v for g, v in views):  # still the views
+            self.leaf.grad = self.grad_buffer
+            return self.grad_buffer, self.leaf.numel()
         if all(g is None for g in grads):
             return None
         full = [
@@ -167,7 +160,6 @@ class _FlatGroup:
         for p in self.params:
             p.grad = None
         self.leaf.grad = None
-        self._views_live = False
 
 
 class LoraAdamW:
@@ -178,8 +170,9 @@ class LoraAdamW:
     elementwise update, bit for bit, at a fraction of the per-tensor cost (fused AdamW on
     the tiny model's 28 adapter tensors: 634 µs; on the same values in 2 buffers: 303 µs).
     Before a backward, :meth:`install_grad_views` makes each parameter's gradient a view
-    into its group's flat gradient buffer, so autograd accumulates into it in place and the
-    global norm is one op per group (the engine reports it after every ``forward_backward``).
+    into its group's slice of one flat gradient buffer, so autograd accumulates into it in
+    place and the global norm (the engine reports it after every ``forward_backward``, and
+    ``step`` clips by it) is one op.
     Gradients set any other way are gathered into the buffers at the step. A parameter
     without a gradient, in a group where another has one, steps with a zero gradient
     (``torch.optim.AdamW`` would skip it; a LoRA model's backward reaches every adapter
@@ -238,12 +231,18 @@ class LoraAdamW:
         without any gradient left out)."""
         return [f for f in (g.flat_grad() for g in self._flat) if f is not None]
 
+    def _total_norm(self, flat: list[Tensor]) -> Tensor:
+        """The global L2 norm of the groups' flat gradients ``flat`` (from :meth:`_gathered`):
+        one op over the shared buffer when every group's gradient is its slice of it."""
+        whole = self._grads is not None and len(flat) == len(self._flat)
+        if whole and all(f is g.grad_buffer for f, g in zip(flat, self._flat, strict=True)):
+            return torch.linalg.vector_norm(self._grads, 2.0)
+        return global_grad_norm(flat)
+
     def grad_norm(self) -> float:
         """The global L2 norm of the accumulated gradients (0.0 with none)."""
-        if self._grads is not None and all(g.views_live() for g in self._flat):
-            return float(torch.linalg.vector_norm(self._grads, 2.0))
         flat = [grad for grad, _ in self._gathered()]
-        return float(global_grad_norm(flat)) if flat else 0.0
+        return float(self._total_norm(flat)) if flat else 0.0
 
     def _set_hyperparameters(self, hp: AdamHyperparams) -> None:
         ratio = hp.lora_plus_lr_ratio if hp.lora_plus_lr_ratio is not None else 1.0
@@ -266,7 +265,7 @@ class LoraAdamW:
             return metrics
         flat_grads = [grad for grad, _ in gathered]
         updated = sum(count for _, count in gathered)
-        total_norm = global_grad_norm(flat_grads)
+        total_norm = self._total_norm(flat_grads)
         norm = float(total_norm)
         metrics["grad_norm"] = norm if math.isfinite(norm) else 0.0
         if hp.learning_rate == 0.0:  # docs/semantics.md#2: weights stay bit-identical

@@ -194,15 +194,37 @@ def test_gradients_accumulate_in_place_into_the_flat_buffer() -> None:
 
 
 def test_named_state_round_trip() -> None:
-    named = make_params()
+    """Each parameter's moments, cut out of its group's flat buffer, are torch.optim.AdamW's
+    for that parameter alone (two matrices of different shapes per group, so a wrong slice
+    shows), and they load back unchanged."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = {
+        "q.lora_A.w": (2, 3),
+        "k.lora_A.w": (4, 3),
+        "q.lora_B.w": (3, 2),
+        "k.lora_B.w": (5, 4),
+    }
+    named = [(n, torch.nn.Parameter(torch.randn(s, generator=gen))) for n, s in shapes.items()]
+    ref = [torch.nn.Parameter(p.detach().clone()) for _, p in named]
+    ref_opt = torch.optim.AdamW(
+        ref,
+        lr=HP.learning_rate,
+        betas=(HP.beta1, HP.beta2),
+        eps=HP.eps,
+        weight_decay=HP.weight_decay,
+    )
     opt = LoraAdamW(named)
     for step in range(2):
-        for (_, p), g in zip(named, grads_for(step, named), strict=True):
-            p.grad = g
+        for (_, p), q, g in zip(named, ref, grads_for(step, named), strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
         opt.step(HP)
+        ref_opt.step()
     saved = opt.named_state()
     assert {n: m.step for n, m in saved.items()} == {n: 2 for n, _ in named}
-    other = make_params(seed=1)
+    for (name, _), q in zip(named, ref, strict=True):
+        torch.testing.assert_close(saved[name].exp_avg, ref_opt.state[q]["exp_avg"])
+        torch.testing.assert_close(saved[name].exp_avg_sq, ref_opt.state[q]["exp_avg_sq"])
+    other = [(n, torch.nn.Parameter(torch.zeros(s))) for n, s in shapes.items()]
     restored = LoraAdamW(other)
     restored.load_named_state(saved, HP)
     again = restored.named_state()
