@@ -15,7 +15,14 @@ from typing import Any
 import torch
 
 from localsession.numerics.datums import Batch, finite_or_raise, fwd_result
-from localsession.numerics.losses import ClipConfig, compute_loss, datum_metrics, token_logprobs
+from localsession.numerics.losses import (
+    ClipConfig,
+    batch_metrics,
+    datum_metrics,
+    datum_sums,
+    loss_terms,
+    token_logprobs,
+)
 from localsession.numerics.optim import LoraAdamW
 
 #: Padded tokens per training micro-batch on a CPU (:func:`chunked_backward`).
@@ -42,6 +49,8 @@ def loss_step(
     trainable parameters ``optimizer`` steps when ``backward``. Returns the wire result
     (``fwd_result``) with ``actor/grad_norm``: the norm of all gradients accumulated so far."""
     rows = chunk_rows(batch, device, vocab_size)
+    inputs = batch.loss_inputs()
+    sums: list[float] | None = None  # each datum's Σ ℓ, where already read back
     if backward:
         optimizer.install_grad_views()  # gradients then accumulate into its flat buffers
     if backward and rows < len(batch.lengths):
@@ -52,12 +61,13 @@ def loss_step(
         out = model(input_ids=batch.tokens_BT, use_cache=False)
         lp_BT = token_logprobs(out["logits"], batch.targets_BT, batch.temperature_BT)
         del out
-        loss_BT, metrics = compute_loss(loss_fn, lp_BT, batch.loss_inputs(), clip)
-        total = loss_BT.sum()
-        finite_or_raise(float(total.detach()), "the loss")  # before any gradient is added
+        loss_BT = loss_terms(loss_fn, lp_BT, inputs, clip)
+        sums = datum_sums(loss_BT)  # the one read-back before the backward
+        finite_or_raise(sum(sums), "the loss")  # before any gradient is added
+        metrics = batch_metrics(loss_fn, lp_BT, inputs, clip, sums)
         if backward:
-            total.backward()
-    values = datum_metrics(loss_fn, lp_BT, loss_BT, batch.loss_inputs(), clip)
+            loss_BT.sum().backward()
+    values = datum_metrics(loss_fn, lp_BT, loss_BT, inputs, clip, sums)
     # the norm of the gradient accumulated so far (this pass's included): the SDK keeps
     # the last chunk's, which is then the whole batch's
     norm = optimizer.grad_norm()
@@ -105,10 +115,9 @@ def chunked_backward(
             logits_BTV = model(input_ids=sub.tokens_BT, use_cache=False)["logits"]
             lp_BT = token_logprobs(logits_BTV, sub.targets_BT, sub.temperature_BT)
             del logits_BTV
-            loss_BT, _ = compute_loss(loss_fn, lp_BT, sub.loss_inputs(), clip)
-            total = loss_BT.sum()
-            finite_or_raise(float(total.detach()), "the loss")
-            total.backward()
+            loss_BT = loss_terms(loss_fn, lp_BT, sub.loss_inputs(), clip)
+            finite_or_raise(sum(datum_sums(loss_BT)), "the loss")
+            loss_BT.sum().backward()
             pad = (0, width - lp_BT.shape[1])  # back to the batch's width
             lp_parts.append(torch.nn.functional.pad(lp_BT.detach(), pad))
             loss_parts.append(torch.nn.functional.pad(loss_BT.detach(), pad))
@@ -120,6 +129,6 @@ def chunked_backward(
                 else:
                     p.grad.copy_(grad)
         raise
-    lp_all = torch.cat(lp_parts)
-    _, metrics = compute_loss(loss_fn, lp_all, batch.loss_inputs(), clip)
-    return lp_all, torch.cat(loss_parts), metrics
+    lp_all, loss_all = torch.cat(lp_parts), torch.cat(loss_parts)
+    metrics = batch_metrics(loss_fn, lp_all, batch.loss_inputs(), clip, datum_sums(loss_all))
+    return lp_all, loss_all, metrics

@@ -80,13 +80,15 @@ class Batch:
         )
 
     def loss_inputs(self) -> LossInputs:
-        """The per-position inputs of ``losses.compute_loss``."""
+        """The per-position inputs of the losses (``numerics/losses.py``); no mask when no
+        row is padded."""
+        padded = min(self.lengths) < self.mask_BT.shape[1]
         return LossInputs(
             weights=self.weights_BT,
             sampler_logprobs=self.logprobs_BT,
             advantages=self.advantages_BT,
             ref_logprobs=self.ref_log_prob_BT,
-            mask=self.mask_BT,
+            mask=self.mask_BT if padded else None,
         )
 
 

@@ -48,12 +48,15 @@ __all__ = [
     "RL_LOSSES",
     "ClipConfig",
     "LossInputs",
+    "batch_metrics",
     "check_loss_fn",
     "cispo",
     "clip_config",
     "compute_loss",
     "cross_entropy",
+    "datum_sums",
     "importance_sampling",
+    "loss_terms",
     "ppo",
     "ppo_clipped_side",
     "token_logprobs",
@@ -199,9 +202,13 @@ def _row_weighted_mean(values_BT: Tensor, w_BT: Tensor) -> Tensor:
     return torch.nan_to_num(out_B, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-@torch.no_grad()
 def datum_metrics(
-    loss_fn: str, lp: Tensor, loss: Tensor, inputs: LossInputs, clip: ClipConfig
+    loss_fn: str,
+    lp: Tensor,
+    loss: Tensor,
+    inputs: LossInputs,
+    clip: ClipConfig,
+    sums: list[float] | None = None,
 ) -> dict[str, list[float]]:
     """Each datum's (row's) diagnostics, under the SDK's ``actor/*`` names:
 
@@ -211,15 +218,15 @@ def datum_metrics(
     - ``actor/kl_ref`` (when ``ref_logprobs`` is given): Σ w·(lp − ref) / Σ w.
 
     ``lp`` and ``loss`` are ``[B, T]`` (or one datum's ``[T]``); ``loss`` is the elementwise ℓ
-    :func:`compute_loss` returned. Every value is finite.
+    :func:`compute_loss` returned; ``sums``, its :func:`datum_sums` when the caller has them.
+    Every value is finite.
     """
-    lp_BT, loss_BT = _rows(lp.detach()), _rows(loss.detach())
-    out: dict[str, list[float]] = {"actor/pg_loss": [_finite(x) for x in loss_BT.sum(-1).tolist()]}
+    lp_BT = _rows(lp.detach())
+    sums = datum_sums(loss) if sums is None else sums
+    out: dict[str, list[float]] = {"actor/pg_loss": [_finite(x) for x in sums]}
     if loss_fn not in RL_LOSSES and inputs.ref_logprobs is None:
         return out  # cross_entropy: the weighted means below are not reported
-    w_BT = _rows(inputs.weights)
-    if inputs.mask is not None:
-        w_BT = torch.where(_rows(inputs.mask), w_BT, torch.zeros_like(w_BT))
+    w_BT = _rows(_active_weights(inputs))  # every tensor here is detached: no graph
     if loss_fn in RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
@@ -235,26 +242,15 @@ def _mean(values: list[float]) -> float:
     return _finite(math.fsum(values) / len(values)) if values else 0.0
 
 
-def compute_loss(
-    loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig
-) -> tuple[Tensor, dict[str, float]]:
-    """Elementwise ℓ (zero at masked positions) and one batch's metrics (docs/semantics.md#1).
-
-    Metrics: ``loss`` and ``actor/pg_loss``, the mean over datums (rows; a 1-D input is one
-    datum) of each datum's Σ ℓ; for RL losses ``actor/pg_clipfrac`` (weighted fraction of
-    positions where clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w);
-    ``actor/kl_ref`` (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given; the last
-    three over the whole batch's tokens. All finite. The gradient of ``ℓ.sum()`` is the
-    plain sum.
+def loss_terms(loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig) -> Tensor:
+    """Elementwise ℓ (zero at masked positions); its plain sum is what is differentiated.
 
     Positions that cannot contribute (weight 0, or padding) have ``q`` replaced by ``lp``
     (ratio 1) before the loss, so whatever a caller put there (a ``-1e4`` placeholder on
     prompt tokens, say) can neither overflow ``exp`` nor leak a ``0·inf = NaN`` gradient.
     """
     check_loss_fn(loss_fn)
-    w = inputs.weights
-    if inputs.mask is not None:
-        w = torch.where(inputs.mask, w, torch.zeros_like(w))
+    w = _active_weights(inputs)
     if loss_fn == "cross_entropy":
         loss = cross_entropy(lp, w)
     else:
@@ -271,17 +267,51 @@ def compute_loss(
             loss = cispo(lp, q, adv, w, clip.low, clip.high)
     if inputs.mask is not None:
         loss = torch.where(inputs.mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
-    datum_loss = _rows(loss.detach()).sum(-1).tolist()
-    metrics = {"loss": _mean(datum_loss)}
+    return loss
+
+
+def _active_weights(inputs: LossInputs) -> Tensor:
+    """The weights, zero at masked (padding) positions."""
+    if inputs.mask is None:
+        return inputs.weights
+    return torch.where(inputs.mask, inputs.weights, torch.zeros_like(inputs.weights))
+
+
+def datum_sums(loss: Tensor) -> list[float]:
+    """Each datum's (row's) Σ ℓ of an elementwise loss ``[B, T]`` (or one datum's ``[T]``),
+    as computed: a non-finite sum stays non-finite."""
+    return _rows(loss.detach()).sum(-1).tolist()  # type: ignore[no-any-return]
+
+
+def batch_metrics(
+    loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig, sums: list[float]
+) -> dict[str, float]:
+    """One batch's metrics (docs/semantics.md#1) from its per-datum loss ``sums``
+    (:func:`datum_sums`): ``loss`` and ``actor/pg_loss``, the mean over datums of each
+    datum's Σ ℓ; for RL losses ``actor/pg_clipfrac`` (weighted fraction of positions where
+    clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w); ``actor/kl_ref``
+    (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given; the last three over the
+    whole batch's tokens. All finite."""
+    metrics = {"loss": _mean(sums)}
     metrics["actor/pg_loss"] = metrics["loss"]
-    with torch.no_grad():
-        lp_d = lp.detach()
-        if loss_fn in RL_LOSSES:
-            assert inputs.sampler_logprobs is not None and inputs.advantages is not None
-            q, adv = inputs.sampler_logprobs, inputs.advantages
-            clipped = clipped_positions(loss_fn, lp_d - q, adv, clip)
-            metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w.dtype), w)
-            metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w)
-        if inputs.ref_logprobs is not None:
-            metrics["actor/kl_ref"] = _weighted_mean(lp_d - inputs.ref_logprobs, w)
-    return loss, metrics
+    if loss_fn not in RL_LOSSES and inputs.ref_logprobs is None:
+        return metrics
+    w, lp_d = _active_weights(inputs), lp.detach()  # detached throughout: no graph
+    if loss_fn in RL_LOSSES:
+        assert inputs.sampler_logprobs is not None and inputs.advantages is not None
+        q, adv = inputs.sampler_logprobs, inputs.advantages
+        clipped = clipped_positions(loss_fn, lp_d - q, adv, clip)
+        metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w.dtype), w)
+        metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w)
+    if inputs.ref_logprobs is not None:
+        metrics["actor/kl_ref"] = _weighted_mean(lp_d - inputs.ref_logprobs, w)
+    return metrics
+
+
+def compute_loss(
+    loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig
+) -> tuple[Tensor, dict[str, float]]:
+    """Elementwise ℓ (:func:`loss_terms`) and one batch's metrics (:func:`batch_metrics`).
+    The gradient of ``ℓ.sum()`` is the plain sum."""
+    loss = loss_terms(loss_fn, lp, inputs, clip)
+    return loss, batch_metrics(loss_fn, lp, inputs, clip, datum_sums(loss))

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import AdamHyperparams, LossConfig, SampleRequest, TrainingDatum
+from localsession.port import (
+    AdamHyperparams,
+    EngineInputError,
+    LossConfig,
+    SampleRequest,
+    TrainingDatum,
+)
 
 from .helpers import make_datum, outputs_without, random_tokens, untimed
 
@@ -163,3 +169,25 @@ def test_batch_invariance_with_31_others(tiny_engine: TorchEngine) -> None:
         torch.testing.assert_close(
             torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-5, rtol=0
         )
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_overflowing_loss_raises_before_any_gradient(
+    make_engine: Callable[..., TorchEngine], monkeypatch: pytest.MonkeyPatch, chunked: bool
+) -> None:
+    """importance_sampling with logprobs 200 nats below the model's: r = exp(200) overflows
+    float32, so the loss is infinite; the op raises and the gradients stay as they were
+    (whole batch, and micro-batched where the overflow is in the second chunk)."""
+    if chunked:
+        monkeypatch.setattr("localsession.engine.train_step.CHUNK_TOKENS", 4)  # a row a chunk
+    engine = make_engine()
+    good = make_datum([1, 2, 3, 4], logprobs=[-5.0] * 4, advantages=[1.0] * 4)
+    engine.forward_backward([good], "importance_sampling", None, backward=True)
+    before = grads(engine)
+    assert before
+    bad = make_datum([5, 6, 7, 8], logprobs=[-200.0] * 4, advantages=[1.0] * 4)
+    with pytest.raises(EngineInputError, match="the loss is not finite"):
+        engine.forward_backward([good, bad], "importance_sampling", None, backward=True)
+    after = grads(engine)
+    assert after.keys() == before.keys()
+    assert all(torch.equal(after[name], before[name]) for name in before)

@@ -11,10 +11,13 @@ import torch
 from localsession.numerics.losses import (
     ClipConfig,
     LossInputs,
+    batch_metrics,
     cispo,
     clip_config,
     compute_loss,
     cross_entropy,
+    datum_metrics,
+    datum_sums,
     importance_sampling,
     ppo,
     token_logprobs,
@@ -181,3 +184,17 @@ def test_config_overrides_and_bounds() -> None:
 def test_unknown_loss_fn_rejected() -> None:
     with pytest.raises(EngineInputError, match="dpo"):
         clip_config("dpo", None)
+
+
+def test_datum_sums_keep_a_non_finite_row_and_metrics_take_the_given_sums() -> None:
+    loss = t([[1.0, 2.0, 0.5], [math.inf, 1.0, 0.0]])
+    assert datum_sums(loss) == [3.5, math.inf]  # read back as computed, for the finite check
+    inputs = LossInputs(weights=torch.ones(2, 3))
+    clip = ClipConfig(0.8, 1.2)
+    values = datum_metrics("cross_entropy", torch.zeros(2, 3), loss, inputs, clip, [7.0, 9.0])
+    assert values["actor/pg_loss"] == [7.0, 9.0]  # the caller's sums, not summed again
+    assert datum_metrics("cross_entropy", torch.zeros(2, 3), loss, inputs, clip) == {
+        "actor/pg_loss": [3.5, 0.0]  # summed here; the infinite one reported as 0
+    }
+    metrics = batch_metrics("cross_entropy", torch.zeros(2, 3), inputs, clip, [3.0, 5.0])
+    assert metrics == {"loss": 4.0, "actor/pg_loss": 4.0}

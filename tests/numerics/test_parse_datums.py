@@ -133,3 +133,17 @@ def test_a_datum_past_the_context_length_is_refused() -> None:
     assert "maximum context length of 8" in _message(
         lambda: parse_datums(datums, "cross_entropy", VOCAB, PAD, CPU, max_length=8)
     )
+
+
+def test_loss_inputs_mask_only_a_padded_batch() -> None:
+    rng = random.Random(3)
+    even = parse_datums(
+        [_datum(rng, 5, ("weights",)) for _ in range(3)], "cross_entropy", VOCAB, PAD, CPU
+    )
+    assert even.loss_inputs().mask is None  # every position is real: nothing to mask
+    ragged = parse_datums(
+        [_datum(rng, n, ("weights",)) for n in (5, 2)], "cross_entropy", VOCAB, PAD, CPU
+    )
+    mask = ragged.loss_inputs().mask
+    assert mask is not None
+    assert mask.tolist() == [[True] * 5, [True, True, False, False, False]]
