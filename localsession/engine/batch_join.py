@@ -35,16 +35,19 @@ class Live:
 
 def joinable(cache: Any) -> bool:
     """Whether rows can join ``cache``: a transformers ``DynamicCache`` whose layers are all
-    plain full-attention ``DynamicLayer`` s (keys/values [S, H, L, D])."""
+    plain full-attention ``DynamicLayer`` s or our ``RoomyLayer`` s (keys/values [S, H, L, D])."""
     try:
         from transformers.cache_utils import DynamicCache, DynamicLayer
+
+        from localsession.engine.kv_room import RoomyLayer
     except ImportError:  # pragma: no cover - transformers is a dependency
         return False
     layers: Any = getattr(cache, "layers", None)
+    plain = (DynamicLayer, RoomyLayer)
     return (
         type(cache) is DynamicCache
         and bool(layers)
-        and all(type(layer) is DynamicLayer and layer.keys is not None for layer in layers)
+        and all(type(layer) in plain and layer.keys is not None for layer in layers)
     )
 
 

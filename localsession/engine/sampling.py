@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from localsession.engine.batch_join import Live, joinable, pad_left
+from localsession.engine.kv_room import make_roomy
 from localsession.engine.streams import SampledStream
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
     apply_temperature,
@@ -168,6 +169,8 @@ class BatchSampler:
         row_of = {r: k for k, r in enumerate(used)}
         index = torch.tensor([row_of[s.request] for s in rows], device=self.device)
         cache.batch_select_indices(index)
+        if joinable(cache):  # decode steps then write in place (kv_room.py)
+            make_roomy(cache, max(s.max_tokens for s in rows))
         return Live(
             rows=rows,
             cache=cache,
@@ -321,9 +324,9 @@ class BatchSampler:
                 for s in rows
             ]
             u_S = torch.tensor(draws, dtype=torch.float32).to(self.device)
-            chosen_S = torch.where(
-                greedy_S, logits_SV.argmax(dim=-1), sample_from_logits(filtered_SV, u_S)
-            )
+            chosen_S = sample_from_logits(filtered_SV, u_S)
+            if bool(greedy_S.any()):  # a pass over the logits only where a row is greedy
+                chosen_S = torch.where(greedy_S, logits_SV.argmax(dim=-1), chosen_S)
         lp_S = logprobs_SV.gather(-1, chosen_S.unsqueeze(-1)).squeeze(-1)
         return chosen_S, lp_S
 

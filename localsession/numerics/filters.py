@@ -12,8 +12,13 @@ from torch import Tensor
 
 
 def apply_temperature(logits_SV: Tensor, temperature_S: Tensor) -> Tensor:
-    """logits / T per row; rows with T == 0 (greedy) are returned unscaled."""
-    t_S = torch.where(temperature_S > 0, temperature_S, torch.ones_like(temperature_S))
+    """logits / T per row; rows with T == 0 (greedy) are returned unscaled. When no row
+    scales (every T is 1 or 0) the logits come back as they are, which is what dividing by
+    1 gives, without a pass over them."""
+    unscaled_S = temperature_S <= 0
+    if bool(((temperature_S == 1) | unscaled_S).all()):
+        return logits_SV
+    t_S = torch.where(unscaled_S, torch.ones_like(temperature_S), temperature_S)
     return logits_SV / t_S.to(logits_SV.dtype).unsqueeze(-1)
 
 

@@ -29,6 +29,15 @@ def test_temperature_scales_rows_and_leaves_greedy_rows() -> None:
     logits = torch.tensor([[2.0, 4.0], [2.0, 4.0], [2.0, 4.0]])
     out = apply_temperature(logits, torch.tensor([0.5, 2.0, 0.0]))
     torch.testing.assert_close(out, torch.tensor([[4.0, 8.0], [1.0, 2.0], [2.0, 4.0]]))
+    mixed = apply_temperature(logits, torch.tensor([1.0, 0.5, 0.0]))
+    torch.testing.assert_close(mixed, torch.tensor([[2.0, 4.0], [4.0, 8.0], [2.0, 4.0]]))
+
+
+def test_temperatures_of_one_and_zero_leave_the_logits_as_they_are() -> None:
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    out = apply_temperature(logits, torch.tensor([1.0, 0.0, 1.0]))
+    assert out is logits  # no pass over them
+    assert torch.equal(out, logits / 1.0)
 
 
 def test_top_k_keeps_k_largest_per_row() -> None:
