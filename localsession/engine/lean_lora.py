@@ -54,10 +54,10 @@ def _plain(layer: torch.nn.Module) -> bool:
     """Whether ``layer`` is a peft LoRA ``Linear`` in the case :class:`LeanLoraLinear`
     computes: over an ``nn.Linear``, with only this engine's adapter, which has no dropout,
     no bias of its own and no variant (DoRA and the like)."""
-    if type(layer) is not LoraLinear or type(layer.base_layer) is not torch.nn.Linear:
-        return False
     return (
-        list(layer.lora_A) == [ADAPTER_NAME]
+        type(layer) is LoraLinear
+        and type(layer.base_layer) is torch.nn.Linear
+        and list(layer.lora_A) == [ADAPTER_NAME]
         and not layer.lora_variant
         and layer.lora_B[ADAPTER_NAME].bias is None
         and isinstance(layer.lora_dropout[ADAPTER_NAME], torch.nn.Identity)
