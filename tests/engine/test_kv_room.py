@@ -10,6 +10,7 @@ from transformers.cache_utils import DynamicCache
 
 from localsession.engine.builtin import build_builtin
 from localsession.engine.kv_room import FIRST_ROOM, RoomyLayer, make_roomy
+from localsession.engine.sampling import _forward_kwargs, _output_cache
 
 from .conftest import TINY
 
@@ -58,9 +59,10 @@ def test_transformers_own_operations_assign_through_it() -> None:
 
 def _decode(model: Any, roomy: bool, steps: int) -> list[torch.Tensor]:
     ids_RL = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    cache_kw, _ = _forward_kwargs(model)  # as the sampler passes it
     with torch.no_grad():
         out = model(input_ids=ids_RL, use_cache=True)
-        cache = out.past_key_values
+        cache = _output_cache(out)
         assert type(cache) is DynamicCache
         if roomy:
             make_roomy(cache, steps)
@@ -68,7 +70,7 @@ def _decode(model: Any, roomy: bool, steps: int) -> list[torch.Tensor]:
         logits = [out.logits[:, -1]]
         for _ in range(steps):
             next_R1 = logits[-1].argmax(-1, keepdim=True)
-            out = model(input_ids=next_R1, past_key_values=cache, use_cache=True)
+            out = model(input_ids=next_R1, use_cache=True, **{cache_kw: cache})
             logits.append(out.logits[:, -1])
     return logits
 
@@ -82,7 +84,7 @@ def test_a_model_decodes_the_same_logits_through_it() -> None:
 def test_a_large_max_tokens_reserves_only_the_first_room() -> None:
     model, _ = build_builtin(TINY)
     with torch.no_grad():
-        cache = model(input_ids=torch.tensor([[5, 6, 7]]), use_cache=True).past_key_values
+        cache = _output_cache(model(input_ids=torch.tensor([[5, 6, 7]]), use_cache=True))
     make_roomy(cache, 100_000)  # a max_tokens far past what streams usually draw
     for layer in cache.layers:
         assert layer._k.buffer.shape[-2] == layer._v.buffer.shape[-2] == 3 + FIRST_ROOM
