@@ -79,10 +79,8 @@ class _Grown:
 class RoomyLayer(DynamicLayer):  # type: ignore[misc]
     """A ``DynamicLayer`` whose appends write into spare room (see the module docstring)."""
 
-    def __init__(self) -> None:
-        self._k = _Grown(None)
-        self._v = _Grown(None)
-        super().__init__()
+    _k: _Grown  # set through ``keys`` (DynamicLayer's __init__ assigns None first)
+    _v: _Grown
 
     @property  # type: ignore[override]
     def keys(self) -> Tensor | None:
