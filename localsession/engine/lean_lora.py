@@ -16,7 +16,8 @@ where ``x'`` is ``x`` in the adapter's dtype. These are the same operations in t
 order as peft's vanilla-LoRA path, so outputs and gradients are bit for bit equal
 (tests/engine/test_lean_lora.py). Anything else the layer can be asked to do (adapters
 disabled, merged weights, extra arguments, another active adapter) goes to peft's own
-forward. The layer's ``scaling`` and parameters are read on every call, so a swapped-in
+forward, and a layer with hooks (accelerate's, on a disk-offloaded base) is never
+re-classed. The layer's ``scaling`` and parameters are read on every call, so a swapped-in
 snapshot (snapshots.py) is seen.
 """
 
@@ -53,7 +54,8 @@ class LeanLoraLinear(LoraLinear):  # type: ignore[misc]
 def _plain(layer: torch.nn.Module) -> bool:
     """Whether ``layer`` is a peft LoRA ``Linear`` in the case :class:`LeanLoraLinear`
     computes: over an ``nn.Linear``, with only this engine's adapter, which has no dropout,
-    no bias of its own and no variant (DoRA and the like)."""
+    no bias of its own and no variant (DoRA and the like), and with no hooks on it or its
+    sub-modules."""
     return (
         type(layer) is LoraLinear
         and type(layer.base_layer) is torch.nn.Linear
@@ -61,7 +63,21 @@ def _plain(layer: torch.nn.Module) -> bool:
         and not layer.lora_variant
         and layer.lora_B[ADAPTER_NAME].bias is None
         and isinstance(layer.lora_dropout[ADAPTER_NAME], torch.nn.Identity)
+        and all(_unhooked(m) for m in _parts(layer))
     )
+
+
+def _parts(layer: Any) -> tuple[torch.nn.Module, ...]:
+    """A LoRA layer and the sub-modules whose weights its forward uses."""
+    return (layer, layer.base_layer, *layer.lora_A.values(), *layer.lora_B.values())
+
+
+def _unhooked(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` runs nothing but its forward: no torch hooks and no
+    accelerate hook (which brings disk-offloaded weights in for the call, placement.py), so
+    its weights may be used directly."""
+    hooks = (module._forward_hooks, module._forward_pre_hooks)
+    return not any(hooks) and getattr(module, "_hf_hook", None) is None
 
 
 def install(peft_model: torch.nn.Module) -> int:

@@ -103,3 +103,31 @@ def test_layers_it_does_not_cover_keep_peft_forward() -> None:
         with_dropout = get_peft_model(base, config)
     assert lean_lora.install(with_dropout) == 0
     assert not any(isinstance(m, LeanLoraLinear) for m in with_dropout.modules())
+
+
+def test_a_hooked_layer_keeps_peft_forward_and_its_hook_runs() -> None:
+    """A hook on a base layer (accelerate's hooks bring disk-offloaded weights in this way)
+    must run, so that layer is left to peft; the model still computes what peft computes."""
+    base, _ = build_builtin(TINY)
+    hooked = base.model.layers[0].self_attn.q_proj
+    calls: list[int] = []
+
+    def doubled_input(module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+        calls.append(1)
+        return (args[0] * 2.0,)
+
+    hooked.register_forward_pre_hook(doubled_input)
+    accelerate_like = base.model.layers[1].mlp.down_proj
+    accelerate_like._hf_hook = object()  # what accelerate's add_hook_to_module sets
+    model = apply_lora(base, rank=4, alpha=8, seed=0)
+    plain = [type(m) for m in model.modules() if isinstance(m, LoraLinear)]
+    assert plain.count(LoraLinear) == 2 and plain.count(LeanLoraLinear) == 12
+    reference = copy.deepcopy(model)
+    for module in reference.modules():
+        if type(module) is LeanLoraLinear:
+            module.__class__ = LoraLinear
+    ids_BT = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got = model(input_ids=ids_BT, use_cache=False).logits
+        assert calls  # the hook ran inside the lean model's forward
+        assert torch.equal(got, reference(input_ids=ids_BT, use_cache=False).logits)
