@@ -26,17 +26,22 @@ def grads_for(step: int, params: list[tuple[str, torch.nn.Parameter]]) -> list[t
 HP = AdamHyperparams(learning_rate=1e-2, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1)
 
 
-def test_matches_torch_adamw_over_several_steps() -> None:
-    named = make_params()
-    ref = [torch.nn.Parameter(p.detach().clone()) for _, p in named]
-    opt = LoraAdamW(named)
-    ref_opt = torch.optim.AdamW(
-        ref,
+def torch_adamw(params: list[torch.nn.Parameter]) -> torch.optim.AdamW:
+    """The reference: torch's own AdamW with ``HP``'s hyperparameters."""
+    return torch.optim.AdamW(
+        params,
         lr=HP.learning_rate,
         betas=(HP.beta1, HP.beta2),
         eps=HP.eps,
         weight_decay=HP.weight_decay,
     )
+
+
+def test_matches_torch_adamw_over_several_steps() -> None:
+    named = make_params()
+    ref = [torch.nn.Parameter(p.detach().clone()) for _, p in named]
+    opt = LoraAdamW(named)
+    ref_opt = torch_adamw(ref)
     for step in range(3):
         for (_, p), r, g in zip(named, ref, grads_for(step, named), strict=True):
             p.grad, r.grad = g.clone(), g.clone()
@@ -174,13 +179,7 @@ def test_gradients_accumulate_in_place_into_the_flat_buffer() -> None:
     metrics = opt.step(HP)
     assert metrics["grad_norm"] == pytest.approx(expected, rel=1e-6)
     assert metrics["num_params_updated"] == 48 and a.grad is None and b.grad is None
-    torch.optim.AdamW(
-        [ref_a, ref_b],
-        lr=HP.learning_rate,
-        betas=(HP.beta1, HP.beta2),
-        eps=HP.eps,
-        weight_decay=HP.weight_decay,
-    ).step()
+    torch_adamw([ref_a, ref_b]).step()
     torch.testing.assert_close(a.detach(), ref_a.detach(), atol=1e-6, rtol=0)
     # the next step's backward starts from zero in the same buffer
     opt.install_grad_views()
@@ -206,13 +205,7 @@ def test_named_state_round_trip() -> None:
     }
     named = [(n, torch.nn.Parameter(torch.randn(s, generator=gen))) for n, s in shapes.items()]
     ref = [torch.nn.Parameter(p.detach().clone()) for _, p in named]
-    ref_opt = torch.optim.AdamW(
-        ref,
-        lr=HP.learning_rate,
-        betas=(HP.beta1, HP.beta2),
-        eps=HP.eps,
-        weight_decay=HP.weight_decay,
-    )
+    ref_opt = torch_adamw(ref)
     opt = LoraAdamW(named)
     for step in range(2):
         for (_, p), q, g in zip(named, ref, grads_for(step, named), strict=True):
