@@ -50,13 +50,11 @@ def loss_step(
     (``fwd_result``) with ``actor/grad_norm``: the norm of all gradients accumulated so far."""
     rows = chunk_rows(batch, device, vocab_size)
     inputs = batch.loss_inputs()
-    sums: list[float] | None = None  # each datum's Σ ℓ, where already read back
     if backward:
         optimizer.install_grad_views()  # gradients then accumulate into its flat buffers
     if backward and rows < len(batch.lengths):
-        lp_BT, loss_BT, metrics = chunked_backward(
-            model, optimizer.params, batch, loss_fn, clip, rows
-        )
+        lp_BT, loss_BT = chunked_backward(model, optimizer.params, batch, loss_fn, clip, rows)
+        sums = datum_sums(loss_BT)  # each datum's Σ ℓ, for both metric sets
     else:
         out = model(input_ids=batch.tokens_BT, use_cache=False)
         lp_BT = token_logprobs(out["logits"], batch.targets_BT, batch.temperature_BT)
@@ -64,9 +62,10 @@ def loss_step(
         loss_BT = loss_terms(loss_fn, lp_BT, inputs, clip)
         sums = datum_sums(loss_BT)  # the one read-back before the backward
         finite_or_raise(sum(sums), "the loss")  # before any gradient is added
-        metrics = batch_metrics(loss_fn, lp_BT, inputs, clip, sums)
         if backward:
             loss_BT.sum().backward()
+    # metrics over the whole batch's logprobs, as unchunked
+    metrics = batch_metrics(loss_fn, lp_BT, inputs, clip, sums)
     values = datum_metrics(loss_fn, lp_BT, loss_BT, inputs, clip, sums)
     # the norm of the gradient accumulated so far (this pass's included): the SDK keeps
     # the last chunk's, which is then the whole batch's
@@ -95,15 +94,16 @@ def chunked_backward(
     loss_fn: str,
     clip: ClipConfig,
     step: int,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-    """Forward + backward ``step`` rows at a time, accumulating gradients.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward + backward ``step`` rows at a time, accumulating gradients. -> the whole
+    batch's logprobs and elementwise loss, ``[B, T]`` each.
 
     On a CPU a batch past ~4k tokens outgrows the caches and runs slower per token
     (measured: 128×128 tokens at 0.6× the tokens/s of 32×128, raw torch too), and a
     large vocabulary's logits and activations set the peak memory; the summed loss
-    makes micro-batching exact up to float rounding. Metrics are computed
-    once over the whole batch's logprobs, as unchunked. A non-finite chunk puts the
-    gradients back as they were before this call, then raises.
+    makes micro-batching exact up to float rounding. The caller computes the metrics over
+    the whole batch's logprobs, as unchunked. A non-finite chunk puts the gradients back as
+    they were before this call, then raises.
     """
     before = [None if p.grad is None else p.grad.clone() for p in params]
     width = batch.tokens_BT.shape[1]
@@ -129,6 +129,4 @@ def chunked_backward(
                 else:
                     p.grad.copy_(grad)
         raise
-    lp_all, loss_all = torch.cat(lp_parts), torch.cat(loss_parts)
-    metrics = batch_metrics(loss_fn, lp_all, batch.loss_inputs(), clip, datum_sums(loss_all))
-    return lp_all, loss_all, metrics
+    return torch.cat(lp_parts), torch.cat(loss_parts)

@@ -191,3 +191,33 @@ def test_an_overflowing_loss_raises_before_any_gradient(
     after = grads(engine)
     assert after.keys() == before.keys()
     assert all(torch.equal(after[name], before[name]) for name in before)
+
+
+@pytest.mark.parametrize("loss_fn", RL_LOSSES)
+def test_micro_batched_backward_reports_what_one_pass_reports(
+    make_engine: Callable[..., TorchEngine], monkeypatch: pytest.MonkeyPatch, loss_fn: str
+) -> None:
+    """The CPU's micro-batching (train_step.chunked_backward, one row a chunk here) gives the
+    unchunked pass's metrics, per-datum outputs and gradients, to float rounding."""
+    whole, chunked = make_engine(seed=3), make_engine(seed=3)
+    for engine in (whole, chunked):  # one identical step so LoRA B is non-zero
+        engine.forward_backward(rl_datums(50), "cross_entropy", None, backward=True)
+        engine.optim_step(AdamHyperparams(learning_rate=1e-2))
+    datums = rl_datums(seed=7)  # rows of different lengths: the batch is padded
+    expected = whole.forward_backward(datums, loss_fn, CONFIG, backward=True)
+    monkeypatch.setattr("localsession.engine.train_step.CHUNK_TOKENS", 1)
+    got = chunked.forward_backward(datums, loss_fn, CONFIG, backward=True)
+    want, have = untimed(expected["metrics"]), untimed(got["metrics"])
+    assert want.keys() == have.keys()
+    for key, value in want.items():
+        assert have[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    for o_want, o_have in zip(expected["lossFnOutputs"], got["lossFnOutputs"], strict=True):
+        assert o_want.keys() == o_have.keys()
+        for key in o_want:
+            assert o_have[key]["data"] == pytest.approx(o_want[key]["data"], rel=1e-5, abs=1e-6)
+    g_want, g_have = grads(whole), grads(chunked)
+    assert g_want.keys() == g_have.keys()
+    for name, g in g_want.items():
+        # sums over chunks add in another order: float32 rounding, relative to the tensor
+        scale = float(g.abs().max())
+        torch.testing.assert_close(g_have[name], g, rtol=1e-5, atol=1e-5 * scale)
