@@ -237,6 +237,10 @@ class FakeService:
     def backoff(self, seconds: float) -> None:
         """A client's wait before retrying a refused submit: none, in the fakes."""
 
+    def run_here(self, name: str, operation_id: str) -> None:
+        """Nothing: in the fakes every op runs on its session's worker, where the clock's
+        gate holds it."""
+
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         if not self._manual:
             return self.runtime.wait_operation(name, operation_id, timeout)

@@ -204,7 +204,13 @@ class EngineSpec:
 
 
 class Engine(Protocol):
-    """One session's model: the trainable adapter plus the weights samplers may read."""
+    """One session's model: the trainable adapter plus the weights samplers may read.
+
+    Training calls come one at a time, usually from the session's worker thread. An engine
+    may also offer ``runs_in_caller()``: True when the calling thread may make them too
+    (a caller running its own op, runtime/sessions/caller_runs.py). Without it, they come
+    only from the worker.
+    """
 
     def forward_backward(
         self,

@@ -7,10 +7,11 @@ the wire) and hands it to the client's ``BackgroundSubmitter``. The caller gets 
 
 The future behind it, ``RuntimeFuture``, does not poll. It registers with the runtime's
 completion callback for its op, so ``result()`` blocks on an event (``await`` on an asyncio
-future set from the runtime's thread). Only then is the op's result read, once, with the SDK's
-transient-error budget. ``done()`` is the SDK's: True only once a wait has learnt the outcome
-(a result or a failed op), never merely because the op finished, and never because a request
-for it failed.
+future set from the runtime's thread). A ``result()`` without a timeout on a training op first
+offers to run it on the caller's thread (``run_here``: the runtime decides). Only then is the
+op's result read, once, with the SDK's transient-error budget. ``done()`` is the SDK's: True
+only once a wait has learnt the outcome (a result or a failed op), never merely because the op
+finished, and never because a request for it failed.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class RuntimeFuture(APIFuture[_Value]):
         self._watch = lambda fn: local.on_operation_done(session_name, operation_id, fn)
         self._finished = threading.Event()
         self._watch(self._finished.set)
+        # a training op's waiter may run it itself (runtime/sessions/caller_runs.py)
+        self._run_here = (lambda: local.run_here(session_name, operation_id)) if training else None
 
     def _read_final(self) -> _Value:
         body = call_with_transient_retry(
@@ -81,6 +84,8 @@ class RuntimeFuture(APIFuture[_Value]):
     def result(self, timeout: float | None = None) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
+        if timeout is None and self._run_here is not None and not self._finished.is_set():
+            self._run_here()  # no time limit to honour: the op may run on this thread
         if not self._finished.wait(timeout):
             raise self._out_of_time(timeout)
         return self._read_final()

@@ -46,6 +46,11 @@ class InProcessExtension(Protocol):
     def on_operation_done(
         self, name: str, operation_id: str, callback: Callable[[], None]
     ) -> None: ...
+    def run_here(self, name: str, operation_id: str) -> None:
+        """Run a queued training op on the calling thread if it may run there, else
+        return at once (the caller then waits as usual)."""
+        ...
+
     def get_tokenizer(self, name: str) -> Any: ...
     def backoff(self, seconds: float) -> None:
         """Wait before a client retries a throttled or 5xx-refused request."""

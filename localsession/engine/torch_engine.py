@@ -58,16 +58,11 @@ from localsession.engine.checkpoint import (
 from localsession.engine.compiled import TrainingForward
 from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
 from localsession.engine.loading import LoadedModel
-from localsession.engine.merged import (
-    MERGED_CACHE,
-    can_merge,
-    merged_bytes,
-    plain_model,
-    remerge_,
-)
+from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
 from localsession.engine.sampling import BatchSampler, batch_logprobs, prompt_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
+from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
 from localsession.numerics.datums import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
@@ -160,6 +155,9 @@ class TorchEngine:
             }
 
     # -- training -----------------------------------------------------------------------
+
+    #: whether a training op may run on the calling thread (port.Engine.runs_in_caller)
+    runs_in_caller = staticmethod(plain_torch_thread)
 
     def forward_backward(
         self,

@@ -39,8 +39,9 @@ from localsession.runtime.packages.listing import ModelPackages
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.paging import page
 from localsession.runtime.sessions.dataplane import DataPlane, Observer
-from localsession.runtime.sessions.lifecycle import DELETABLE, PackageMismatch, Session
+from localsession.runtime.sessions.lifecycle import DELETABLE, Session
 from localsession.runtime.sessions.operations import Operation
+from localsession.runtime.sessions.run_op import PackageMismatch
 from localsession.runtime.sessions.scheduler import SamplingScheduler
 from localsession.runtime.sessions.table import SessionTable
 
@@ -350,6 +351,16 @@ class Service:
         """Call ``callback()`` once the op is terminal (at once if it is), from the finishing
         thread: the non-blocking form of :meth:`wait_operation`, for an event loop."""
         self.dataplane.on_operation_done(name, operation_id, callback)
+
+    def run_here(self, name: str, operation_id: str) -> None:
+        """For a caller about to wait on a training op: run it, and the queued ops before
+        it, on the calling thread when they may run there (runtime/sessions/caller_runs.py);
+        else (an unknown session included) return at once."""
+        try:
+            session = self.session(name)
+        except errors.ServiceError:
+            return  # the caller's read of the result reports it
+        session.run_here(operation_id)
 
     def backoff(self, seconds: float) -> None:
         """How an in-process client waits before retrying a throttled request: real time."""

@@ -18,8 +18,9 @@ from localsession.runtime import errors
 from localsession.runtime.chat import protocol, streaming
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.sessions import stops
-from localsession.runtime.sessions.lifecycle import ACTIVE, PackageMismatch, Session
+from localsession.runtime.sessions.lifecycle import ACTIVE, Session
 from localsession.runtime.sessions.operations import COMPLETED, Operation
+from localsession.runtime.sessions.run_op import PackageMismatch
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
 

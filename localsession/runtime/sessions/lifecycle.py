@@ -1,11 +1,13 @@
 """One training session: its status machine, its engine and the worker that runs its ops.
 
-Training ops run one at a time on the session's worker thread, strictly in sequence-number
-order (docs/semantics.md#4): the session's ``TrainingQueue`` (runtime/sessions/training_queue.py)
-decides which op is next, and the session waits, Blocked while a missing number holds later
-ops. A failed op changes no state and later ops still run. Stopping skips what is still
-queued; completed results stay readable until the session is deleted. What a session's
-on-disk record holds, and how one is restored, is runtime/sessions/persist.py's.
+Training ops run one at a time, strictly in sequence-number order (docs/semantics.md#4), on
+the session's worker thread or on a caller waiting for them (``run_here``, the rules in
+runtime/sessions/caller_runs.py); ``running_op`` says which op runs, wherever it runs. The
+session's ``TrainingQueue`` (runtime/sessions/training_queue.py) decides which op is next,
+and the session waits, Blocked while a missing number holds later ops. What an op does is
+runtime/sessions/run_op.py's. A failed op changes no state and later ops still run. Stopping
+skips what is still queued; completed results stay readable until the session is deleted.
+What a session's on-disk record holds, and how one is restored, is runtime/sessions/persist.py's.
 """
 
 from __future__ import annotations
@@ -19,17 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from localsession import vocab
-from localsession.port import (
-    Engine,
-    EngineConfigError,
-    EngineInputError,
-    EngineSpec,
-    ResolvedModel,
-)
+from localsession.port import Engine, EngineConfigError, EngineSpec, ResolvedModel
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
-from localsession.runtime.packages.registry import CHECKPOINT, MODEL, Registry
-from localsession.runtime.sessions.operations import COMPLETED, FAILED, Operation
+from localsession.runtime.packages.registry import Registry
+from localsession.runtime.sessions.caller_runs import QUICK_S, interrupts_held
+from localsession.runtime.sessions.operations import FAILED, PENDING, TERMINAL, Operation
+from localsession.runtime.sessions.run_op import PackageMismatch, execute
 from localsession.runtime.sessions.training_queue import TrainingQueue
 
 logger = logging.getLogger(__name__)
@@ -43,11 +41,6 @@ ACTIVE = frozenset({CREATED, vocab.SESSION_SCHEDULED, RUNNING, BLOCKED})
 #: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
 NOT_STOPPABLE = frozenset({STOPPING, STOPPED, vocab.SESSION_FAILED, DELETING, DELETION_FAILED})
 DELETABLE = frozenset({STOPPED, vocab.SESSION_FAILED, EXPIRED, DELETION_FAILED})
-DEFAULT_GROUP = vocab.DEFAULT_GROUP
-
-
-class PackageMismatch(Exception):
-    """A package whose base model (or, for training, LoRA rank) does not fit the session."""
 
 
 def _now() -> datetime:
@@ -90,11 +83,13 @@ class Session:
         self.ops: dict[str, Operation] = {}
         self.cond = threading.Condition()
         self.running_op: Operation | None = None
+        #: op kind -> whether it last ran within caller_runs.QUICK_S
+        self._quick: dict[str, bool] = {}
         self._engine_factory = engine_factory
         #: The service's catalog lookup, to tell whether a package's base model is this one.
         self._resolve_model = resolve_model
-        self._registry = registry
-        self._faults = faults
+        self.registry = registry
+        self.faults = faults
         #: The package ``loadWeightsForSampling`` pointed this session's samplers at.
         self.sampling_package: str | None = None
         self._worker = threading.Thread(target=self._run, name=f"localsession-{name}", daemon=True)
@@ -207,13 +202,19 @@ class Session:
                 self.cond.notify_all()
 
     def _next_op(self) -> Operation | None:
-        """Wait for the op holding the next sequence number; None once the session ends."""
+        """Wait for the op holding the next sequence number and mark it running; None once
+        the session ends."""
         with self.cond:
             while self.status in (RUNNING, BLOCKED):
+                if self.running_op is not None:  # a caller runs one (run_here)
+                    self.cond.wait()
+                    continue
                 step = self.queue.advance(time.monotonic())
                 if isinstance(step, Operation):
                     if self.status == BLOCKED:
                         self._set_status(RUNNING)
+                    self.running_op = step
+                    step.start()
                     return step
                 if step is None:  # nothing queued
                     self.cond.wait()
@@ -245,90 +246,64 @@ class Session:
             if self.status == CREATED:
                 self._set_status(RUNNING)
         while (op := self._next_op()) is not None:
-            with self.cond:
-                self.running_op = op
-                op.start()
-            self._execute(engine, op)
+            self._run_one(engine, op)
+        with self.cond:  # a caller may still be running an op (run_here)
+            self.cond.wait_for(lambda: self.running_op is None)
+        engine.close()
+
+    def run_here(self, operation_id: str) -> None:
+        """Run the queued training ops up to ``operation_id`` on the calling thread, if
+        they may run there (runtime/sessions/caller_runs.py); else return at once and leave
+        them to the worker."""
+        engine = self.engine
+        runs_in_caller = getattr(engine, "runs_in_caller", None)
+        if engine is None or runs_in_caller is None or not runs_in_caller():
+            return
+        with interrupts_held() as held:
+            while held and (op := self._take_quick(operation_id)) is not None:
+                self._run_one(engine, op)
+
+    def _take_quick(self, operation_id: str) -> Operation | None:
+        """The next op, marked running, while ``operation_id`` has not run, nothing runs,
+        and the next op is queued and of a quick kind; else None."""
+        with self.cond:
+            mine = self.ops.get(operation_id)
+            if mine is None or mine.status != PENDING or mine.seq is None:
+                return None
+            if self.status != RUNNING or self.running_op is not None:
+                return None
+            step = self.queue.peek()
+            if step is None or not self._quick.get(step.kind, False):
+                return None
+            self.queue.advance(time.monotonic())
+            self.running_op = step
+            step.start()
+            return step
+
+    def _run_one(self, engine: Engine, op: Operation) -> None:
+        """Run ``op`` (marked running), then free the session for the next one."""
+        started = time.monotonic()
+        try:
+            execute(self, engine, op)
+        finally:
+            if op.status not in TERMINAL:  # interrupted (a second Ctrl-C in run_here)
+                op.finish(
+                    FAILED,
+                    error="The operation was interrupted (a second Ctrl-C) while it ran; part "
+                    "of it may have taken effect, such as part of a forward_backward's gradient.",
+                )
             with self.cond:
                 self.running_op = None
                 self.last_activity = time.monotonic()
-        engine.close()
-
-    def _execute(self, engine: Engine, op: Operation) -> None:
-        if self._faults is not None and self._faults.armed:
-            failure = self._faults.on_execute(op.kind)
-            if failure is not None:  # an injected fault (runtime/faults.py): nothing changes
-                op.finish(FAILED, error=failure)
-                return
-        try:
-            if op.kind in ("forward", "forwardBackward"):
-                result = engine.forward_backward(
-                    op.body["datumList"],
-                    op.body["lossFnName"],
-                    op.body.get("lossFnConfig"),
-                    backward=op.kind == "forwardBackward",
-                )
-                tokens = int(result.get("metrics", {}).get("global_token_num", 0))
-                with self.cond:
-                    self.usage["TrainingTokenCount"] += tokens
-                op.finish(COMPLETED, result=result, token_usage={"trainingTokens": tokens})
-            elif op.kind == "optimizerStep":
-                metrics = engine.optim_step(op.body["adamParamsConfig"])
-                op.finish(COMPLETED, result={"metrics": metrics})
-            elif op.kind in ("saveState", "saveWeights"):
-                arn = self._save(engine, op.kind, op.body)
-                op.finish(COMPLETED, result={"modelPackageArn": arn})
-            elif op.kind == "loadState":
-                path = self.compatible_package(op.body["modelPackageArn"], training=True)
-                engine.load_package(str(path), load_optimizer=bool(op.body["loadOptimizer"]))
-                op.finish(COMPLETED, result={})
-            else:  # pragma: no cover - validate.py admits only the kinds above
-                op.finish(FAILED, error=f"Unsupported operation {op.kind}")
-        except Exception as exc:  # noqa: BLE001 - an op failure must not kill the worker
-            if isinstance(exc, OSError) and op.kind in ("saveState", "saveWeights"):
-                # A package the registry could not write: name the file and the fix.
-                where = f"{exc.filename}: " if exc.filename else ""
-                logger.error("session %s: %s op %s failed: %s", self.name, op.kind, op.id, exc)
-                op.finish(
-                    FAILED,
-                    error=f"{op.kind} failed: {where}{exc.strerror or exc}. The model package "
-                    "registry lives under LOCALSESSION_HOME (default ~/.localsession); make it "
-                    "writable or point LOCALSESSION_HOME at a writable directory.",
-                )
-                return
-            expected = (EngineInputError, PackageMismatch)
-            if not isinstance(exc, (errors.ServiceError, *expected)):
-                logger.exception("session %s: %s op %s crashed", self.name, op.kind, op.id)
-            details = errors.op_error_details(exc, f"running {op.kind}", expected)
-            op.finish(FAILED, error=details)
-
-    def _save(self, engine: Engine, kind: str, body: dict[str, Any]) -> str:
-        """Write a CHECKPOINT (saveState) or MODEL (saveWeights) package; return its ARN."""
-        checkpoint = kind == "saveState"
-        merged = bool(body.get("mergeWeights"))
-        info = self._registry().create(
-            self.details.get("ModelPackageGroupArn") or DEFAULT_GROUP,
-            kind=CHECKPOINT if checkpoint else MODEL,
-            base_model=self.spec.base_model,
-            lora_rank=self.spec.rank,
-            lora_alpha=self.spec.alpha,
-            description=body.get("description") or f"{kind} of training session {self.name}",
-            session=self.name,
-            merged=merged,
-            write=lambda tmp: engine.save_package(
-                str(tmp), include_optimizer=checkpoint, merge_weights=merged
-            ),
-            region=self.region,
-            s3_output_path=self.s3_output_path(),
-        )
-        return info.arn
+                self._quick[op.kind] = self.last_activity - started <= QUICK_S
+                self.cond.notify_all()
 
     def compatible_package(self, arn: str, *, training: bool = False) -> Path:
         """The directory of package ``arn`` if it fits this session: the same base model
         always; for ``training`` (loadState, which restores the adapter and its optimizer in
         place) also the same LoRA rank. Samplers read any rank and alpha: the engine uses the
         package's own adapter config."""
-        info = self._registry().get(arn)
+        info = self.registry().get(arn)
         # Equal names need no resolution (which reads the model map and the HF cache); this
         # runs on every sampling request that names a package.
         same_base = info.base_model == self.spec.base_model
@@ -350,7 +325,7 @@ class Session:
                 f"session's adapter has rank {self.spec.rank}. Create the session with "
                 f"rank={info.lora_rank} (create_training_client_from_state defaults to 32)."
             )
-        return self._registry().path(arn)
+        return self.registry().path(arn)
 
     def add_sample_usage(self, prefill: int, decode: int) -> None:
         with self.cond:

@@ -100,6 +100,13 @@ class TrainingQueue:
         self.last_received = max(self.last_received, seq)
         return True
 
+    def peek(self) -> Operation | None:
+        """The op ``advance`` would release now; None for a gap or an empty queue."""
+        seq = self.next_seq
+        while seq in self._lost:
+            seq += 1
+        return self._waiting.get(seq)
+
     def advance(self, now: float) -> Operation | Gap | None:
         """Release the op holding the next number; else the ``Gap`` to wait on (recording
         the missing numbers lost once it has lasted ``gap_timeout`` since ``now`` first saw

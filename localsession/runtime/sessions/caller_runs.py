@@ -1,0 +1,58 @@
+"""When a caller waiting on its training op may run that op on its own thread.
+
+An in-process ``result()`` with no timeout would otherwise hand the op to the session's
+worker and sleep until the worker hands the result back: two thread wake-ups, and the op's
+Python runs on a thread whose caches went cold while it slept. For a short op (a 1×8
+``forward_backward`` on a tiny model takes ~8 ms) that hand-off was a few tenths of a
+millisecond, a visible share. So the session lets the waiting caller run the ops up to its
+own, when all of these hold (``Session.run_here``):
+
+- the session is Running, no op is running and the next ones are queued without a gap;
+- each op's kind ran in at most ``QUICK_S`` the last time (a long op stays on the worker,
+  where the caller's Ctrl-C interrupts its wait at once);
+- the engine says the calling thread's state is its worker's (``Engine.runs_in_caller``:
+  for torch, no ``inference_mode``, autocast or device context the caller opened);
+- a Ctrl-C cannot land half-way through: off the main thread none is delivered, and on it
+  :func:`interrupts_held` holds the first one until the op has finished.
+
+Otherwise the caller waits for the worker, as before. Either way the ops run one at a time,
+in sequence order, through the same ``Session._run_one``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+#: An op kind that last ran in at most this many seconds may run on the waiting caller.
+QUICK_S = 0.1
+
+
+@contextmanager
+def interrupts_held() -> Iterator[bool]:
+    """Yield whether a Ctrl-C cannot interrupt the block. On the main thread with Python's
+    default SIGINT handler, the first Ctrl-C is held and raised as ``KeyboardInterrupt``
+    once the block ends (a second one raises at once, as usual); other threads get no
+    signals. With any other handler installed, yields False and changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield True
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield False
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append(signum)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one raises
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield True
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt

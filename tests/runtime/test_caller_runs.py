@@ -1,0 +1,251 @@
+"""A waiting caller runs its own training op (runtime/sessions/caller_runs.py).
+
+With a recording engine that notes the thread each op ran on: which ops a caller may run
+(quick kinds, no time limit, an engine that allows it, no gap), that they still run one at a
+time in sequence order, that a stop waits for a caller's op before the engine closes, that
+an interrupted op fails alone, and how Ctrl-C is held on the main thread.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testkit import StubEngine, create_request, forward_backward
+
+from localsession.port import EngineSpec, LossConfig, TrainingDatum
+from localsession.runtime.models.catalog import StaticCatalog
+from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.sessions import caller_runs
+from localsession.runtime.sessions.caller_runs import interrupts_held
+from localsession.wiring import build_service
+
+
+class ThreadEngine(StubEngine):
+    """Records the thread of every forward(_backward); ``delay`` seconds each; ``gate``, when
+    set, holds each forward until it opens; ``allow`` answers ``runs_in_caller``."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        super().__init__(spec)
+        self.threads: list[str] = []
+        self.delay = 0.0
+        self.allow = True
+        self.gate: threading.Event | None = None
+        self.raise_in: BaseException | None = None
+        self.running = 0
+        self.closed_while_running = False
+
+    def runs_in_caller(self) -> bool:
+        return self.allow
+
+    def forward_backward(
+        self,
+        datums: Sequence[TrainingDatum],
+        loss_fn: str,
+        loss_fn_config: LossConfig | None,
+        *,
+        backward: bool,
+    ) -> dict[str, Any]:
+        self.running += 1
+        try:
+            self.threads.append(threading.current_thread().name)
+            if self.gate is not None:
+                assert self.gate.wait(10)
+            time.sleep(self.delay)
+            if self.raise_in is not None:
+                raise self.raise_in
+            return super().forward_backward(datums, loss_fn, loss_fn_config, backward=backward)
+        finally:
+            self.running -= 1
+
+    def close(self) -> None:
+        self.closed_while_running = self.running > 0
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Any:
+    """A session over a :class:`ThreadEngine`. A submit wakes the worker, but the submitting
+    thread keeps the GIL until it next blocks, so its ``run_here`` comes first, as in a
+    user's loop; a long switch interval stops a loaded box pre-empting it mid-test."""
+    engines: list[ThreadEngine] = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(2.0)
+
+    def factory(spec: EngineSpec) -> ThreadEngine:
+        engines.append(ThreadEngine(spec))
+        return engines[-1]
+
+    config = ServiceConfig(home=tmp_path, engine_factory=factory, gap_timeout=5)
+    service = build_service(config, catalog=StaticCatalog(["localsession/tiny"], accept_any=True))
+    service.create_training_session(create_request("s1"))
+    assert service.wait_for_session("s1", 10) == "Running"
+    yield service, engines[0]
+    service.close()
+    sys.setswitchinterval(interval)
+
+
+def submit(service: Service, seq: int) -> str:
+    return str(service.execute_training_operation("s1", forward_backward(seq, seq))["operationId"])
+
+
+def wait_done(service: Service, op_id: str) -> str:
+    assert service.wait_operation("s1", op_id, 10)
+    return str(service.get_training_operation_result("s1", op_id)["status"])
+
+
+def warmed(service: Service) -> None:
+    """One forwardBackward through the worker, so the kind has a (quick) duration."""
+    assert wait_done(service, submit(service, 1)) == "Completed"
+
+
+def test_a_quick_op_runs_on_the_waiting_callers_thread(runtime: Any) -> None:
+    service, engine = runtime
+    first = submit(service, 1)
+    service.run_here("s1", first)  # never ran: its duration is unknown, so the worker runs it
+    assert wait_done(service, first) == "Completed"
+    second = submit(service, 2)
+    service.run_here("s1", second)
+    assert service.operation("s1", second).status == "Completed"  # done before it returned
+    assert engine.threads == ["localsession-s1", threading.current_thread().name]
+    assert engine.calls == ["fb1", "fb2"]
+
+
+def test_the_caller_runs_the_queued_ops_before_its_own_in_order(runtime: Any) -> None:
+    service, engine = runtime
+    warmed(service)
+    engine.gate = threading.Event()  # the worker takes op 2 and holds it
+    two = submit(service, 2)
+    deadline = time.monotonic() + 5
+    while service.operation("s1", two).status == "Pending" and time.monotonic() < deadline:
+        time.sleep(0.001)
+    three, four = submit(service, 3), submit(service, 4)
+    service.run_here("s1", four)  # op 2 is running on the worker: nothing runs here
+    assert service.operation("s1", four).status == "Pending"
+    engine.gate.set()
+    assert wait_done(service, two) == "Completed"
+    engine.gate = None
+    for op_id in (three, four):
+        wait_done(service, op_id)
+    five, six = submit(service, 5), submit(service, 6)
+    service.run_here("s1", six)
+    assert [service.operation("s1", i).status for i in (five, six)] == ["Completed"] * 2
+    assert engine.calls == ["fb1", "fb2", "fb3", "fb4", "fb5", "fb6"]
+    assert engine.threads[-2:] == [threading.current_thread().name] * 2
+
+
+def test_slow_kinds_disallowed_engines_and_gaps_stay_on_the_worker(runtime: Any) -> None:
+    service, engine = runtime
+    engine.delay = caller_runs.QUICK_S + 0.05
+    warmed(service)  # this forwardBackward was slow
+    slow = submit(service, 2)
+    service.run_here("s1", slow)
+    assert wait_done(service, slow) == "Completed"
+    engine.delay = 0.0
+    warmed_again = submit(service, 3)
+    assert wait_done(service, warmed_again) == "Completed"  # quick again
+    engine.allow = False
+    barred = submit(service, 4)
+    service.run_here("s1", barred)
+    assert wait_done(service, barred) == "Completed"
+    engine.allow = True
+    later = submit(service, 6)  # number 5 is missing: a gap
+    service.run_here("s1", later)
+    assert service.operation("s1", later).status == "Pending"
+    wait_done(service, submit(service, 5))
+    assert wait_done(service, later) == "Completed"
+    assert threading.current_thread().name not in engine.threads
+    assert engine.calls == ["fb1", "fb2", "fb3", "fb4", "fb5", "fb6"]
+
+
+def test_the_worker_and_a_stop_wait_for_the_callers_op(runtime: Any) -> None:
+    service, engine = runtime
+    warmed(service)
+    engine.gate = threading.Event()
+    ids: list[str] = []
+
+    def loop() -> None:  # a user's thread: submit, then wait on the op
+        ids.append(submit(service, 2))
+        service.run_here("s1", ids[0])
+
+    caller = threading.Thread(target=loop, name="caller")
+    caller.start()
+    deadline = time.monotonic() + 5
+    while engine.running == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert engine.threads[-1] == "caller"
+    op_id, queued = ids[0], submit(service, 3)
+    time.sleep(0.1)  # the worker must not start op 3 beside the caller's op
+    assert engine.running == 1 and service.operation("s1", queued).status == "Pending"
+    service.stop_training_session({"TrainingSessionName": "s1"})
+    session = service.session("s1")
+    session.join(0.2)  # the worker waits for the caller's op
+    assert session._worker.is_alive()
+    engine.gate.set()
+    caller.join(5)
+    session.join(5)
+    assert not session._worker.is_alive() and not engine.closed_while_running
+    assert service.operation("s1", op_id).status == "Completed"
+    assert service.operation("s1", queued).status == "Skipped"
+
+
+def test_an_interrupted_op_fails_alone_and_later_ops_run(runtime: Any) -> None:
+    service, engine = runtime
+    warmed(service)
+    engine.raise_in = KeyboardInterrupt()
+    op_id = submit(service, 2)
+    with pytest.raises(KeyboardInterrupt):
+        service.run_here("s1", op_id)
+    op = service.operation("s1", op_id)
+    assert op.status == "Failed" and "interrupted" in (op.error or "")
+    engine.raise_in = None
+    assert wait_done(service, submit(service, 3)) == "Completed"
+
+
+def test_ctrl_c_is_held_until_the_block_ends_on_the_main_thread() -> None:
+    assert threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        reached = []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_held() as held:
+                assert held
+                signal.raise_signal(signal.SIGINT)
+                reached.append("after the first Ctrl-C")
+        assert reached == ["after the first Ctrl-C"]
+        with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C raises at once
+            with interrupts_held():
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
+                reached.append("after the second")
+        assert reached == ["after the first Ctrl-C"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+        def custom(signum: int, frame: Any) -> None:
+            pass
+
+        signal.signal(signal.SIGINT, custom)
+        with interrupts_held() as held:
+            assert not held  # another handler: nothing is held, and it stays installed
+        assert signal.getsignal(signal.SIGINT) is custom
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_other_threads_get_no_signal_so_nothing_needs_holding() -> None:
+    seen: list[bool] = []
+
+    def probe() -> None:
+        with interrupts_held() as held:
+            seen.append(held)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join(5)
+    assert seen == [True]
