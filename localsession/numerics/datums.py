@@ -51,7 +51,6 @@ class Batch:
 
     tokens_BT: Tensor  # long
     targets_BT: Tensor  # long
-    mask_BT: Tensor  # bool
     weights_BT: Tensor  # float32
     lengths: list[int]
     advantages_BT: Tensor | None = None
@@ -70,7 +69,6 @@ class Batch:
         return Batch(
             tokens_BT=self.tokens_BT[start:stop, :width],
             targets_BT=self.targets_BT[start:stop, :width],
-            mask_BT=self.mask_BT[start:stop, :width],
             weights_BT=self.weights_BT[start:stop, :width],
             lengths=lengths,
             advantages_BT=cut(self.advantages_BT),
@@ -79,10 +77,17 @@ class Batch:
             temperature_BT=cut(self.temperature_BT),
         )
 
+    @property
+    def mask_BT(self) -> Tensor:
+        """True at each datum's own positions, False on padding (bool ``[B, T]``)."""
+        device = self.tokens_BT.device
+        lengths_B = torch.tensor(self.lengths, device=device)
+        return torch.arange(self.tokens_BT.shape[1], device=device) < lengths_B[:, None]
+
     def loss_inputs(self) -> LossInputs:
         """The per-position inputs of the losses (``numerics/losses.py``); no mask when no
         row is padded."""
-        padded = min(self.lengths) < self.mask_BT.shape[1]
+        padded = min(self.lengths) < self.tokens_BT.shape[1]
         return LossInputs(
             weights=self.weights_BT,
             sampler_logprobs=self.logprobs_BT,
@@ -193,43 +198,75 @@ def _batched(
         targets = columns.pop("target_tokens")
         if "weights" not in columns:
             return None
-        # Checked and converted in numpy: from nested lists it is ~6x faster than
-        # torch.tensor (8x128 ids: 43 against 250 us), and its ops skip torch's dispatch.
-        # The ids' dtype is inferred, so floats (or anything else) among them show.
-        ids_2BT = numpy.array([_padded(tokens, width, pad_id), _padded(targets, width, 0)])
-        if ids_2BT.dtype.kind != "i" or ids_2BT.min() < 0 or ids_2BT.max() >= vocab_size:
-            return None
+        id_rows = _padded(tokens, width, pad_id) + _padded(targets, width, 0)  # 2B rows
         keys = list(columns)  # the float columns, "weights" among them
         values = [_padded(columns[k], width, 1.0 if k == "temperature" else 0.0) for k in keys]
         # only numbers: numpy would also read "1.5" and None; map() runs in C
         if not all(set(map(type, row)) <= _NUMBERS for rows in values for row in rows):
             return None
-        with numpy.errstate(over="ignore"):  # past float32's range: inf, refused below
-            floats_KBT = numpy.array(values, dtype=numpy.float64).astype(numpy.float32)
-        if not numpy.isfinite(floats_KBT).all():
-            return None
-        floats = dict(zip(keys, floats_KBT, strict=True))
-        if "temperature" in floats and not (floats["temperature"] > 0).all():
-            return None
+        small = len(id_rows) * width <= SMALL_TOKENS
+        converted = (_small_tensors if small else _numpy_tensors)(id_rows, values, vocab_size)
     except (EngineInputError, KeyError, TypeError, ValueError, RuntimeError, OverflowError):
         return None
-    mask_BT = numpy.arange(width) < numpy.array(lengths)[:, None]
-
-    def on(array: Any) -> Tensor:
-        return torch.from_numpy(array).to(device)
-
-    optional = {key: on(floats[key]) for key in floats if key != "weights"}
+    if converted is None:
+        return None
+    ids_2BT, floats_KBT = (t.view(-1, len(tokens), width) for t in converted)
+    if "temperature" in keys and not bool((floats_KBT[keys.index("temperature")] > 0).all()):
+        return None
+    ids_2BT, floats_KBT = ids_2BT.to(device), floats_KBT.to(device)
+    floats = dict(zip(keys, floats_KBT, strict=True))
     return Batch(
-        tokens_BT=on(ids_2BT[0].astype(numpy.int64, copy=False)),
-        targets_BT=on(ids_2BT[1].astype(numpy.int64, copy=False)),
-        mask_BT=on(mask_BT),
-        weights_BT=on(floats["weights"]),
+        tokens_BT=ids_2BT[0],
+        targets_BT=ids_2BT[1],
+        weights_BT=floats["weights"],
         lengths=lengths,
-        advantages_BT=optional.get("advantages"),
-        logprobs_BT=optional.get("logprobs"),
-        ref_log_prob_BT=optional.get("ref_log_prob"),
-        temperature_BT=optional.get("temperature"),
+        advantages_BT=floats.get("advantages"),
+        logprobs_BT=floats.get("logprobs"),
+        ref_log_prob_BT=floats.get("ref_log_prob"),
+        temperature_BT=floats.get("temperature"),
     )
+
+
+#: A batch of at most this many ids (inputs and targets, padded) is checked in Python and
+#: converted with ``torch.tensor``; a larger one through numpy. Each numpy or torch call
+#: costs a fixed ~20-50 us on a cache gone cold during a forward pass, which is what a
+#: small batch pays; a large one pays per value, where numpy is fastest.
+SMALL_TOKENS = 512
+
+#: float32's largest finite value: a float past it converts to infinity
+_FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
+
+
+def _small_tensors(
+    ids: list[list[Any]], values: list[list[list[Any]]], vocab_size: int
+) -> tuple[Tensor, Tensor] | None:
+    """The ids (``[2B, T]`` long) and float columns (``[K, B, T]`` float32) of a small
+    batch, checked with Python's builtins; None if an id is not an int in the vocabulary or
+    a value is not finite in float32 (NaN fails both comparisons)."""
+    if not all(set(map(type, row)) <= {int} for row in ids):
+        return None
+    if min(map(min, ids)) < 0 or max(map(max, ids)) >= vocab_size:
+        return None
+    bound = _FLOAT32_MAX
+    if not all(-bound <= v <= bound for rows in values for row in rows for v in row):
+        return None
+    return torch.tensor(ids), torch.tensor(values, dtype=torch.float32)
+
+
+def _numpy_tensors(
+    ids: list[list[Any]], values: list[list[list[Any]]], vocab_size: int
+) -> tuple[Tensor, Tensor] | None:
+    """:func:`_small_tensors` for a large batch: checked and converted in numpy, which from
+    nested lists is ~6x faster than ``torch.tensor`` (8x128 ids: 43 against 250 us). The
+    ids' dtype is inferred, so floats (or anything else) among them show."""
+    ids_BT = numpy.array(ids)
+    if ids_BT.dtype.kind != "i" or ids_BT.min() < 0 or ids_BT.max() >= vocab_size:
+        return None
+    with numpy.errstate(over="ignore"):  # past float32's range: inf, refused below
+        floats_KBT = numpy.array(values, dtype=numpy.float64).astype(numpy.float32)
+    if not numpy.isfinite(floats_KBT).all():
+        return None
+    return torch.from_numpy(ids_BT.astype(numpy.int64, copy=False)), torch.from_numpy(floats_KBT)
 
 
 def _checked(
@@ -278,16 +315,12 @@ def _checked(
             filled.append(v)
         return pad_sequence(filled, batch_first=True, padding_value=fill).to(device)
 
-    mask_BT = pad_sequence(
-        [torch.ones(n, dtype=torch.bool) for n in lengths], batch_first=True, padding_value=False
-    ).to(device)
     tokens_BT = pad_sequence(tokens_list, batch_first=True, padding_value=pad_id).to(device)
     targets_BT, weights_BT = pad("target_tokens", 0), pad("weights", 0.0)
     assert targets_BT is not None and weights_BT is not None  # required for every loss
     return Batch(
         tokens_BT=tokens_BT,
         targets_BT=targets_BT,
-        mask_BT=mask_BT,
         weights_BT=weights_BT,
         lengths=lengths,
         advantages_BT=pad("advantages", 0.0),

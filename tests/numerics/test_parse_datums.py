@@ -1,6 +1,8 @@
 """``parse_datums``'s batched path (one tensor per column) against its datum-by-datum path:
 the same batch for well-formed datums of every loss, and for anything else the same error
-(the batched path declines it and the checked path names the datum and key)."""
+(the batched path declines it and the checked path names the datum and key). The batched
+path converts a small batch with Python's builtins and a large one through numpy; the
+``converter`` fixture runs each test with each."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from localsession.numerics import datums as datums_module
 from localsession.numerics.datums import Batch, _batched, _checked, parse_datums
 from localsession.port import EngineInputError, TrainingDatum
 
@@ -17,6 +20,14 @@ CPU = torch.device("cpu")
 VOCAB, PAD = 300, 7
 FIELDS = ("tokens_BT", "targets_BT", "mask_BT", "weights_BT", "advantages_BT", "logprobs_BT",
           "ref_log_prob_BT", "temperature_BT")  # fmt: skip
+
+
+@pytest.fixture(params=["python", "numpy"], autouse=True)
+def converter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every batch small (checked in Python) or every batch large (through numpy)."""
+    limit = 10**9 if request.param == "python" else 0
+    monkeypatch.setattr(datums_module, "SMALL_TOKENS", limit)
+    return str(request.param)
 
 
 def _datum(rng: random.Random, n: int, keys: tuple[str, ...]) -> TrainingDatum:
@@ -91,6 +102,18 @@ def _broken(kind: str) -> list[TrainingDatum]:
         inputs["weights"][1] = 1e39
     elif kind == "numeric string target":
         inputs["target_tokens"][1] = "5"
+    elif kind == "infinite weight":
+        inputs["weights"][4] = float("-inf")
+    elif kind == "NaN advantage":
+        inputs["advantages"] = [0.0, 1.0, float("nan"), 0.0, 0.0, 0.0]
+    elif kind == "float among the tokens":
+        datums[2].tokens[5] = 3.5
+    elif kind == "zero temperature":
+        for d in datums:
+            d.loss_fn_inputs["temperature"] = [1.0] * 6
+        inputs["temperature"][3] = 0.0
+    elif kind == "token past the vocabulary in the last row":
+        datums[2].loss_fn_inputs["target_tokens"][5] = VOCAB + 1
     return datums
 
 
@@ -108,13 +131,23 @@ def _broken(kind: str) -> list[TrainingDatum]:
         "None weight",
         "weight past float32's range",
         "numeric string target",
+        "infinite weight",
+        "NaN advantage",
+        "float among the tokens",
+        "token past the vocabulary in the last row",
+        "zero temperature",
     ],  # fmt: skip
 )
 def test_bad_datums_get_the_checked_paths_error(kind: str) -> None:
     datums = _broken(kind)
-    assert _batched(datums, "cross_entropy", VOCAB, PAD, CPU, None) is None
-    expected = _message(lambda: _checked(datums, "cross_entropy", VOCAB, PAD, CPU, None))
-    assert _message(lambda: parse_datums(datums, "cross_entropy", VOCAB, PAD, CPU)) == expected
+    loss = "ppo" if kind == "NaN advantage" else "cross_entropy"
+    if loss == "ppo":
+        for d in datums:
+            d.loss_fn_inputs.setdefault("advantages", [0.0] * 6)
+            d.loss_fn_inputs.update(logprobs=[0.0] * 6, ref_log_prob=[0.0] * 6)
+    assert _batched(datums, loss, VOCAB, PAD, CPU, None) is None
+    expected = _message(lambda: _checked(datums, loss, VOCAB, PAD, CPU, None))
+    assert _message(lambda: parse_datums(datums, loss, VOCAB, PAD, CPU)) == expected
     assert "datum" in expected
 
 
