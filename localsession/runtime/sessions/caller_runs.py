@@ -11,7 +11,8 @@ own, when all of these hold (``Session.run_here``):
 - each op's kind ran in at most ``QUICK_S`` the last time (a long op stays on the worker,
   where the caller's Ctrl-C interrupts its wait at once);
 - the engine says the calling thread's state is its worker's (``Engine.runs_in_caller``:
-  for torch, no ``inference_mode``, autocast or device context the caller opened);
+  for torch, no ``no_grad``, ``inference_mode``, autocast or device context the caller
+  opened, and CUDA's device 0 and default stream current);
 - a Ctrl-C cannot land half-way through: off the main thread none is delivered, and on it
   :func:`interrupts_held` holds the first one until the op has finished.
 

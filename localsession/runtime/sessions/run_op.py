@@ -46,6 +46,7 @@ class PackageMismatch(Exception):
 
 
 def execute(session: Session, engine: Engine, op: Operation) -> None:
+    """Run ``op`` on ``engine`` (or fail it with an armed injected fault) and finish it."""
     if session.faults is not None and session.faults.armed:
         failure = session.faults.on_execute(op.kind)
         if failure is not None:  # an injected fault (runtime/faults.py): nothing changes
