@@ -18,13 +18,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from localsession.numerics.flat_group import FlatGroup
 from localsession.port import AdamHyperparams
 
 __all__ = [
@@ -99,80 +101,18 @@ def _make_adamw(groups: list[dict[str, Any]]) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, foreach=True)
 
 
-class _FlatGroup:
-    """One param group's parameters stored back to back in one buffer: each parameter's
-    ``data`` is a view into ``leaf``, the single tensor ``torch.optim.AdamW`` updates."""
-
-    def __init__(self, name: str, named: list[tuple[str, torch.nn.Parameter]]) -> None:
-        self.name = name
-        self.names = [n for n, _ in named]
-        self.params = [p for _, p in named]
-        flat = torch.cat([p.detach().reshape(-1) for p in self.params])  # [N]
-        self.leaf = torch.nn.Parameter(flat)
-        self.slices: dict[str, slice] = {}
-        start = 0
-        for n, p in named:
-            self.slices[n] = slice(start, start + p.numel())
-            p.data = flat[self.slices[n]].view_as(p)
-            start += p.numel()
-
-        #: the flat gradient buffer (a slice of the optimizer's one buffer) and each
-        #: parameter's view into it, bound once (:meth:`bind_grad_buffer`), zeroed and
-        #: reinstalled before each step's first backward
-        self.grad_buffer: Tensor | None = None
-        self._views: list[Tensor] = []
-
-    def bind_grad_buffer(self, buffer: Tensor) -> None:
-        """Make ``buffer`` (``[N]``) this group's flat gradient and each parameter's view."""
-        self.grad_buffer = buffer
-        self._views = [
-            buffer[self.slices[n]].view_as(p) for n, p in zip(self.names, self.params, strict=True)
-        ]
-
-    def install_grad_views(self) -> None:
-        """Before a backward with no gradient accumulated: give every parameter a zero
-        gradient that is its view into the bound buffer, so autograd accumulates into it in
-        place (it adds into an existing gradient) and it needs no gathering."""
-        if self.grad_buffer is None or any(p.grad is not None for p in self.params):
-            return
-        self.grad_buffer.zero_()
-        for p, view in zip(self.params, self._views, strict=True):
-            p.grad = view
-
-    def flat_grad(self) -> tuple[Tensor, int] | None:
-        """``leaf.grad`` holding the parameters' gradients (zeros for a parameter without
-        one) and how many elements had a gradient; None when none has one."""
-        grads = [p.grad for p in self.params]
-        views = zip(grads, self._views, strict=True)
-        if self.grad_buffer is not None and all(g is v for g, v in views):  # still the views
-            self.leaf.grad = self.grad_buffer
-            return self.grad_buffer, self.leaf.numel()
-        if all(g is None for g in grads):
-            return None
-        full = [
-            g if g is not None else torch.zeros_like(p)
-            for g, p in zip(grads, self.params, strict=True)
-        ]
-        self.leaf.grad = torch.cat([g.reshape(-1) for g in full])  # [N]
-        return self.leaf.grad, sum(g.numel() for g in grads if g is not None)
-
-    def drop_grads(self) -> None:
-        for p in self.params:
-            p.grad = None
-        self.leaf.grad = None
-
-
 class LoraAdamW:
     """AdamW over named trainable parameters, with per-step hyperparameters and LoRA+.
 
-    Each group's parameters live in one flat buffer (:class:`_FlatGroup`), so the update is
+    Each group's parameters live in one flat buffer (:class:`FlatGroup`), so the update is
     ``torch.optim.AdamW`` over one tensor per group instead of one per parameter: the same
     elementwise update, bit for bit, at a fraction of the per-tensor cost (fused AdamW on
     the tiny model's 28 adapter tensors: 634 µs; on the same values in 2 buffers: 303 µs).
     Before a backward, :meth:`install_grad_views` makes each parameter's gradient a view
     into its group's slice of one flat gradient buffer, so autograd accumulates into it in
     place and the global norm (the engine reports it after every ``forward_backward``, and
-    ``step`` clips by it) is one op.
+    ``step`` clips by it) is one op. A step zeroes the buffer and keeps the views; the
+    buffer's version counter then tells whether a backward has added anything since.
     Gradients set any other way are gathered into the buffers at the step. A parameter
     without a gradient, in a group where another has one, steps with a zero gradient
     (``torch.optim.AdamW`` would skip it; a LoRA model's backward reaches every adapter
@@ -194,26 +134,48 @@ class LoraAdamW:
             "lora_A": [(n, p) for n, p in named if not is_lora_b(n)],
             "lora_B": [(n, p) for n, p in named if is_lora_b(n)],
         }
-        self._flat = [_FlatGroup(name, part) for name, part in split.items() if part]
+        self._flat = [FlatGroup(name, part) for name, part in split.items() if part]
         self._group_of = {n: g for g in self._flat for n in g.names}
         groups = [{"params": [g.leaf], "lr": 0.0, "name": g.name} for g in self._flat]
         self.optimizer = _make_adamw(groups)
         #: every group's gradient back to back, made on the first backward: the norm a
         #: ``forward_backward`` reports is then one op
         self._grads: Tensor | None = None
+        #: ``_grads._version`` when it was last zeroed with every view in place (None: not
+        #: since a gradient was set another way). A backward adds into the views in place,
+        #: which bumps the version, so an equal version means nothing has accumulated.
+        self._clean_version: int | None = None
+
+    def _views_in_place(self) -> bool:
+        return self._grads is not None and all(g.views_in_place() for g in self._flat)
+
+    def _clean(self) -> bool:
+        """Whether the views hold nothing accumulated since they were zeroed."""
+        views = self._views_in_place()
+        return views and self._grads is not None and self._grads._version == self._clean_version
 
     def has_grad(self) -> bool:
         """Whether any gradient has been accumulated since the last step."""
+        if self._views_in_place():
+            return not self._clean()
         return any(p.grad is not None for p in self.params)
 
     def zero_grad(self) -> None:
-        """Drop the accumulated gradients."""
+        """Drop the accumulated gradients. While every gradient is its view of the flat
+        buffer the buffer is zeroed and the views stay, so the next backward needs no
+        install (28 gradient setters on the tiny model); otherwise they are dropped."""
+        if self._grads is not None and self._views_in_place():
+            self._grads.zero_()
+            self._clean_version = self._grads._version
+            for group in self._flat:
+                group.leaf.grad = None
+            return
         for group in self._flat:
             group.drop_grads()
 
     def install_grad_views(self) -> None:
         """Call before a backward: where nothing has accumulated, gradients then accumulate
-        in place into each group's flat buffer (:meth:`_FlatGroup.install_grad_views`),
+        in place into each group's flat buffer (:meth:`FlatGroup.install_grad_views`),
         each a slice of one buffer for all groups."""
         if self._grads is None:
             first = self._flat[0].leaf
@@ -223,12 +185,36 @@ class LoraAdamW:
             for group in self._flat:
                 group.bind_grad_buffer(self._grads[start : start + group.leaf.numel()])
                 start += group.leaf.numel()
-        for group in self._flat:
-            group.install_grad_views()
+        installed = [group.install_grad_views() for group in self._flat]
+        if all(installed):
+            self._clean_version = self._grads._version
+        elif any(installed):  # next to gradients set another way: count them as accumulated
+            self._clean_version = None
+
+    @contextmanager
+    def restored_on_error(self) -> Iterator[None]:
+        """If the block raises, put every gradient back as it was before it (in place: they
+        may be views of the flat buffer), and whether any had accumulated."""
+        before = [None if p.grad is None else p.grad.clone() for p in self.params]
+        was_clean = self._clean()
+        try:
+            yield
+        except BaseException:
+            with torch.no_grad():
+                for p, grad in zip(self.params, before, strict=True):
+                    if grad is None or p.grad is None:
+                        p.grad = grad
+                    else:
+                        p.grad.copy_(grad)
+            if was_clean and self._grads is not None:
+                self._clean_version = self._grads._version
+            raise
 
     def _gathered(self) -> list[tuple[Tensor, int]]:
         """Each group's flat gradient and its count of elements with a gradient (groups
-        without any gradient left out)."""
+        without any gradient left out; none when the views hold nothing accumulated)."""
+        if self._clean():
+            return []
         return [f for f in (g.flat_grad() for g in self._flat) if f is not None]
 
     def _total_norm(self, flat: list[Tensor]) -> Tensor:

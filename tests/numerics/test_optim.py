@@ -178,7 +178,9 @@ def test_gradients_accumulate_in_place_into_the_flat_buffer() -> None:
     assert opt.grad_norm() == pytest.approx(expected, rel=1e-6)
     metrics = opt.step(HP)
     assert metrics["grad_norm"] == pytest.approx(expected, rel=1e-6)
-    assert metrics["num_params_updated"] == 48 and a.grad is None and b.grad is None
+    assert metrics["num_params_updated"] == 48
+    # the step zeroed the buffer in place: the views stay, and hold nothing accumulated
+    assert a.grad is view and not torch.count_nonzero(a.grad) and not opt.has_grad()
     torch_adamw([ref_a, ref_b]).step()
     torch.testing.assert_close(a.detach(), ref_a.detach(), atol=1e-6, rtol=0)
     # the next step's backward starts from zero in the same buffer
@@ -190,6 +192,53 @@ def test_gradients_accumulate_in_place_into_the_flat_buffer() -> None:
     torch.testing.assert_close(a.grad, ref_a.grad)
     expected = float(torch.cat([ref_a.grad.flatten(), ref_b.grad.flatten()]).norm())
     assert opt.grad_norm() == pytest.approx(expected, rel=1e-6)
+
+
+def _backward(a: torch.nn.Parameter, b: torch.nn.Parameter, seed: int) -> None:
+    x = torch.randn(3, 6, generator=torch.Generator().manual_seed(seed))
+    (x @ a.T @ b.T).sum().backward()
+
+
+def test_a_step_after_nothing_accumulated_in_the_views_leaves_weights() -> None:
+    """After a step the views stay installed, zeroed; a second step with no backward in
+    between, or after a backward whose gradients were put back, changes no weight (with
+    momentum built up, an update on zero gradients would move them)."""
+    named = make_params()
+    (_, a), (_, b) = named
+    opt = LoraAdamW(named)
+    opt.install_grad_views()
+    _backward(a, b, 1)
+    assert opt.has_grad()
+    opt.step(HP)
+    assert not opt.has_grad()
+    before = [p.detach().clone() for _, p in named]
+    assert opt.step(HP)["num_params_updated"] == 0
+    opt.install_grad_views()
+    with pytest.raises(RuntimeError, match="chunk 2"):
+        with opt.restored_on_error():
+            _backward(a, b, 2)  # the first chunk accumulates...
+            raise RuntimeError("chunk 2 is not finite")  # ...and the second fails
+    assert not opt.has_grad() and not torch.count_nonzero(a.grad)
+    assert opt.step(HP) == {"learning_rate": HP.learning_rate, "grad_norm": 0.0,
+                            "num_params_updated": 0.0}  # fmt: skip
+    for (_, p), p0 in zip(named, before, strict=True):
+        assert torch.equal(p.detach(), p0)
+    opt.install_grad_views()
+    _backward(a, b, 3)  # a real backward in the same views still steps
+    assert opt.step(HP)["num_params_updated"] == 48
+    assert not torch.equal(a.detach(), before[0])
+
+
+def test_gradients_set_another_way_next_to_the_views_count_as_accumulated() -> None:
+    named = make_params()
+    (_, a), (_, b) = named
+    opt = LoraAdamW(named)
+    opt.install_grad_views()
+    opt.step(HP)  # nothing accumulated: the views stay, zeroed
+    a.grad = torch.ones_like(a)  # replaced: no longer a view
+    assert opt.has_grad()
+    assert opt.step(HP)["num_params_updated"] == 48  # the group with a's gradient steps
+    assert a.grad is None and b.grad is None  # not views: dropped, as before
 
 
 def test_named_state_round_trip() -> None:
