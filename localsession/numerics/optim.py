@@ -195,19 +195,22 @@ class LoraAdamW:
     def restored_on_error(self) -> Iterator[None]:
         """If the block raises, put every gradient back as it was before it (in place: they
         may be views of the flat buffer), and whether any had accumulated."""
-        before = [None if p.grad is None else p.grad.clone() for p in self.params]
-        was_clean = self._clean()
+        was_clean = self._clean()  # then nothing needs copying: zero_grad puts it back
+        before = (
+            [] if was_clean else [None if p.grad is None else p.grad.clone() for p in self.params]
+        )
         try:
             yield
         except BaseException:
+            if was_clean:
+                self.zero_grad()
+                raise
             with torch.no_grad():
                 for p, grad in zip(self.params, before, strict=True):
                     if grad is None or p.grad is None:
                         p.grad = grad
                     else:
                         p.grad.copy_(grad)
-            if was_clean and self._grads is not None:
-                self._clean_version = self._grads._version
             raise
 
     def _gathered(self) -> list[tuple[Tensor, int]]:
