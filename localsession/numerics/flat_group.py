@@ -66,11 +66,10 @@ class FlatGroup:
     def flat_grad(self) -> tuple[Tensor, int] | None:
         """``leaf.grad`` holding the parameters' gradients (zeros for a parameter without
         one) and how many elements had a gradient; None when none has one."""
-        grads = [p.grad for p in self.params]
-        views = zip(grads, self._views, strict=True)
-        if self.grad_buffer is not None and all(g is v for g, v in views):  # still the views
+        if self.views_in_place() and self.grad_buffer is not None:
             self.leaf.grad = self.grad_buffer
             return self.grad_buffer, self.leaf.numel()
+        grads = [p.grad for p in self.params]
         if all(g is None for g in grads):
             return None
         full = [
