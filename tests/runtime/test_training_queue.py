@@ -149,3 +149,13 @@ def test_missing_before_names_an_op_that_waits_on_an_unsent_number() -> None:
     assert queue.missing_before(6)  # 4 and 5 missing
     assert queue.consume(4) and queue.consume(5)  # lenient mode records them used
     assert not queue.missing_before(6)
+
+
+def test_peek_names_the_op_advance_releases_without_releasing_it() -> None:
+    queue = TrainingQueue("s", gap_timeout=5.0)
+    assert queue.peek() is None  # empty
+    three = admit(queue, 3)
+    assert queue.peek() is None  # numbers 1 and 2 are missing: a gap
+    assert queue.consume(1) and queue.consume(2)  # refused submits: used, not awaited
+    assert queue.peek() is three and len(queue) == 1  # past the lost numbers, still queued
+    assert queue.advance(0.0) is three and queue.peek() is None
