@@ -223,9 +223,17 @@ class LoraAdamW:
     def _total_norm(self, flat: list[Tensor]) -> Tensor:
         """The global L2 norm of the groups' flat gradients ``flat`` (from :meth:`_gathered`):
         one op over the shared buffer when every group's gradient is its slice of it."""
-        whole = self._grads is not None and len(flat) == len(self._flat)
-        if whole and all(f is g.grad_buffer for f, g in zip(flat, self._flat, strict=True)):
-            return torch.linalg.vector_norm(self._grads, 2.0)
+        buffer = self._grads
+        if (
+            buffer is not None
+            and len(flat) == len(self._flat)
+            and all(f is g.grad_buffer for f, g in zip(flat, self._flat, strict=True))
+        ):
+            if buffer.dtype in (torch.float32, torch.float64):
+                # [N]·[N]: one BLAS pass over a buffer that outgrows the caches, ~1.6x
+                # faster than vector_norm on CPU
+                return torch.dot(buffer, buffer).sqrt()
+            return torch.linalg.vector_norm(buffer, 2.0)
         return global_grad_norm(flat)
 
     def grad_norm(self) -> float:

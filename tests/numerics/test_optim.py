@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -191,6 +193,24 @@ def test_gradients_accumulate_in_place_into_the_flat_buffer() -> None:
     (x @ ref_a.T @ ref_b.T).sum().backward()
     torch.testing.assert_close(a.grad, ref_a.grad)
     expected = float(torch.cat([ref_a.grad.flatten(), ref_b.grad.flatten()]).norm())
+    assert opt.grad_norm() == pytest.approx(expected, rel=1e-6)
+
+
+def test_norm_of_a_buffer_larger_than_the_caches_matches_float64() -> None:
+    """The norm read from the flat buffer (one dot product) over ~200k values spread across
+    six orders of magnitude agrees with a float64 computation to float32 precision."""
+    gen = torch.Generator().manual_seed(3)
+    shapes = {"big.lora_A.default.weight": (256, 400), "big.lora_B.default.weight": (400, 256)}
+    named = [(n, torch.nn.Parameter(torch.zeros(s))) for n, s in shapes.items()]
+    opt = LoraAdamW(named)
+    opt.install_grad_views()
+    grads = [
+        torch.randn(s, generator=gen) * 10.0 ** torch.randint(-3, 3, s, generator=gen)
+        for s in shapes.values()
+    ]
+    for (_, p), g in zip(named, grads, strict=True):
+        (p * g).sum().backward()
+    expected = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
     assert opt.grad_norm() == pytest.approx(expected, rel=1e-6)
 
 
