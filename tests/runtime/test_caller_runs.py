@@ -194,6 +194,30 @@ def test_the_worker_and_a_stop_wait_for_the_callers_op(runtime: Any) -> None:
     assert service.operation("s1", queued).status == "Skipped"
 
 
+def test_an_op_queued_behind_the_callers_goes_to_the_worker_when_it_ends(runtime: Any) -> None:
+    """The caller runs only up to its own op; one queued behind it meanwhile is the
+    worker's, which must be woken when the caller's op ends (it waits while one runs)."""
+    service, engine = runtime
+    warmed(service)
+    engine.gate = threading.Event()
+    ids: list[str] = []
+
+    def loop() -> None:
+        ids.append(submit(service, 2))
+        service.run_here("s1", ids[0])
+
+    caller = threading.Thread(target=loop, name="caller")
+    caller.start()
+    deadline = time.monotonic() + 5
+    while engine.running == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    later = submit(service, 3)
+    engine.gate.set()
+    caller.join(5)
+    assert wait_done(service, later) == "Completed"
+    assert engine.threads == ["localsession-s1", "caller", "localsession-s1"]
+
+
 def test_an_interrupted_op_fails_alone_and_later_ops_run(runtime: Any) -> None:
     service, engine = runtime
     warmed(service)

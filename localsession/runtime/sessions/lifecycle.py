@@ -296,7 +296,10 @@ class Session:
                 self.running_op = None
                 self.last_activity = time.monotonic()
                 self._quick[op.kind] = self.last_activity - started <= QUICK_S
-                self.cond.notify_all()
+                # the worker waits while an op runs: wake it only if it has work (an op
+                # queued) or must end; a caller's op otherwise woke it for nothing
+                if len(self.queue) or self.status not in (RUNNING, BLOCKED):
+                    self.cond.notify_all()
 
     def compatible_package(self, arn: str, *, training: bool = False) -> Path:
         """The directory of package ``arn`` if it fits this session: the same base model
