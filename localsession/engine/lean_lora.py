@@ -30,24 +30,34 @@ from peft.tuners.lora.layer import Linear as LoraLinear
 
 from localsession.engine.checkpoint import ADAPTER_NAME
 
+#: The instance attributes behind peft's ``active_adapter``, ``disable_adapters`` and
+#: ``merged`` properties (and the scale), which the lean forward reads directly; a peft
+#: whose layers lack them keeps its own forward.
+_READ_DIRECTLY = {"_active_adapter", "_disable_adapters", "merged_adapters", "scaling"}
+
 
 class LeanLoraLinear(LoraLinear):  # type: ignore[misc]
     """A peft LoRA ``Linear`` whose plain case (one active adapter, no dropout, no variant,
     nothing merged or disabled) skips peft's dispatch."""
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        other = args or kwargs or self.disable_adapters or self.merged
-        if other or self.active_adapters != [ADAPTER_NAME]:
+        # The layer's state is read from the instance and sub-module dicts that peft's
+        # properties and nn.Module.__getattr__ read (15 Python calls a layer otherwise, 210
+        # a tiny-model forward), so a swapped parameter or a changed scale is still seen.
+        state = self.__dict__
+        active = state["_active_adapter"]
+        plain = active == ADAPTER_NAME or active == [ADAPTER_NAME]
+        if args or kwargs or state["_disable_adapters"] or state["merged_adapters"] or not plain:
             return super().forward(x, *args, **kwargs)  # type: ignore[no-any-return]
-        layer: Any = self  # its sub-modules' weights, typed loosely by torch
-        a_weight = layer.lora_A[ADAPTER_NAME].weight  # [r, in]
-        y: torch.Tensor = torch.nn.functional.linear(
-            x, layer.base_layer.weight, layer.base_layer.bias
-        )  # [..., out]
+        modules = state["_modules"]
+        base = modules["base_layer"]._parameters
+        a_weight = modules["lora_A"]._modules[ADAPTER_NAME]._parameters["weight"]  # [r, in]
+        b_weight = modules["lora_B"]._modules[ADAPTER_NAME]._parameters["weight"]  # [out, r]
+        y: torch.Tensor = torch.nn.functional.linear(x, base["weight"], base["bias"])  # [.., out]
         x_in = x if x.dtype == a_weight.dtype else x.to(a_weight.dtype)
         low_rank = torch.nn.functional.linear(x_in, a_weight)  # [..., r]
-        delta = torch.nn.functional.linear(low_rank, layer.lora_B[ADAPTER_NAME].weight)
-        out = y + delta * self.scaling[ADAPTER_NAME]
+        delta = torch.nn.functional.linear(low_rank, b_weight)  # [..., out]
+        out = y + delta * state["scaling"][ADAPTER_NAME]
         return out if out.dtype == y.dtype else out.to(y.dtype)  # a half base: back to it
 
 
@@ -58,6 +68,7 @@ def _plain(layer: torch.nn.Module) -> bool:
     sub-modules."""
     return (
         type(layer) is LoraLinear
+        and _READ_DIRECTLY <= vars(layer).keys()
         and type(layer.base_layer) is torch.nn.Linear
         and list(layer.lora_A) == [ADAPTER_NAME]
         and not layer.lora_variant
