@@ -53,10 +53,16 @@ class _Job:
         try:
             self.future.set_result(self.send())
         except Exception as refusal:  # noqa: BLE001 - delivered through the future
-            self.failures += 1
-            if is_retryable(refusal) and self.failures < DEFAULT_MAX_TRANSIENT_POLL_ERRORS:
-                return False  # tried again after a backoff
-            self.future.set_exception(refusal)
+            return self.refused(refusal)
+        return True
+
+    def refused(self, refusal: Exception) -> bool:
+        """Count a refused try; True when that is final (the future then holds the error),
+        False when it is tried again after a backoff."""
+        self.failures += 1
+        if is_retryable(refusal) and self.failures < DEFAULT_MAX_TRANSIENT_POLL_ERRORS:
+            return False
+        self.future.set_exception(refusal)
         return True
 
 
@@ -74,15 +80,24 @@ class BackgroundSubmitter:
     def closed(self) -> bool:
         return self._closed
 
-    def send(self, attempt: Callable[[], Any], backoff: Callable[[float], None]) -> Future[Any]:
+    def send(self, attempt: Callable[[], Any], backoff: Callable[[float], None]) -> Any:
         """Submit with ``attempt()`` (retried after ``backoff(seconds)`` while refused
-        transiently); returns at once with a future of ``attempt()``'s value."""
-        job = _Job(attempt, backoff)
+        transiently); returns at once. While nothing is backed up the attempt is made in the
+        caller's thread, and its value is returned if it succeeds. Otherwise the return is a
+        ``concurrent.futures.Future`` of the value, or of the refusal that was final (so
+        ``attempt()`` must not itself return such a future)."""
         with self._cond:
             if self._closed:  # closing is final, as with the SDK's submitter
                 raise TrainingSessionError(CLOSED_MESSAGE)
-            if not self._backlog and job.attempt():
-                return job.future
+            if not self._backlog:
+                try:
+                    return attempt()
+                except Exception as refusal:  # noqa: BLE001 - delivered through the future
+                    job = _Job(attempt, backoff)
+                    if job.refused(refusal):
+                        return job.future
+            else:
+                job = _Job(attempt, backoff)
             self._backlog.append(job)
             if self._worker is None:
                 self._worker = threading.Thread(target=self._drain, name=self.name, daemon=True)

@@ -2,14 +2,16 @@
 
 ``submit`` checks a request as botocore would (strict mode), copies it as JSON would
 (:func:`wire_copy`: so the caller mutating its lists later cannot change a queued op, as on
-the wire) and hands it to the client's ``BackgroundSubmitter``. The caller gets a
-``PendingAPIFuture`` at once; a refused submit surfaces at ``result()``, as with the SDK.
+the wire) and hands it to the client's ``BackgroundSubmitter``. The caller gets the op's
+``RuntimeFuture`` at once when the runtime accepted it in the caller's thread (the usual
+case), else a ``PendingAPIFuture`` that waits for the submit; a refused submit surfaces at
+``result()``, as with the SDK.
 
-The future behind it, ``RuntimeFuture``, does not poll. It registers with the runtime's
-completion callback for its op, so ``result()`` blocks on an event (``await`` on an asyncio
-future set from the runtime's thread). A ``result()`` without a timeout on a training op first
-offers to run it on the caller's thread (``run_here``: the runtime decides). Only then is the
-op's result read, once, with the SDK's transient-error budget. ``done()`` is the SDK's: True
+``RuntimeFuture`` does not poll. ``result()`` blocks on the runtime's completion event for
+its op (``await``: on an asyncio future that the runtime's completion callback sets). A
+``result()`` without a timeout on a training op first offers to run it on the caller's thread
+(``run_here``: the runtime decides). Only then is the op's result read, once, with the SDK's
+transient-error budget. ``done()`` is the SDK's: True
 only once a wait has learnt the outcome (a result or a failed op), never merely because the op
 finished, and never because a request for it failed.
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -41,7 +42,9 @@ def _label(operation: str) -> str:
 
 
 class RuntimeFuture(APIFuture[_Value]):
-    """An op's future that the runtime completes: no polling loop; ``done()`` as in the SDK."""
+    """An op's future that the runtime completes: no polling loop; ``done()`` as in the SDK.
+    ``keepalive`` (the client's session handle) keeps the session from being auto-stopped
+    while this future is held."""
 
     def __init__(
         self,
@@ -50,6 +53,7 @@ class RuntimeFuture(APIFuture[_Value]):
         operation: str,
         operation_id: str,
         parse_fn: Callable[[dict[str, Any]], _Value],
+        keepalive: Any = None,
     ) -> None:
         training, local = operation == _TRAINING, backend.in_process
         read = (
@@ -65,11 +69,15 @@ class RuntimeFuture(APIFuture[_Value]):
             operation_type=_label(operation),
             sleep_fn=local.backoff,
         )
-        self._watch = lambda fn: local.on_operation_done(session_name, operation_id, fn)
-        self._finished = threading.Event()
-        self._watch(self._finished.set)
-        # a training op's waiter may run it itself (runtime/sessions/caller_runs.py)
-        self._run_here = (lambda: local.run_here(session_name, operation_id)) if training else None
+        self._keepalive = keepalive
+        self._local, self._session_name, self._training = local, session_name, training
+        self._read_name = _READS[operation]
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Whether the op is terminal within ``timeout`` (an unknown session or op raises as
+        the read of its result would)."""
+        name, op_id, local = self._session_name, self._operation_id, self._local
+        return bool(call(self._read_name, lambda: local.wait_operation(name, op_id, timeout)))
 
     def _read_final(self) -> _Value:
         body = call_with_transient_retry(
@@ -77,37 +85,37 @@ class RuntimeFuture(APIFuture[_Value]):
             max_attempts=self._max_transient_poll_errors + 1,
             sleep_fn=self._sleep_fn,
         )
-        if not self._absorb(body):  # pragma: no cover - the runtime calls back only when terminal
+        if not self._absorb(body):  # pragma: no cover - read only once the op is terminal
             raise RuntimeError(f"operation {self._operation_id} reported done while {body}")
         return self._outcome.value  # type: ignore[no-any-return]
 
     def result(self, timeout: float | None = None) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
-        if timeout is None and self._run_here is not None and not self._finished.is_set():
-            self._run_here()  # no time limit to honour: the op may run on this thread
-        if not self._finished.wait(timeout):
+        if timeout is None and self._training:
+            # no time limit to honour: the op may run on this thread (caller_runs.py)
+            self._local.run_here(self._session_name, self._operation_id)
+        if not self._wait(timeout):
             raise self._out_of_time(timeout)
         return self._read_final()
 
     async def result_async(self, timeout: float | None = None) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
-        if not self._finished.is_set():
-            loop = asyncio.get_running_loop()  # the runtime's thread wakes this loop
-            woken: asyncio.Future[None] = loop.create_future()
+        loop = asyncio.get_running_loop()  # the runtime's thread wakes this loop
+        woken: asyncio.Future[None] = loop.create_future()
 
-            def wake() -> None:
-                try:
-                    loop.call_soon_threadsafe(_resolve, woken)
-                except RuntimeError:  # the loop has closed: nobody waits any more
-                    pass
-
-            self._watch(wake)
+        def wake() -> None:
             try:
-                await asyncio.wait_for(woken, timeout)
-            except asyncio.TimeoutError:  # the op is still running
-                raise self._out_of_time(timeout) from None
+                loop.call_soon_threadsafe(_resolve, woken)
+            except RuntimeError:  # the loop has closed: nobody waits any more
+                pass
+
+        self._local.on_operation_done(self._session_name, self._operation_id, wake)
+        try:
+            await asyncio.wait_for(woken, timeout)
+        except asyncio.TimeoutError:  # the op is still running
+            raise self._out_of_time(timeout) from None
         return await asyncio.to_thread(self._read_final)
 
 
@@ -174,11 +182,14 @@ def submit(
     except Exception as refusal:  # noqa: BLE001 - surfaces at result(), like a wire submit
         checked = refusal
 
-    def attempt() -> APIFuture[_Value]:
+    def attempt() -> RuntimeFuture[_Value]:
         if checked is not None:
             raise checked
         accepted = call(operation, lambda: execute(session_name, request))
-        return RuntimeFuture(backend, session_name, operation, accepted["operationId"], parse_fn)
+        op_id = accepted["operationId"]
+        return RuntimeFuture(backend, session_name, operation, op_id, parse_fn, keepalive)
 
     sent = submitter.send(attempt, backend.in_process.backoff)
+    if isinstance(sent, RuntimeFuture):  # accepted at once: nothing left to wait for but the op
+        return sent
     return PendingAPIFuture(sent, operation_type=_label(operation), keepalive=keepalive)

@@ -5,6 +5,7 @@ and a future resolves on the runtime's event (no polling) but, as the SDK's, rep
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import Any
@@ -101,3 +102,21 @@ def test_await_completes_on_the_event() -> None:
             return await task
 
         assert asyncio.run(wait()).metrics["loss"] > 0
+
+
+def test_a_held_future_keeps_an_unreferenced_clients_session_until_it_goes(
+    client: ServiceClient, service: Service
+) -> None:
+    """The SDK's auto-stop: a session whose clients are all collected is stopped, with a
+    ResourceWarning, but not while a future of one of its ops is still held."""
+    tc = client.create_lora_training_client("localsession/tiny", rank=4, alpha=8)
+    name = tc.training_session_name
+    future = tc.forward([DATUM], "cross_entropy")
+    del tc
+    gc.collect()
+    assert service.session(name).status == "Running"
+    assert future.result(timeout=60).metrics["loss"] > 0
+    with pytest.warns(ResourceWarning, match="was not stopped explicitly"):
+        del future
+        gc.collect()
+    assert service.session(name).status in ("Stopping", "Stopped")
