@@ -89,6 +89,8 @@ class RequestStatus(str, Enum):
 
 
 _FAILED_STATES = ("Failed", "Skipped")
+#: Each status by its wire value (a dict lookup, not an enum construction, on every read).
+_STATES: Dict[Any, str] = {status.value: status.value for status in RequestStatus}
 
 
 def _limit_text(timeout: Optional[float]) -> str:
@@ -187,9 +189,10 @@ class APIFuture(Generic[_T]):
         like a result. A failed *poll* is not: it says nothing about the op.
         """
         try:
-            state = RequestStatus(body.get(self._status_key)).value
-        except (ValueError, TypeError):
-            state = "InProgress"  # a status newer than this client: keep waiting
+            # a status newer than this client: keep waiting
+            state = _STATES.get(body.get(self._status_key), "InProgress")
+        except TypeError:  # not even a string
+            state = "InProgress"
         with self._outcome.lock:
             if state in ("Completed", *_FAILED_STATES) and not self._outcome.known():
                 try:

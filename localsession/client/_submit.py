@@ -138,9 +138,9 @@ def wire_copy(data: Any) -> Any:
     if kind is list or kind is tuple:
         if set(map(type, data)) <= _PLAIN:  # a row of numbers: copied in C
             return list(data)
-        return [wire_copy(item) for item in data]
-    if kind is dict and set(map(type, data)) <= {str}:
-        return {key: wire_copy(item) for key, item in data.items()}
+        return [item if type(item) in _PLAIN else wire_copy(item) for item in data]
+    if kind is dict and set(map(type, data)) <= {str}:  # plain values kept without a call
+        return {k: v if type(v) in _PLAIN else wire_copy(v) for k, v in data.items()}
     if kind in _PLAIN:
         return data
     return json.loads(json.dumps(data))

@@ -51,6 +51,8 @@ from localsession.types import (
 _log = logging.getLogger("localsession.client")
 
 _R = TypeVar("_R", bound=_OperationResult)
+#: The built-in losses' names: looked up without constructing the enum on every call.
+_LOSS_NAMES = frozenset(member.value for member in LossFunction)
 
 # What happens instead when a save argument the service does not honour is set.
 _IGNORED_SAVE_ARGS = {
@@ -151,7 +153,8 @@ class TrainingClient:
         loss_fn_inputs: Optional[Dict[str, Any]],
         loss_fn_config: Optional[Dict[str, float]],
     ) -> APIFuture[ForwardBackwardOutput]:
-        loss = LossFunction(loss_fn).value
+        known = type(loss_fn) is str and loss_fn in _LOSS_NAMES  # else the enum checks it
+        loss = loss_fn if known else LossFunction(loss_fn).value
         datums = batch_to_datum_list(
             batch, self._tokenizer, loss_fn_inputs, self.get_tokenizer, loss_fn_name=loss
         )
