@@ -137,7 +137,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "leaves",
         ("port", "vocab", "types", "exceptions", "futures", "chat_format", "metrics", "sandbox",
-         "cli_parser", "_version"),
+         "cli_parser", "_version", "ids"),
     ),
 )  # fmt: skip
 #: The one module allowed to name engine modules.

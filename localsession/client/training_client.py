@@ -18,7 +18,6 @@ import asyncio
 import functools
 import logging
 import threading
-import uuid
 from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from localsession.client._handle import BackgroundSubmitter, _SessionHandle
@@ -35,6 +34,7 @@ from localsession.client.backend import call
 from localsession.client.sampling_client import SamplingClient
 from localsession.exceptions import TrainingSessionError
 from localsession.futures import APIFuture
+from localsession.ids import uuid4_text
 from localsession.types import (
     AdamParams,
     ForwardBackwardOutput,
@@ -333,7 +333,7 @@ class TrainingClient:
                 record_fn(parsed)
             return parsed
 
-        token = str(uuid.uuid4())
+        token = uuid4_text()
         with self._sequence_lock:  # numbers are taken and submitted in one order
             self._sequence_counter = number = self._sequence_counter + 1
             request = {

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from localsession import vocab
+from localsession.ids import uuid4_text
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, SKIPPED = vocab.OP_STATUSES
 TERMINAL = vocab.OP_TERMINAL
@@ -27,7 +27,7 @@ class Operation:
     body: dict[str, Any]
     seq: int | None = None
     client_token: str = ""
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    id: str = field(default_factory=uuid4_text)
     status: str = PENDING
     result: dict[str, Any] | None = None
     error: str | None = None
