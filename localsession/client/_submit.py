@@ -11,9 +11,9 @@ case), else a ``PendingAPIFuture`` that waits for the submit; a refused submit s
 its op (``await``: on an asyncio future that the runtime's completion callback sets). A
 ``result()`` without a timeout on a training op first offers to run it on the caller's thread
 (``run_here``: the runtime decides). Only then is the op's result read, once, with the SDK's
-transient-error budget. ``done()`` is the SDK's: True
-only once a wait has learnt the outcome (a result or a failed op), never merely because the op
-finished, and never because a request for it failed.
+transient-error budget. ``done()`` is the SDK's: True only once a wait has learnt the outcome
+(a result or a failed op), never merely because the op finished, and never because a request
+for it failed.
 """
 
 from __future__ import annotations
