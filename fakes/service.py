@@ -237,9 +237,10 @@ class FakeService:
     def backoff(self, seconds: float) -> None:
         """A client's wait before retrying a refused submit: none, in the fakes."""
 
-    def run_here(self, name: str, operation_id: str) -> None:
-        """Nothing: in the fakes every op runs on its session's worker, where the clock's
-        gate holds it."""
+    def run_here(self, name: str, operation_id: str) -> bool:
+        """Nothing (False): in the fakes every op runs on its session's worker, where the
+        clock's gate holds it."""
+        return False
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         if not self._manual:

@@ -92,10 +92,10 @@ class RuntimeFuture(APIFuture[_Value]):
     def result(self, timeout: float | None = None) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
-        if timeout is None and self._training:
-            # no time limit to honour: the op may run on this thread (caller_runs.py)
-            self._local.run_here(self._session_name, self._operation_id)
-        if not self._wait(timeout):
+        # no time limit to honour: the op may run on this thread (caller_runs.py)
+        here = timeout is None and self._training
+        finished = here and self._local.run_here(self._session_name, self._operation_id)
+        if not finished and not self._wait(timeout):
             raise self._out_of_time(timeout)
         return self._read_final()
 

@@ -46,9 +46,9 @@ class InProcessExtension(Protocol):
     def on_operation_done(
         self, name: str, operation_id: str, callback: Callable[[], None]
     ) -> None: ...
-    def run_here(self, name: str, operation_id: str) -> None:
+    def run_here(self, name: str, operation_id: str) -> bool:
         """Run a queued training op on the calling thread if it may run there, else
-        return at once (the caller then waits as usual)."""
+        return at once (the caller then waits as usual); True if the op has finished."""
         ...
 
     def get_tokenizer(self, name: str) -> Any: ...

@@ -352,15 +352,15 @@ class Service:
         thread: the non-blocking form of :meth:`wait_operation`, for an event loop."""
         self.dataplane.on_operation_done(name, operation_id, callback)
 
-    def run_here(self, name: str, operation_id: str) -> None:
+    def run_here(self, name: str, operation_id: str) -> bool:
         """For a caller about to wait on a training op: run it, and the queued ops before
         it, on the calling thread when they may run there (runtime/sessions/caller_runs.py);
-        else (an unknown session included) return at once."""
+        else (an unknown session included) return at once. True if the op has finished."""
         try:
             session = self.session(name)
         except errors.ServiceError:
-            return  # the caller's read of the result reports it
-        session.run_here(operation_id)
+            return False  # the caller's read of the result reports it
+        return session.run_here(operation_id)
 
     def backoff(self, seconds: float) -> None:
         """How an in-process client waits before retrying a throttled request: real time."""

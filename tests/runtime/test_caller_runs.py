@@ -110,8 +110,8 @@ def test_a_quick_op_runs_on_the_waiting_callers_thread(runtime: Any) -> None:
     service.run_here("s1", first)  # never ran: its duration is unknown, so the worker runs it
     assert wait_done(service, first) == "Completed"
     second = submit(service, 2)
-    service.run_here("s1", second)
-    assert service.operation("s1", second).status == "Completed"  # done before it returned
+    assert service.run_here("s1", second) is True  # ran here: finished when it returns
+    assert service.operation("s1", second).status == "Completed"
     assert engine.threads == ["localsession-s1", threading.current_thread().name]
     assert engine.calls == ["fb1", "fb2"]
 
@@ -125,7 +125,7 @@ def test_the_caller_runs_the_queued_ops_before_its_own_in_order(runtime: Any) ->
     while service.operation("s1", two).status == "Pending" and time.monotonic() < deadline:
         time.sleep(0.001)
     three, four = submit(service, 3), submit(service, 4)
-    service.run_here("s1", four)  # op 2 is running on the worker: nothing runs here
+    assert service.run_here("s1", four) is False  # op 2 runs on the worker: none runs here
     assert service.operation("s1", four).status == "Pending"
     engine.gate.set()
     assert wait_done(service, two) == "Completed"

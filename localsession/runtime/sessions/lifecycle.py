@@ -251,17 +251,19 @@ class Session:
             self.cond.wait_for(lambda: self.running_op is None)
         engine.close()
 
-    def run_here(self, operation_id: str) -> None:
+    def run_here(self, operation_id: str) -> bool:
         """Run the queued training ops up to ``operation_id`` on the calling thread, if
         they may run there (runtime/sessions/caller_runs.py); else return at once and leave
-        them to the worker."""
+        them to the worker. True if ``operation_id`` has finished."""
         engine = self.engine
         runs_in_caller = getattr(engine, "runs_in_caller", None)
         if engine is None or runs_in_caller is None or not runs_in_caller():
-            return
+            return False
         with interrupts_held() as held:
             while held and (op := self._take_quick(operation_id)) is not None:
                 self._run_one(engine, op)
+        mine = self.ops.get(operation_id)
+        return mine is not None and mine.status in TERMINAL
 
     def _take_quick(self, operation_id: str) -> Operation | None:
         """The next op, marked running, while ``operation_id`` has not run, nothing runs,
