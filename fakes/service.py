@@ -240,7 +240,7 @@ class FakeService:
     def run_here(self, name: str, operation_id: str) -> bool:
         """Nothing (False): in the fakes every op runs on its session's worker, where the
         clock's gate holds it."""
-        return False
+        return False  # nothing ran here
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         if not self._manual:

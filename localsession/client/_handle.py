@@ -61,7 +61,7 @@ class _Job:
         False when it is tried again after a backoff."""
         self.failures += 1
         if is_retryable(refusal) and self.failures < DEFAULT_MAX_TRANSIENT_POLL_ERRORS:
-            return False
+            return False  # tried again after a backoff
         self.future.set_exception(refusal)
         return True
 

@@ -258,7 +258,7 @@ class Session:
         engine = self.engine
         runs_in_caller = getattr(engine, "runs_in_caller", None)
         if engine is None or runs_in_caller is None or not runs_in_caller():
-            return False
+            return False  # the worker runs it
         with interrupts_held() as held:
             while held and (op := self._take_quick(operation_id)) is not None:
                 self._run_one(engine, op)
