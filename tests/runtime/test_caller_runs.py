@@ -163,8 +163,9 @@ def test_slow_kinds_disallowed_engines_and_gaps_stay_on_the_worker(runtime: Any)
     assert engine.calls == ["fb1", "fb2", "fb3", "fb4", "fb5", "fb6"]
 
 
-def test_the_worker_and_a_stop_wait_for_the_callers_op(runtime: Any) -> None:
-    service, engine = runtime
+def caller_in_its_op(service: Service, engine: ThreadEngine) -> tuple[threading.Thread, str]:
+    """A user's thread named "caller" that submits op 2 and runs it itself, held inside the
+    engine by a closed gate; returns once the op runs (the thread and the op's id)."""
     warmed(service)
     engine.gate = threading.Event()
     ids: list[str] = []
@@ -178,8 +179,14 @@ def test_the_worker_and_a_stop_wait_for_the_callers_op(runtime: Any) -> None:
     deadline = time.monotonic() + 5
     while engine.running == 0 and time.monotonic() < deadline:
         time.sleep(0.001)
+    return caller, ids[0]
+
+
+def test_the_worker_and_a_stop_wait_for_the_callers_op(runtime: Any) -> None:
+    service, engine = runtime
+    caller, op_id = caller_in_its_op(service, engine)
     assert engine.threads[-1] == "caller"
-    op_id, queued = ids[0], submit(service, 3)
+    queued = submit(service, 3)
     time.sleep(0.1)  # the worker must not start op 3 beside the caller's op
     assert engine.running == 1 and service.operation("s1", queued).status == "Pending"
     service.stop_training_session({"TrainingSessionName": "s1"})
@@ -198,19 +205,7 @@ def test_an_op_queued_behind_the_callers_goes_to_the_worker_when_it_ends(runtime
     """The caller runs only up to its own op; one queued behind it meanwhile is the
     worker's, which must be woken when the caller's op ends (it waits while one runs)."""
     service, engine = runtime
-    warmed(service)
-    engine.gate = threading.Event()
-    ids: list[str] = []
-
-    def loop() -> None:
-        ids.append(submit(service, 2))
-        service.run_here("s1", ids[0])
-
-    caller = threading.Thread(target=loop, name="caller")
-    caller.start()
-    deadline = time.monotonic() + 5
-    while engine.running == 0 and time.monotonic() < deadline:
-        time.sleep(0.001)
+    caller, _ = caller_in_its_op(service, engine)
     later = submit(service, 3)
     engine.gate.set()
     caller.join(5)
