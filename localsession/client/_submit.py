@@ -55,7 +55,7 @@ class RuntimeFuture(APIFuture[_Value]):
         parse_fn: Callable[[dict[str, Any]], _Value],
         keepalive: Any = None,
     ) -> None:
-        training, local = operation == _TRAINING, backend.in_process
+        training, local, read_name = operation == _TRAINING, backend.in_process, _READS[operation]
         read = (
             backend.get_training_operation_result
             if training
@@ -64,14 +64,14 @@ class RuntimeFuture(APIFuture[_Value]):
         APIFuture.__init__(
             self,
             operation_id,
-            lambda: call(_READS[operation], lambda: read(session_name, operation_id)),
+            lambda: call(read_name, lambda: read(session_name, operation_id)),
             parse_fn,
             operation_type=_label(operation),
             sleep_fn=local.backoff,
         )
         self._keepalive = keepalive
         self._local, self._session_name, self._training = local, session_name, training
-        self._read_name = _READS[operation]
+        self._read_name = read_name
 
     def _wait(self, timeout: float | None) -> bool:
         """Whether the op is terminal within ``timeout`` (an unknown session or op raises as
