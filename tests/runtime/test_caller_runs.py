@@ -22,7 +22,7 @@ from testkit import StubEngine, create_request, forward_backward
 from localsession.port import EngineSpec, LossConfig, TrainingDatum
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
-from localsession.runtime.sessions import caller_runs
+from localsession.runtime.sessions import caller_runs, lifecycle
 from localsession.runtime.sessions.caller_runs import interrupts_held
 from localsession.wiring import build_service
 
@@ -224,6 +224,94 @@ def test_an_interrupted_op_fails_alone_and_later_ops_run(runtime: Any) -> None:
     assert op.status == "Failed" and "interrupted" in (op.error or "")
     engine.raise_in = None
     assert wait_done(service, submit(service, 3)) == "Completed"
+
+
+def notifies(service: Service) -> list[str]:
+    """Every wake-up call on session s1's condition from now on, by calling thread."""
+    session = service.session("s1")
+    calls: list[str] = []
+    real = session.cond.notify_all
+
+    def counted() -> None:
+        calls.append(threading.current_thread().name)
+        real()
+
+    session.cond.notify_all = counted  # type: ignore[method-assign]
+    return calls
+
+
+def callers_ran_in_a_row(service: Service, first_seq: int) -> int:
+    """Ops ``first_seq``.. run on this thread until submits leave the worker asleep; the
+    next sequence number."""
+    seq = first_seq
+    for seq in range(first_seq, first_seq + caller_runs.CALLERS_IN_A_ROW):
+        assert service.run_here("s1", submit(service, seq)) is True
+    return seq + 1
+
+
+def test_once_callers_run_their_ops_a_submit_leaves_the_worker_asleep(runtime: Any) -> None:
+    service, engine = runtime
+    warmed(service)  # ran on the worker: submits wake it
+    calls = notifies(service)
+    submit_seq = callers_ran_in_a_row(service, 2)
+    me = threading.current_thread().name
+    assert calls[0] == me  # the first submit woke the worker
+    calls.clear()
+    op_id = submit(service, submit_seq)
+    assert calls == []  # this one did not: its caller runs it
+    assert service.run_here("s1", op_id) is True
+    assert engine.threads[-1] == me
+
+
+def test_an_op_no_one_waits_for_still_runs_on_the_worker_soon(runtime: Any) -> None:
+    service, engine = runtime
+    warmed(service)
+    seq = callers_ran_in_a_row(service, 2)
+    left = submit(service, seq)  # submitted and left: no wait, no run_here
+    started = time.monotonic()
+    while service.operation("s1", left).status != "Completed":
+        assert time.monotonic() - started < 5, "the worker never looked for the op"
+        time.sleep(0.005)
+    assert engine.threads[-1] == "localsession-s1"
+    calls = notifies(service)
+    submit(service, seq + 1)
+    assert calls  # the worker ran one no caller came for: submits wake it again
+
+
+def test_a_waiter_that_does_not_run_its_op_wakes_the_worker(
+    runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the worker looking only every 60 s, only the waiter's wake can start the op in
+    time, through each way of waiting: a blocking wait and a callback (await, long poll)."""
+    service, engine = runtime
+    monkeypatch.setattr(lifecycle, "LOOKOUT_S", 60.0)
+    warmed(service)
+    seq = callers_ran_in_a_row(service, 2)
+    engine.allow = False  # runs_in_caller says no: the caller must wait for the worker
+    barred = submit(service, seq)
+    assert service.run_here("s1", barred) is False
+    assert wait_done(service, barred) == "Completed"
+    engine.allow = True
+    seq = callers_ran_in_a_row(service, seq + 1)
+    called = threading.Event()
+    service.on_operation_done("s1", submit(service, seq), called.set)
+    assert called.wait(5)
+    assert engine.threads[-1] == "localsession-s1"
+
+
+def test_an_idle_session_stops_looking_and_submits_wake_its_worker_again(
+    runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, _ = runtime
+    monkeypatch.setattr(lifecycle, "LOOKOUT_S", 0.02)
+    monkeypatch.setattr(lifecycle, "IDLE_S", 0.1)
+    warmed(service)
+    seq = callers_ran_in_a_row(service, 2)
+    time.sleep(0.5)  # idle: the worker's look finds nothing for longer than IDLE_S
+    calls = notifies(service)
+    op_id = submit(service, seq)
+    assert calls == [threading.current_thread().name]
+    assert wait_done(service, op_id) == "Completed"
 
 
 def test_ctrl_c_is_held_until_the_block_ends_on_the_main_thread() -> None:

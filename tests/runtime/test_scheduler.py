@@ -167,7 +167,7 @@ def test_close_waits_for_the_running_batch_and_ends_the_thread() -> None:
     time.sleep(0.1)  # generating now
     sched.close()
     assert not thread.is_alive()
-    assert op.done.is_set() and op.status == COMPLETED
+    assert op.done.wait(0) and op.status == COMPLETED
 
 
 class AdmittingStub(StubEngine):

@@ -137,7 +137,7 @@ class DataPlane:
             faults.on_submit(kind)
         weights = self.service.sampling_weights(session, body.get("modelPackageArn"))
         op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
-        with session.cond:
+        with session.lock:
             session.ops[op.id] = op
         if faults.armed and (failure := faults.on_execute(kind)) is not None:
             op.finish(FAILED, error=failure)  # an injected fault: the op ran and failed
@@ -158,10 +158,18 @@ class DataPlane:
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         """Block until an op is terminal or ``timeout`` passes; True if terminal."""
-        op = self.service.operation(name, operation_id)
+        op = self._awaited(name, operation_id)
         return op.status in TERMINAL or op.done.wait(timeout)
 
     def on_operation_done(self, name: str, operation_id: str, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the op is terminal (at once if it is), from the finishing
         thread: the non-blocking form of :meth:`wait_operation`, for an event loop."""
-        self.service.operation(name, operation_id).add_done_callback(callback)
+        self._awaited(name, operation_id).add_done_callback(callback)
+
+    def _awaited(self, name: str, operation_id: str) -> Operation:
+        """An op someone starts to wait on. A training op's worker is woken if a submit left
+        it asleep: this waiter does not run the op (runtime/sessions/caller_runs.py)."""
+        op = self.service.operation(name, operation_id)
+        if op.seq is not None and op.status not in TERMINAL:
+            self.service.session(name).wake_worker()
+        return op

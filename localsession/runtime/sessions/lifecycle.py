@@ -25,7 +25,13 @@ from localsession.port import Engine, EngineConfigError, EngineSpec, ResolvedMod
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
 from localsession.runtime.packages.registry import Registry
-from localsession.runtime.sessions.caller_runs import QUICK_S, interrupts_held
+from localsession.runtime.sessions.caller_runs import (
+    CALLERS_IN_A_ROW,
+    IDLE_S,
+    LOOKOUT_S,
+    QUICK_S,
+    interrupts_held,
+)
 from localsession.runtime.sessions.operations import FAILED, PENDING, TERMINAL, Operation
 from localsession.runtime.sessions.run_op import PackageMismatch, execute
 from localsession.runtime.sessions.training_queue import TrainingQueue
@@ -48,7 +54,7 @@ def _now() -> datetime:
 
 
 class Session:
-    """A session and its worker. All mutable state is guarded by ``self.cond``."""
+    """A session and its worker. All mutable state is guarded by ``self.lock``."""
 
     def __init__(
         self,
@@ -70,7 +76,7 @@ class Session:
         self.name, self.arn, self.spec, self.details = name, arn, spec, details
         #: Training ops in sequence order (max_queued: how many may wait before throttling).
         self.queue = TrainingQueue(name, gap_timeout=gap_timeout, max_queued=max_queued)
-        #: Called (under ``cond``) after every status change: the service persists the record.
+        #: Called (under ``lock``) after every status change: the service persists the record.
         self._on_change = on_change
         self.strict = strict
         self.status = CREATED
@@ -81,10 +87,16 @@ class Session:
         self.usage = {"PrefillTokenCount": 0, "SampleTokenCount": 0, "TrainingTokenCount": 0}
         self.engine: Engine | None = None
         self.ops: dict[str, Operation] = {}
-        self.cond = threading.Condition()
+        #: Held for any state change (a C-level RLock: entering ``cond`` itself costs two
+        #: Python calls, on every op); ``cond`` is its condition, to wait and notify on.
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self.running_op: Operation | None = None
         #: op kind -> whether it last ran within caller_runs.QUICK_S
         self._quick: dict[str, bool] = {}
+        #: Training ops in a row that ran on their callers (caller_runs.py: from
+        #: CALLERS_IN_A_ROW on, a submit leaves the worker asleep).
+        self._caller_streak = 0
         self._engine_factory = engine_factory
         #: The service's catalog lookup, to tell whether a package's base model is this one.
         self._resolve_model = resolve_model
@@ -122,12 +134,12 @@ class Session:
 
     def wait_until_started(self, timeout: float | None = None) -> str:
         """Block until the engine is loaded (Running) or loading failed; return the status."""
-        with self.cond:
+        with self.lock:
             self.cond.wait_for(lambda: self.status != CREATED, timeout)
             return self.status
 
     def describe(self) -> dict[str, Any]:
-        with self.cond:
+        with self.lock:
             detail: dict[str, Any] = {
                 "TrainingSessionArn": self.arn,
                 "TrainingSessionName": self.name,
@@ -146,7 +158,7 @@ class Session:
 
     def stop(self) -> None:
         """Running/Blocked/Created → Stopping → Stopped; queued training ops are Skipped."""
-        with self.cond:
+        with self.lock:
             if self.status in NOT_STOPPABLE:
                 raise errors.validation(
                     f"Training session {self.name} cannot be stopped: invalid session state "
@@ -162,7 +174,7 @@ class Session:
             self._worker.join(timeout)
 
     def expire(self) -> None:
-        with self.cond:
+        with self.lock:
             if self.status in (RUNNING, BLOCKED):
                 self.queue.skip_all("The session expired after inactivity.")
                 self._set_status(EXPIRED, "The session was idle longer than its idle timeout.")
@@ -179,45 +191,54 @@ class Session:
 
     def submit_training(self, seq: int, token: str, kind: str, body: dict[str, Any]) -> str:
         """Queue an op under its sequence number; return its operation id (idempotent)."""
-        with self.cond:
+        with self.lock:
             self.require_accepting()
             self.last_activity = time.monotonic()
             op = self.queue.admit(seq, token, kind, body)
             self.ops[op.id] = op
-            self.cond.notify_all()
+            if self._caller_streak < CALLERS_IN_A_ROW or self.status != RUNNING:
+                self.cond.notify_all()  # else its caller most likely runs it (caller_runs.py)
             return op.id
+
+    def wake_worker(self) -> None:
+        """For one about to wait on a training op: wake the worker if submits left it asleep,
+        as this waiter does not run the op itself (caller_runs.py)."""
+        with self.lock:
+            if self._caller_streak >= CALLERS_IN_A_ROW:
+                self.cond.notify_all()
 
     def waits_for_earlier(self, operation_id: str) -> bool:
         """Whether this training op cannot run before a lower sequence number arrives (a gap
         before it); False for sampling ops and unknown ids."""
-        with self.cond:
+        with self.lock:
             op = self.ops.get(operation_id)
             return op is not None and op.seq is not None and self.queue.missing_before(op.seq)
 
     def consume(self, seq: int) -> None:
         """Record a number whose submit was refused as used, so nothing waits on it (the
         server's lenient mode, docs/semantics.md#4). A number already taken is left alone."""
-        with self.cond:
+        with self.lock:
             if self.queue.consume(seq):
                 self.cond.notify_all()
 
     def _next_op(self) -> Operation | None:
         """Wait for the op holding the next sequence number and mark it running; None once
         the session ends."""
-        with self.cond:
+        with self.lock:
             while self.status in (RUNNING, BLOCKED):
                 if self.running_op is not None:  # a caller runs one (run_here)
-                    self.cond.wait()
+                    self._idle_wait()
                     continue
                 step = self.queue.advance(time.monotonic())
                 if isinstance(step, Operation):
                     if self.status == BLOCKED:
                         self._set_status(RUNNING)
                     self.running_op = step
+                    self._caller_streak = 0  # no caller came for it: submits wake the worker
                     step.start()
                     return step
                 if step is None:  # nothing queued
-                    self.cond.wait()
+                    self._idle_wait()
                     continue
                 if self.status != BLOCKED:
                     self._set_status(
@@ -228,26 +249,35 @@ class Session:
                 self.cond.wait(step.remaining)
             return None
 
+    def _idle_wait(self) -> None:
+        """The worker's wait while it has no op to run (under ``lock``). While submits leave
+        it asleep it looks again every LOOKOUT_S, until the session has been idle IDLE_S
+        (caller_runs.py)."""
+        if self._caller_streak < CALLERS_IN_A_ROW:
+            self.cond.wait()
+        elif not self.cond.wait(LOOKOUT_S) and time.monotonic() - self.last_activity > IDLE_S:
+            self._caller_streak = 0  # idle: sleep until a submit wakes it, not looking
+
     def _run(self) -> None:
         try:
             engine = self._engine_factory(self.spec)
         except EngineConfigError as exc:  # a setting to fix: its message says it all
             logger.error("session %s: the model failed to load: %s", self.name, exc)
-            with self.cond:
+            with self.lock:
                 self._set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
             return
         except Exception as exc:  # noqa: BLE001 - reported through the session status
             logger.exception("session %s: the model failed to load", self.name)
-            with self.cond:
+            with self.lock:
                 self._set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
             return
-        with self.cond:
+        with self.lock:
             self.engine = engine
             if self.status == CREATED:
                 self._set_status(RUNNING)
         while (op := self._next_op()) is not None:
             self._run_one(engine, op)
-        with self.cond:  # a caller may still be running an op (run_here)
+        with self.lock:  # a caller may still be running an op (run_here)
             self.cond.wait_for(lambda: self.running_op is None)
         engine.close()
 
@@ -268,7 +298,7 @@ class Session:
     def _take_quick(self, operation_id: str) -> Operation | None:
         """The next op, marked running, while ``operation_id`` has not run, nothing runs,
         and the next op is queued and of a quick kind; else None."""
-        with self.cond:
+        with self.lock:
             mine = self.ops.get(operation_id)
             if mine is None or mine.status != PENDING or mine.seq is None:
                 return None
@@ -279,6 +309,9 @@ class Session:
                 return None
             self.queue.advance(time.monotonic())
             self.running_op = step
+            self._caller_streak += 1
+            if self._caller_streak == CALLERS_IN_A_ROW:  # from now on the worker looks
+                self.cond.notify_all()  # (LOOKOUT_S) rather than sleeping until woken
             step.start()
             return step
 
@@ -294,7 +327,7 @@ class Session:
                     error="The operation was interrupted (a second Ctrl-C) while it ran; part "
                     "of it may have taken effect, such as part of a forward_backward's gradient.",
                 )
-            with self.cond:
+            with self.lock:
                 self.running_op = None
                 self.last_activity = time.monotonic()
                 self._quick[op.kind] = self.last_activity - started <= QUICK_S
@@ -333,7 +366,7 @@ class Session:
         return self.registry().path(arn)
 
     def add_sample_usage(self, prefill: int, decode: int) -> None:
-        with self.cond:
+        with self.lock:
             self.usage["PrefillTokenCount"] += prefill
             self.usage["SampleTokenCount"] += decode
             self.last_activity = time.monotonic()

@@ -1,7 +1,7 @@
 """Operation records: one per accepted training or sampling op, with its status and result.
 
 An operation moves Pending → InProgress → Completed | Failed | Skipped exactly once; waiters
-block on its event. Its ``response()`` is the body of ``Get*OperationResult``.
+block on its latch. Its ``response()`` is the body of ``Get*OperationResult``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,28 @@ from localsession.ids import uuid4_text
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, SKIPPED = vocab.OP_STATUSES
 TERMINAL = vocab.OP_TERMINAL
+
+
+class Latch:
+    """Set once; ``wait`` blocks until then. A ``threading.Event`` without its Python-level
+    ``Condition``: one C lock, held from creation until ``set`` (made and set on every op)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        """Open the latch (call it once: the op's status guards that)."""
+        self._lock.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the latch opened within ``timeout`` seconds (None: wait for it)."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        self._lock.release()  # for the next waiter
+        return True
 
 
 @dataclass
@@ -35,7 +57,7 @@ class Operation:
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
     finished_at: float | None = None
-    done: threading.Event = field(default_factory=threading.Event, repr=False)
+    done: Latch = field(default_factory=Latch, repr=False)
     _callbacks: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _callbacks_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -68,8 +90,8 @@ class Operation:
     def add_done_callback(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the op is terminal: now if it is, else from the thread
         that finishes it (so it must be quick and thread-safe)."""
-        with self._callbacks_lock:
-            if not self.done.is_set():
+        with self._callbacks_lock:  # finish() sets the status, then takes this lock
+            if self.status not in TERMINAL:
                 self._callbacks.append(callback)
                 return
         callback()

@@ -124,7 +124,7 @@ def restored_status(status: str, error: str | None) -> tuple[str, str | None]:
 
 def session_record(session: Session) -> dict[str, Any]:
     """What a session's record keeps of it (JSON-able), read under its lock."""
-    with session.cond:
+    with session.lock:
         return {
             "name": session.name,
             "arn": session.arn,

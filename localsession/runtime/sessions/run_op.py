@@ -32,7 +32,7 @@ class Session(Protocol):
     details: dict[str, Any]
     faults: Faults | None
     registry: Callable[[], Registry]
-    cond: threading.Condition
+    lock: threading.RLock
     usage: dict[str, int]
 
     @property
@@ -61,7 +61,7 @@ def execute(session: Session, engine: Engine, op: Operation) -> None:
                 backward=op.kind == "forwardBackward",
             )
             tokens = int(result.get("metrics", {}).get("global_token_num", 0))
-            with session.cond:
+            with session.lock:
                 session.usage["TrainingTokenCount"] += tokens
             op.finish(COMPLETED, result=result, token_usage={"trainingTokens": tokens})
         elif op.kind == "optimizerStep":

@@ -50,7 +50,8 @@ class SessionTable:
     def get(self, name: Any, *, runtime: bool) -> Session:
         """A session by name (idle ones expired first); ``ResourceNotFoundException`` of the
         runtime's or the control plane's model (``runtime``) if there is none."""
-        self.expire_idle()
+        if self.config.idle_timeout is not None:  # (looked at here: this runs on every op)
+            self.expire_idle()
         with self._mutex:
             session = self._sessions.get(name) if isinstance(name, str) else None
         if session is None:
@@ -86,7 +87,7 @@ class SessionTable:
                     "--max-sessions)."
                 )
             session = self._sessions[name] = make()
-        with session.cond:
+        with session.lock:
             self.persist(session)
         return session
 
