@@ -67,7 +67,7 @@ class interrupts_held:  # lower case, as contextlib.suppress: used like a functi
         if threading.get_ident() != threading.main_thread().ident:
             return True
         if _c_signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-            return False
+            return False  # another handler is installed: it is left alone
         caught = self._caught = []
 
         def hold(signum: int, frame: FrameType | None) -> None:

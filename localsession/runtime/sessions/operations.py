@@ -23,21 +23,21 @@ class Latch:
     """Set once; ``wait`` blocks until then. A ``threading.Event`` without its Python-level
     ``Condition``: one C lock, held from creation until ``set`` (made and set on every op)."""
 
-    __slots__ = ("_lock",)
+    __slots__ = ("_closed",)
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
+        self._closed = threading.Lock()  # held while the latch is closed
+        self._closed.acquire()
 
     def set(self) -> None:
         """Open the latch (call it once: the op's status guards that)."""
-        self._lock.release()
+        self._closed.release()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Whether the latch opened within ``timeout`` seconds (None: wait for it)."""
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            return False
-        self._lock.release()  # for the next waiter
+        if not self._closed.acquire(timeout=-1 if timeout is None else timeout):
+            return False  # still closed
+        self._closed.release()  # for the next waiter
         return True
 
 
