@@ -1,11 +1,12 @@
-"""The op's ``Latch``: closed until set; every waiter, then and later, passes once it opens."""
+"""The op's ``Latch`` (closed until set; every waiter, then and later, passes once it
+opens) and the one finish that opens it."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from localsession.runtime.sessions.operations import Latch
+from localsession.runtime.sessions.operations import Latch, Operation
 
 
 def test_a_closed_latch_times_out_and_an_open_one_passes_at_once() -> None:
@@ -32,3 +33,21 @@ def test_every_blocked_waiter_passes_when_it_opens() -> None:
     for waiter in waiters:
         waiter.join(5)
     assert passed == [True] * 8
+
+
+def test_an_op_finishes_once_and_later_finishes_change_nothing() -> None:
+    op = Operation(kind="forwardBackward", body={})
+    seen: list[str] = []
+    op.add_done_callback(lambda: seen.append(op.status))
+    racers = [
+        threading.Thread(target=op.finish, args=(status,), kwargs={"error": status})
+        for status in ("Completed", "Failed", "Skipped") * 4
+    ]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(5)
+    op.finish("Failed", error="late")  # the latch is not opened twice: no error here
+    assert op.done.wait(0) and seen == [op.status] and op.error == op.status
+    op.add_done_callback(lambda: seen.append("after"))  # a terminal op calls back at once
+    assert seen == [op.status, "after"]

@@ -74,23 +74,23 @@ class Operation:
         token_usage: dict[str, int] | None = None,
     ) -> None:
         """Move to a terminal status once; later calls are ignored."""
-        if self.status in TERMINAL:
-            return
-        self.result = result
-        self.error = error
-        self.token_usage = token_usage
-        self.finished_at = time.monotonic()
-        self.status = status
-        self.done.set()
-        with self._callbacks_lock:
+        with self._callbacks_lock:  # one finish only, even from two threads: the latch opens once
+            if self.status in TERMINAL:
+                return
+            self.result = result
+            self.error = error
+            self.token_usage = token_usage
+            self.finished_at = time.monotonic()
+            self.status = status
             callbacks, self._callbacks = self._callbacks, []
+        self.done.set()
         for callback in callbacks:
             callback()
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the op is terminal: now if it is, else from the thread
         that finishes it (so it must be quick and thread-safe)."""
-        with self._callbacks_lock:  # finish() sets the status, then takes this lock
+        with self._callbacks_lock:  # finish() sets the status under this lock
             if self.status not in TERMINAL:
                 self._callbacks.append(callback)
                 return
