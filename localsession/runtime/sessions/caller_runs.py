@@ -20,7 +20,7 @@ Otherwise the caller waits for the worker, as before. Either way the ops run one
 in sequence order, through the same ``Session._run_one``.
 
 Waking the worker at every submit costs too: it needs the GIL to see that the caller already
-runs the op, and takes it from the caller mid-op (~0.14 ms a 1×8 op on tiny). So once
+runs the op, and takes it from the caller mid-op (~0.1 ms a 1×8 op on tiny). So once
 ``CALLERS_IN_A_ROW`` ops in a row ran on their callers, a submit to a Running session leaves
 the worker asleep, and the worker instead:
 
