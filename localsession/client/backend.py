@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import ParamValidationError
 
+from localsession.client.param_check import proves_valid
 from localsession.runtime.errors import ServiceError
 
 _R = TypeVar("_R")
@@ -135,10 +136,13 @@ def check_params(operation_name: str, params: dict[str, Any], service: str = RUN
 
     Raises ``ParamValidationError`` for what the real SDK's client rejects before any request:
     unknown or missing members, wrong types, and values outside a modelled range or length.
+    A request :func:`proves_valid` accepts skips botocore's slower walk (client/param_check.py).
     """
     from botocore.validate import ParamValidator
 
     shape = _service_model(service).operation_model(operation_name).input_shape
+    if proves_valid(shape)(params):  # the usual request: proven valid in C-level passes
+        return
     report = ParamValidator().validate(params, shape)
     if report.has_errors():
         text = report.generate_report()

@@ -1,0 +1,214 @@
+"""``proves_valid`` against botocore's own ``ParamValidator``, the oracle: a request the
+compiled predicate accepts is one botocore accepts (never more lenient), and an ordinary
+request botocore accepts is proven valid without botocore (so the fast path is the usual one).
+
+Requests are drawn from each operation's botocore shape, mostly well-formed, with wrong
+values mixed in at every depth: ``None``, other types, numbers below a ``min``, unknown and
+missing members, unions with two members, tuples for lists, subclasses of the scalar types,
+and objects nothing accepts.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy
+import pytest
+from botocore.exceptions import ParamValidationError
+from botocore.model import ShapeResolver
+from botocore.validate import ParamValidator
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from localsession.client.backend import CONTROL_PLANE, RUNTIME, check_params
+from localsession.client.param_check import proves_valid
+from localsession.runtime.members import service_model
+
+
+class _Level(enum.IntEnum):
+    ONE = 1
+
+
+class _Text(str):
+    pass
+
+
+_STRANGE = st.sampled_from(
+    [None, "x", "", 7, -3, 0, 2.5, float("nan"), True, [], (), {}, {"k": 1}, b"raw", object()]
+)
+_SUBCLASSED = st.sampled_from([_Level.ONE, numpy.float64(0.5), numpy.int64(3), _Text("t")])
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=4))
+_DOCUMENTS = st.recursive(
+    st.one_of(_LEAVES, _SUBCLASSED),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner),  # botocore refuses a tuple inside a document
+        st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+def _well_formed(shape: Any, depth: int) -> st.SearchStrategy[Any]:
+    kind, lowest = shape.type_name, shape.metadata.get("min", 0)
+    if kind == "structure" and shape.is_document_type:
+        return _DOCUMENTS
+    if kind == "structure":
+        members = {name: _drawn(member, depth + 1) for name, member in shape.members.items()}
+        if shape.is_tagged_union:
+            return st.one_of(*(st.fixed_dictionaries({n: s}) for n, s in members.items()))
+        required = shape.metadata.get("required", [])
+        fixed = {n: s for n, s in members.items() if n in required}
+        optional = {n: s for n, s in members.items() if n not in required}
+        return st.fixed_dictionaries(fixed, optional=optional)
+    if kind == "list":
+        items = st.lists(_drawn(shape.member, depth + 1), min_size=lowest, max_size=lowest + 3)
+        return st.one_of(items, items.map(tuple))
+    if kind == "map":
+        return st.dictionaries(
+            _drawn(shape.key, depth + 1), _drawn(shape.value, depth + 1), max_size=2
+        )
+    if kind == "string":
+        return st.text(alphabet="ab-1", min_size=lowest, max_size=lowest + 4)
+    if kind in ("integer", "long"):
+        return st.integers(min_value=lowest, max_value=lowest + 10**6)
+    if kind in ("double", "float"):
+        return st.floats(min_value=lowest, max_value=lowest + 1.0)
+    if kind == "boolean":
+        return st.booleans()
+    return st.nothing()  # timestamps, blobs: only the strange values below
+
+
+def _drawn(shape: Any, depth: int = 0) -> st.SearchStrategy[Any]:
+    """Mostly a well-formed value of ``shape``; sometimes a wrong or unusual one."""
+    good = _well_formed(shape, depth) if depth < 8 else st.nothing()
+    odd: list[st.SearchStrategy[Any]] = [_STRANGE, _SUBCLASSED]
+    if shape.type_name == "structure" and not shape.is_document_type:
+        odd.append(good.map(lambda value: {**value, "unknownMember": 1}))
+        odd.append(good.map(lambda value: dict(list(value.items())[1:])))  # one member less
+    if shape.type_name in ("integer", "double") and "min" in shape.metadata:
+        odd.append(st.just(shape.metadata["min"] - 1))
+    wrong = st.one_of(*odd)
+    return st.integers(0, 24).flatmap(lambda roll: wrong if roll == 0 else good)  # 1 in 25
+
+
+def _botocore_accepts(request: Any, shape: Any) -> bool:
+    return not ParamValidator().validate(request, shape).has_errors()
+
+
+def _ordinary(value: Any) -> bool:
+    """Plain JSON data only: what a client's own request body is made of."""
+    if isinstance(value, dict):
+        return all(type(k) is str and _ordinary(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(map(_ordinary, value))
+    return type(value) in (str, int, float, bool)
+
+
+#: What neither service model uses but botocore checks: a list's min length, a host label's
+#: implicit min, longs and floats, a map, and a structure that contains itself.
+_SYNTHETIC = ShapeResolver(
+    {
+        "Input": {
+            "type": "structure",
+            "required": ["Name"],
+            "members": {
+                "Name": {"shape": "Label", "hostLabel": True},
+                "Ids": {"shape": "AtLeastTwo"},
+                "Sizes": {"shape": "Sizes"},
+                "Child": {"shape": "Input"},
+            },
+        },
+        "Label": {"type": "string"},
+        "AtLeastTwo": {"type": "list", "member": {"shape": "Count"}, "min": 2},
+        "Count": {"type": "long", "min": 0},
+        "Sizes": {"type": "map", "key": {"shape": "Label"}, "value": {"shape": "Ratio"}},
+        "Ratio": {"type": "float"},
+    }
+).get_shape_by_name("Input")
+
+
+def _input_shape(service: str, operation: str) -> Any:
+    if service == "synthetic":
+        return _SYNTHETIC
+    return service_model(service).operation_model(operation).input_shape
+
+
+# (service, operation, whether every shape in it is modelled: timestamps are botocore's call)
+_OPERATIONS = [
+    (RUNTIME, "ExecuteTrainingOperation", True),
+    (RUNTIME, "ExecuteSamplingOperation", True),
+    (RUNTIME, "GetTrainingOperationResult", True),
+    (CONTROL_PLANE, "CreateTrainingSession", True),
+    (CONTROL_PLANE, "ListModelPackages", False),
+    ("synthetic", "Input", True),
+]
+
+
+@pytest.mark.parametrize(("service", "operation", "modelled"), _OPERATIONS)
+def test_a_proven_request_is_one_botocore_accepts(
+    service: str, operation: str, modelled: bool
+) -> None:
+    shape = _input_shape(service, operation)
+    proven = proves_valid(shape)
+    tally = {"proven": 0, "refused": 0}
+
+    @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(_drawn(shape))
+    def check(request: Any) -> None:
+        accepted = _botocore_accepts(request, shape)
+        if proven(request):
+            tally["proven"] += 1
+            assert accepted, f"proven valid, but botocore refuses {request!r}"
+        elif not accepted:
+            tally["refused"] += 1
+        elif modelled and _ordinary(request):
+            raise AssertionError(f"botocore accepts an ordinary request not proven: {request!r}")
+
+    check()
+    assert tally["proven"] > 10 and tally["refused"] > 10, tally  # both sides were drawn
+
+
+def test_a_refused_request_gets_botocores_own_report() -> None:
+    request = {
+        "trainingSessionName": "s",
+        "sequenceNumber": 0,
+        "operationConfig": {
+            "forwardBackward": {
+                "lossFnName": "cross_entropy",
+                "datumList": [
+                    {
+                        "modelInput": {"chunks": [{"tokens": [1, "2"], "type": "encoded_text"}]},
+                        "lossFnInputs": {"weights": {"data": [1.0, (2.0,)], "dtype": "float32"}},
+                    }
+                ],
+            }
+        },
+    }
+    shape = service_model(RUNTIME).operation_model("ExecuteTrainingOperation").input_shape
+    expected = ParamValidator().validate(request, shape).generate_report()
+    with pytest.raises(ParamValidationError) as refused:
+        check_params("ExecuteTrainingOperation", request)
+    assert expected in str(refused.value)
+    for problem in ("sequenceNumber", "tokens[1]", "data[1]"):
+        assert problem in expected  # each wrong value is named
+
+
+def test_an_8x128_batch_is_proven_valid_by_the_predicate_alone() -> None:
+    datum = {
+        "modelInput": {"chunks": [{"tokens": list(range(128)), "type": "encoded_text"}]},
+        "lossFnInputs": {
+            "target_tokens": {"data": list(range(128)), "dtype": "int64"},
+            "weights": {"data": [1.0] * 128, "dtype": "float32", "shape": [128]},
+        },
+    }
+    body = {"lossFnName": "cross_entropy", "datumList": [datum] * 8}
+    request = {
+        "trainingSessionName": "s",
+        "sequenceNumber": 1,
+        "operationConfig": {"forward": body},
+    }
+    shape = service_model(RUNTIME).operation_model("ExecuteTrainingOperation").input_shape
+    assert proves_valid(shape)(request)
+    assert _botocore_accepts(request, shape)
