@@ -181,3 +181,14 @@ def running_server(home: Path, *, long_poll: float = 5.0, **config: Any) -> Iter
             yield Served(service, url, home)
     finally:
         service.close()
+
+
+def containers(tree: Any) -> list[int]:
+    """The ids of every list and dict inside ``tree`` (itself included): what a copy of it
+    must not share."""
+    if isinstance(tree, dict):
+        return [id(tree), *(i for item in tree.values() for i in containers(item))]
+    if isinstance(tree, (list, tuple)):
+        own = [id(tree)] if isinstance(tree, list) else []
+        return [*own, *(i for item in tree for i in containers(item))]
+    return []

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import ParamValidationError
 
-from localsession.client.param_check import proves_valid
+from localsession.client.param_check import Unproven, conformer, wire_copy
 from localsession.runtime.errors import ServiceError
 
 _R = TypeVar("_R")
@@ -131,18 +131,39 @@ def _exceptions(service: str) -> Any:
     return ClientExceptionsFactory().create_client_exceptions(_service_model(service))
 
 
+def checked_copy(operation_name: str, params: dict[str, Any], service: str = RUNTIME) -> Any:
+    """``params`` checked as botocore checks them before sending (:func:`check_params`), and
+    copied as the wire delivers them (:func:`wire_copy`). The usual request is proven valid
+    and copied in one pass (client/param_check.py)."""
+    shape = _input_shape(operation_name, service)
+    try:
+        return conformer(shape)(params)
+    except Unproven:  # not plain, or not valid: botocore decides
+        _botocore_check(params, shape)
+    return wire_copy(params)
+
+
 def check_params(operation_name: str, params: dict[str, Any], service: str = RUNTIME) -> None:
     """Validate a request as botocore does before sending it (docs/wire.md#5).
 
     Raises ``ParamValidationError`` for what the real SDK's client rejects before any request:
     unknown or missing members, wrong types, and values outside a modelled range or length.
-    A request :func:`proves_valid` accepts skips botocore's slower walk (client/param_check.py).
     """
+    shape = _input_shape(operation_name, service)
+    try:
+        conformer(shape)(params)
+    except Unproven:  # not plain, or not valid: botocore decides
+        _botocore_check(params, shape)
+
+
+def _input_shape(operation_name: str, service: str) -> Any:
+    return _service_model(service).operation_model(operation_name).input_shape
+
+
+def _botocore_check(params: dict[str, Any], shape: Any) -> None:
+    """botocore's own walk, and its report (with our hint for the 512-token floor)."""
     from botocore.validate import ParamValidator
 
-    shape = _service_model(service).operation_model(operation_name).input_shape
-    if proves_valid(shape)(params):  # the usual request: proven valid in C-level passes
-        return
     report = ParamValidator().validate(params, shape)
     if report.has_errors():
         text = report.generate_report()

@@ -1,6 +1,7 @@
-"""``proves_valid`` against botocore's own ``ParamValidator``, the oracle: a request the
-compiled predicate accepts is one botocore accepts (never more lenient), and an ordinary
-request botocore accepts is proven valid without botocore (so the fast path is the usual one).
+"""``conformer`` against botocore's own ``ParamValidator`` and ``json``, the oracles: a request
+the compiled pass proves valid is one botocore accepts (never more lenient), and its copy is
+the JSON round trip; an ordinary request botocore accepts is proven without botocore (so the
+fast path is the usual one).
 
 Requests are drawn from each operation's botocore shape, mostly well-formed, with wrong
 values mixed in at every depth: ``None``, other types, numbers below a ``min``, unknown and
@@ -11,6 +12,7 @@ and objects nothing accepts.
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any
 
 import numpy
@@ -20,9 +22,10 @@ from botocore.model import ShapeResolver
 from botocore.validate import ParamValidator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testkit import containers
 
-from localsession.client.backend import CONTROL_PLANE, RUNTIME, check_params
-from localsession.client.param_check import proves_valid
+from localsession.client.backend import CONTROL_PLANE, RUNTIME, check_params, checked_copy
+from localsession.client.param_check import Unproven, conformer
 from localsession.runtime.members import service_model
 
 
@@ -44,14 +47,27 @@ _DOCUMENTS = st.recursive(
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
         st.tuples(inner),  # botocore refuses a tuple inside a document
-        st.dictionaries(st.text(max_size=3), inner, max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers(0, 3)), inner, max_size=3),
     ),
     max_leaves=12,
 )
 
 
-def _well_formed(shape: Any, depth: int) -> st.SearchStrategy[Any]:
-    kind, lowest = shape.type_name, shape.metadata.get("min", 0)
+def _from(shape: Any, span: Any, values: Any, sized: bool) -> st.SearchStrategy[Any]:
+    """``values(low, high)``: from the shape's ``min`` (else 0) to ``span`` above it, or, in
+    one draw in ten, just below its ``min``."""
+    lowest = shape.metadata.get("min", 0)
+    within = values(lowest, lowest + span)
+    if "min" not in shape.metadata or (sized and lowest < 1):
+        return within
+    below = values(lowest - 1, lowest - 1)
+    return st.integers(0, 9).flatmap(lambda roll: below if roll == 0 else within)
+
+
+def _typed(shape: Any, depth: int) -> st.SearchStrategy[Any]:
+    """Values of the shape's types, their sizes and ranges within its ``min``, or one below
+    it (one draw in ten)."""
+    kind = shape.type_name
     if kind == "structure" and shape.is_document_type:
         return _DOCUMENTS
     if kind == "structure":
@@ -63,34 +79,35 @@ def _well_formed(shape: Any, depth: int) -> st.SearchStrategy[Any]:
         optional = {n: s for n, s in members.items() if n not in required}
         return st.fixed_dictionaries(fixed, optional=optional)
     if kind == "list":
-        items = st.lists(_drawn(shape.member, depth + 1), min_size=lowest, max_size=lowest + 3)
+        item = _drawn(shape.member, depth + 1)
+        items = _from(shape, 3, lambda lo, hi: st.lists(item, min_size=lo, max_size=hi), True)
         return st.one_of(items, items.map(tuple))
     if kind == "map":
-        return st.dictionaries(
-            _drawn(shape.key, depth + 1), _drawn(shape.value, depth + 1), max_size=2
-        )
+        keys = st.one_of(_typed(shape.key, depth + 1), st.integers(0, 3))  # hashable
+        return st.dictionaries(keys, _drawn(shape.value, depth + 1), max_size=2)
     if kind == "string":
-        return st.text(alphabet="ab-1", min_size=lowest, max_size=lowest + 4)
+        return _from(shape, 4, lambda lo, hi: st.text("ab-1", min_size=lo, max_size=hi), True)
     if kind in ("integer", "long"):
-        return st.integers(min_value=lowest, max_value=lowest + 10**6)
+        return _from(shape, 10**6, st.integers, False)
     if kind in ("double", "float"):
-        return st.floats(min_value=lowest, max_value=lowest + 1.0)
+        return _from(shape, 1.0, st.floats, False)
     if kind == "boolean":
         return st.booleans()
     return st.nothing()  # timestamps, blobs: only the strange values below
 
 
 def _drawn(shape: Any, depth: int = 0) -> st.SearchStrategy[Any]:
-    """Mostly a well-formed value of ``shape``; sometimes a wrong or unusual one."""
-    good = _well_formed(shape, depth) if depth < 8 else st.nothing()
+    """Mostly a value of ``shape``'s types; sometimes a wrong or unusual one."""
+    good = _typed(shape, depth) if depth < 8 else st.nothing()
     odd: list[st.SearchStrategy[Any]] = [_STRANGE, _SUBCLASSED]
     if shape.type_name == "structure" and not shape.is_document_type:
         odd.append(good.map(lambda value: {**value, "unknownMember": 1}))
         odd.append(good.map(lambda value: dict(list(value.items())[1:])))  # one member less
-    if shape.type_name in ("integer", "double") and "min" in shape.metadata:
-        odd.append(st.just(shape.metadata["min"] - 1))
     wrong = st.one_of(*odd)
     return st.integers(0, 24).flatmap(lambda roll: wrong if roll == 0 else good)  # 1 in 25
+
+
+_NOT_PROVEN = object()
 
 
 def _botocore_accepts(request: Any, shape: Any) -> bool:
@@ -107,7 +124,8 @@ def _ordinary(value: Any) -> bool:
 
 
 #: What neither service model uses but botocore checks: a list's min length, a host label's
-#: implicit min, longs and floats, a map, and a structure that contains itself.
+#: implicit min, longs and floats, a map whose keys have a min length, and a structure that
+#: contains itself.
 _SYNTHETIC = ShapeResolver(
     {
         "Input": {
@@ -123,7 +141,8 @@ _SYNTHETIC = ShapeResolver(
         "Label": {"type": "string"},
         "AtLeastTwo": {"type": "list", "member": {"shape": "Count"}, "min": 2},
         "Count": {"type": "long", "min": 0},
-        "Sizes": {"type": "map", "key": {"shape": "Label"}, "value": {"shape": "Ratio"}},
+        "Sizes": {"type": "map", "key": {"shape": "Code"}, "value": {"shape": "Ratio"}},
+        "Code": {"type": "string", "min": 2},
         "Ratio": {"type": "float"},
     }
 ).get_shape_by_name("Input")
@@ -151,16 +170,23 @@ def test_a_proven_request_is_one_botocore_accepts(
     service: str, operation: str, modelled: bool
 ) -> None:
     shape = _input_shape(service, operation)
-    proven = proves_valid(shape)
+    conform = conformer(shape)
     tally = {"proven": 0, "refused": 0}
 
     @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
     @given(_drawn(shape))
     def check(request: Any) -> None:
         accepted = _botocore_accepts(request, shape)
-        if proven(request):
+        try:
+            copied = conform(request)
+        except Unproven:
+            copied = _NOT_PROVEN
+        if copied is not _NOT_PROVEN:
             tally["proven"] += 1
             assert accepted, f"proven valid, but botocore refuses {request!r}"
+            # repr on both sides: it tells 1 from "1" as a key, and NaN != NaN but both read nan
+            assert repr(copied) == repr(json.loads(json.dumps(request)))
+            assert not set(containers(copied)) & set(containers(request))
         elif not accepted:
             tally["refused"] += 1
         elif modelled and _ordinary(request):
@@ -210,5 +236,60 @@ def test_an_8x128_batch_is_proven_valid_by_the_predicate_alone() -> None:
         "operationConfig": {"forward": body},
     }
     shape = service_model(RUNTIME).operation_model("ExecuteTrainingOperation").input_shape
-    assert proves_valid(shape)(request)
+    assert conformer(shape)(request) == request  # proven, and copied, without botocore
     assert _botocore_accepts(request, shape)
+
+
+def _one_datum_request(tokens: list[Any], weights: list[Any], config: Any) -> dict[str, Any]:
+    datum = {
+        "modelInput": {"chunks": [{"tokens": tokens, "type": "encoded_text"}]},
+        "lossFnInputs": {"weights": {"data": weights, "dtype": "float32"}},
+    }
+    body = {"lossFnName": "cross_entropy", "lossFnConfig": config, "datumList": [datum]}
+    return {"trainingSessionName": "s", "sequenceNumber": 1, "operationConfig": {"forward": body}}
+
+
+@pytest.mark.parametrize(
+    ("tokens", "weights", "config"),
+    [
+        ([_Level.ONE, 2], [0.5], None),  # an IntEnum token: JSON writes its int
+        ([1, 2], [numpy.float64(0.5)], None),  # a numpy float: JSON writes its float
+        ([1, 2], [0.5], {1: 0.5}),  # an int key in a document: JSON makes it "1"
+    ],
+)
+def test_values_json_would_change_are_copied_by_json_itself(
+    tokens: list[Any], weights: list[Any], config: Any
+) -> None:
+    """botocore accepts each of them; the one-pass proof does not, and the copy is what JSON
+    makes of the request."""
+    request = _one_datum_request(tokens, weights, config)
+    with pytest.raises(Unproven):
+        conformer(_input_shape(RUNTIME, "ExecuteTrainingOperation"))(request)
+    copied = checked_copy("ExecuteTrainingOperation", request)
+    assert repr(copied) == repr(json.loads(json.dumps(request)))
+    body = copied["operationConfig"]["forward"]
+    assert type(body["datumList"][0]["modelInput"]["chunks"][0]["tokens"][0]) is int
+    assert type(body["datumList"][0]["lossFnInputs"]["weights"]["data"][0]) is float
+    assert body["lossFnConfig"] in (None, {"1": 0.5})
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"Name": ""},  # a host label is at least 1 long
+        {"Name": "n", "Sizes": {"a": 0.5}},  # a key under its min length
+        {"Name": "n", "Ids": [1]},  # a list under its min length
+        {"Name": "n", "Ids": [1, -1]},  # an item under its min
+        {"Name": "n", "Child": {"Name": "m", "Child": {}}},  # Name missing two levels down
+    ],
+)
+def test_each_bound_botocore_checks_is_left_to_it(request_: dict[str, Any]) -> None:
+    with pytest.raises(Unproven):
+        conformer(_SYNTHETIC)(request_)
+    assert not _botocore_accepts(request_, _SYNTHETIC)
+
+
+def test_a_request_at_every_bound_is_proven_and_copied() -> None:
+    request = {"Name": "n", "Ids": (0, 1), "Sizes": {"ab": 0.5}, "Child": {"Name": "m"}}
+    assert conformer(_SYNTHETIC)(request) == {**request, "Ids": [0, 1]}
+    assert _botocore_accepts(request, _SYNTHETIC)
