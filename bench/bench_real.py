@@ -83,13 +83,15 @@ def text_prompts(tokenizer: Any, n: int) -> list[list[int]]:
     ]
 
 
-def client(home: str, sessions: int = 4) -> Any:
+def client(home: str, sessions: int = 4, *, strict: bool = True) -> Any:
+    """A service in ``home`` and a client of it: strict (botocore's check on every request)
+    as a user's is by default; ``strict=False`` where a row samples under 512 new tokens."""
     from localsession import ServiceClient
     from localsession.runtime.service import ServiceConfig
     from localsession.wiring import build_service
 
     service = build_service(ServiceConfig(home=Path(home), max_sessions=sessions))
-    return service, ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=False)
+    return service, ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=strict)
 
 
 def api_step(tc: Any, rows: list[list[int]]) -> float:
@@ -202,7 +204,7 @@ def sampling_rows(
     raw = RawLoop(name)
     out: list[Row] = []
     with tempfile.TemporaryDirectory() as home:
-        service, svc = client(home)
+        service, svc = client(home, strict=False)
         tc = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
         sampler = tc.save_weights_and_get_sampling_client()
         every = text_prompts(raw.tokenizer, max(concurrency))
@@ -426,7 +428,7 @@ def worker(kind: str, name: str, batch: int, length: int, sessions: int) -> dict
         raw.step(token_rows(batch, length, vocab))
         return {"peak": peak_rss_mb()}
     with tempfile.TemporaryDirectory() as home:
-        service, svc = client(home, max(4, sessions))
+        service, svc = client(home, max(4, sessions), strict=False)
         clients = [
             svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA) for _ in range(sessions)
         ]

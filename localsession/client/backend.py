@@ -156,6 +156,7 @@ def check_params(operation_name: str, params: dict[str, Any], service: str = RUN
         _botocore_check(params, shape)
 
 
+@functools.lru_cache(maxsize=32)
 def _input_shape(operation_name: str, service: str) -> Any:
     return _service_model(service).operation_model(operation_name).input_shape
 

@@ -54,15 +54,15 @@ def _unmodelled(value: Any) -> Any:
     raise _UNPROVEN
 
 
-def _document(value: Any) -> Any:
-    kind = type(value)
+def _document(node: Any) -> Any:
+    kind = type(node)
     if kind in _DOCUMENT_LEAVES:
-        return value
+        return node
     if kind is list:
-        leaves = set(map(type, value)) <= _DOCUMENT_LEAVES  # numbers only: copied in C
-        return list(value) if leaves else [*map(_document, value)]
-    if kind is dict and set(map(type, value)) <= {str}:
-        return {key: _document(item) for key, item in value.items()}
+        leaves = set(map(type, node)) <= _DOCUMENT_LEAVES  # numbers only: copied in C
+        return list(node) if leaves else [*map(_document, node)]
+    if kind is dict and set(map(type, node)) <= {str}:
+        return {key: _document(item) for key, item in node.items()}
     raise _UNPROVEN
 
 
@@ -77,10 +77,10 @@ def _lowest(shape: Any) -> Any:
 def _scalar(kinds: frozenset[type], lowest: Any, sized: bool) -> Conform:
     measure: Callable[[Any], Any] = len if sized else (lambda value: value)  # a string: length
 
-    def scalar(value: Any) -> Any:
-        if type(value) not in kinds or (lowest is not None and measure(value) < lowest):
+    def scalar(given: Any) -> Any:
+        if type(given) not in kinds or (lowest is not None and measure(given) < lowest):
             raise _UNPROVEN
-        return value
+        return given
 
     return scalar
 

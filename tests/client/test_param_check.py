@@ -114,13 +114,13 @@ def _botocore_accepts(request: Any, shape: Any) -> bool:
     return not ParamValidator().validate(request, shape).has_errors()
 
 
-def _ordinary(value: Any) -> bool:
+def _ordinary(tree: Any) -> bool:
     """Plain JSON data only: what a client's own request body is made of."""
-    if isinstance(value, dict):
-        return all(type(k) is str and _ordinary(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return all(map(_ordinary, value))
-    return type(value) in (str, int, float, bool)
+    if isinstance(tree, dict):
+        return all(type(k) is str and _ordinary(v) for k, v in tree.items())
+    if isinstance(tree, (list, tuple)):
+        return all(map(_ordinary, tree))
+    return type(tree) in (str, int, float, bool)
 
 
 #: What neither service model uses but botocore checks: a list's min length, a host label's
