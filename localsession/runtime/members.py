@@ -15,6 +15,8 @@ import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from localsession.runtime.errors import validation
+
 RUNTIME, CONTROL_PLANE = "sagemakertrainingsessionruntime", "sagemaker"
 RUNTIME_OPERATIONS = ("ExecuteTrainingOperation", "ExecuteSamplingOperation")
 CONTROL_PLANE_OPERATIONS = ("CreateTrainingSession",)
@@ -86,3 +88,21 @@ class _Members(Mapping[str, frozenset[str]]):
 
 
 MEMBERS: Mapping[str, frozenset[str]] = _Members()
+
+#: ``MEMBERS`` by shape, once asked for: a dict lookup (``MEMBERS[...]`` is a Python call).
+_ALLOWED: dict[str, frozenset[str]] = {}
+
+
+def known_members(value: dict[str, Any], shape: str, where: str) -> None:
+    """Refuse a member the service model does not define for ``shape``."""
+    allowed = _ALLOWED.get(shape)
+    if allowed is None:
+        allowed = _ALLOWED[shape] = MEMBERS[shape]
+    if value.keys() <= allowed:
+        return
+    for key in value:
+        if key not in allowed:
+            raise validation(
+                f"{where} has unknown member {str(key)[:100]!r}; {shape} takes only "
+                + ", ".join(sorted(allowed))
+            )

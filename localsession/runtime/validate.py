@@ -22,8 +22,9 @@ import re
 from typing import Any, TypeGuard
 
 from localsession import vocab
-from localsession.port import AdamHyperparams, LossConfig, TrainingDatum
+from localsession.port import AdamHyperparams, LossConfig
 from localsession.runtime import members
+from localsession.runtime.datums import is_int, model_input_tokens, training_datums
 from localsession.runtime.errors import ServiceError, validation
 from localsession.runtime.packages.registry import group_name, parse_arn
 
@@ -44,6 +45,7 @@ _ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = tuple(
 #: Anything else is refused, as botocore refuses it client-side; only the open maps and
 #: documents (``lossFnInputs`` keys, ``lossFnConfig``, ``data``) are free.
 MEMBERS = members.MEMBERS
+known_members = members.known_members
 _STATUSES = vocab.SESSION_STATUSES
 
 
@@ -59,25 +61,6 @@ def list_sessions_request(request: dict[str, Any]) -> None:
         raise validation(f"StatusEquals must be one of {', '.join(_STATUSES)}")
 
 
-#: ``MEMBERS`` by shape, once asked for: a dict lookup (``MEMBERS[...]`` is a Python call).
-_ALLOWED: dict[str, frozenset[str]] = {}
-
-
-def known_members(value: dict[str, Any], shape: str, where: str) -> None:
-    """Refuse a member the service model does not define for ``shape``."""
-    allowed = _ALLOWED.get(shape)
-    if allowed is None:
-        allowed = _ALLOWED[shape] = MEMBERS[shape]
-    if value.keys() <= allowed:
-        return
-    for key in value:
-        if key not in allowed:
-            raise validation(
-                f"{where} has unknown member {str(key)[:100]!r}; {shape} takes only "
-                + ", ".join(sorted(allowed))
-            )
-
-
 def create_request(request: dict[str, Any], *, check_members: bool = True) -> None:
     """CreateTrainingSession's members (unless ``check_members`` is False) and the group it
     will save into (the name and LoRA checks are the service's own)."""
@@ -88,7 +71,7 @@ def create_request(request: dict[str, Any], *, check_members: bool = True) -> No
             raise validation(f"{key} must be an object")
     lora = request.get("LoraConfig") or {}
     for key in ("Rank", "Alpha"):
-        if not _is_int(lora.get(key)):
+        if not is_int(lora.get(key)):
             raise validation(f"LoraConfig.{key}={lora.get(key)!r} must be an integer")
     group = request.get("ModelPackageGroupArn")
     if group is not None:
@@ -128,10 +111,6 @@ def session_details(request: dict[str, Any]) -> dict[str, Any]:
     return {key: request[key] for key in SESSION_DETAIL_KEYS if key in request}
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_number(value: Any) -> TypeGuard[float]:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(
         value
@@ -166,37 +145,6 @@ def one_member(config: Any, allowed: tuple[str, ...], field: str) -> tuple[str, 
     return members[0], body
 
 
-def model_input_tokens(model_input: Any, where: str) -> list[int]:
-    """Flatten a wire ModelInput into token ids, refusing malformed chunks."""
-    if not isinstance(model_input, dict) or not isinstance(model_input.get("chunks"), list):
-        raise validation(f"{where} must be {{'chunks': [{{'tokens': [...]}}]}}")
-    known_members(model_input, "ModelInput", where)
-    chunks = model_input["chunks"]
-    if not chunks:
-        raise validation(f"{where} has no chunks; give it at least one chunk of token ids")
-    tokens: list[int] = []
-    for c, chunk in enumerate(chunks):
-        if not isinstance(chunk, dict) or not isinstance(chunk.get("tokens"), list):
-            raise validation(f"{where}.chunks[{c}] must be {{'tokens': [int, ...]}}")
-        known_members(chunk, "EncodedTextChunk", f"{where}.chunks[{c}]")
-        if chunk.get("type", "encoded_text") != "encoded_text":
-            raise validation(f"{where}.chunks[{c}].type must be 'encoded_text'")
-        ids = chunk["tokens"]
-        # set(map(type, ...)) and min() run in C: no Python-level loop over the tokens
-        if ids and not (set(map(type, ids)) <= {int} and min(ids) >= 0):
-            tok = next(t for t in ids if not _is_int(t) or t < 0)
-            raise validation(f"{where}.chunks[{c}].tokens holds {tok!r}; token ids are ints >= 0")
-        tokens.extend(ids)
-    return tokens
-
-
-def _flat(data: list[Any]) -> list[Any]:
-    """A ``TensorData.data`` list flattened row by row (a flat list is returned as it is)."""
-    if data and isinstance(data[0], list):
-        return [x for row in data for x in (_flat(row) if isinstance(row, list) else [row])]
-    return data
-
-
 def _loss_fn_config(config: Any, op: str) -> LossConfig | None:
     """Clip bounds only, each a number in its range (docs/semantics.md#1); as the port's value."""
     if config is None:
@@ -228,40 +176,6 @@ def _loss_body(body: dict[str, Any], op: str) -> dict[str, Any]:
     if "lossFnConfig" in body:
         parsed["lossFnConfig"] = _loss_fn_config(body["lossFnConfig"], op)
     parsed["datumList"] = training_datums(body.get("datumList"), op)
-    return parsed
-
-
-def training_datums(datums: Any, op: str = "forwardBackward") -> list[TrainingDatum]:
-    """Check a wire ``datumList``'s structure; its datums as the engine port's values."""
-    if not isinstance(datums, list) or not datums:
-        raise validation(f"{op}.datumList must hold at least one datum")
-    parsed: list[TrainingDatum] = []
-    for i, datum in enumerate(datums):
-        if not isinstance(datum, dict):
-            raise validation(f"{op}.datumList[{i}] must be an object with modelInput")
-        known_members(datum, "Datum", f"{op}.datumList[{i}]")
-        tokens = model_input_tokens(datum.get("modelInput"), f"{op}.datumList[{i}].modelInput")
-        inputs = datum.get("lossFnInputs", {})
-        columns: dict[str, list[Any]] = {}
-        if not isinstance(inputs, dict):
-            raise validation(f"{op}.datumList[{i}].lossFnInputs must be an object")
-        for key, value in inputs.items():
-            if not isinstance(value, dict) or not isinstance(value.get("data"), list):
-                raise validation(
-                    f"{op}.datumList[{i}].lossFnInputs[{key!r}] must be TensorData "
-                    "{'data': [...], 'dtype': 'float32'}"
-                )
-            where = f"{op}.datumList[{i}].lossFnInputs[{key!r}]"
-            known_members(value, "TensorData", where)
-            if not isinstance(value.get("dtype", ""), str):
-                raise validation(f"{where}.dtype must be a string such as 'float32'")
-            shape = value.get("shape")
-            if shape is not None and not (
-                isinstance(shape, list) and all(_is_int(n) and n >= 0 for n in shape)
-            ):
-                raise validation(f"{where}.shape must be a list of integers >= 0")
-            columns[key] = _flat(value["data"])
-        parsed.append(TrainingDatum(tokens, columns))
     return parsed
 
 
@@ -302,7 +216,7 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
         raise validation("the request body must be a JSON object")
     known_members(request, "ExecuteTrainingOperation", "the request")
     seq: Any = request.get("sequenceNumber")
-    if not _is_int(seq) or seq < 1:
+    if not is_int(seq) or seq < 1:
         raise validation(f"sequenceNumber must be an integer >= 1, got {seq!r}")
     token = request.get("clientToken")
     if token is None:
@@ -335,7 +249,7 @@ def _sampling_params(params: Any, strict: bool) -> dict[str, Any]:
         if key not in allowed:
             raise validation(f"sample.samplingParams has unknown member {key!r}")
     max_tokens: Any = params.get("maxTokens")
-    if not _is_int(max_tokens) or max_tokens < 1:
+    if not is_int(max_tokens) or max_tokens < 1:
         raise validation("sample.samplingParams.maxTokens must be a positive integer")
     if strict and not 512 <= max_tokens <= 131072:
         raise validation(
@@ -350,7 +264,7 @@ def _sampling_params(params: Any, strict: bool) -> dict[str, Any]:
             raise validation(f"sample.samplingParams.{key}={value!r} must be in [0, {hi}]")
     for key in ("topK", "seed"):
         value = params.get(key)
-        if value is not None and not _is_int(value):
+        if value is not None and not is_int(value):
             raise validation(f"sample.samplingParams.{key} must be an integer")
     top_k: Any = params.get("topK")
     if top_k is not None and top_k < 1 and top_k != -1:
@@ -376,11 +290,11 @@ def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], l
     tokens = model_input_tokens(body.get("prompt"), f"{kind}.prompt")
     if kind == "sample":
         n: Any = body.get("numSamples")
-        if not _is_int(n) or n < 1 or (strict and n > 1000):
+        if not is_int(n) or n < 1 or (strict and n > 1000):
             raise validation(f"sample.numSamples={n!r} must be an integer in [1, 1000]")
         _sampling_params(body.get("samplingParams"), strict)
         k: Any = body.get("topkPromptLogprobs")
-        if k is not None and (not _is_int(k) or k < 0):
+        if k is not None and (not is_int(k) or k < 0):
             raise validation("sample.topkPromptLogprobs must be an integer >= 0")
         if not isinstance(body.get("includePromptLogprobs", False), bool):
             raise validation("sample.includePromptLogprobs must be true or false")
