@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from enum import Enum
-from typing import Any, ClassVar, Dict, List, Optional, Union
+from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
 from pydantic import (
     BaseModel,
@@ -407,45 +407,52 @@ class TensorData(_ForbidExtraBase):
 # A bare list under these loss-input names gets this dtype; other names are int64 when every
 # value is an int (or bool), else float32. The values alone cannot tell: [0, 1, 1] is both a
 # mask and a token list.
-_NAMED_INPUT_DTYPES = dict.fromkeys(
+_NAMED_INPUT_DTYPES: Dict[str, str] = dict.fromkeys(
     ("weights", "advantages", "logprobs", "old_logprobs", "ref_log_prob", "temperature"),
-    TensorDtype.FLOAT32,
+    TensorDtype.FLOAT32.value,
 )
-_NAMED_INPUT_DTYPES["target_tokens"] = TensorDtype.INT64
+_NAMED_INPUT_DTYPES["target_tokens"] = TensorDtype.INT64.value
 
 
 def _list_input_to_api(key: str, values: List[Any]) -> Dict[str, Any]:
     """A loss input given as a 1-D or rectangular 2-D list, as a wire TensorData."""
+    rows = False
+    for kind in set(map(type, values)):  # one issubclass per distinct type, not per value
+        rows = rows or issubclass(kind, list)
+    flat, dims = _flattened_rows(key, values) if rows else (values, [len(values)])
+    dtype = _NAMED_INPUT_DTYPES.get(key) or _dtype_of_values(flat)
+    return {"data": flat, "dtype": dtype, "shape": dims}
+
+
+def _flattened_rows(key: str, values: List[Any]) -> Tuple[List[Any], List[int]]:
+    """A rectangular list of rows as one flat list and its ``[rows, columns]`` shape."""
     row_lengths = [len(v) for v in values if isinstance(v, list)]
-    if not row_lengths:
-        flat, dims = values, [len(values)]
-    elif len(row_lengths) < len(values):
+    if len(row_lengths) < len(values):
         problem = (
             f"loss_fn_inputs[{key!r}] mixes numbers and lists; pass either a flat list of "
             "values or a list of equal-length rows"
         )
         raise ValueError(problem)
-    elif len(set(row_lengths)) > 1:
+    if len(set(row_lengths)) > 1:
         problem = (
             f"loss_fn_inputs[{key!r}] is a ragged nested list (row lengths {sorted(row_lengths)}); "
             "rows must all be the same length"
         )
         raise ValueError(problem)
-    else:
-        flat = [x for row in values for x in row]
-        if any(isinstance(x, list) for x in flat):
-            problem = (
-                f"loss_fn_inputs[{key!r}] nests more than two levels deep; pass a tensor or "
-                "a flat list instead"
-            )
-            raise ValueError(problem)
-        dims = [len(values), row_lengths[0]]
-    dtype = _NAMED_INPUT_DTYPES.get(key)
-    if dtype is None:
-        integral = bool(flat) and all(isinstance(x, int) for x in flat)
-        dtype = TensorDtype.INT64 if integral else TensorDtype.FLOAT32
-    wire: Dict[str, Any] = {"data": flat, "dtype": dtype.value, "shape": dims}
-    return wire
+    flat = [x for row in values for x in row]
+    if any(isinstance(x, list) for x in flat):
+        problem = (
+            f"loss_fn_inputs[{key!r}] nests more than two levels deep; pass a tensor or "
+            "a flat list instead"
+        )
+        raise ValueError(problem)
+    return flat, [len(values), row_lengths[0]]
+
+
+def _dtype_of_values(flat: List[Any]) -> str:
+    """int64 when every value is an int (or bool), else float32."""
+    integral = bool(flat) and all(isinstance(x, int) for x in flat)
+    return TensorDtype.INT64.value if integral else TensorDtype.FLOAT32.value
 
 
 def _loss_inputs_to_api(loss_fn_inputs: Dict[str, Any]) -> Dict[str, Any]:
@@ -664,7 +671,11 @@ class ModelInput(_AllowExtraBase):
     def _to_api(self) -> Dict[str, Any]:
         prompt, parts = self.prompt, self.chunks
         if parts is not None or prompt is None:
-            return {"chunks": [_chunk_to_api(part) for part in parts or []]}
+            wire = []
+            for part in parts or ():  # a typed chunk (the usual one) without the dispatch
+                exact = type(part) is EncodedTextChunk
+                wire.append(_text_chunk(part.tokens) if exact else _chunk_to_api(part))
+            return {"chunks": wire}
         if isinstance(prompt, list):
             return {"chunks": [_text_chunk(prompt)]}
         untokenized = (

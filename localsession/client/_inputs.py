@@ -155,7 +155,15 @@ class _Reader:
         return [d if "lossFnInputs" in d else {**d, "lossFnInputs": {**wire}} for d in datums]
 
     def each(self, batch: Any) -> list[dict[str, Any]]:
-        return self.fill([self.text(e) if isinstance(e, str) else self.typed(e) for e in batch])
+        """Element by element, each given the shared inputs as it is read (the SDK's order:
+        a shared input it cannot convert raises at the first datum that takes it)."""
+        return [self._one(element) for element in batch]
+
+    def _one(self, element: Any) -> dict[str, Any]:
+        read = self.text(element) if isinstance(element, str) else self.typed(element)
+        if self.shared and "lossFnInputs" not in read:  # converted only where it is taken
+            read = {**read, "lossFnInputs": _loss_inputs_to_api(self.shared)}
+        return read
 
 
 def _coerce(batch: Any, reader: _Reader) -> list[dict[str, Any]]:
@@ -172,7 +180,9 @@ def _coerce(batch: Any, reader: _Reader) -> list[dict[str, Any]]:
             )
             raise TypeError(problem)
         return [tokenize_to_datum(batch, reader.shared)]
-    if len({_kind(e) for e in batch}) > 1:
+    # elements of one type are of one kind, except lists (token IDs or not)
+    one_type = len(set(map(type, batch))) == 1 and not isinstance(head, list)
+    if not one_type and len({_kind(e) for e in batch}) > 1:
         return reader.each(batch)
     if isinstance(head, (Datum, ModelInput)) or _duck_typed(head):
         return reader.fill([reader.typed(e) for e in batch])
@@ -199,57 +209,58 @@ _PER_TOKEN = ("target_tokens", "weights", "logprobs", "old_logprobs")
 def model_input_token_count(model_input: Any) -> int | None:
     """Tokens in a wire ``{"chunks": [...]}`` input; ``None`` for any other shape."""
     parts = model_input.get("chunks") if isinstance(model_input, dict) else None
-    counts = [_token_count(part) for part in parts] if isinstance(parts, list) else [None]
-    return None if None in counts else sum(c for c in counts if c is not None)
+    if not isinstance(parts, list):
+        return None
+    count = 0
+    for part in parts:
+        ids = part.get("tokens") if isinstance(part, dict) else None
+        if not isinstance(ids, list):
+            return None
+        count += len(ids)
+    return count
 
 
-def _token_count(chunk: Any) -> int | None:
-    ids = chunk.get("tokens") if isinstance(chunk, dict) else None
-    return len(ids) if isinstance(ids, list) else None
-
-
-def _value_count(value: Any) -> int | None:
-    values = value.get("data") if isinstance(value, dict) else value
-    return len(values) if isinstance(values, list) else None
-
-
-def _check_required(datums: list[Any], loss: str) -> None:
-    needed = vocab.REQUIRED_INPUT_KEYS.get(loss, ())
-    for i, datum in enumerate(datums):
-        if not (needed and isinstance(datum, dict)):
+def _check_datums(datums: list[Any], loss: str | None) -> None:
+    """Every datum carries the loss inputs ``loss`` needs (when named); then, datum by datum,
+    per-token inputs have one value per token of the input (the SDK's order of the checks)."""
+    needed = vocab.REQUIRED_INPUT_KEYS.get(loss, ()) if loss is not None else ()
+    every = frozenset(needed)
+    inputs = [d.get("lossFnInputs") if isinstance(d, dict) else None for d in datums]
+    for i, given in enumerate(inputs):
+        if not needed or not isinstance(datums[i], dict):
             continue
-        given = datum.get("lossFnInputs")
-        lacking = [k for k in needed if not (isinstance(given, dict) and k in given)]
-        if lacking:
-            verb = "is" if len(lacking) == 1 else "are"
-            problem = (
-                f"datum[{i}]: loss function {loss!r} requires {', '.join(needed)} in its loss "
-                f"inputs, and {', '.join(lacking)} {verb} missing. Pass them per datum, or for "
-                "the whole batch with loss_fn_inputs={...}; each is one value per token of the "
-                "datum, the prompt included."
-            )
-            raise ValueError(problem)
-
-
-def _check_lengths(datums: list[Any]) -> None:
-    for i, datum in enumerate(datums):
-        given = datum.get("lossFnInputs") if isinstance(datum, dict) else None
+        if not (isinstance(given, dict) and given.keys() >= every):
+            _refuse_missing(i, loss or "", needed, given if isinstance(given, dict) else {})
+    for i, given in enumerate(inputs):
         if not (isinstance(given, dict) and given):
             continue
-        tokens = model_input_token_count(datum.get("modelInput"))
+        tokens = model_input_token_count(datums[i].get("modelInput"))
         if tokens is None:  # not a countable input
             continue  # not a countable input: nothing to compare against
-        for key in (k for k in _PER_TOKEN if k in given):
-            count = _value_count(given[key])
-            if count is not None and count != tokens:
+        for key in _PER_TOKEN:
+            value = given.get(key)
+            values = value.get("data") if isinstance(value, dict) else value
+            if isinstance(values, list) and len(values) != tokens:
                 problem = (
-                    f"datum[{i}]: lossFnInputs[{key!r}] has {count} values but modelInput has "
-                    f"{tokens} tokens. Per-token loss inputs span the whole input, prompt "
+                    f"datum[{i}]: lossFnInputs[{key!r}] has {len(values)} values but modelInput "
+                    f"has {tokens} tokens. Per-token loss inputs span the whole input, prompt "
                     f"included: for a {tokens}-token datum, weights=[0.0] * prompt_len + "
                     "[1.0] * response_len. Passing values for the response only is the usual "
                     "cause."
                 )
                 raise ValueError(problem)
+
+
+def _refuse_missing(i: int, loss: str, needed: tuple[str, ...], given: dict[str, Any]) -> None:
+    lacking = [k for k in needed if k not in given]
+    verb = "is" if len(lacking) == 1 else "are"
+    problem = (
+        f"datum[{i}]: loss function {loss!r} requires {', '.join(needed)} in its loss "
+        f"inputs, and {', '.join(lacking)} {verb} missing. Pass them per datum, or for "
+        "the whole batch with loss_fn_inputs={...}; each is one value per token of the "
+        "datum, the prompt included."
+    )
+    raise ValueError(problem)
 
 
 def batch_to_datum_list(
@@ -265,12 +276,9 @@ def batch_to_datum_list(
     every datum must carry the inputs that loss needs (``ValueError`` naming the datum and
     keys); per-token inputs must always match the datum's length.
     """
-    datums = _coerce(batch, _Reader(tokenizer, tokenizer_loader, loss_fn_inputs))
-    if loss_fn_name is not None:  # the keys are known only for a named loss
-        _check_required(datums, loss_fn_name)
-    _check_lengths(datums)
-    checked: list[dict[str, Any]] = datums
-    return checked
+    wire = _coerce(batch, _Reader(tokenizer, tokenizer_loader, loss_fn_inputs))
+    _check_datums(wire, loss_fn_name)  # the keys are known only for a named loss
+    return wire
 
 
 # -- splitting a large forward_backward and folding it back ------------------------------------

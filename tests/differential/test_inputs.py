@@ -28,9 +28,16 @@ class ByteTokenizer:
 
 tokens = st.lists(st.integers(0, 300), min_size=0, max_size=5)
 values = st.lists(st.floats(-1, 1, allow_nan=False), min_size=0, max_size=5)
+# rows of values: rectangular, ragged, mixed with numbers, or nested one level too deep
+rows = st.one_of(
+    st.lists(st.lists(st.floats(-1, 1), min_size=2, max_size=2), max_size=3),
+    st.lists(values, min_size=1, max_size=3),
+    st.lists(st.one_of(st.floats(-1, 1), values), min_size=1, max_size=3),
+    st.lists(st.lists(values, min_size=1, max_size=2), min_size=1, max_size=2),
+)
 loss_inputs = st.dictionaries(
-    st.sampled_from(["target_tokens", "weights", "logprobs", "advantages", "old_logprobs"]),
-    st.one_of(tokens, values),
+    st.sampled_from(["target_tokens", "weights", "logprobs", "advantages", "old_logprobs", "x"]),
+    st.one_of(tokens, values, rows),
     max_size=4,
 )
 
