@@ -8,6 +8,7 @@ an interrupted op fails alone, and how Ctrl-C is held on the main thread.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -356,3 +357,29 @@ def test_other_threads_get_no_signal_so_nothing_needs_holding() -> None:
     thread.start()
     thread.join(5)
     assert seen == [True]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_holds_ctrl_c_on_the_thread_that_forked() -> None:
+    """The child's main thread is the one that forked, here not the parent's main thread."""
+    outcome: list[int] = []
+
+    def fork_and_wait() -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: this thread is its main thread now
+            code = 3
+            try:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                with interrupts_held() as held:
+                    signal.raise_signal(signal.SIGINT)  # held, not raised in the block
+                    code = 2 if held else 4
+            except KeyboardInterrupt:
+                code = 0 if code == 2 else 5  # raised once the block ended
+            finally:
+                os._exit(code)
+        outcome.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+
+    thread = threading.Thread(target=fork_and_wait)
+    thread.start()
+    thread.join(30)
+    assert outcome == [0]

@@ -34,6 +34,7 @@ the worker asleep, and the worker instead:
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import threading
 from types import FrameType
@@ -53,6 +54,11 @@ IDLE_S = 1.0
 #: ``forward_backward`` on a tiny model, against ~1 µs here.
 _c_signal: Any = importlib.import_module("_signal")
 
+#: The main thread's ident (the only thread signals reach), read once: the forking thread
+#: becomes a child's main thread.
+_main_thread = [threading.main_thread().ident]
+os.register_at_fork(after_in_child=lambda: _main_thread.__setitem__(0, threading.get_ident()))
+
 
 class interrupts_held:  # lower case, as contextlib.suppress: used like a function
     """``with interrupts_held() as held``: ``held`` says whether a Ctrl-C cannot interrupt
@@ -64,7 +70,7 @@ class interrupts_held:  # lower case, as contextlib.suppress: used like a functi
 
     def __enter__(self) -> bool:
         self._caught: list[int] | None = None
-        if threading.get_ident() != threading.main_thread().ident:
+        if threading.get_ident() != _main_thread[0]:
             return True
         if _c_signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             return False  # another handler is installed: it is left alone
