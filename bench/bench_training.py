@@ -11,9 +11,11 @@ Three measurements, each against a baseline run in the same process:
   first step's losses are compared (both adapters start with B = 0, so both are the base
   model): the two loops compute the same thing. Target: ≥ 0.90× raw tokens/s.
 - **per-op overhead** (tiny): 1×8-token ``forward_backward`` and ``optim_step``, submit to
-  ``result()``, vs the raw forward+backward and the raw fused AdamW step. The overhead at
-  quantile q is ``q(API latency) − q(raw latency)`` over interleaved runs (a quantile
-  difference: the machine's noise lands on both sides). Targets: p50 ≤ 0.5 ms, p99 ≤ 1 ms.
+  ``result()``, vs the raw forward+backward and the raw fused AdamW step, interleaved. The
+  p50 overhead is the median over rounds of (API latency − raw latency), each round's pair
+  run back to back, so a drift in the machine's speed lands on both sides of a difference;
+  the p99 overhead is ``p99(API) − p99(raw)`` (tails are not paired). Targets: p50 ≤ 0.5 ms,
+  p99 ≤ 1 ms.
   These rows and the training step's use a user's default (strict) client, so botocore's
   parameter check is in every op.
 - **scaling** (tiny, through the API): training tokens/s at 1×, 4× and 16× the 8×128 batch,
@@ -121,7 +123,7 @@ def training_step_rows(
 
 
 def overhead_rows(client: ServiceClient, runs: int) -> list[Row]:
-    """p50/p99 of API latency minus raw latency for 1×8-token ops on tiny."""
+    """The p50 (paired) and p99 overhead of the API over raw for 1×8-token ops on tiny."""
     name = "localsession/tiny"
     tc = client.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
     raw = RawLoop(name)
@@ -144,8 +146,10 @@ def overhead_rows(client: ServiceClient, runs: int) -> list[Row]:
         ("forward_backward 1×8", times["api fb"], times["raw fb"]),
         ("optim_step", times["api step"], times["raw step"]),
     ):
-        for q, limit in ((0.5, 0.5), (0.99, 1.0)):
-            over = (quantile(api, q) - quantile(base, q)) * 1e3
+        paired = median([a - b for a, b in zip(api, base, strict=True)])  # round by round
+        tails = quantile(api, 0.99) - quantile(base, 0.99)
+        for q, limit, seconds in ((0.5, 0.5, paired), (0.99, 1.0, tails)):
+            over = seconds * 1e3
             out.append(
                 Row(
                     f"overhead p{round(q * 100)}: {label}, tiny (ms)",
