@@ -226,11 +226,11 @@ def _check_datums(datums: list[Any], loss: str | None) -> None:
     needed = vocab.REQUIRED_INPUT_KEYS.get(loss, ()) if loss is not None else ()
     every = frozenset(needed)
     inputs = [d.get("lossFnInputs") if isinstance(d, dict) else None for d in datums]
-    for i, given in enumerate(inputs):
-        if not needed or not isinstance(datums[i], dict):
+    for i, given in enumerate(inputs if needed else ()):
+        if not isinstance(datums[i], dict):
             continue
         if not (isinstance(given, dict) and given.keys() >= every):
-            _refuse_missing(i, loss or "", needed, given if isinstance(given, dict) else {})
+            _refuse_missing(i, str(loss), needed, given if isinstance(given, dict) else {})
     for i, given in enumerate(inputs):
         if not (isinstance(given, dict) and given):
             continue

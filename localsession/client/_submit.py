@@ -1,11 +1,11 @@
 """Runtime ops in-process: the submit, and futures that finish on the runtime's event.
 
-``submit`` checks a request as botocore would (strict mode), copies it as JSON would
-(:func:`wire_copy`: so the caller mutating its lists later cannot change a queued op, as on
-the wire) and hands it to the client's ``BackgroundSubmitter``. The caller gets the op's
-``RuntimeFuture`` at once when the runtime accepted it in the caller's thread (the usual
-case), else a ``PendingAPIFuture`` that waits for the submit; a refused submit surfaces at
-``result()``, as with the SDK.
+``submit`` checks a request as botocore would (strict mode), copies it as JSON would (so
+the caller mutating its lists later cannot change a queued op, as on the wire; both in one
+pass, client/param_check.py) and hands it to the client's ``BackgroundSubmitter``. The
+caller gets the op's ``RuntimeFuture`` at once when the runtime accepted it in the caller's
+thread (the usual case), else a ``PendingAPIFuture`` that waits for the submit; a refused
+submit surfaces at ``result()``, as with the SDK.
 
 ``RuntimeFuture`` does not poll. ``result()`` blocks on the runtime's completion event for
 its op (``await``: on an asyncio future that the runtime's completion callback sets). A

@@ -17,6 +17,8 @@ required members, no unknown ones, and (for a tagged union) exactly one; a list 
 tuple; a map is a ``dict``; a scalar is of its type; ``min`` bounds a number, or a string's or
 list's length; a document holds ``None``, text, numbers, booleans, lists and dicts at any
 depth. Blobs, timestamps and JSON-value headers are left to botocore.
+
+:func:`wire_copy` is the copy alone, for a relaxed client (no botocore check).
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ _EXACT: dict[str, frozenset[type]] = {
     "double": frozenset({float, int, bool}),
     "boolean": frozenset({bool}),
 }
-_DOCUMENT_LEAVES = frozenset({str, int, float, bool, type(None)})
+#: Values JSON keeps as they are; ``type(x) in`` rather than ``isinstance``: subclasses (an
+#: ``IntEnum``, numpy's float64) take the JSON round trip, which decides what they become.
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 #: Metadata that makes botocore check each item of a list of scalars, not only its type.
 _CONSTRAINTS = {"required", "min", "document", "union"}
 
@@ -56,10 +60,10 @@ def _unmodelled(value: Any) -> Any:
 
 def _document(node: Any) -> Any:
     kind = type(node)
-    if kind in _DOCUMENT_LEAVES:
+    if kind in _PLAIN:
         return node
     if kind is list:
-        leaves = set(map(type, node)) <= _DOCUMENT_LEAVES  # numbers only: copied in C
+        leaves = set(map(type, node)) <= _PLAIN  # numbers only: copied in C
         return list(node) if leaves else [*map(_document, node)]
     if kind is dict and set(map(type, node)) <= {str}:
         return {key: _document(item) for key, item in node.items()}
@@ -178,11 +182,6 @@ class _Compiler:
             return dict(zip(names, map(item, value.values()), strict=True))
 
         return mapped
-
-
-#: Values JSON keeps as they are; ``type(x) in`` rather than ``isinstance``: subclasses (an
-#: ``IntEnum``, numpy's float64) take the JSON round trip, which decides what they become.
-_PLAIN = {str, int, float, bool, type(None)}
 
 
 def wire_copy(data: Any) -> Any:

@@ -7,6 +7,7 @@ everything they nest (``Datum``, ``ModelInput``, ``EncodedTextChunk``, ``TensorD
 The runtime's shapes come from ``sagemakertrainingsessionruntime``; ``CreateTrainingSession``
 from ``sagemaker``, whose model is large, so it is read only when first asked for. Nothing is
 written here by hand: a new member in botocore's model is accepted without a code change.
+:func:`known_members` refuses any other member, naming it and the ones the shape takes.
 """
 
 from __future__ import annotations
