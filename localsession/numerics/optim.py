@@ -39,6 +39,13 @@ __all__ = [
     "split_group_problem",
 ]
 
+#: Values per row of the flat gradient buffer when its norm is taken (:meth:`LoraAdamW.grad_norm`):
+#: a float32 sum's error grows with its length, so the buffer is normed row by row and the
+#: row norms combined in float64. One ``torch.dot`` over the whole buffer was as fast, but
+#: off by 1.4e-6 (relative) at 200k values and 7e-5 at 10M on an AVX-512 CPU; rows of 4096
+#: stay within 2e-7 at every size up to 10M, and the buffer is padded with zeros to whole rows.
+NORM_ROW = 4096
+
 
 def is_lora_b(name: str) -> bool:
     """Whether a parameter name is a LoRA B matrix (peft naming: ``...lora_B.<adapter>...``)."""
@@ -180,7 +187,8 @@ class LoraAdamW:
         if self._grads is None:
             first = self._flat[0].leaf
             total = sum(g.leaf.numel() for g in self._flat)
-            self._grads = torch.zeros(total, dtype=first.dtype, device=first.device)  # [N]
+            padded = -(-total // NORM_ROW) * NORM_ROW  # the tail stays zero: see _total_norm
+            self._grads = torch.zeros(padded, dtype=first.dtype, device=first.device)  # [N]
             start = 0
             for group in self._flat:
                 group.bind_grad_buffer(self._grads[start : start + group.leaf.numel()])
@@ -222,18 +230,16 @@ class LoraAdamW:
 
     def _total_norm(self, flat: list[Tensor]) -> Tensor:
         """The global L2 norm of the groups' flat gradients ``flat`` (from :meth:`_gathered`):
-        one op over the shared buffer when every group's gradient is its slice of it."""
+        two ops over the shared buffer when every group's gradient is its slice of it."""
         buffer = self._grads
         if (
             buffer is not None
             and len(flat) == len(self._flat)
             and all(f is g.grad_buffer for f, g in zip(flat, self._flat, strict=True))
         ):
-            if buffer.dtype in (torch.float32, torch.float64):
-                # [N]·[N]: one BLAS pass over a buffer that outgrows the caches, ~1.6x
-                # faster than vector_norm on CPU
-                return torch.dot(buffer, buffer).sqrt()
-            return torch.linalg.vector_norm(buffer, 2.0)
+            # [N] -> [N / NORM_ROW] row norms, then their norm in float64
+            rows = torch.linalg.vector_norm(buffer.view(-1, NORM_ROW), 2.0, dim=1)
+            return torch.linalg.vector_norm(rows, 2.0, dtype=torch.float64)
         return global_grad_norm(flat)
 
     def grad_norm(self) -> float:
