@@ -173,7 +173,11 @@ def test_a_proven_request_is_one_botocore_accepts(
     conform = conformer(shape)
     tally = {"proven": 0, "refused": 0}
 
-    @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+    # derandomized: the tally below must see both sides, and 1 random seed in 40 drew only
+    # 10 proven CreateTrainingSession requests (this fixed draw proves 38)
+    @settings(
+        max_examples=250, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+    )
     @given(_drawn(shape))
     def check(request: Any) -> None:
         accepted = _botocore_accepts(request, shape)
