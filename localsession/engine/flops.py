@@ -40,7 +40,7 @@ KNOWN_PEAKS_TFLOPS: tuple[tuple[str, float], ...] = (
     ("A10G", 70.0),
 )
 _MEASURE_SIZE = {"cpu": 1024, "cuda": 4096}
-_peaks: dict[tuple[str, str], float] = {}
+_peaks: dict[tuple[torch.device, torch.dtype], float] = {}
 _peaks_lock = threading.Lock()
 
 
@@ -72,7 +72,10 @@ def count_params(model: Any) -> tuple[int, int, int]:
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> float:
     """The device's peak FLOP/s for ``dtype`` (table, else measured once and cached)."""
-    key = (str(device), str(dtype))
+    key = (device, dtype)
+    known = _peaks.get(key)  # every op asks: no lock once measured
+    if known is not None:
+        return known
     with _peaks_lock:
         if key in _peaks:
             return _peaks[key]

@@ -66,6 +66,8 @@ def before_op() -> bool:
     """:func:`trim` if another thread's large op left its peak in that thread's arena;
     returns whether it trimmed."""
     global _marked_thread
+    if _marked_thread is None:  # the usual case, read without the lock: a mark set as this
+        return False  # runs belongs to an op that ran alongside, which this one need not undo
     with _lock:
         if _marked_thread in (None, threading.get_ident()):
             return False

@@ -52,8 +52,12 @@ def clip_config(loss_fn: str, config: LossConfig | None) -> ClipConfig:
     """The clip bounds of ``loss_fn`` under the runtime-checked ``loss_fn_config``
     (docs/semantics.md#1): the bounds given, the loss's defaults for the rest."""
     check_loss_fn(loss_fn)
-    low, high = (config or LossConfig()).bounds(loss_fn)
-    return ClipConfig(low, high)
+    if config is None:  # the usual case, on every op
+        return _DEFAULT_CLIPS[loss_fn]
+    return ClipConfig(*config.bounds(loss_fn))
+
+
+_DEFAULT_CLIPS = {fn: ClipConfig(*bounds) for fn, bounds in vocab.DEFAULT_CLIP.items()}
 
 
 # -- datums ---------------------------------------------------------------------------------

@@ -221,11 +221,11 @@ def datum_metrics(
     :func:`compute_loss` returned; ``sums``, its :func:`datum_sums` when the caller has them.
     Every value is finite.
     """
-    lp_BT = _rows(lp.detach())
     sums = datum_sums(loss) if sums is None else sums
     out: dict[str, list[float]] = {"actor/pg_loss": [_finite(x) for x in sums]}
     if loss_fn not in RL_LOSSES and inputs.ref_logprobs is None:
         return out  # cross_entropy: the weighted means below are not reported
+    lp_BT = _rows(lp.detach())
     w_BT = _rows(_active_weights(inputs))  # every tensor here is detached: no graph
     if loss_fn in RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None

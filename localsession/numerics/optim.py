@@ -86,6 +86,12 @@ def global_grad_norm(grads: list[Tensor]) -> Tensor:
     return torch.linalg.vector_norm(torch.stack(norms), 2.0)
 
 
+def _buffer_norm(buffer: Tensor) -> Tensor:
+    """The L2 norm of the flat gradient buffer (``[N]``, N a multiple of ``NORM_ROW``)."""
+    rows = torch.linalg.vector_norm(buffer.view(-1, NORM_ROW), 2.0, dim=1)  # [N / NORM_ROW]
+    return torch.linalg.vector_norm(rows, 2.0, dtype=torch.float64)
+
+
 def clip_grads_(grads: list[Tensor], max_norm: float, total_norm: Tensor) -> None:
     """Scale gradients in place by ``min(1, max_norm / (total_norm + 1e-6))`` (torch's rule)."""
     coef = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
@@ -237,13 +243,14 @@ class LoraAdamW:
             and len(flat) == len(self._flat)
             and all(f is g.grad_buffer for f, g in zip(flat, self._flat, strict=True))
         ):
-            # [N] -> [N / NORM_ROW] row norms, then their norm in float64
-            rows = torch.linalg.vector_norm(buffer.view(-1, NORM_ROW), 2.0, dim=1)
-            return torch.linalg.vector_norm(rows, 2.0, dtype=torch.float64)
+            return _buffer_norm(buffer)
         return global_grad_norm(flat)
 
     def grad_norm(self) -> float:
         """The global L2 norm of the accumulated gradients (0.0 with none)."""
+        if self._views_in_place():  # every gradient is in the buffer; zeros when none is
+            assert self._grads is not None
+            return float(_buffer_norm(self._grads))
         flat = [grad for grad, _ in self._gathered()]
         return float(self._total_norm(flat)) if flat else 0.0
 
