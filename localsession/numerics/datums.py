@@ -344,6 +344,6 @@ def fwd_result(
     """The wire ``FwdResult`` of a batch: its metrics (plus ``global_token_num``) and, per
     datum, its unpadded ``logprobs`` and ``elementwise_loss`` as float32 TensorData, plus
     each ``datum_values[key][i]`` (the ``actor/*`` diagnostics) as a one-value TensorData."""
-    lp_rows = lp_BT.detach().float().cpu().tolist()  # [B, T]
-    loss_rows = loss_BT.detach().float().cpu().tolist()  # [B, T]
+    # tolist() reads any dtype and device, graph or not, as Python floats: no casts needed
+    lp_rows, loss_rows = lp_BT.tolist(), loss_BT.tolist()  # [B, T] each
     return fwd_result_body(batch.lengths, lp_rows, loss_rows, metrics, datum_values)
