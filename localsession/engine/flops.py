@@ -73,9 +73,9 @@ def count_params(model: Any) -> tuple[int, int, int]:
 def peak_flops(device: torch.device, dtype: torch.dtype) -> float:
     """The device's peak FLOP/s for ``dtype`` (table, else measured once and cached)."""
     key = (device, dtype)
-    known = _peaks.get(key)  # every op asks: no lock once measured
-    if known is not None:
-        return known
+    cached = _peaks.get(key)  # every op asks: no lock once measured
+    if cached is not None:
+        return cached
     with _peaks_lock:
         if key in _peaks:
             return _peaks[key]

@@ -64,15 +64,19 @@ def after_op(bytes_touched: int) -> None:
 
 def before_op() -> bool:
     """:func:`trim` if another thread's large op left its peak in that thread's arena;
-    returns whether it trimmed."""
+    returns whether it trimmed. The usual case, no mark, is read without the lock: a mark
+    set while this runs belongs to an op that ran alongside, which this one need not undo."""
+    return _marked_thread is not None and _take_mark() and trim()
+
+
+def _take_mark() -> bool:
+    """Clear another thread's mark; whether there was one."""
     global _marked_thread
-    if _marked_thread is None:  # the usual case, read without the lock: a mark set as this
-        return False  # runs belongs to an op that ran alongside, which this one need not undo
     with _lock:
         if _marked_thread in (None, threading.get_ident()):
             return False
         _marked_thread = None
-    return trim()
+    return True
 
 
 def budget_from_env(name: str, default_mb: int) -> int:
