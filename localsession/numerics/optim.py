@@ -193,7 +193,7 @@ class LoraAdamW:
         if self._grads is None:
             first = self._flat[0].leaf
             total = sum(g.leaf.numel() for g in self._flat)
-            padded = -(-total // NORM_ROW) * NORM_ROW  # the tail stays zero: see _total_norm
+            padded = -(-total // NORM_ROW) * NORM_ROW  # the tail stays zero: see _buffer_norm
             self._grads = torch.zeros(padded, dtype=first.dtype, device=first.device)  # [N]
             start = 0
             for group in self._flat:
@@ -248,9 +248,9 @@ class LoraAdamW:
 
     def grad_norm(self) -> float:
         """The global L2 norm of the accumulated gradients (0.0 with none)."""
-        if self._views_in_place():  # every gradient is in the buffer; zeros when none is
-            assert self._grads is not None
-            return float(_buffer_norm(self._grads))
+        buffer = self._grads
+        if buffer is not None and self._views_in_place():  # all in the buffer (zeros if none)
+            return float(_buffer_norm(buffer))
         flat = [grad for grad, _ in self._gathered()]
         return float(self._total_norm(flat)) if flat else 0.0
 
