@@ -671,11 +671,7 @@ class ModelInput(_AllowExtraBase):
     def _to_api(self) -> Dict[str, Any]:
         prompt, parts = self.prompt, self.chunks
         if parts is not None or prompt is None:
-            wire = []
-            for part in parts or ():  # a typed chunk (the usual one) without the dispatch
-                exact = type(part) is EncodedTextChunk
-                wire.append(_text_chunk(part.tokens) if exact else _chunk_to_api(part))
-            return {"chunks": wire}
+            return {"chunks": [_chunk_to_api(part) for part in parts or []]}
         if isinstance(prompt, list):
             return {"chunks": [_text_chunk(prompt)]}
         untokenized = (

@@ -10,6 +10,7 @@ accepts (tests/runtime/test_datums.py holds them to it).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, TypeGuard
 
 from localsession.port import TrainingDatum
@@ -29,14 +30,10 @@ def training_datums(datums: Any, op: str = "forwardBackward") -> list[TrainingDa
     return parsed
 
 
-_PLAIN: list[frozenset[str]] = []
-
-
-def plain_shapes() -> list[frozenset[str]]:
+@functools.cache
+def plain_shapes() -> tuple[frozenset[str], ...]:
     """The members of Datum, EncodedTextChunk and TensorData (read from botocore once)."""
-    if not _PLAIN:
-        _PLAIN.extend(MEMBERS[shape] for shape in ("Datum", "EncodedTextChunk", "TensorData"))
-    return _PLAIN
+    return tuple(MEMBERS[shape] for shape in ("Datum", "EncodedTextChunk", "TensorData"))
 
 
 def plain_datum(

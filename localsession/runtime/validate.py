@@ -26,6 +26,7 @@ from localsession.port import AdamHyperparams, LossConfig
 from localsession.runtime import members
 from localsession.runtime.datums import is_int, model_input_tokens, training_datums
 from localsession.runtime.errors import ServiceError, validation
+from localsession.runtime.members import known_members
 from localsession.runtime.packages.registry import group_name, parse_arn
 
 TRAINING_OPS = vocab.TRAINING_OPS
@@ -45,7 +46,6 @@ _ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = tuple(
 #: Anything else is refused, as botocore refuses it client-side; only the open maps and
 #: documents (``lossFnInputs`` keys, ``lossFnConfig``, ``data``) are free.
 MEMBERS = members.MEMBERS
-known_members = members.known_members
 _STATUSES = vocab.SESSION_STATUSES
 
 
