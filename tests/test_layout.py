@@ -137,7 +137,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "leaves",
         ("port", "vocab", "types", "exceptions", "futures", "chat_format", "metrics", "sandbox",
-         "cli_parser", "_version", "ids"),
+         "cli_parser", "_version", "ids", "cpu_threads"),
     ),
 )  # fmt: skip
 #: The one module allowed to name engine modules.

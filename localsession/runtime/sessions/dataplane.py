@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from localsession import vocab
+from localsession import cpu_threads, vocab
 from localsession.port import SampleRequest
 from localsession.runtime import errors, validate
 from localsession.runtime.config import ServiceConfig
@@ -157,9 +157,15 @@ class DataPlane:
         return self.service.operation(name, operation_id).response()
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
-        """Block until an op is terminal or ``timeout`` passes; True if terminal."""
+        """Block until an op is terminal or ``timeout`` passes; True if terminal. A caller
+        that blocks first hands back its OpenMP threads: while it waits, they would only slow
+        the thread running the op (cpu_threads.py)."""
         op = self._awaited(name, operation_id)
-        return op.status in TERMINAL or op.done.wait(timeout)
+        if op.status in TERMINAL:
+            return True
+        if timeout != 0:
+            cpu_threads.release()
+        return op.done.wait(timeout)
 
     def on_operation_done(self, name: str, operation_id: str, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the op is terminal (at once if it is), from the finishing

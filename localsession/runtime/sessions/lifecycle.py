@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from localsession import vocab
+from localsession import cpu_threads, vocab
 from localsession.port import Engine, EngineConfigError, EngineSpec, ResolvedModel
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
@@ -252,7 +252,8 @@ class Session:
     def _idle_wait(self) -> None:
         """The worker's wait while it has no op to run (under ``lock``). While submits leave
         it asleep it looks again every LOOKOUT_S, until the session has been idle IDLE_S
-        (caller_runs.py)."""
+        (caller_runs.py). Waiting, it holds no OpenMP threads (cpu_threads.py)."""
+        cpu_threads.release()
         if self._caller_streak < CALLERS_IN_A_ROW:
             self.cond.wait()
         elif not self.cond.wait(LOOKOUT_S) and time.monotonic() - self.last_activity > IDLE_S:

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from localsession import vocab
+from localsession import cpu_threads, vocab
 from localsession.port import Admit, EngineInputError, SampleRequest
 from localsession.runtime import errors
 from localsession.runtime.sessions.lifecycle import Session
@@ -90,6 +90,7 @@ class SamplingScheduler:
         """Wait for work; take the oldest job and every queued job batchable with it."""
         with self._cond:
             while not self._jobs and not self._closing:
+                cpu_threads.release()  # no OpenMP threads held while waiting (cpu_threads.py)
                 self._cond.wait()
             if self._closing:
                 return None
