@@ -1,4 +1,4 @@
-"""A runtime thread that goes idle hands its OpenMP worker threads back.
+"""A thread that is about to wait hands its OpenMP worker threads back.
 
 torch runs its CPU kernels on OpenMP (libgomp in the Linux wheels, libomp on macOS). Each
 thread that runs a parallel kernel gets a team of worker threads of its own, kept until that
@@ -8,9 +8,11 @@ waking them. On a 2-CPU VM, a 1×8-token forward + backward on tiny went from 6 
 soon as a session's worker had loaded its model and kept its team. That was as true of the
 user's own torch code in the same process as of ours.
 
-So each thread the runtime owns calls :func:`release` as it goes idle:
+So :func:`release` is called by:
 - a session's worker, after loading its model and whenever it waits for an op;
-- the sampler, whenever its queue is empty.
+- the sampler, whenever its queue is empty;
+- a caller about to block on an op that another thread runs (its team would only slow that
+  thread down while it waits).
 
 Then only the threads that are working hold teams. A thread that gave its team back builds a
 new one at its next parallel kernel, which costs ~0.1 ms on that 2-CPU VM.
