@@ -11,8 +11,8 @@ user's own torch code in the same process as of ours.
 So :func:`release` is called by:
 - a session's worker, after loading its model and whenever it waits for an op;
 - the sampler, whenever its queue is empty;
-- a caller about to block on an op that another thread runs (its team would only slow that
-  thread down while it waits).
+- a caller about to block on (or await) an op that another thread runs: its team would
+  only slow that thread down while it waits.
 
 Then only the threads that are working hold teams. A thread that gave its team back builds a
 new one at its next parallel kernel, which costs ~0.1 ms on that 2-CPU VM.

@@ -7,11 +7,12 @@ on the main thread, so that the main thread's own team exists before anything is
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,19 @@ from localsession.runtime.service import ServiceConfig
 from localsession.types import ModelInput, SamplingParams
 from localsession.wiring import build_service
 
-pytestmark = [
-    pytest.mark.skipif(sys.platform != "linux", reason="counts threads through /proc"),
-    pytest.mark.skipif(torch.get_num_threads() < 2, reason="one thread: no team to hold"),
-]
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="counts threads through /proc")
 ROLE = "arn:aws:iam::000000000000:role/localsession-tests"
+
+
+@pytest.fixture(autouse=True)
+def two_threads() -> Iterator[None]:
+    """torch on two threads, so that a team has a worker (the suite runs torch on one:
+    tests/engine/conftest.py); the main thread's team is handed back afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+    cpu_threads.release()
 
 
 def foreign_threads() -> set[int]:
@@ -129,6 +138,15 @@ def test_idle_runtime_threads_and_waiting_callers_hold_no_openmp_threads(
         params = SamplingParams(max_tokens=16, seed=1)
         sampler.sample(ModelInput.from_ints([257, 72, 105]), 2, params).result()
         # waiting on the sampler, the main thread gave its team back
+        assert wait_for(lambda: len(mine - foreign_threads()) == team)
+
+        async def awaits() -> None:
+            await sampler.sample(ModelInput.from_ints([257, 72, 105]), 2, params)
+
+        parallel_kernel()
+        mine = foreign_threads()
+        asyncio.run(awaits())
+        # so does an event loop's thread, awaiting it
         assert wait_for(lambda: len(mine - foreign_threads()) == team)
         # and the sampler, idle again, holds none either
         assert wait_for(lambda: foreign_threads() <= before), foreign_threads() - before

@@ -157,25 +157,25 @@ class DataPlane:
         return self.service.operation(name, operation_id).response()
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
-        """Block until an op is terminal or ``timeout`` passes; True if terminal. A caller
-        that blocks first hands back its OpenMP threads: while it waits, they would only slow
-        the thread running the op (cpu_threads.py)."""
-        op = self._awaited(name, operation_id)
-        if op.status in TERMINAL:
-            return True
-        if timeout != 0:
-            cpu_threads.release()
-        return op.done.wait(timeout)
+        """Block until an op is terminal or ``timeout`` passes; True if terminal."""
+        op = self._awaited(name, operation_id, idles=timeout != 0)
+        return op.status in TERMINAL or op.done.wait(timeout)
 
     def on_operation_done(self, name: str, operation_id: str, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the op is terminal (at once if it is), from the finishing
         thread: the non-blocking form of :meth:`wait_operation`, for an event loop."""
-        self._awaited(name, operation_id).add_done_callback(callback)
+        self._awaited(name, operation_id, idles=True).add_done_callback(callback)
 
-    def _awaited(self, name: str, operation_id: str) -> Operation:
+    def _awaited(self, name: str, operation_id: str, *, idles: bool) -> Operation:
         """An op someone starts to wait on. A training op's worker is woken if a submit left
-        it asleep: this waiter does not run the op (runtime/sessions/caller_runs.py)."""
+        it asleep: this waiter does not run the op (runtime/sessions/caller_runs.py). A caller
+        whose thread ``idles`` until the op ends (blocked on it, or an event loop awaiting it)
+        first hands back its OpenMP threads: meanwhile they would only slow the thread that
+        runs the op (cpu_threads.py)."""
         op = self.service.operation(name, operation_id)
-        if op.seq is not None and op.status not in TERMINAL:
-            self.service.session(name).wake_worker()
+        if op.status not in TERMINAL:
+            if op.seq is not None:
+                self.service.session(name).wake_worker()
+            if idles:
+                cpu_threads.release()
         return op
