@@ -73,7 +73,7 @@ def release() -> None:
     only from a thread about to wait, never from inside a parallel region."""
     global _pause, _looked
     if not _looked:
-        if "torch" not in sys.modules:  # nothing has loaded an OpenMP runtime yet
+        if "torch._C" not in sys.modules:  # torch's libraries (and OpenMP) not loaded yet
             return
         _pause, _looked = _find_pause(), True
     if _pause is not None:
