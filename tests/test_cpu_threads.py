@@ -1,8 +1,8 @@
 """Idle runtime threads hold no OpenMP worker threads (localsession/cpu_threads.py).
 
 OpenMP workers are OS threads that Python does not know, so they show up as the ids in
-``/proc/self/task`` that no ``threading`` thread has. Each test first runs a parallel kernel
-on the main thread, so that the main thread's own team exists before anything is counted.
+``/proc/self/task`` that no ``threading`` thread has. Each test that counts them first runs a
+parallel kernel on the main thread, so that the main thread's own team exists beforehand.
 """
 
 from __future__ import annotations
