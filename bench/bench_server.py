@@ -30,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import localsession as ls  # noqa: E402
 from bench.common import Row, bench_args, emit  # noqa: E402
+from localsession import cpu_threads  # noqa: E402
 from localsession.mocking.hooks import scoped_environ  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 from localsession.server.endpoints import client_env  # noqa: E402
@@ -116,9 +117,17 @@ def paired_grpo_steps(sdk: Any, sdk_ts: Any, local: Any, runs: int) -> tuple[flo
     per-round ratios: each round runs one step of each, back to back (after one warm-up
     round), so both sides see the same machine load."""
     over_http, in_process = GrpoLoop(sdk, sdk_ts), GrpoLoop(local, ls)
+
+    def http_step() -> float:
+        # The in-process step ran ops on this thread, which keeps its OpenMP team; an SDK in
+        # its own process has none, and a kept team slows every kernel the server's threads
+        # run (docs/architecture.md, "Who holds CPU threads"): 1.58-1.85x against 1.19x.
+        cpu_threads.release()
+        return over_http.step()
+
     try:
-        over_http.step(), in_process.step()  # warm caches
-        pairs = [(over_http.step(), in_process.step()) for _ in range(runs)]
+        http_step(), in_process.step()  # warm caches
+        pairs = [(http_step(), in_process.step()) for _ in range(runs)]
     finally:
         over_http.close()
         in_process.close()
