@@ -1,6 +1,6 @@
 """Training through the in-process API vs the same computation in raw torch + peft.
 
-Three measurements, each against a baseline run in the same process:
+Four measurements, each against a baseline run in the same process:
 
 - **training step** (``localsession/tiny`` and ``localsession/small``, 8×128 tokens): one
   ``forward_backward(cross_entropy)`` + ``optim_step`` through the public client, the loss
@@ -18,6 +18,12 @@ Three measurements, each against a baseline run in the same process:
   p99 ≤ 1 ms.
   These rows and the training step's use a user's default (strict) client, so botocore's
   parameter check is in every op.
+- **the box's cold code** (info): a pure-Python reference op (a JSON round trip and a deep
+  copy of a small request) right after ``COLD_GAP_S`` of other Python work vs in a tight
+  loop. The API's overhead is Python that last ran one raw op earlier, so on a machine where
+  code idle for milliseconds comes back out of the caches whatever ran meanwhile (a 2-vCPU
+  VM: 1-9×, with the host's state), that overhead reads several times its tight-loop cost;
+  this row says how much.
 - **scaling** (tiny, through the API): training tokens/s at 1×, 4× and 16× the 8×128 batch,
   and sampling tokens/s at 1×, 4× and 16× a batch of 4 prompts × ``num_samples=4`` (32 new
   tokens each). Stated growth: training is compute-bound on a CPU already at 1×, so
@@ -31,9 +37,12 @@ Run: python bench/bench_training.py [--smoke] [--runs 10] [--overhead-runs 300]
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import sys
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -163,6 +172,55 @@ def overhead_rows(client: ServiceClient, runs: int) -> list[Row]:
     return out
 
 
+#: The pause before each cold run of the reference op (:func:`cold_code_row`).
+COLD_GAP_S = 0.02
+#: A small request-shaped value for the reference op.
+_REFERENCE = {
+    "sequenceNumber": 7,
+    "operationConfig": {
+        "forwardBackward": {
+            "lossFnName": "cross_entropy",
+            "datumList": [
+                {
+                    "modelInput": {"chunks": [{"tokens": list(range(8))}]},
+                    "lossFnInputs": {"weights": {"data": [1.0] * 8, "dtype": "float32"}},
+                }
+            ],
+        }
+    },
+}
+
+
+def cold_code_row(runs: int) -> Row:
+    """How much slower a pure-Python reference op runs after ``COLD_GAP_S`` of other work
+    than in a tight loop (medians of ``runs`` each): this machine's cost of cold code."""
+
+    def reference() -> float:
+        started = time.perf_counter()
+        copy.deepcopy(json.loads(json.dumps(_REFERENCE)))
+        return time.perf_counter() - started
+
+    for _ in range(runs):  # warm
+        reference()
+    tight = median([reference() for _ in range(runs)])
+    cold = []
+    for _ in range(runs):
+        until = time.perf_counter() + COLD_GAP_S
+        while time.perf_counter() < until:  # other work, in Python: the CPU stays busy
+            pass
+        cold.append(reference())
+    after = median(cold)
+    return Row(
+        f"box: Python op after {COLD_GAP_S * 1e3:.0f} ms elsewhere vs in a tight loop (ms)",
+        after * 1e3,
+        "ms",
+        "info",
+        None,
+        tight * 1e3,
+        after / tight,
+    )
+
+
 def growth_rows(
     what: str, unit_batch: str, rates: dict[int, float], first: float, later: float
 ) -> list[Row]:
@@ -256,6 +314,7 @@ def collect(smoke: bool = False, runs: int = 10, overhead_runs: int = 300) -> li
                     for short in models
                 ),
                 lambda: overhead_rows(client, overhead_runs),
+                lambda: [cold_code_row(overhead_runs // 3)],
                 lambda: scaling_rows(
                     relaxed,
                     runs,
