@@ -121,7 +121,7 @@ def paired_grpo_steps(sdk: Any, sdk_ts: Any, local: Any, runs: int) -> tuple[flo
     def http_step() -> float:
         # The in-process step ran ops on this thread, which keeps its OpenMP team; an SDK in
         # its own process has none, and a kept team slows every kernel the server's threads
-        # run (docs/architecture.md, "Who holds CPU threads"): 1.58-1.85x against 1.19x.
+        # run (docs/architecture.md, "Who holds CPU threads"): 1.58-1.85x against 1.09-1.19x.
         cpu_threads.release()
         return over_http.step()
 
