@@ -7,10 +7,16 @@ which the runtime maps to that special token's id), build ppo datums with
 group-normalised rewards, one
 ``forward_backward`` + ``optim_step`` (the same AdamW settings on both sides: the two SDKs'
 ``AdamParams`` defaults differ), then a fresh sampler from saved weights. The two
-clients run the same prompts and seeds on sessions of the same rank and LoRA seed, so they
-do the same work (the token row shows it), alternating step by step (common.interleaved),
-so both see the same machine load. Target: tinker ≤ 1.15× the
-SageMaker SDK (issue 27).
+clients run the same prompts and seeds on sessions of the same rank and LoRA seed,
+alternating step by step (common.interleaved), so both see the same machine load.
+
+The two prompts are sampled one after the other, not concurrently: concurrent requests join
+one decode batch at whatever step each arrives, and a batch's shape changes the float
+rounding of every logit, so a seeded draw near a token boundary can flip and a 512-token
+sample then diverges (docs/semantics.md#3, "Batching"). Sampled alone, a request gives the
+same tokens in both loops, the datums and weights stay equal, and both loops do the same
+work. The "same samples" row checks that; when it fails the timing row fails too, because
+its two numbers timed different work. Target: tinker ≤ 1.15× the SageMaker SDK (issue 27).
 
 Run: python bench/bench_tinker.py [--smoke] [--runs 5] [--model NAME]
 """
@@ -89,8 +95,9 @@ class Loop:
 
     def __init__(self, tc: Any, ts: Any, params: Any, prompts: list[list[int]], tinker: bool):
         self.tc, self.ts, self.params, self.prompts, self.tinker = tc, ts, params, prompts, tinker
-        self.sampler = tc.save_weights_and_get_sampling_client()
-        self.tokens = 0
+        self.sampler = self._fresh_sampler()
+        #: Every sampled sequence's tokens, in order (the two loops must match).
+        self.sampled: list[list[int]] = []
 
     def _datum(self, tokens: list[int], inputs: dict[str, list[Any]]) -> Any:
         return self.ts.Datum(
@@ -98,22 +105,26 @@ class Loop:
         )
 
     def step(self) -> None:
-        futures = [
-            self.sampler.sample(
-                prompt=self.ts.ModelInput.from_ints(p), num_samples=4, sampling_params=self.params
-            )
-            for p in self.prompts
-        ]
         datums = []
-        for prompt, future in zip(self.prompts, futures, strict=True):
+        for prompt in self.prompts:  # one at a time: see the module docstring
+            future = self.sampler.sample(
+                prompt=self.ts.ModelInput.from_ints(prompt),
+                num_samples=4,
+                sampling_params=self.params,
+            )
             sequences = list(future.result().sequences)
-            self.tokens += sum(len(s.tokens) for s in sequences)
+            self.sampled += [list(s.tokens) for s in sequences]
             datums += _datums(self._datum, prompt, sequences)
         fwd = self.tc.forward_backward(datums, "ppo")
         adam = self.ts.AdamParams(**ADAM)
         self.tc.optim_step(adam).result()
         fwd.result()
-        self.sampler = self.tc.save_weights_and_get_sampling_client()
+        self.sampler = self._fresh_sampler()
+
+    def _fresh_sampler(self) -> Any:
+        """A sampler on the weights just saved (tinker returns a future of it, as of 0.38)."""
+        sampler = self.tc.save_weights_and_get_sampling_client()
+        return sampler.result() if self.tinker else sampler
 
 
 def collect(smoke: bool = False, runs: int = 5, model: str | None = None) -> list[Row]:
@@ -166,23 +177,25 @@ def collect(smoke: bool = False, runs: int = 5, model: str | None = None) -> lis
             service.close()
     t, s = median(times["tinker"]), median(times["sagemaker"])
     ratio = t / s
+    tinker_samples, sagemaker_samples = loops["tinker"].sampled, loops["sagemaker"].sampled
+    same = tinker_samples == sagemaker_samples
     return [
         Row(
             f"GRPO step over HTTP, tinker SDK vs SageMaker SDK, {model.split('/')[-1]} (s)",
             t,
             "s",
             "≤ 1.15×",
-            ratio <= 1.15,
+            same and ratio <= 1.15,
             s,
             ratio,
         ),
         Row(
-            "sampled tokens, tinker / SageMaker loop",
-            loops["tinker"].tokens,
+            "same samples in both loops (sampled tokens, tinker / SageMaker)",
+            sum(map(len, tinker_samples)),
             "tok",
-            "info",
-            None,
-            loops["sagemaker"].tokens,
+            "identical",
+            same,
+            sum(map(len, sagemaker_samples)),
         ),
     ]
 

@@ -9,8 +9,10 @@ cache. Finished streams stay in the batch, ignored, until a quarter of the rows 
 then the cache is compacted once (one copy instead of one per finished stream).
 
 Per stream, a private CPU ``torch.Generator`` seeded ``seed + i`` draws exactly one uniform
-per step while the stream is live (inverse-CDF sampling), so a stream's tokens never depend
-on what else is in the batch (and its draws are the same on every device).
+per step while the stream is live (inverse-CDF sampling), so a stream's draws never depend
+on what else is in the batch (and are the same on every device). Its logits do, to float
+rounding: a batch's shape changes the reduction order of the matmuls, so a draw that lands
+within rounding of a token boundary can pick the neighbouring token (docs/semantics.md#3).
 Generation stops at an EOS id, at one of the request's ``stop_token_ids`` (checked the step
 the id is drawn, so a stopped stream costs no further decode step) or when a stop string
 appears in the decoded completion (special tokens decode to nothing there, so "<bos>" never
