@@ -56,7 +56,15 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench import real_model  # noqa: E402
-from bench.common import Row, bench_args, emit, interleaved, load_average, median  # noqa: E402
+from bench.common import (  # noqa: E402
+    Row,
+    bench_args,
+    emit,
+    interleaved,
+    load_average,
+    median,
+    paired_ratio,
+)
 from bench.raw_loop import (  # noqa: E402
     ALPHA,
     LEARNING_RATE,
@@ -245,17 +253,6 @@ def sample_pair(
     ours = median([n / t for n, t in zip(done["ours"], times["ours"], strict=True)])
     base = median([n / t for n, t in zip(done["raw"], times["raw"], strict=True)])
     return ours, base, paired_ratio(times, done)
-
-
-def paired_ratio(times: dict[str, list[float]], work: dict[str, list[int]] | None = None) -> float:
-    """The median over rounds of ours/raw throughput, each round's pair run back to back (a
-    burst of load on a shared machine then slows both sides of a ratio, not one). ``work``:
-    units done per run (default: the same for both)."""
-    ratios = []
-    for k, (t_ours, t_raw) in enumerate(zip(times["ours"], times["raw"], strict=True)):
-        w_ours, w_raw = (work["ours"][k], work["raw"][k]) if work else (1, 1)
-        ratios.append((w_ours / t_ours) / (w_raw / t_raw))
-    return median(ratios)
 
 
 def raw_generate(raw: RawLoop, prompts: list[list[int]], max_tokens: int) -> Callable[[], int]:

@@ -79,6 +79,17 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def paired_ratio(times: dict[str, list[float]], work: dict[str, list[int]] | None = None) -> float:
+    """The median over rounds of ours/raw throughput, each round's pair run back to back (a
+    burst of load on a shared machine then slows both sides of a ratio, not one). ``work``:
+    units done per run (default: the same for both)."""
+    ratios = []
+    for k, (t_ours, t_raw) in enumerate(zip(times["ours"], times["raw"], strict=True)):
+        w_ours, w_raw = (work["ours"][k], work["raw"][k]) if work else (1, 1)
+        ratios.append((w_ours / t_ours) / (w_raw / t_raw))
+    return median(ratios)
+
+
 def quantile(values: Sequence[float], q: float) -> float:
     """The ``q`` quantile (0..1) by linear interpolation between order statistics."""
     ordered = sorted(values)
