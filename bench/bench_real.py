@@ -137,6 +137,15 @@ def sample_burst(sampler: Any, prompts: list[list[int]], max_tokens: int) -> int
 # -- rows measured in this process ------------------------------------------------------
 
 
+def linear_kernel_row() -> Row:
+    """Which kernel our float32 linear layers ran (the raw loop runs torch's ``F.linear``)."""
+    from localsession.engine import fast_linear
+
+    use, why = fast_linear.decision()
+    kernel = "oneDNN" if use else "torch/MKL"
+    return Row(f"real: our fp32 linear layers run {kernel} ({why})", float("nan"), "", "info", None)
+
+
 def speed_rows(name: str, runs: int, batch: int, length: int) -> list[Row]:
     """Training step and compute_logprobs vs raw."""
     raw = RawLoop(name)
@@ -154,6 +163,7 @@ def speed_rows(name: str, runs: int, batch: int, length: int) -> list[Row]:
         )
         ours, base = batch * length / median(times["ours"]), batch * length / median(times["raw"])
         ratio = paired_ratio(times)
+        out.append(linear_kernel_row())
         out.append(
             Row(
                 f"real: training step {batch}×{length} vs raw peft+fused AdamW (tok/s)",

@@ -12,8 +12,9 @@ the bare ops), and a 1×8 forward + backward over its 14 layers took 7.72 ms aga
 
     y = linear(x, W, b) + linear(linear(x', A), B) · scaling,   cast back to y's dtype,
 
-where ``x'`` is ``x`` in the adapter's dtype. These are the same operations in the same
-order as peft's vanilla-LoRA path, so outputs and gradients are bit for bit equal
+where ``x'`` is ``x`` in the adapter's dtype and ``linear`` is fast_linear.py's, which the
+layer's own sub-layers (re-classed as ``FastLinear``) also run. These are the same kernels
+in the same order as peft's vanilla-LoRA path, so outputs and gradients are bit for bit equal
 (tests/engine/test_lean_lora.py). Anything else the layer can be asked to do (adapters
 disabled, merged weights, extra arguments, another active adapter) goes to peft's own
 forward, and a layer with hooks (accelerate's, on a disk-offloaded base) is never
@@ -29,6 +30,7 @@ import torch
 from peft.tuners.lora.layer import Linear as LoraLinear
 
 from localsession.engine.checkpoint import ADAPTER_NAME
+from localsession.engine.fast_linear import FastLinear, linear
 
 #: The instance attributes behind peft's ``active_adapter``, ``disable_adapters`` and
 #: ``merged`` properties (and the scale), which the lean forward reads directly; a peft
@@ -53,10 +55,10 @@ class LeanLoraLinear(LoraLinear):  # type: ignore[misc]
         base = modules["base_layer"]._parameters
         a_weight = modules["lora_A"]._modules[ADAPTER_NAME]._parameters["weight"]  # [r, in]
         b_weight = modules["lora_B"]._modules[ADAPTER_NAME]._parameters["weight"]  # [out, r]
-        y: torch.Tensor = torch.nn.functional.linear(x, base["weight"], base["bias"])  # [.., out]
+        y = linear(x, base["weight"], base["bias"])  # [..., out]
         x_in = x if x.dtype == a_weight.dtype else x.to(a_weight.dtype)
-        low_rank = torch.nn.functional.linear(x_in, a_weight)  # [..., r]
-        delta = torch.nn.functional.linear(low_rank, b_weight)  # [..., out]
+        low_rank = linear(x_in, a_weight)  # [..., r]
+        delta = linear(low_rank, b_weight)  # [..., out]
         out = y + delta * state["scaling"][ADAPTER_NAME]
         return out if out.dtype == y.dtype else out.to(y.dtype)  # a half base: back to it
 
@@ -69,7 +71,7 @@ def _plain(layer: torch.nn.Module) -> bool:
     return (
         type(layer) is LoraLinear
         and _READ_DIRECTLY <= vars(layer).keys()
-        and type(layer.base_layer) is torch.nn.Linear
+        and type(layer.base_layer) in (torch.nn.Linear, FastLinear)
         and list(layer.lora_A) == [ADAPTER_NAME]
         and not layer.lora_variant
         and layer.lora_B[ADAPTER_NAME].bias is None

@@ -34,7 +34,7 @@ from packaging.version import Version
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from localsession.engine import lean_lora
+from localsession.engine import fast_linear, lean_lora
 from localsession.engine.builtin import (
     BUILTIN_SHAPES,
     build_builtin,
@@ -220,6 +220,7 @@ def apply_lora(base: Any, rank: int, alpha: int, seed: int, *, unembed: bool = F
         warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
         peft_model = get_peft_model(base, config)
     seed_lora_a(peft_model, seed)
+    fast_linear.install(peft_model)  # oneDNN matmuls where they beat MKL
     lean_lora.install(peft_model)  # the same math without peft's per-call dispatch
     peft_model.eval()  # no dropout anywhere; gradients still flow
     return peft_model  # type: ignore[no-any-return]

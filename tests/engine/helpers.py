@@ -1,12 +1,15 @@
-"""Helpers shared by the engine tests: datums (the port's values) and random token lists."""
+"""Helpers shared by the engine tests: datums (the port's values), random token lists, and
+a few fixed training steps and greedy samples to compare two engines by."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from localsession.port import TrainingDatum
+from localsession.engine.torch_engine import TorchEngine
+from localsession.port import AdamHyperparams, SampleRequest, TrainingDatum
 
 
 def tensor_data(values: list[Any], dtype: str = "float32") -> dict[str, Any]:
@@ -56,3 +59,34 @@ def random_tokens(n: int, length: int, seed: int, vary: bool = True) -> list[lis
         size = length - (i * 7) % max(1, length // 2) if vary else length
         out.append(torch.randint(0, 256, (size,), generator=gen).tolist())
     return out
+
+
+ADAM = AdamHyperparams(learning_rate=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0)
+
+
+def grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
+
+
+def train(engine: TorchEngine, steps: int) -> tuple[list[float], list[dict[str, torch.Tensor]]]:
+    """``steps`` cross-entropy steps on fixed data: each step's loss and gradients."""
+    datums = [make_datum(t) for t in random_tokens(3, 24, seed=5)]
+    losses, gradients = [], []
+    for _ in range(steps):
+        out = engine.forward_backward(datums, "cross_entropy", None, backward=True)
+        losses.append(float(out["metrics"]["loss"]))
+        gradients.append(grads(engine))
+        engine.optim_step(ADAM)
+    return losses, gradients
+
+
+def greedy(
+    engine: TorchEngine, tmp_path: Path, name: str, prompt: list[int] | None = None
+) -> list[int]:
+    """Greedy tokens (16) after ``prompt`` from a saved snapshot of ``engine``'s adapter."""
+    directory = tmp_path / name
+    engine.save_package(str(directory), include_optimizer=False, merge_weights=False)
+    tokens = prompt if prompt is not None else [257, 72, 101]
+    request = SampleRequest(prompt=tokens, max_tokens=16, temperature=0.0, seed=0)
+    (out,) = engine.sample(str(directory), [request])
+    return list(out["sequences"][0]["tokens"])

@@ -14,36 +14,8 @@ import torch
 
 from localsession.engine import compiled
 from localsession.engine.torch_engine import TorchEngine
-from localsession.port import AdamHyperparams, SampleRequest
 
-from .helpers import make_datum, random_tokens
-
-ADAM = AdamHyperparams(learning_rate=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0)
-
-
-def grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
-    return {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
-
-
-def train(engine: TorchEngine, steps: int) -> tuple[list[float], list[dict[str, torch.Tensor]]]:
-    """``steps`` cross-entropy steps on fixed data: each step's loss and gradients."""
-    datums = [make_datum(t) for t in random_tokens(3, 24, seed=5)]
-    losses, gradients = [], []
-    for _ in range(steps):
-        out = engine.forward_backward(datums, "cross_entropy", None, backward=True)
-        losses.append(float(out["metrics"]["loss"]))
-        gradients.append(grads(engine))
-        engine.optim_step(ADAM)
-    return losses, gradients
-
-
-def greedy(engine: TorchEngine, tmp_path: Path, name: str) -> list[int]:
-    """Greedy tokens from a saved snapshot of ``engine``'s adapter."""
-    directory = tmp_path / name
-    engine.save_package(str(directory), include_optimizer=False, merge_weights=False)
-    request = SampleRequest(prompt=[257, 72, 101], max_tokens=16, temperature=0.0, seed=0)
-    (out,) = engine.sample(str(directory), [request])
-    return list(out["sequences"][0]["tokens"])
+from .helpers import greedy, make_datum, random_tokens, train
 
 
 def test_eager_by_default(
