@@ -130,11 +130,11 @@ def reset() -> None:
 
 def _routed(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether ``x @ weight.T`` goes to oneDNN: float32 CPU, big enough, not traced."""
+    if x.numel() * weight.shape[0] < MIN_MACS and weight.numel() < MIN_WEIGHT:
+        return False  # first: the cheapest test, and the one a small model's layers fail
     if x.dtype != torch.float32 or weight.dtype != torch.float32 or x.device.type != "cpu":
         return False
-    if x.numel() * weight.shape[0] < MIN_MACS and weight.numel() < MIN_WEIGHT:
-        return False
-    return not torch.compiler.is_compiling() and enabled()
+    return enabled() and not torch.compiler.is_compiling()
 
 
 def _matmul_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
