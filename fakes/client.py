@@ -52,7 +52,7 @@ class FakeServiceClient(ServiceClient):
         strict: bool = True,
         base_models: list[str] | None = None,
         home: Path | None = None,
-        max_sessions: int = 64,
+        max_sessions: int | None = None,
         numerics: bool = False,
         torch_threads: int | None = 1,
         service: FakeService | None = None,

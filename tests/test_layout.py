@@ -14,6 +14,9 @@
   itself again by import statements (``CIRCLE_ROOTS``).
 - Only the composition root, ``localsession.wiring``, imports the engine: no other module of
   ``localsession``, ``fakes`` or ``conformance`` names ``localsession.engine``.
+- Only the composition root writes a service's settings: no other module of ``localsession``,
+  ``fakes`` or ``conformance`` builds a ``ServiceConfig`` (the doors choose a named profile:
+  ``server_service``, ``inprocess_service``, ``fake_service``).
 - No ``.py`` file in ``localsession/``, ``fakes/`` or ``conformance/`` is longer than
   ``MAX_LINES`` unless its module docstring has a line starting with ``LENGTH_MARKER``
   followed by the reason.
@@ -486,3 +489,52 @@ def test_the_service_rule_finds_a_planted_construction(tmp_path: Path) -> None:
     assert service_builders(tmp_path) == []
     _tree(tmp_path, {"localsession/cli.py": "from x import runtime\ns = runtime.Service()\n"})
     assert service_builders(tmp_path) == ["localsession.cli"]
+
+
+# -- the composition root's profiles ---------------------------------------------------------
+
+#: Modules that may build a ``ServiceConfig``: the root's profiles, and the config's own module.
+CONFIG_WRITERS = (COMPOSITION_ROOT, "localsession.runtime.config")
+
+
+def config_builders(root: Path) -> list[str]:
+    """Modules outside ``CONFIG_WRITERS`` that call ``ServiceConfig(...)`` or one of its
+    class methods (``ServiceConfig.from_env``): a door listing knobs instead of choosing a
+    profile."""
+    found = []
+    for module in all_modules(root, ("localsession", "fakes", "conformance")):
+        if module in CONFIG_WRITERS:
+            continue
+        path = module_file(root, module)
+        assert path is not None
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = node.func
+            if isinstance(callee, ast.Attribute) and callee.attr != "ServiceConfig":
+                callee = callee.value  # ServiceConfig.from_env(...)
+            name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+            if name == "ServiceConfig":
+                found.append(module)
+    return sorted(set(found))
+
+
+def test_only_the_composition_root_writes_service_settings() -> None:
+    assert config_builders(ROOT) == [], (
+        "build a service through a profile of localsession/wiring.py (server_service, "
+        "inprocess_service, fake_service) instead of writing a ServiceConfig"
+    )
+
+
+def test_the_settings_rule_finds_a_planted_config(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    _tree(tmp_path, {"localsession/wiring.py": "c = ServiceConfig.from_env(gap_timeout=0)\n"})
+    assert config_builders(tmp_path) == []
+    _tree(
+        tmp_path,
+        {
+            "fakes/__init__.py": "from x import config\nc = config.ServiceConfig(gap_timeout=0)\n",
+            "localsession/mocking/__init__.py": "c = ServiceConfig.from_env(strict=False)\n",
+        },
+    )
+    assert config_builders(tmp_path) == ["fakes", "localsession.mocking"]

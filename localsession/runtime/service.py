@@ -69,10 +69,8 @@ class Service:
     :meth:`add_observer` see every runtime submit (the fakes' call log).
     """
 
-    def __init__(
-        self, config: ServiceConfig | None = None, *, catalog: ModelCatalog | None = None
-    ) -> None:
-        self.config = config or ServiceConfig.from_env()
+    def __init__(self, config: ServiceConfig, *, catalog: ModelCatalog | None = None) -> None:
+        self.config = config
         #: Every base-model name is resolved through this (runtime/models/catalog.py); by default
         #: the local catalog over ``config.home``, without a tokenizer writer (the wiring's
         #: ``build_service`` gives it the engine's).
