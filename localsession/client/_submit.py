@@ -92,7 +92,7 @@ class RuntimeFuture(APIFuture[_Value]):
     def result(self, timeout: float | None = None) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
-        # no time limit to honour: the op may run on this thread (caller_runs.py)
+        # no time limit to honour: the op may run on this thread (runtime/sessions/runner.py)
         here = timeout is None and self._training
         finished = here and self._local.run_here(self._session_name, self._operation_id)
         if not finished and not self._wait(timeout):

@@ -352,7 +352,7 @@ class Service:
 
     def run_here(self, name: str, operation_id: str) -> bool:
         """For a caller about to wait on a training op: run it, and the queued ops before
-        it, on the calling thread when they may run there (runtime/sessions/caller_runs.py);
+        it, on the calling thread when they may run there (runtime/sessions/runner.py);
         else (an unknown session included) return at once. True if the op has finished."""
         try:
             session = self.session(name)
