@@ -538,3 +538,59 @@ def test_the_settings_rule_finds_a_planted_config(tmp_path: Path) -> None:
         },
     )
     assert config_builders(tmp_path) == ["fakes", "localsession.mocking"]
+
+
+# -- fast paths beside their exact ones ------------------------------------------------------
+
+#: A fast path's module name ends so; its exact module has the name without it.
+FAST_SUFFIX = "_fast"
+
+
+def fast_path_problems(root: Path) -> list[str]:
+    """Each ``X_fast.py`` under ``localsession`` must have its exact ``X.py`` beside it, an
+    equivalence test ``test_X_fast.py`` somewhere under ``tests/``, and the exact module must
+    not import it (the exact path reads on its own; the fast one hands over to it)."""
+    found = []
+    tests = {p.name for p in (root / "tests").rglob("test_*.py")}
+    for path in sorted((root / "localsession").rglob(f"*{FAST_SUFFIX}.py")):
+        exact = path.with_name(path.name.removesuffix(f"{FAST_SUFFIX}.py") + ".py")
+        name = module_name(root, path)
+        if not exact.is_file():
+            found.append(f"{name}: no exact module {exact.name} beside it")
+            continue
+        if f"test_{path.name}" not in tests:
+            found.append(f"{name}: no equivalence test test_{path.name} under tests/")
+        if name in set(imported_modules(root, exact)):
+            found.append(f"{module_name(root, exact)} imports its fast path {name}")
+    return found
+
+
+def test_every_fast_path_sits_beside_its_exact_one() -> None:
+    assert fast_path_problems(ROOT) == []
+
+
+def test_the_fast_path_rule_finds_planted_violations(tmp_path: Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "localsession/__init__.py": "",
+            "localsession/a.py": "",
+            "localsession/a_fast.py": "from localsession import a\n",
+            "tests/x/test_a_fast.py": "",
+        },
+    )
+    assert fast_path_problems(tmp_path) == []
+    _tree(
+        tmp_path,
+        {
+            "localsession/a.py": "from localsession import a_fast\n",
+            "localsession/b_fast.py": "",
+            "localsession/c.py": "",
+            "localsession/c_fast.py": "",
+        },
+    )
+    assert fast_path_problems(tmp_path) == [
+        "localsession.a imports its fast path localsession.a_fast",
+        "localsession.b_fast: no exact module b.py beside it",
+        "localsession.c_fast: no equivalence test test_c_fast.py under tests/",
+    ]

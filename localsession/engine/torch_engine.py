@@ -64,7 +64,7 @@ from localsession.engine.sampling import BatchSampler, batch_logprobs, prompt_lo
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
-from localsession.numerics.datums import parse_datums
+from localsession.numerics.batch_fast import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import clip_config
 from localsession.numerics.optim import LoraAdamW
