@@ -10,7 +10,7 @@ falls back to the model (:mod:`fakes.sampler`).
 Packages are safetensors + JSON that only the fake engine reads.
 
 In manual-clock mode each training call waits at :attr:`FakeEngine.gate` until the fake's
-clock lets it through (see :mod:`fakes.service`).
+clock lets it through (see :mod:`fakes.fake_service`).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_packages(commands)
     _add_conformance(commands)
-    from localsession.parity.cli import add_record
+    from localsession.parity.record_command import add_record
 
     add_record(commands)
     return parser
@@ -120,7 +120,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
 
         return run_packages(args)
     if args.command == "record":
-        from localsession.parity.cli import run_record
+        from localsession.parity.record_command import run_record
 
         return run_record(args)
     if args.command == "serve":

@@ -158,7 +158,7 @@ class Mock:
 
         if self.engine == "fake":
             with _import_lock:
-                from fakes.service import FakeService  # torch: only for engine="fake"
+                from fakes.fake_service import FakeService  # torch: only for engine="fake"
 
             from localsession.runtime.models.catalog import BUILTIN_MODELS
 

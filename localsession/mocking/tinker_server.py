@@ -45,7 +45,7 @@ class TinkerServer:
         model_map: Mapping[str, str] | None = None,
     ) -> None:
         from localsession.runtime.models import hub
-        from localsession.server.runner import ServerThread
+        from localsession.server.hosting import ServerThread
 
         self.engine = engine
         self._tmp = None if home is not None else tempfile.mkdtemp(prefix="localsession-tinker-")

@@ -14,7 +14,7 @@ to the module that owns its resource (moto-style):
 - runtime/config.py: :class:`ServiceConfig`, every setting and its ``LOCALSESSION_*`` variable;
 - runtime/paging.py: ``MaxResults``/``NextToken`` for the List* calls;
 - runtime/packages/listing.py: the model-package registry's operations;
-- runtime/chat/completions.py: OpenAI chat completions sampled by sessions.
+- runtime/chat/chat_completions.py: OpenAI chat completions sampled by sessions.
 
 The engine factory and the default catalog's tokenizer writer come from the composition root,
 :mod:`localsession.wiring`, never from here.
@@ -30,7 +30,7 @@ from typing import Any
 
 from localsession.port import Engine, EngineConfigError, EngineSpec
 from localsession.runtime import errors, validate
-from localsession.runtime.chat.completions import Completions, PreparedChat
+from localsession.runtime.chat.chat_completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
 from localsession.runtime.faults import Faults
 from localsession.runtime.models import hub
@@ -290,7 +290,7 @@ class Service:
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)
 
-    # -- chat completions (runtime/chat/completions.py) -----------------------------------------
+    # -- chat completions (runtime/chat/chat_completions.py) --------------------------------
 
     def chat_prepare(
         self, target: str, body: dict[str, Any], *, model_package: str | None = None

@@ -23,7 +23,7 @@ from localsession.runtime.service import Service
 from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS
 from localsession.server.auth import Credential
 from localsession.server.endpoints import client_env
-from localsession.server.runner import make_server, url_of
+from localsession.server.hosting import make_server, url_of
 from localsession.server.startup import (
     RequestLog,
     StartupError,
