@@ -82,8 +82,7 @@ TAG_VARIABLE = "LOCALSESSION_TEST_PROCESS_TAG"
 @contextmanager
 def spawn(args: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen[Any]]:
     """A child in a process group of its own, stopped with its group on exit. Its
-    environment (``env=``, default this one) gets :data:`TAG_VARIABLE`, read back as
-    ``proc.tag``."""
+    environment (``env=``, default this one) gets :data:`TAG_VARIABLE` (:func:`tag_of`)."""
     tag = uuid.uuid4().hex
     popen["env"] = {**(popen.get("env") or os.environ), TAG_VARIABLE: tag}
     proc = processes.start(args, own_group=True, **popen)
@@ -92,6 +91,11 @@ def spawn(args: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen[Any]]:
         yield proc
     finally:
         processes.stop(proc)
+
+
+def tag_of(proc: subprocess.Popen[Any]) -> str:
+    """The tag :func:`spawn` gave ``proc`` (and so every process it starts)."""
+    return str(proc.tag)  # type: ignore[attr-defined]
 
 
 def tagged(tag: str) -> list[tuple[int, str]]:

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any
@@ -64,7 +65,20 @@ def stop(proc: subprocess.Popen[Any], grace: float = GRACE_S) -> int:
         proc.wait()
     if group:  # a member that ignored SIGTERM, or one started during the leader's exit
         _signal(proc, group, signal.SIGKILL)
+        _wait_gone(proc.pid, grace)
     return int(proc.returncode)
+
+
+def _wait_gone(group: int, grace: float) -> None:
+    """Wait (up to ``grace`` s) until no process of ``group`` is left: a signal is delivered
+    after ``killpg`` returns, and an orphan is reaped by whoever adopted it."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
 
 
 def stop_all() -> None:
