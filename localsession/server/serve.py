@@ -152,7 +152,7 @@ def serve(options: ServeOptions) -> int:
     if options.replay is not None:
         from localsession.parity.running import serve_replay
 
-        return serve_replay(options.replay, options.host, options.port)
+        return serve_replay(options)  # checks its options itself (parity/running.py)
     service, sock, lock, credential = start(options)
     warn_if_exposed(options.host, credential is not None)
     url = url_of(sock)
