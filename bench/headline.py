@@ -18,12 +18,12 @@ raw torch + peft (bench/raw_loop.py), each part in a fresh interpreter:
 A ratio is the median over rounds of the per-round ratio; the spread is their interquartile
 range, and a row whose spread crosses its target reads "noisy" (bench/common.py). Each row
 carries the 1-minute load average before and after it. The table is printed and written to
-docs/performance.md (``--doc`` elsewhere; never in ``--smoke``, which runs every part on
-``localsession/small`` at toy sizes in this process). ``make bench-full`` runs the rest
-(bench/run_all.py).
+docs/performance.md. ``--smoke`` runs every part on ``localsession/small`` at toy sizes.
+``make bench-full`` runs the rest (bench/run_all.py).
 
 Run: python bench/headline.py [--smoke] [--only training sampling ...] [--rounds N] [--doc PATH]
-(``--only`` and ``--rounds`` runs print their table but leave docs/performance.md alone.)
+(``--only``, ``--rounds`` and ``--smoke`` runs write the file only when ``--doc`` is given,
+and it then says the run was partial.)
 """
 
 from __future__ import annotations
@@ -349,7 +349,9 @@ def main() -> None:
     parser.add_argument(
         "--part", choices=PARTS, help="internal: one part in this process, its rows to --json"
     )
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "performance.md")
+    parser.add_argument(
+        "--doc", type=Path, help="write the table here (default: docs/performance.md, full runs)"
+    )
     parser.add_argument("--rounds", type=int, help="paired rounds in every part (quicker)")
     args = parser.parse_args()
     if args.part:  # a child of the run below
@@ -366,9 +368,12 @@ def main() -> None:
     print(render(rows, f"make bench: headline rows (took {took:.0f} s)"))
     if args.json is not None:
         args.json.write_text(json.dumps([r.to_json() for r in rows]))
-    if not args.smoke and not args.only and not args.rounds:
-        write_doc(args.doc, rows, took, before)
-        print(f"wrote {args.doc}")
+    full = not args.smoke and not args.only and not args.rounds
+    if full or args.doc is not None:
+        note = "" if full else "a partial run: " + " ".join(sys.argv[1:])
+        doc = args.doc if args.doc is not None else ROOT / "docs" / "performance.md"
+        write_doc(doc, rows, took, before, note)
+        print(f"wrote {doc}")
 
 
 if __name__ == "__main__":

@@ -72,8 +72,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_doc(rows: Sequence[Row], took: float, before: float, root: Path) -> str:
-    """The whole file's text."""
+def render_doc(rows: Sequence[Row], took: float, before: float, root: Path, note: str = "") -> str:
+    """The whole file's text (``note``: what was left out of a partial run)."""
     import torch
 
     from localsession.engine.precision import cpu_flags
@@ -95,6 +95,7 @@ def render_doc(rows: Sequence[Row], took: float, before: float, root: Path) -> s
         f"- {_cpu_model()}, {cpus} CPUs, AMX-BF16: {amx}",
         f"- took {took / 60:.1f} min; 1-minute load {before:.2f} at the start, {after:.2f}"
         " at the end",
+        *([f"- **{note}**: not the full `make bench`"] if note else []),
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -104,7 +105,7 @@ def render_doc(rows: Sequence[Row], took: float, before: float, root: Path) -> s
     return "\n".join(lines)
 
 
-def write_doc(path: Path, rows: Sequence[Row], took: float, before: float) -> None:
+def write_doc(path: Path, rows: Sequence[Row], took: float, before: float, note: str = "") -> None:
     """Write :func:`render_doc` to ``path``."""
     root = Path(__file__).resolve().parents[1]
-    path.write_text(render_doc(rows, took, before, root), encoding="utf-8")
+    path.write_text(render_doc(rows, took, before, root, note), encoding="utf-8")

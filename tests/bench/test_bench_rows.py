@@ -137,3 +137,6 @@ def test_performance_doc_is_marked_generated_and_holds_the_table() -> None:
     assert table[3].startswith("| a \\| b |")  # a pipe in a metric cannot split its row
     assert "took 10.0 min; 1-minute load 0.50 at the start" in text
     assert "pass: 1/1 targets met" in text
+    assert "partial" not in text
+    partial = render_doc(rows, 60.0, 0.5, Path(__file__).parent, "a partial run: --rounds 2")
+    assert "- **a partial run: --rounds 2**: not the full `make bench`" in partial
