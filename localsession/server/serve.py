@@ -42,6 +42,7 @@ class ServeOptions:
     model_map: list[str] = field(default_factory=list)
     max_sessions: int | None = None
     gap_timeout: float | None = None
+    heartbeat_timeout: float | None = None
     lenient_sequence: bool = False
     long_poll: float = LONG_POLL_SECONDS
     submit_hold: float = SUBMIT_HOLD_SECONDS
@@ -107,11 +108,23 @@ def build_service(
         overrides["max_sessions"] = options.max_sessions
     if options.gap_timeout is not None:
         overrides["gap_timeout"] = options.gap_timeout
+    if options.heartbeat_timeout is not None:
+        overrides["heartbeat_timeout"] = options.heartbeat_timeout
     config = ServiceConfig.from_env(**overrides)
     if catalog is None:
         model_map = parse_map_entries(options.model_map, "--model-map")
         catalog = wiring.server_catalog(config.home, model_map)
     return wiring.build_service(config, catalog=catalog)
+
+
+def heartbeat_line(timeout: float) -> str:
+    """What ``serve`` says about Tinker session expiry (``--heartbeat-timeout``)."""
+    if timeout <= 0:
+        return "tinker sessions never expire (--heartbeat-timeout 0)"
+    return (
+        f"a tinker session without a heartbeat for {timeout:g} s is expired, its models' "
+        "sessions stopped (--heartbeat-timeout)"
+    )
 
 
 def serve_exports(url: str, service: Service) -> dict[str, str]:
@@ -182,6 +195,7 @@ def serve(options: ServeOptions) -> int:
     say(f"export TINKER_BASE_URL={shlex.quote(url)}")
     shown = "tml-<the SECRET given to --auth>" if credential is not None else "tml-localsession"
     say(f"export TINKER_API_KEY={shlex.quote(shown)}")
+    say(f"# {heartbeat_line(service.config.heartbeat_timeout)}")
     say(
         "# and pass s3_output_path='s3://<bucket>/<prefix>' to ServiceClient (or to each "
         "create call):\n# without it the SDK derives a default bucket through STS at a fixed "
