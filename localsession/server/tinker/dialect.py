@@ -27,6 +27,7 @@ from localsession.runtime.errors import ServiceError
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
+from localsession.server.tinker import topk_targets
 from localsession.server.tinker.checkpoints import Checkpoints
 from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.samplers import Sampler, Samplers
@@ -287,6 +288,7 @@ class Dialect(Checkpoints, Samplers):
                     else ""
                 )
             )
+        datums, groups = topk_targets.expand(loss_fn, datums)  # (N, K) targets: K datums
         for datum in datums:  # Tinker's losses weigh every position 1 unless told otherwise
             inputs = datum["lossFnInputs"]
             if "weights" not in inputs and "target_tokens" in inputs:
@@ -297,7 +299,10 @@ class Dialect(Checkpoints, Samplers):
             body["lossFnConfig"] = config
         kind = "forward" if forward_only else "forwardBackward"
         op = self.submit(model, seq_id, kind, body)
-        return self.add_future(Future(kind, session=model.session, op_id=op, model_id=model_id))
+        extra = {"groups": groups} if topk_targets.wide(groups) else {}
+        return self.add_future(
+            Future(kind, session=model.session, op_id=op, model_id=model_id, extra=extra)
+        )
 
     def optim_step(self, request: dict[str, Any]) -> str:
         model = self.model(request.get("model_id"))
