@@ -48,13 +48,12 @@ def expand(loss_fn: str, datums: list[dict[str, Any]]) -> tuple[list[dict[str, A
     for index, datum in enumerate(datums):
         inputs = datum.get("lossFnInputs") or {}
         target = inputs.get("target_tokens")
-        shape = _shape(target) if isinstance(target, dict) else []
-        if len(shape) < 2:
+        if not isinstance(target, dict) or len(_shape(target)) < 2:
             groups.append(Group(len(out), 1, 0))
             out.append(datum)
             widths.add(0)
             continue
-        where = f"datum {index}"
+        where, shape = f"datum {index}", _shape(target)
         if loss_fn != "cross_entropy":
             raise errors.validation(
                 f"{where}: target_tokens has shape {shape}; 2-D (N, K) targets are "
