@@ -232,6 +232,7 @@ class TinkerRoutes:
             name,
             {"operationConfig": {"sample": op}},
             stop_ids,
+            stop != [],  # SDK 0.38: stop=[] turns off EOS, None keeps it
         )
         future = Future(
             "sample",
