@@ -98,6 +98,7 @@ class Dialect(Checkpoints, Samplers):
         self.reaper = Reaper(self)
         self.paths: dict[str, str] = {}  # tinker:// path -> package ARN
         self.ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
+        self.recipients: dict[str, list[str]] = {}  # external export -> its age recipients
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -325,7 +326,7 @@ class Dialect(Checkpoints, Samplers):
             Future("optimizerStep", session=model.session, op_id=op, model_id=model.model_id)
         )
 
-    def _path(self, model: Model, segment: str, name: Any) -> str:
+    def checkpoint_path(self, model: Model, segment: str, name: Any) -> str:
         label = str(name) if name else f"{segment}-{uuid.uuid4().hex[:12]}"
         if "/" in label or not label.strip():
             raise errors.validation(f"path {name!r} must be a plain name without '/'")
@@ -334,7 +335,7 @@ class Dialect(Checkpoints, Samplers):
     def save(self, request: dict[str, Any], *, sampler: bool) -> str:
         model = self.model(request.get("model_id"))
         segment = "sampler_weights" if sampler else "weights"
-        path = self._path(model, segment, request.get("path"))
+        path = self.checkpoint_path(model, segment, request.get("path"))
         if not request.get("overwrite") and self.package_of(path, required=False):
             raise errors.conflict(f"checkpoint {path} exists; pass overwrite=True or a new name")
         kind = "saveWeights" if sampler else "saveState"

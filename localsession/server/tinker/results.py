@@ -57,6 +57,8 @@ def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Resp
             rest.set_ttl(dialect, path, int(future.extra["ttl"]))
         if kind == "saveState":
             return JSONResponse({"path": path, "type": "save_weights"})
+        if future.extra.get("external"):
+            return JSONResponse({"path": path, "type": "save_weights_external"})
         out: dict[str, Any] = {"path": path, "type": "save_weights_for_sampler"}
         if future.extra.get("sampler_for"):
             out["sampling_session_id"] = dialect.create_sampler(path, None)
