@@ -199,7 +199,11 @@ class FakeService:
         return self.runtime.execute_training_operation(name, request)
 
     def execute_sampling_operation(
-        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any] = ()
+        self,
+        name: str,
+        request: dict[str, Any],
+        stop_token_ids: Sequence[Any] = (),
+        stop_at_eos: bool = True,
     ) -> dict[str, Any]:
         kind, body = _kind_of(request)
         params = body.get("samplingParams") if isinstance(body, dict) else None
@@ -208,7 +212,7 @@ class FakeService:
             with self._clock:
                 self._seed += 1
                 request["operationConfig"]["sample"]["samplingParams"]["seed"] = self._seed
-        return self.runtime.execute_sampling_operation(name, request, stop_token_ids)
+        return self.runtime.execute_sampling_operation(name, request, stop_token_ids, stop_at_eos)
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         response = self.runtime.get_training_operation_result(name, operation_id)

@@ -194,6 +194,12 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="seconds a missing sequence number blocks later ops (default 60)",
     )
     serve.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        help="seconds without a heartbeat before a tinker session is expired and its models' "
+        "sessions stopped (default 120, as the SDK warns; 0 never)",
+    )
+    serve.add_argument(
         "--lenient-sequence",
         action="store_true",
         help="count a refused op's sequence number as used instead of waiting on it",

@@ -109,6 +109,8 @@ class ServerOptions:
     gap_timeout: float | None = None
     lenient_sequence: bool = False
     max_queued_ops: int | None = None
+    #: Seconds without a heartbeat before a Tinker session expires (``--heartbeat-timeout``).
+    heartbeat_timeout: float | None = None
     #: Where the local Hub exports tokenizers (default ``home/hf-hub``; the mocks share one).
     hub_cache: Path | None = None
 
@@ -127,6 +129,7 @@ def server_service(options: ServerOptions, *, catalog: ModelCatalog | None = Non
         "max_sessions": options.max_sessions,
         "gap_timeout": options.gap_timeout,
         "max_queued_ops": options.max_queued_ops,
+        "heartbeat_timeout": options.heartbeat_timeout,
         "hub_cache": options.hub_cache,
     }
     config = ServiceConfig.from_env(

@@ -44,6 +44,10 @@ class ServiceConfig:
     lenient_sequence: bool = False
     #: Seconds of inactivity before a session becomes Expired; None = never.
     idle_timeout: float | None = None
+    #: Seconds without a heartbeat before a Tinker session is expired, its models' sessions
+    #: and unused hidden samplers stopped (the SDK beats every 10 s and warns after 120 s
+    #: that the session will be terminated); 0 = never (``--heartbeat-timeout``).
+    heartbeat_timeout: float = 120.0
     #: State directory: the model-package registry lives under it (docs/semantics.md#5).
     home: Path = field(default_factory=localsession_home)
     #: Makes a session's engine. ``None``: the service was built without one, and a session
@@ -83,5 +87,6 @@ class ServiceConfig:
             max_sessions=int(os.environ.get("LOCALSESSION_MAX_SESSIONS", "4")),
             gap_timeout=_env_float("LOCALSESSION_GAP_TIMEOUT", 60.0) or 0.0,
             idle_timeout=_env_float("LOCALSESSION_IDLE_TIMEOUT", None),
+            heartbeat_timeout=_env_float("LOCALSESSION_HEARTBEAT_TIMEOUT", 120.0) or 0.0,
         )
         return dataclasses.replace(config, **overrides)

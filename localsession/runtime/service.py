@@ -280,9 +280,13 @@ class Service:
         return self.dataplane.execute_training_operation(name, request)
 
     def execute_sampling_operation(
-        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any] = ()
+        self,
+        name: str,
+        request: dict[str, Any],
+        stop_token_ids: Sequence[Any] = (),
+        stop_at_eos: bool = True,
     ) -> dict[str, Any]:
-        return self.dataplane.execute_sampling_operation(name, request, stop_token_ids)
+        return self.dataplane.execute_sampling_operation(name, request, stop_token_ids, stop_at_eos)
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)

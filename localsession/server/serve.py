@@ -42,6 +42,7 @@ class ServeOptions:
     model_map: list[str] = field(default_factory=list)
     max_sessions: int | None = None
     gap_timeout: float | None = None
+    heartbeat_timeout: float | None = None
     lenient_sequence: bool = False
     long_poll: float = LONG_POLL_SECONDS
     submit_hold: float = SUBMIT_HOLD_SECONDS
@@ -99,8 +100,19 @@ def build_service(
         gap_timeout=options.gap_timeout,
         lenient_sequence=options.lenient_sequence,
         max_queued_ops=options.max_queued_ops,
+        heartbeat_timeout=options.heartbeat_timeout,
     )
     return wiring.server_service(profile, catalog=catalog)
+
+
+def heartbeat_line(timeout: float) -> str:
+    """What ``serve`` says about Tinker session expiry (``--heartbeat-timeout``)."""
+    if timeout <= 0:
+        return "tinker sessions never expire (--heartbeat-timeout 0)"
+    return (
+        f"a tinker session without a heartbeat for {timeout:g} s is expired, its models' "
+        "sessions stopped (--heartbeat-timeout)"
+    )
 
 
 def serve_exports(url: str, service: Service) -> dict[str, str]:
@@ -171,6 +183,7 @@ def serve(options: ServeOptions) -> int:
     say(f"export TINKER_BASE_URL={shlex.quote(url)}")
     shown = "tml-<the SECRET given to --auth>" if credential is not None else "tml-localsession"
     say(f"export TINKER_API_KEY={shlex.quote(shown)}")
+    say(f"# {heartbeat_line(service.config.heartbeat_timeout)}")
     say(
         "# and pass s3_output_path='s3://<bucket>/<prefix>' to ServiceClient (or to each "
         "create call):\n# without it the SDK derives a default bucket through STS at a fixed "
