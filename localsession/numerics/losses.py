@@ -33,19 +33,8 @@ from localsession import vocab
 from localsession.numerics.inputs import ClipConfig, check_loss_fn, clip_config
 from localsession.port import EngineInputError
 
-# The loss vocabulary and the clip bounds live in vocab / numerics.inputs (torch-free);
-# they are re-exported here for the engines.
-LOSS_FUNCTIONS = vocab.LOSS_FUNCTIONS
-RL_LOSSES = vocab.RL_LOSSES
-REQUIRED_INPUT_KEYS = vocab.REQUIRED_INPUT_KEYS
-CONFIG_KEYS = vocab.LOSS_CONFIG_KEYS
-DEFAULT_CLIP = vocab.DEFAULT_CLIP
+# The clip bounds live in numerics.inputs (torch-free); re-exported here for the engines.
 __all__ = [
-    "CONFIG_KEYS",
-    "DEFAULT_CLIP",
-    "LOSS_FUNCTIONS",
-    "REQUIRED_INPUT_KEYS",
-    "RL_LOSSES",
     "ClipConfig",
     "LossInputs",
     "batch_metrics",
@@ -223,11 +212,11 @@ def datum_metrics(
     """
     sums = datum_sums(loss) if sums is None else sums
     out: dict[str, list[float]] = {"actor/pg_loss": [_finite(x) for x in sums]}
-    if loss_fn not in RL_LOSSES and inputs.ref_logprobs is None:
+    if loss_fn not in vocab.RL_LOSSES and inputs.ref_logprobs is None:
         return out  # cross_entropy: the weighted means below are not reported
     lp_BT = _rows(lp.detach())
     w_BT = _rows(_active_weights(inputs))  # every tensor here is detached: no graph
-    if loss_fn in RL_LOSSES:
+    if loss_fn in vocab.RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
         clipped_BT = clipped_positions(loss_fn, lp_BT - q_BT, adv_BT, clip)
@@ -294,10 +283,10 @@ def batch_metrics(
     whole batch's tokens. All finite."""
     metrics = {"loss": _mean(sums)}
     metrics["actor/pg_loss"] = metrics["loss"]
-    if loss_fn not in RL_LOSSES and inputs.ref_logprobs is None:
+    if loss_fn not in vocab.RL_LOSSES and inputs.ref_logprobs is None:
         return metrics
     w, lp_d = _active_weights(inputs), lp.detach()  # detached throughout: no graph
-    if loss_fn in RL_LOSSES:
+    if loss_fn in vocab.RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q, adv = inputs.sampler_logprobs, inputs.advantages
         clipped = clipped_positions(loss_fn, lp_d - q, adv, clip)

@@ -30,11 +30,6 @@ from localsession.runtime.packages.registry import group_name, parse_arn
 from localsession.runtime.wire_datums import is_int, model_input_tokens
 from localsession.runtime.wire_datums_fast import training_datums
 
-TRAINING_OPS = vocab.TRAINING_OPS
-SAMPLING_OPS = vocab.SAMPLING_OPS
-LOSS_FN_INPUT_KEYS = vocab.LOSS_INPUT_KEYS
-LOSS_FN_CONFIG_RANGES = vocab.LOSS_CONFIG_RANGES
-
 _TOKEN_RE = re.compile(r"^[a-zA-Z0-9-]{1,128}\Z")
 _SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 
@@ -47,7 +42,6 @@ _ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = tuple(
 #: Anything else is refused, as botocore refuses it client-side; only the open maps and
 #: documents (``lossFnInputs`` keys, ``lossFnConfig``, ``data``) are free.
 MEMBERS = members.MEMBERS
-_STATUSES = vocab.SESSION_STATUSES
 
 
 def list_sessions_request(request: dict[str, Any]) -> None:
@@ -58,8 +52,8 @@ def list_sessions_request(request: dict[str, Any]) -> None:
     ):
         raise validation("NameContains must be 1-63 letters, digits and hyphens")
     status = request.get("StatusEquals")
-    if status is not None and status not in _STATUSES:
-        raise validation(f"StatusEquals must be one of {', '.join(_STATUSES)}")
+    if status is not None and status not in vocab.SESSION_STATUSES:
+        raise validation(f"StatusEquals must be one of {', '.join(vocab.SESSION_STATUSES)}")
 
 
 def create_request(request: dict[str, Any], *, check_members: bool = True) -> None:
@@ -153,12 +147,12 @@ def _loss_fn_config(config: Any, op: str) -> LossConfig | None:
     if not isinstance(config, dict):
         raise validation(f"{op}.lossFnConfig must be an object like {{'clip_low_threshold': 0.8}}")
     for key, value in config.items():
-        if key not in LOSS_FN_CONFIG_RANGES:
+        if key not in vocab.LOSS_CONFIG_RANGES:
             raise validation(
                 f"{op}.lossFnConfig has unknown key {key!r}; the keys are "
-                + " and ".join(LOSS_FN_CONFIG_RANGES)
+                + " and ".join(vocab.LOSS_CONFIG_RANGES)
             )
-        lo, hi = LOSS_FN_CONFIG_RANGES[key]
+        lo, hi = vocab.LOSS_CONFIG_RANGES[key]
         if not _is_number(value) or not lo <= value <= hi:
             raise validation(f"{op}.lossFnConfig.{key}={value!r} must be a number in [{lo}, {hi}]")
     return LossConfig(**{key: float(value) for key, value in config.items()})
@@ -224,7 +218,7 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
         token = ""
     elif not isinstance(token, str) or not _TOKEN_RE.match(token):
         raise validation("clientToken must be 1-128 letters, digits or hyphens")
-    kind, body = one_member(request.get("operationConfig"), TRAINING_OPS, "operationConfig")
+    kind, body = one_member(request.get("operationConfig"), vocab.TRAINING_OPS, "operationConfig")
     if kind in ("forward", "forwardBackward"):
         body = _loss_body(body, kind)
     elif kind == "optimizerStep":
@@ -283,7 +277,7 @@ def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], l
     if not isinstance(request, dict):
         raise validation("the request body must be a JSON object")
     known_members(request, "ExecuteSamplingOperation", "the request")
-    kind, body = one_member(request.get("operationConfig"), SAMPLING_OPS, "operationConfig")
+    kind, body = one_member(request.get("operationConfig"), vocab.SAMPLING_OPS, "operationConfig")
     known_members(body, kind, kind)
     if kind == "loadWeightsForSampling":
         parse_arn(body.get("modelPackageArn"))
