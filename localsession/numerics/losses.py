@@ -100,9 +100,9 @@ def clipped_positions(
     """Where an RL loss's clipping changed the term (the ``actor/pg_clipfrac`` numerator):
     ppo's clipped side, cispo's ratio outside [lo, hi] with A ≠ 0, never for
     importance_sampling. -> bool, the shape of ``log_ratio``."""
-    if loss_fn == "ppo":
+    if loss_fn == vocab.LossFunction.PPO:
         return ppo_clipped_side(log_ratio, advantages, clip.low, clip.high)
-    if loss_fn == "cispo":
+    if loss_fn == vocab.LossFunction.CISPO:
         ratio = torch.exp(log_ratio)
         return ((ratio > clip.high) | (ratio < clip.low)) & (advantages != 0)
     return torch.zeros_like(log_ratio, dtype=torch.bool)
@@ -240,7 +240,7 @@ def loss_terms(loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig) -
     """
     check_loss_fn(loss_fn)
     w = _active_weights(inputs)
-    if loss_fn == "cross_entropy":
+    if loss_fn == vocab.LossFunction.CROSS_ENTROPY:
         loss = cross_entropy(lp, w)
     else:
         if inputs.sampler_logprobs is None or inputs.advantages is None:
@@ -248,9 +248,9 @@ def loss_terms(loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig) -
         active = w != 0  # masked positions have w = 0 here
         q = torch.where(active, inputs.sampler_logprobs, lp.detach())
         adv = inputs.advantages
-        if loss_fn == "importance_sampling":
+        if loss_fn == vocab.LossFunction.IMPORTANCE_SAMPLING:
             loss = importance_sampling(lp, q, adv, w)
-        elif loss_fn == "ppo":
+        elif loss_fn == vocab.LossFunction.PPO:
             loss = ppo(lp, q, adv, w, clip.low, clip.high)
         else:
             loss = cispo(lp, q, adv, w, clip.low, clip.high)

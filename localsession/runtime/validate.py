@@ -177,7 +177,7 @@ def _loss_body(body: dict[str, Any], op: str) -> dict[str, Any]:
 def _adam(body: dict[str, Any], strict: bool) -> AdamHyperparams:
     """Check an optimizerStep body; its ``adamParamsConfig`` as the port's value (the SDK's
     defaults for keys left out)."""
-    known_members(body, "optimizerStep", "optimizerStep")
+    known_members(body, vocab.OpKind.OPTIMIZER_STEP, vocab.OpKind.OPTIMIZER_STEP)
     params = body.get("adamParamsConfig")
     if not isinstance(params, dict):
         raise validation("optimizerStep.adamParamsConfig is required (learningRate at least)")
@@ -219,17 +219,19 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
     elif not isinstance(token, str) or not _TOKEN_RE.match(token):
         raise validation("clientToken must be 1-128 letters, digits or hyphens")
     kind, body = one_member(request.get("operationConfig"), vocab.TRAINING_OPS, "operationConfig")
-    if kind in ("forward", "forwardBackward"):
+    if kind in (vocab.OpKind.FORWARD, vocab.OpKind.FORWARD_BACKWARD):
         body = _loss_body(body, kind)
-    elif kind == "optimizerStep":
+    elif kind == vocab.OpKind.OPTIMIZER_STEP:
         body = {"adamParamsConfig": _adam(body, strict)}
-    elif kind in ("saveWeights", "saveState", "loadState"):
+    elif kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE, vocab.OpKind.LOAD_STATE):
         known_members(body, kind, kind)
-    if kind in ("saveWeights", "saveState"):
+    if kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE):
         optional_str(body.get("description"), f"{kind}.description", 1024)
-        if kind == "saveWeights" and not isinstance(body.get("mergeWeights", False), bool):
+        if kind == vocab.OpKind.SAVE_WEIGHTS and not isinstance(
+            body.get("mergeWeights", False), bool
+        ):
             raise validation("saveWeights.mergeWeights must be true or false")
-    elif kind == "loadState":
+    elif kind == vocab.OpKind.LOAD_STATE:
         parse_arn(body.get("modelPackageArn"))
         if not isinstance(body.get("loadOptimizer"), bool):
             raise validation("loadState.loadOptimizer is required: true or false")
@@ -279,11 +281,11 @@ def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], l
     known_members(request, "ExecuteSamplingOperation", "the request")
     kind, body = one_member(request.get("operationConfig"), vocab.SAMPLING_OPS, "operationConfig")
     known_members(body, kind, kind)
-    if kind == "loadWeightsForSampling":
+    if kind == vocab.OpKind.LOAD_WEIGHTS_FOR_SAMPLING:
         parse_arn(body.get("modelPackageArn"))
         return kind, body, []
     tokens = model_input_tokens(body.get("prompt"), f"{kind}.prompt")
-    if kind == "sample":
+    if kind == vocab.OpKind.SAMPLE:
         n: Any = body.get("numSamples")
         if not is_int(n) or n < 1 or (strict and n > 1000):
             raise validation(f"sample.numSamples={n!r} must be an integer in [1, 1000]")
