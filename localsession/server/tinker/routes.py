@@ -25,6 +25,7 @@ from localsession.runtime.errors import ServiceError
 from localsession.server import wire
 from localsession.server.tinker import codec, completions, rest, results
 from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
+from localsession.server.tinker.samplers import INFLIGHT
 
 #: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
 HOLD_SECONDS = 30.0
@@ -157,8 +158,12 @@ class TinkerRoutes:
     async def save_weights(self, request: Request) -> Response:
         body = await body_json(request)
         sampler = request.url.path.endswith("/save_weights_for_sampler")
-        if body.get("kind", "snapshot") != "snapshot":
-            raise errors.validation("only snapshot sampling clients are supported locally")
+        if sampler and body.get("kind") == "inflight":  # one shared target (samplers.py)
+            body = {**body, "path": INFLIGHT, "overwrite": True, "ttl_seconds": None}
+        elif body.get("kind", "snapshot") != "snapshot":
+            raise errors.validation(
+                f"kind={body.get('kind')!r}: a sampling client is 'snapshot' or 'inflight'"
+            )
         return self._future(await run_in_threadpool(self.dialect.save, body, sampler=sampler))
 
     async def load_weights(self, request: Request) -> Response:
@@ -224,8 +229,8 @@ class TinkerRoutes:
         }
         if topk:
             op["topkPromptLogprobs"] = topk
-        if sampler.package:
-            op["modelPackageArn"] = sampler.package
+        if package := self.dialect.package_for(sampler):
+            op["modelPackageArn"] = package
         name = await run_in_threadpool(self.dialect.session_for, sampler)
         answer = await run_in_threadpool(
             self.service.execute_sampling_operation,
