@@ -23,7 +23,7 @@ from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
-from localsession.server.tinker import codec, completions, rest, results
+from localsession.server.tinker import codec, completions, dro, rest, results
 from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
 from localsession.server.tinker.samplers import INFLIGHT
 
@@ -269,6 +269,12 @@ class TinkerRoutes:
             return JSONResponse(future.value)
         if future.kind == "create_model":
             return await self._created(request_id, future)
+        if future.op_id is None:  # a dro backward, queued once its forward ran (dro.py)
+            await run_in_threadpool(dro.wait_ready, future, HOLD_SECONDS)
+            if future.error is not None:
+                return JSONResponse({"error": future.error, "category": "user"})
+            if future.op_id is None:
+                return _try_again(request_id)
         assert future.session is not None and future.op_id is not None
         await self._hold(future.session, future.op_id)
         get = (
