@@ -23,7 +23,7 @@ from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
-from localsession.server.tinker import codec, completions, dro, rest, results
+from localsession.server.tinker import codec, completions, dro, rest, results, sample_options
 from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
 from localsession.server.tinker.samplers import INFLIGHT
 
@@ -194,11 +194,10 @@ class TinkerRoutes:
 
     async def asample(self, request: Request) -> Response:
         body = await body_json(request)
-        for key in ("topk_sample_logprobs", "prompt_alt_tokens_k"):
-            if body.get(key):
-                raise errors.validation(f"{key} is not supported locally; leave it at 0")
-        if body.get("target_prompt_logprobs") is not None:
-            raise errors.validation("target_prompt_logprobs is not supported locally")
+        if body.get("prompt_alt_tokens_k"):
+            raise errors.validation("prompt_alt_tokens_k is not supported locally; leave it at 0")
+        prompt_length = sum(len(c.get("tokens") or []) for c in body["prompt"]["chunks"])
+        options = sample_options.options(body, prompt_length)
         if body.get("sampling_session_id"):
             sampler = self.dialect.sampler(body["sampling_session_id"])
         else:
@@ -238,6 +237,7 @@ class TinkerRoutes:
             {"operationConfig": {"sample": op}},
             stop_ids,
             stop != [],  # SDK 0.38: stop=[] turns off EOS, None keeps it
+            options,
         )
         future = Future(
             "sample",
