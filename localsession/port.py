@@ -217,7 +217,7 @@ class Engine(Protocol):
 
     Training calls come one at a time, usually from the session's worker thread. An engine
     may also offer ``runs_in_caller()``: True when the calling thread may make them too
-    (a caller running its own op, runtime/sessions/caller_runs.py). Without it, they come
+    (a caller running its own op, runtime/sessions/runner.py). Without it, they come
     only from the worker.
     """
 

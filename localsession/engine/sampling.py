@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable, pad_left
 from localsession.engine.kv_room import make_roomy
 from localsession.engine.streams import SampledStream
@@ -249,6 +250,7 @@ class BatchSampler:
             steps += 1
             for hook in list(_STEP_HOOKS):
                 hook(steps)
+            thread_policy.revisit()  # the free cores may have changed (thread_policy.py)
             if can_join and admit is not None:
                 chosen_S = self._admit(model, live, chosen_S, admit(), requests, grouped, callbacks)
             rows = live.rows

@@ -190,7 +190,7 @@ class DataPlane:
 
     def _awaited(self, name: str, operation_id: str, *, idles: bool) -> Operation:
         """An op someone starts to wait on. A training op's worker is woken if a submit left
-        it asleep: this waiter does not run the op (runtime/sessions/caller_runs.py). A caller
+        it asleep: this waiter does not run the op (runtime/sessions/runner.py). A caller
         whose thread ``idles`` until the op ends (blocked on it, or an event loop awaiting it)
         first hands back its OpenMP threads: meanwhile they would only slow the thread that
         runs the op (cpu_threads.py)."""
