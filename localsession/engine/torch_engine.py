@@ -62,7 +62,12 @@ from localsession.engine.flops import count_params, model_flops, peak_flops, thr
 from localsession.engine.loading import LoadedModel
 from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
-from localsession.engine.sampling import BatchSampler, prompt_logprobs, target_logprobs
+from localsession.engine.sampling import (
+    BatchSampler,
+    prompt_alt_tokens,
+    prompt_logprobs,
+    target_logprobs,
+)
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.streams import SampledStream
 from localsession.engine.thread_state import plain_torch_thread
@@ -246,6 +251,7 @@ class TorchEngine:
                 if req.include_prompt_logprobs
                 or (req.topk_prompt_logprobs or 0) > 0
                 or req.target_prompt_logprobs is not None
+                or req.prompt_alt_tokens_k > 0
             ]
             if wanted:  # on the peft model: bit-identical to ``forward`` (prompt_logprobs)
                 with self._use_weights(snapshot):
@@ -265,6 +271,16 @@ class TorchEngine:
                                 req.target_prompt_logprobs,
                                 self._loaded.device,
                             )
+                        if req.prompt_alt_tokens_k > 0:
+                            alt_ids, alt_lps = prompt_alt_tokens(
+                                self._loaded.model,
+                                req.prompt,
+                                req.prompt_alt_tokens_k,
+                                req.temperature,
+                                req.seed,
+                                self._loaded.device,
+                            )
+                            response["promptAltTokens"] = {"tokens": alt_ids, "logprobs": alt_lps}
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
         self._trim(streams * self._token_bytes)
         return responses
