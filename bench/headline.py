@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -66,6 +66,22 @@ PARTS = ("prefix", "training", "sampling", "threads", "bf16")
 TRAIN_ROUNDS, SAMPLE_ROUNDS, THREAD_ROUNDS = 6, 4, 4
 #: bf16: runs, each of this many paired rounds (the target must hold in every run).
 BF16_RUNS, BF16_ROUNDS = 3, 4
+
+
+def reported(fns: Mapping[str, Callable[[], object]], part: str) -> dict[str, Callable[[], object]]:
+    """``fns``, each printing its wall time and the load as it ends (a long run's progress)."""
+
+    def wrap(name: str, fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            started = time.perf_counter()
+            out = fn()
+            took = time.perf_counter() - started
+            print(f"  {part} {name}: {took:.1f} s (1-minute load {load1():.2f})", flush=True)
+            return out
+
+        return run
+
+    return {name: wrap(name, fn) for name, fn in fns.items()}
 
 
 @contextmanager
@@ -112,9 +128,8 @@ def training_rows(name: str, rounds: int, batch: int, length: int) -> list[Row]:
         ours_loss, raw_loss = api_step(tc, rows), raw.step(rows)  # also the warm-up
         if abs(ours_loss - raw_loss) > 1e-3 * abs(raw_loss):
             raise AssertionError(f"first-step loss {ours_loss} (API) vs {raw_loss} (raw)")
-        times = interleaved(
-            {"ours": lambda: api_step(tc, rows), "raw": lambda: raw.step(rows)}, rounds, warmup=0
-        )
+        steps = {"ours": lambda: api_step(tc, rows), "raw": lambda: raw.step(rows)}
+        times = interleaved(reported(steps, "training"), rounds, warmup=0)
         tc.stop()
         service.close()
     ratios = paired_ratios(times)
@@ -152,13 +167,11 @@ def sampling_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> 
     counts: dict[str, list[int]] = {"ours": [], "raw": []}
     with tempfile.TemporaryDirectory() as home:
         service, tc, sampler, _ = _sampler(name, home)
-        times = interleaved(
-            {
-                "ours": lambda: counts["ours"].append(sample_burst(sampler, prompts, max_tokens)),
-                "raw": lambda: counts["raw"].append(generate()),
-            },
-            rounds,
-        )
+        bursts = {
+            "ours": lambda: counts["ours"].append(sample_burst(sampler, prompts, max_tokens)),
+            "raw": lambda: counts["raw"].append(generate()),
+        }
+        times = interleaved(reported(bursts, "sampling"), rounds)
         tc.stop()
         service.close()
     done = {k: v[-rounds:] for k, v in counts.items()}  # the warm-up round's dropped
@@ -208,7 +221,8 @@ def threads_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> l
         with tempfile.TemporaryDirectory() as home, burner(max(1, (os.cpu_count() or 2) // 2)):
             service, tc, sampler, tokenizer = _sampler(name, home)
             prompts = text_prompts(tokenizer, concurrency)
-            times = interleaved({mode: burst(mode) for mode in modes}, rounds)
+            bursts = {mode: burst(mode) for mode in modes}
+            times = interleaved(reported(bursts, "threads"), rounds)
             tc.stop()
             service.close()
     finally:
@@ -264,10 +278,8 @@ def bf16_rows(name: str, runs: int, rounds: int, batch: int, length: int, smoke:
         t32: list[float] = []
         t16: list[float] = []
         for _ in range(runs):
-            times = interleaved(
-                {dtype: partial(api_step, tc, rows) for dtype, tc in clients.items()},
-                rounds,
-            )
+            steps = {dtype: partial(api_step, tc, rows) for dtype, tc in clients.items()}
+            times = interleaved(reported(steps, "bf16"), rounds)
             run_medians.append(median(paired_ratios(times, sides=("bf16", "fp32"))))
             t32 += times["fp32"]
             t16 += times["bf16"]
