@@ -348,10 +348,13 @@ def collect(smoke: bool = False, only: list[str] | None = None) -> list[Row]:
 
 def run_part(part: str, smoke: bool, out_dir: Path, rounds: int | None) -> list[Row]:
     """One part in a fresh interpreter (its threads, caches and allocator its own)."""
-    out = out_dir / f"{part}.json"
+    out, before = out_dir / f"{part}.json", load1()
     command = [sys.executable, __file__, "--part", part, "--json", str(out)]
     command += (["--smoke"] if smoke else []) + (["--rounds", str(rounds)] if rounds else [])
-    subprocess.run(command, check=True, cwd=ROOT)
+    done = subprocess.run(command, check=False, cwd=ROOT)
+    if done.returncode != 0:  # a MISS row; the other parts still run
+        reason = f"failed: exit status {done.returncode}, its output is above"
+        return [Row(f"{part} ({reason})", float("nan"), "", "runs", False, load=[before, load1()])]
     return read_rows(out)
 
 
@@ -386,6 +389,8 @@ def main() -> None:
         doc = args.doc if args.doc is not None else ROOT / "docs" / "performance.md"
         write_doc(doc, rows, took, before, note)
         print(f"wrote {doc}")
+    if any(r.metric.endswith("its output is above)") for r in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
