@@ -86,8 +86,10 @@ def reported(fns: Mapping[str, Callable[[], object]], part: str) -> dict[str, Ca
 
 @contextmanager
 def burner(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` processes that each keep one CPU busy, ended on exit."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    """``count`` processes that each keep one CPU busy, ended on exit (or when this process
+    ends, however it ends: each spins only while its parent lives)."""
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
     try:
         yield procs
     finally:
