@@ -125,7 +125,7 @@ class BatchSampler:
         return logits_RV, cache, mask_RL, pos_RL[:, -1]
 
     def _finish_check(self, stream: SampledStream, token: int) -> None:
-        if token in self.eos_ids or token in stream.stop_ids:
+        if (stream.stop_at_eos and token in self.eos_ids) or token in stream.stop_ids:
             stream.stop_reason = "stop"
         elif stream.stop and any(
             s in self.tokenizer.decode(stream.tokens, skip_special_tokens=True)
@@ -157,6 +157,7 @@ class BatchSampler:
                         tuple(req.stop),
                         gen,
                         frozenset(req.stop_token_ids),
+                        req.stop_at_eos,
                     )
                 )
                 if req.max_tokens <= 0:
