@@ -34,8 +34,10 @@ class Limits:
     max_sessions: int | None = None
     #: Seconds a missing sequence number blocks later ops (docs/semantics.md#4).
     gap_timeout_s: float = 60.0
-    #: Seconds any one ``result()`` may take before the test fails.
-    op_timeout_s: float = 120.0
+    #: Seconds any one ``result()`` may take before the test fails: a hang detector, sized
+    #: for a loaded machine (a 512-token sample took over 120 s on 2 busy cores), not a
+    #: speed check.
+    op_timeout_s: float = 900.0
     #: Largest mean squared difference between sampler and trainer logprobs.
     logprob_mse: float = 1e-6
     #: Absolute tolerance when comparing logprobs computed by two code paths.

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conformance import limits
 from conformance.adapter import Backend, BackendUnavailable
 from conformance.capabilities import CAPABILITIES, check_names
 from conformance.report import Recorder, suite_id
@@ -72,6 +73,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--snapshot-report", type=Path, metavar="OUT.json", help="parity report")
     for key in ("region", "role", "base-model", "group", "s3"):
         group.addoption(f"--remote-{key}", help=f"remote backend: {key} (or CONFORMANCE_* env)")
+    limits.add_options(group)  # the server's limits: --max-sessions, --gap-timeout, ...
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -143,6 +145,7 @@ def _start_backend(config: pytest.Config) -> Backend | None:
         backend.limits = replace(backend.limits, **tuned)
     if options["base_model"] and not config.getoption("--remote-base-model"):
         backend.base_model = options["base_model"]
+    backend.limits = limits.declared(config, backend.limits)
     config.stash[_BACKEND] = backend
     return backend
 
