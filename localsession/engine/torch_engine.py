@@ -62,8 +62,9 @@ from localsession.engine.flops import count_params, model_flops, peak_flops, thr
 from localsession.engine.loading import LoadedModel
 from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
-from localsession.engine.sampling import BatchSampler, prompt_logprobs
+from localsession.engine.sampling import BatchSampler, prompt_logprobs, target_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
+from localsession.engine.streams import SampledStream
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
 from localsession.numerics.batch_fast import parse_datums
@@ -237,18 +238,14 @@ class TorchEngine:
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
             responses: list[dict[str, Any]] = [
-                {
-                    "sequences": [
-                        {"stopReason": s.stop_reason, "tokens": s.tokens, "logprobs": s.logprobs}
-                        for s in streams
-                    ]
-                }
-                for streams in grouped
+                {"sequences": [_sequence(s) for s in streams]} for streams in grouped
             ]
             wanted = [
                 (req, response)
                 for req, response in zip(checked, responses, strict=True)
-                if req.include_prompt_logprobs or (req.topk_prompt_logprobs or 0) > 0
+                if req.include_prompt_logprobs
+                or (req.topk_prompt_logprobs or 0) > 0
+                or req.target_prompt_logprobs is not None
             ]
             if wanted:  # on the peft model: bit-identical to ``forward`` (prompt_logprobs)
                 with self._use_weights(snapshot):
@@ -261,6 +258,13 @@ class TorchEngine:
                             response["promptLogprobs"] = values
                         if topk > 0:
                             response["topkPromptLogprobs"] = top
+                        if req.target_prompt_logprobs is not None:
+                            response["targetPromptLogprobs"] = target_logprobs(
+                                self._loaded.model,
+                                req.prompt,
+                                req.target_prompt_logprobs,
+                                self._loaded.device,
+                            )
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
         self._trim(streams * self._token_bytes)
         return responses
@@ -402,3 +406,17 @@ class TorchEngine:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _sequence(stream: SampledStream) -> dict[str, Any]:
+    """One sampled sequence as the engine reports it; ``topkLogprobs`` when it was asked."""
+    out: dict[str, Any] = {
+        "stopReason": stream.stop_reason,
+        "tokens": stream.tokens,
+        "logprobs": stream.logprobs,
+    }
+    if stream.topk:
+        out["topkLogprobs"] = [
+            [{"tokenId": t, "logprob": v} for t, v in row] for row in stream.topk_rows
+        ]
+    return out
