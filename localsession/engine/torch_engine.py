@@ -25,7 +25,9 @@ batch never sees a half-applied update (localsession.port threading contract).
   file before anything live changes, then copies into the existing parameters so the
   optimizer's references stay valid.
 
-Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``compiled`` (the opt-in
+Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (datums
+that share a prefix compute it once, in ``forward_backward`` / ``forward`` and
+``compute_logprobs``), ``compiled`` (the opt-in
 ``torch.compile`` training forward), ``snapshots`` (package adapters), ``request_checks``.
 """
 
@@ -42,7 +44,7 @@ from typing import Any
 import torch
 
 from localsession import port
-from localsession.engine import memory
+from localsession.engine import memory, shared_prefix, thread_policy
 from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
     adapter_config_dict,
@@ -60,11 +62,11 @@ from localsession.engine.flops import count_params, model_flops, peak_flops, thr
 from localsession.engine.loading import LoadedModel
 from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
-from localsession.engine.sampling import BatchSampler, batch_logprobs, prompt_logprobs
+from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
-from localsession.numerics.datums import parse_datums
+from localsession.numerics.batch_fast import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import clip_config
 from localsession.numerics.optim import LoraAdamW
@@ -76,6 +78,7 @@ class TorchEngine:
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:
         self.spec = spec
+        thread_policy.requested()  # a bad LOCALSESSION_THREADS fails here, at load
         #: the shared base this session's adapter sits on (base_pool.py); None when the
         #: caller handed in its own ``loaded`` model
         self._shared: SharedBase | None = None
@@ -177,19 +180,21 @@ class TorchEngine:
         batch = parse_datums(
             datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions
         )
+        plan = shared_prefix.batch_plan(batch, m.device, m.dtype, self._shape)  # None: unshared
         mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
-            with self._mutex, mode:
+            with self._mutex, mode, thread_policy.scope():  # torch threads: thread_policy.py
                 start = time.perf_counter()
                 fwd, optimizer = self._train_forward, self._optimizer
                 result = loss_step(
-                    fwd, optimizer, batch, loss_fn, clip, backward, m.device, m.vocab_size
+                    fwd, optimizer, batch, loss_fn, clip, backward, m.device, m.vocab_size, plan
                 )
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:
             self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
         params, layers, width = self._shape
-        flops = model_flops(params, layers, width, batch.lengths, backward=backward)
+        computed = list(plan.row_lengths) if plan is not None else batch.lengths  # tokens run
+        flops = model_flops(params, layers, width, computed, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
         result["metrics"].update(throughput_metrics(flops, seconds, peak))
         return result
@@ -227,7 +232,7 @@ class TorchEngine:
             return []
         joiner = admit and admitter(admit, checked, self.vocab_size, self.max_positions)
         key, snapshot = self._snapshots.get(weights)
-        with self._mutex, torch.no_grad():
+        with self._mutex, torch.no_grad(), thread_policy.scope():
             decoder = self._decoder(key, snapshot)  # None: the peft model, snapshot swapped in
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
@@ -306,11 +311,13 @@ class TorchEngine:
         m = self._loaded
         checked = [check_logprobs_prompt(t, self.vocab_size, self.max_positions) for t in prompts]
         key, snapshot = self._snapshots.get(weights)
-        with self._mutex, torch.no_grad():
+        with self._mutex, torch.no_grad(), thread_policy.scope():
             decoder = self._decoder(key, snapshot)  # the sampler's model, when there is one
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 model = decoder if decoder is not None else m.model
-                rows = batch_logprobs(model, checked, m.pad_id, self.vocab_size, m.device)
+                rows = shared_prefix.batch_logprobs(
+                    model, checked, m.pad_id, self.vocab_size, m.device, m.dtype, self._shape
+                )
         self._trim(sum(map(len, checked)) * (self._token_bytes + 4 * self.vocab_size))
         return [[None, *row] for row in rows]
 
