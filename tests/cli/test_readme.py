@@ -17,6 +17,8 @@ READMES = [ROOT / "README.md", ROOT / "conformance" / "README.md", ROOT / "fakes
 #: Names the READMEs use for files a command writes, not files of the repository. Only file
 #: names with an extension are checked; directories are too often placeholders (RUN_DIR/).
 OUTPUTS = {"COMPATIBILITY.md", "metrics.jsonl", "summary.json", "metrics.png", "package.json"}
+#: ``make bench`` writes docs/performance.md (bench/perf_doc.py); the README links to it.
+OUTPUTS |= {"docs/performance.md"}
 _PATH_RE = re.compile(r"(?<![\w/.$<-])((?:[\w.-]+/)*[\w-]+\.(?:md|py|toml|xfail|txt))(?!\w)")
 
 
