@@ -224,12 +224,15 @@ def pack(
                 col = base + start + t - p
                 src[col], seg[col], pos[col] = i * width + t, k + 1, t
                 dest[i * width + t] = col
-    as_long = {"dtype": torch.long, "device": device}
+
+    def longs(values: list[int], *shape: int) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device).view(*shape)
+
     return Packed(
-        src_N=torch.tensor(src, **as_long),  # type: ignore[arg-type]
-        seg_RL=torch.tensor(seg, **as_long).view(len(groups), row_width),  # type: ignore[arg-type]
-        pos_RL=torch.tensor(pos, **as_long).view(len(groups), row_width),  # type: ignore[arg-type]
-        dest_BT=torch.tensor(dest, **as_long).view(len(lengths), width),  # type: ignore[arg-type]
+        src_N=longs(src, n),
+        seg_RL=longs(seg, len(groups), row_width),
+        pos_RL=longs(pos, len(groups), row_width),
+        dest_BT=longs(dest, len(lengths), width),
     )
 
 
@@ -318,12 +321,8 @@ def batch_logprobs(
     ``model`` (``loaded``'s, or a plain copy of it), with prompts that share a prefix packed
     (module docstring) in runs of at most ``LOGPROB_LOGIT_BYTES`` of float32 logits;
     unshared when :func:`plan` says so. ``shape``: as for :func:`plan`."""
-    pad_id, vocab_size, device, dtype = (
-        loaded.pad_id,
-        loaded.vocab_size,
-        loaded.device,
-        loaded.dtype,
-    )
+    pad_id, vocab_size = loaded.pad_id, loaded.vocab_size
+    device, dtype = loaded.device, loaded.dtype
     inputs = [p[:-1] for p in prompts]
     index = [i for i, p in enumerate(inputs) if p]  # a one-token prompt has no logprobs
     found = None
