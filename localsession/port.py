@@ -148,6 +148,9 @@ class SampleRequest:
     #: id of a stop string that is one special token (its text decodes to nothing, so the
     #: string could never match); the engine checks each id is inside its vocabulary.
     stop_token_ids: tuple[int, ...] = ()
+    #: End a sample at the model's end-of-sequence ids. False (Tinker's ``stop=[]``): no id
+    #: ends it, it runs to ``max_tokens`` unless a stop string or stop id matches.
+    stop_at_eos: bool = True
     include_prompt_logprobs: bool = False
     topk_prompt_logprobs: int | None = None
     #: streaming hook (see ``TokenCallback``); not part of the request's identity
@@ -208,7 +211,7 @@ class Engine(Protocol):
 
     Training calls come one at a time, usually from the session's worker thread. An engine
     may also offer ``runs_in_caller()``: True when the calling thread may make them too
-    (a caller running its own op, runtime/sessions/caller_runs.py). Without it, they come
+    (a caller running its own op, runtime/sessions/runner.py). Without it, they come
     only from the worker.
     """
 

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable, pad_left
 from localsession.engine.kv_room import make_roomy
 from localsession.engine.streams import SampledStream
@@ -124,7 +125,7 @@ class BatchSampler:
         return logits_RV, cache, mask_RL, pos_RL[:, -1]
 
     def _finish_check(self, stream: SampledStream, token: int) -> None:
-        if token in self.eos_ids or token in stream.stop_ids:
+        if (stream.stop_at_eos and token in self.eos_ids) or token in stream.stop_ids:
             stream.stop_reason = "stop"
         elif stream.stop and any(
             s in self.tokenizer.decode(stream.tokens, skip_special_tokens=True)
@@ -156,6 +157,7 @@ class BatchSampler:
                         tuple(req.stop),
                         gen,
                         frozenset(req.stop_token_ids),
+                        req.stop_at_eos,
                     )
                 )
                 if req.max_tokens <= 0:
@@ -233,6 +235,7 @@ class BatchSampler:
             steps += 1
             for hook in list(_STEP_HOOKS):
                 hook(steps)
+            thread_policy.revisit()  # the free cores may have changed (thread_policy.py)
             if can_join and admit is not None:
                 chosen_S = self._admit(model, live, chosen_S, admit(), requests, grouped, callbacks)
             rows = live.rows

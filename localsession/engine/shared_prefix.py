@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from localsession.engine import sampling
 from localsession.numerics import prefix_groups
-from localsession.numerics.datums import Batch
+from localsession.numerics.batch import Batch
 from localsession.numerics.prefix_groups import Group
 
 if TYPE_CHECKING:

@@ -28,6 +28,8 @@ class SampledStream:
     stop: tuple[str, ...]
     generator: torch.Generator
     stop_ids: frozenset[int] = frozenset()
+    #: False: the model's EOS ids do not end this stream (a request's ``stop_at_eos``)
+    stop_at_eos: bool = True
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: str | None = None

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from localsession import port
-from localsession.engine import memory, shared_prefix
+from localsession.engine import memory, shared_prefix, thread_policy
 from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
     adapter_config_dict,
@@ -65,7 +65,7 @@ from localsession.engine.sampling import BatchSampler, prompt_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
-from localsession.numerics.datums import parse_datums
+from localsession.numerics.batch_fast import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import clip_config
 from localsession.numerics.optim import LoraAdamW
@@ -77,6 +77,7 @@ class TorchEngine:
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:
         self.spec = spec
+        thread_policy.requested()  # a bad LOCALSESSION_THREADS fails here, at load
         #: the shared base this session's adapter sits on (base_pool.py); None when the
         #: caller handed in its own ``loaded`` model
         self._shared: SharedBase | None = None
@@ -181,7 +182,7 @@ class TorchEngine:
         plan = shared_prefix.batch_plan(batch, m, self._shape)  # None: unshared
         mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
-            with self._mutex, mode:
+            with self._mutex, mode, thread_policy.scope():  # torch threads: thread_policy.py
                 start = time.perf_counter()
                 fwd, optimizer = self._train_forward, self._optimizer
                 result = loss_step(
@@ -230,7 +231,7 @@ class TorchEngine:
             return []
         joiner = admit and admitter(admit, checked, self.vocab_size, self.max_positions)
         key, snapshot = self._snapshots.get(weights)
-        with self._mutex, torch.no_grad():
+        with self._mutex, torch.no_grad(), thread_policy.scope():
             decoder = self._decoder(key, snapshot)  # None: the peft model, snapshot swapped in
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
@@ -309,7 +310,7 @@ class TorchEngine:
         m = self._loaded
         checked = [check_logprobs_prompt(t, self.vocab_size, self.max_positions) for t in prompts]
         key, snapshot = self._snapshots.get(weights)
-        with self._mutex, torch.no_grad():
+        with self._mutex, torch.no_grad(), thread_policy.scope():
             decoder = self._decoder(key, snapshot)  # the sampler's model, when there is one
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 model = decoder if decoder is not None else m.model

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from localsession.engine.shared_prefix import Plan, chunked, packed_logprobs
-from localsession.numerics.datums import Batch, finite_or_raise, fwd_result
+from localsession.numerics.batch import Batch, finite_or_raise, fwd_result
 from localsession.numerics.losses import (
     ClipConfig,
     batch_metrics,

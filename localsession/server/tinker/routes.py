@@ -98,10 +98,8 @@ class TinkerRoutes:
     async def heartbeat(self, request: Request) -> Response:
         body = await body_json(request)
         session_id = str(body.get("session_id") or "")
-        if session_id in self.dialect.finished:
+        if not self.dialect.heartbeat(session_id):  # closed, or expired (expiry.py)
             raise ServiceError("SessionFinished", f"session {session_id} has finished", 410)
-        if not self.dialect.heartbeat(session_id):
-            self.dialect.sessions[session_id] = 0.0  # a restarted server adopts the client
         return JSONResponse({"type": "session_heartbeat"})
 
     async def finish(self, request: Request) -> Response:
@@ -172,7 +170,10 @@ class TinkerRoutes:
     async def create_sampler(self, request: Request) -> Response:
         body = await body_json(request)
         sampler_id = await run_in_threadpool(
-            self.dialect.create_sampler, body.get("model_path"), body.get("base_model")
+            self.dialect.create_sampler,
+            body.get("model_path"),
+            body.get("base_model"),
+            body.get("session_id"),
         )
         return JSONResponse({"type": "create_sampling_session", "sampling_session_id": sampler_id})
 
@@ -231,6 +232,7 @@ class TinkerRoutes:
             name,
             {"operationConfig": {"sample": op}},
             stop_ids,
+            stop != [],  # SDK 0.38: stop=[] turns off EOS, None keeps it
         )
         future = Future(
             "sample",
