@@ -191,9 +191,8 @@ class TorchEngine:
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:
             self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
-        params, layers, width = self._shape
         run = list(plan.row_lengths) if plan else batch.lengths  # the rows computed
-        flops = model_flops(params, layers, width, run, backward=backward)
+        flops = model_flops(*self._shape, run, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
         result["metrics"].update(throughput_metrics(flops, seconds, peak))
         return result
