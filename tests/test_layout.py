@@ -733,6 +733,7 @@ NOT_YET_CONVERTED: dict[str, frozenset[str]] = {
     "localsession/runtime/sessions/dataplane.py": frozenset({"OpKind"}),
     "localsession/runtime/sessions/run_op.py": frozenset({"OpKind"}),
     "localsession/server/tinker/dialect.py": frozenset({"LossFunction", "OpKind"}),
+    "localsession/server/tinker/dro.py": frozenset({"LossFunction", "OpKind"}),
     "localsession/server/tinker/external.py": frozenset({"OpKind"}),
     "localsession/server/tinker/results.py": frozenset({"ErrorCode", "OpKind"}),
     "localsession/server/tinker/routes.py": frozenset({"OpKind", "SessionStatus"}),
