@@ -46,6 +46,10 @@ class Limits:
     rank: int = 4
     #: Learning rate the suite trains with (inside the service range (0, 0.01]).
     learning_rate: float = 5e-3
+    #: LoRA alpha of the sessions the suite creates (None: twice the rank).
+    lora_alpha: int | None = None
+    #: Relative tolerance of a loss compared with its closed form from the same forward.
+    loss_rtol: float = 1e-4
 
 
 @dataclass
@@ -73,6 +77,8 @@ class Backend:
     eos_token_id: int | None = 258
     #: A prompt of valid token ids for this model (BOS + a few bytes by default).
     prompt: tuple[int, ...] = (257, 104, 101, 108, 108, 111)
+    #: Token ids of a text for this model (None: the suite builds inputs from ``prompt``).
+    encode: Callable[[str], list[int]] | None = None
     #: ``BillableTokenUsage`` of a session by name (capability ``accounting.tokens``).
     billable_usage: Callable[[str], dict[str, int]] | None = None
     #: Known divergences: lines ``<test id>  # reason`` (see plugin.read_xfail_file).

@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_packages(commands)
     _add_conformance(commands)
-    from localsession.parity.cli import add_record
+    from localsession.parity.record_command import add_record
 
     add_record(commands)
     return parser
@@ -129,7 +129,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
 
         return run_packages(args)
     if args.command == "record":
-        from localsession.parity.cli import run_record
+        from localsession.parity.record_command import run_record
 
         return run_record(args)
     if args.command == "serve":
@@ -192,6 +192,12 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--gap-timeout",
         type=float,
         help="seconds a missing sequence number blocks later ops (default 60)",
+    )
+    serve.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        help="seconds without a heartbeat before a tinker session is expired and its models' "
+        "sessions stopped (default 120, as the SDK warns; 0 never)",
     )
     serve.add_argument(
         "--lenient-sequence",

@@ -14,6 +14,9 @@
   itself again by import statements (``CIRCLE_ROOTS``).
 - Only the composition root, ``localsession.wiring``, imports the engine: no other module of
   ``localsession``, ``fakes`` or ``conformance`` names ``localsession.engine``.
+- Only the composition root writes a service's settings: no other module of ``localsession``,
+  ``fakes`` or ``conformance`` builds a ``ServiceConfig`` (the doors choose a named profile:
+  ``server_service``, ``inprocess_service``, ``fake_service``).
 - No ``.py`` file in ``localsession/``, ``fakes/`` or ``conformance/`` is longer than
   ``MAX_LINES`` unless its module docstring has a line starting with ``LENGTH_MARKER``
   followed by the reason.
@@ -486,3 +489,219 @@ def test_the_service_rule_finds_a_planted_construction(tmp_path: Path) -> None:
     assert service_builders(tmp_path) == []
     _tree(tmp_path, {"localsession/cli.py": "from x import runtime\ns = runtime.Service()\n"})
     assert service_builders(tmp_path) == ["localsession.cli"]
+
+
+# -- the composition root's profiles ---------------------------------------------------------
+
+#: Modules that may build a ``ServiceConfig``: the root's profiles, and the config's own module.
+CONFIG_WRITERS = (COMPOSITION_ROOT, "localsession.runtime.config")
+
+
+def config_builders(root: Path) -> list[str]:
+    """Modules outside ``CONFIG_WRITERS`` that call ``ServiceConfig(...)`` or one of its
+    class methods (``ServiceConfig.from_env``): a door listing knobs instead of choosing a
+    profile."""
+    found = []
+    for module in all_modules(root, ("localsession", "fakes", "conformance")):
+        if module in CONFIG_WRITERS:
+            continue
+        path = module_file(root, module)
+        assert path is not None
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = node.func
+            if isinstance(callee, ast.Attribute) and callee.attr != "ServiceConfig":
+                callee = callee.value  # ServiceConfig.from_env(...)
+            name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+            if name == "ServiceConfig":
+                found.append(module)
+    return sorted(set(found))
+
+
+def test_only_the_composition_root_writes_service_settings() -> None:
+    assert config_builders(ROOT) == [], (
+        "build a service through a profile of localsession/wiring.py (server_service, "
+        "inprocess_service, fake_service) instead of writing a ServiceConfig"
+    )
+
+
+def test_the_settings_rule_finds_a_planted_config(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    _tree(tmp_path, {"localsession/wiring.py": "c = ServiceConfig.from_env(gap_timeout=0)\n"})
+    assert config_builders(tmp_path) == []
+    _tree(
+        tmp_path,
+        {
+            "fakes/__init__.py": "from x import config\nc = config.ServiceConfig(gap_timeout=0)\n",
+            "localsession/mocking/__init__.py": "c = ServiceConfig.from_env(strict=False)\n",
+        },
+    )
+    assert config_builders(tmp_path) == ["fakes", "localsession.mocking"]
+
+
+# -- fast paths beside their exact ones ------------------------------------------------------
+
+#: A fast path's module name ends so; its exact module has the name without it.
+FAST_SUFFIX = "_fast"
+
+
+def fast_path_problems(root: Path) -> list[str]:
+    """Each ``X_fast.py`` under ``localsession`` must have its exact ``X.py`` beside it, an
+    equivalence test ``test_X_fast.py`` somewhere under ``tests/``, and the exact module must
+    not import it (the exact path reads on its own; the fast one hands over to it)."""
+    found = []
+    tests = {p.name for p in (root / "tests").rglob("test_*.py")}
+    for path in sorted((root / "localsession").rglob(f"*{FAST_SUFFIX}.py")):
+        exact = path.with_name(path.name.removesuffix(f"{FAST_SUFFIX}.py") + ".py")
+        name = module_name(root, path)
+        if not exact.is_file():
+            found.append(f"{name}: no exact module {exact.name} beside it")
+            continue
+        if f"test_{path.name}" not in tests:
+            found.append(f"{name}: no equivalence test test_{path.name} under tests/")
+        if name in set(imported_modules(root, exact)):
+            found.append(f"{module_name(root, exact)} imports its fast path {name}")
+    return found
+
+
+def test_every_fast_path_sits_beside_its_exact_one() -> None:
+    assert fast_path_problems(ROOT) == []
+
+
+def test_the_fast_path_rule_finds_planted_violations(tmp_path: Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "localsession/__init__.py": "",
+            "localsession/a.py": "",
+            "localsession/a_fast.py": "from localsession import a\n",
+            "tests/x/test_a_fast.py": "",
+        },
+    )
+    assert fast_path_problems(tmp_path) == []
+    _tree(
+        tmp_path,
+        {
+            "localsession/a.py": "from localsession import a_fast\n",
+            "localsession/b_fast.py": "",
+            "localsession/c.py": "",
+            "localsession/c_fast.py": "",
+        },
+    )
+    assert fast_path_problems(tmp_path) == [
+        "localsession.a imports its fast path localsession.a_fast",
+        "localsession.b_fast: no exact module b.py beside it",
+        "localsession.c_fast: no equivalence test test_c_fast.py under tests/",
+    ]
+
+
+# -- module names and the packages beside localsession ---------------------------------------
+
+#: The importable packages whose modules may not share a name: a traceback, a log line or
+#: ``-p name`` then says which module it means.
+NAMED_ROOTS = ("localsession", "fakes")
+#: The one name two modules share on purpose: pytest's name for a plugin, which users pass to
+#: ``-p`` (``fakes.pytest_plugin``) and the package's entry point names
+#: (``localsession.mocking.pytest_plugin``).
+SHARED_NAMES = frozenset({"pytest_plugin"})
+#: The repository's other top-level packages ``localsession`` may import, each only from the
+#: modules named and only inside a function (``import localsession`` stays without them):
+#: the fakes ship with it (``mock(engine="fake")``), and so does the conformance suite
+#: (``localsession conformance``). Nothing in ``localsession`` imports bench, tests or examples.
+OUTSIDE_IMPORTS: dict[str, frozenset[str]] = {
+    "localsession.mocking.core": frozenset({"fakes"}),
+    "localsession.mocking.fake_tokenizer": frozenset({"fakes"}),
+    "localsession.cli": frozenset({"conformance"}),
+}
+
+
+def shared_names(root: Path) -> dict[str, list[str]]:
+    """Module file names (``__init__`` aside) found more than once under ``NAMED_ROOTS``:
+    name -> the modules."""
+    by_name: dict[str, list[str]] = {}
+    for top in NAMED_ROOTS:
+        for path in sorted((root / top).rglob("*.py")) if (root / top).is_dir() else []:
+            if path.stem != "__init__" and path.stem not in SHARED_NAMES:
+                by_name.setdefault(path.stem, []).append(module_name(root, path))
+    return {name: found for name, found in sorted(by_name.items()) if len(found) > 1}
+
+
+def _function_imports(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes inside a function body."""
+    inner: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner |= {id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return inner
+
+
+def outside_imports(root: Path) -> list[str]:
+    """Imports in ``localsession`` of the repository's other top-level packages (any
+    directory beside it holding ``.py`` files) that ``OUTSIDE_IMPORTS`` does not allow, or
+    that run at module level."""
+    tops = {p.name for p in root.iterdir() if p.is_dir() and p.name != "localsession"}
+    tops = {t for t in tops if not t.startswith(".") and any((root / t).rglob("*.py"))}
+    found = []
+    for module in all_modules(root, ("localsession",)):
+        path = module_file(root, module)
+        assert path is not None
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        lazy = _function_imports(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for top in sorted({name.split(".")[0] for name in names} & tops):
+                if top not in OUTSIDE_IMPORTS.get(module, frozenset()):
+                    found.append(f"{module} imports {top}")
+                elif id(node) not in lazy:
+                    found.append(f"{module} imports {top} at module level")
+    return sorted(set(found))
+
+
+def test_no_two_modules_share_a_name() -> None:
+    assert shared_names(ROOT) == {}, "rename one of each pair: a name says which module it is"
+
+
+def test_localsession_imports_the_packages_beside_it_only_where_declared() -> None:
+    assert outside_imports(ROOT) == [], (
+        "localsession may import fakes or conformance only from the modules OUTSIDE_IMPORTS "
+        "names, inside a function; bench, tests and examples never"
+    )
+
+
+def test_the_name_rule_finds_a_planted_twin(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    _tree(tmp_path, {"fakes/pytest_plugin.py": "", "localsession/pytest_plugin.py": ""})
+    assert shared_names(tmp_path) == {}
+    _tree(tmp_path, {"fakes/service.py": "", "localsession/numerics/service.py": ""})
+    twins = ["localsession.numerics.service", "localsession.runtime.service", "fakes.service"]
+    assert shared_names(tmp_path) == {"service": twins}
+
+
+def test_the_outside_rule_finds_planted_imports(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    _tree(
+        tmp_path,
+        {
+            "bench/run.py": "",
+            "localsession/mocking/core.py": "def f():\n    from fakes.service import S\n",
+            "localsession/cli.py": "def g():\n    import conformance.run\n",
+        },
+    )
+    assert outside_imports(tmp_path) == []
+    _tree(
+        tmp_path,
+        {
+            "localsession/mocking/core.py": "from fakes.service import S\n",
+            "localsession/runtime/service.py": "def f():\n    import bench.run\n",
+        },
+    )
+    assert outside_imports(tmp_path) == [
+        "localsession.mocking.core imports fakes at module level",
+        "localsession.runtime.service imports bench",
+    ]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from localsession.parity.proxy import RecordingProxy, Upstreams, user_credentials
 from localsession.parity.replay import Replayer, replay_app
 from localsession.server.endpoints import client_env
-from localsession.server.runner import url_of, uvicorn_server
+from localsession.server.hosting import url_of, uvicorn_server
 from localsession.server.startup import StartupError, bind_or_explain
 
 if TYPE_CHECKING:

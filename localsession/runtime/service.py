@@ -14,7 +14,7 @@ to the module that owns its resource (moto-style):
 - runtime/config.py: :class:`ServiceConfig`, every setting and its ``LOCALSESSION_*`` variable;
 - runtime/paging.py: ``MaxResults``/``NextToken`` for the List* calls;
 - runtime/packages/listing.py: the model-package registry's operations;
-- runtime/chat/completions.py: OpenAI chat completions sampled by sessions.
+- runtime/chat/chat_completions.py: OpenAI chat completions sampled by sessions.
 
 The engine factory and the default catalog's tokenizer writer come from the composition root,
 :mod:`localsession.wiring`, never from here.
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from localsession.port import Engine, EngineConfigError, EngineSpec
 from localsession.runtime import errors, validate
-from localsession.runtime.chat.completions import Completions, PreparedChat
+from localsession.runtime.chat.chat_completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
 from localsession.runtime.faults import Faults
 from localsession.runtime.models import hub
@@ -69,10 +69,8 @@ class Service:
     :meth:`add_observer` see every runtime submit (the fakes' call log).
     """
 
-    def __init__(
-        self, config: ServiceConfig | None = None, *, catalog: ModelCatalog | None = None
-    ) -> None:
-        self.config = config or ServiceConfig.from_env()
+    def __init__(self, config: ServiceConfig, *, catalog: ModelCatalog | None = None) -> None:
+        self.config = config
         #: Every base-model name is resolved through this (runtime/models/catalog.py); by default
         #: the local catalog over ``config.home``, without a tokenizer writer (the wiring's
         #: ``build_service`` gives it the engine's).
@@ -282,9 +280,16 @@ class Service:
         return self.dataplane.execute_training_operation(name, request)
 
     def execute_sampling_operation(
-        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any] = ()
+        self,
+        name: str,
+        request: dict[str, Any],
+        stop_token_ids: Sequence[Any] = (),
+        stop_at_eos: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        return self.dataplane.execute_sampling_operation(name, request, stop_token_ids)
+        return self.dataplane.execute_sampling_operation(
+            name, request, stop_token_ids, stop_at_eos, options
+        )
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)
@@ -292,7 +297,7 @@ class Service:
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)
 
-    # -- chat completions (runtime/chat/completions.py) -----------------------------------------
+    # -- chat completions (runtime/chat/chat_completions.py) --------------------------------
 
     def chat_prepare(
         self, target: str, body: dict[str, Any], *, model_package: str | None = None
@@ -354,7 +359,7 @@ class Service:
 
     def run_here(self, name: str, operation_id: str) -> bool:
         """For a caller about to wait on a training op: run it, and the queued ops before
-        it, on the calling thread when they may run there (runtime/sessions/caller_runs.py);
+        it, on the calling thread when they may run there (runtime/sessions/runner.py);
         else (an unknown session included) return at once. True if the op has finished."""
         try:
             session = self.session(name)

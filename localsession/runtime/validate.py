@@ -24,10 +24,11 @@ from typing import Any, TypeGuard
 from localsession import vocab
 from localsession.port import AdamHyperparams, LossConfig
 from localsession.runtime import members
-from localsession.runtime.datums import is_int, model_input_tokens, training_datums
 from localsession.runtime.errors import ServiceError, validation
 from localsession.runtime.members import known_members
 from localsession.runtime.packages.registry import group_name, parse_arn
+from localsession.runtime.wire_datums import is_int, model_input_tokens
+from localsession.runtime.wire_datums_fast import training_datums
 
 TRAINING_OPS = vocab.TRAINING_OPS
 SAMPLING_OPS = vocab.SAMPLING_OPS

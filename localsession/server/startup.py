@@ -20,7 +20,7 @@ from typing import Any
 from localsession.runtime.home import ConfigError
 from localsession.runtime.models.catalog import LocalCatalog, hub_content_name
 from localsession.runtime.models.sources import MODEL_MAP_ENV, parse_map_entries
-from localsession.server.runner import bind
+from localsession.server.hosting import bind
 
 logger = logging.getLogger("localsession.server")
 

@@ -20,7 +20,7 @@ from localsession.port import AdamHyperparams
 from localsession.runtime.service import ServiceConfig
 from localsession.server.app import SUBMIT_HOLD_SECONDS
 from localsession.server.endpoints import client_env
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.wiring import build_service, default_engine_factory
 
 ROLE = "arn:aws:iam::123456789012:role/differential"

@@ -35,7 +35,7 @@ import localsession
 from localsession.runtime.service import ServiceConfig
 from localsession.server.auth import MAX_BODY_BYTES, Credential
 from localsession.server.endpoints import client_env
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.server.serve import ServeOptions, is_loopback, warn_if_exposed
 from localsession.wiring import build_service
 

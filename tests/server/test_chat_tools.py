@@ -22,7 +22,7 @@ from localsession.engine.builtin import build_tokenizer
 from localsession.port import EngineSpec, SampleRequest
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import ServiceConfig
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.wiring import build_service
 
 from .common import ROLE

@@ -9,9 +9,10 @@ imports nothing of the service module.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from localsession import cpu_threads, vocab
@@ -30,7 +31,10 @@ Observer = Callable[[str, dict[str, Any], "dict[str, Any] | errors.ServiceError"
 
 
 def sample_request(
-    body: dict[str, Any], tokens: list[int], stop_ids: tuple[int, ...] = ()
+    body: dict[str, Any],
+    tokens: list[int],
+    stop_ids: tuple[int, ...] = (),
+    stop_at_eos: bool = True,
 ) -> SampleRequest:
     """The engine's request for a checked ``sample`` op body (a random seed if none) and its
     settled stop token ids (runtime/sessions/stops.py)."""
@@ -46,6 +50,7 @@ def sample_request(
         seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
         stop=tuple(params.get("stop") or ()),
         stop_token_ids=stop_ids,
+        stop_at_eos=stop_at_eos,
         include_prompt_logprobs=bool(body.get("includePromptLogprobs")),
         topk_prompt_logprobs=body.get("topkPromptLogprobs"),
     )
@@ -110,16 +115,31 @@ class DataPlane:
             raise
 
     def execute_sampling_operation(
-        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any] = ()
+        self,
+        name: str,
+        request: dict[str, Any],
+        stop_token_ids: Sequence[Any] = (),
+        stop_at_eos: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Submit a sampling op. ``stop_token_ids``: ids that end a sample, from a dialect
-        whose wire carries them (Tinker); the SageMaker wire has none."""
+        """Submit a sampling op. ``stop_token_ids``: ids that end a sample;
+        ``stop_at_eos=False``: EOS does not (Tinker's ``stop=[]``); ``options``: more
+        :class:`SampleRequest` fields (Tinker's ``topk_sample_logprobs``,
+        ``target_prompt_logprobs``). From a dialect whose wire carries them (Tinker); the
+        SageMaker wire has none of them."""
         return self._observed(
-            name, request, lambda: self._execute_sampling(name, request, stop_token_ids)
+            name,
+            request,
+            lambda: self._execute_sampling(name, request, stop_token_ids, stop_at_eos, options),
         )
 
     def _execute_sampling(
-        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any]
+        self,
+        name: str,
+        request: dict[str, Any],
+        stop_token_ids: Sequence[Any],
+        stop_at_eos: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         faults = self.service.faults
         if faults.armed:
@@ -146,7 +166,9 @@ class DataPlane:
             session.sampling_package = weights
             op.finish(COMPLETED, result={})
             return {"operationId": op.id}
-        request_ = sample_request(body, tokens, stop_ids) if kind == "sample" else None
+        request_ = sample_request(body, tokens, stop_ids, stop_at_eos) if kind == "sample" else None
+        if request_ is not None and options:
+            request_ = dataclasses.replace(request_, **options)
         self.service.scheduler.submit(make_job(session, op, weights, request_, tokens))
         return {"operationId": op.id}
 
@@ -168,7 +190,7 @@ class DataPlane:
 
     def _awaited(self, name: str, operation_id: str, *, idles: bool) -> Operation:
         """An op someone starts to wait on. A training op's worker is woken if a submit left
-        it asleep: this waiter does not run the op (runtime/sessions/caller_runs.py). A caller
+        it asleep: this waiter does not run the op (runtime/sessions/runner.py). A caller
         whose thread ``idles`` until the op ends (blocked on it, or an event loop awaiting it)
         first hands back its OpenMP threads: meanwhile they would only slow the thread that
         runs the op (cpu_threads.py)."""

@@ -1,13 +1,13 @@
-"""One training session: its status machine, its engine and the worker that runs its ops.
+"""One training session: its status machine, its training queue and its describe.
 
-Training ops run one at a time, strictly in sequence-number order (docs/semantics.md#4), on
-the session's worker thread or on a caller waiting for them (``run_here``, the rules in
-runtime/sessions/caller_runs.py); ``running_op`` says which op runs, wherever it runs. The
-session's ``TrainingQueue`` (runtime/sessions/training_queue.py) decides which op is next,
-and the session waits, Blocked while a missing number holds later ops. What an op does is
-runtime/sessions/run_op.py's. A failed op changes no state and later ops still run. Stopping
-skips what is still queued; completed results stay readable until the session is deleted.
-What a session's on-disk record holds, and how one is restored, is runtime/sessions/persist.py's.
+Training ops run one at a time, strictly in sequence-number order (docs/semantics.md#4);
+``running_op`` says which op runs, wherever it runs. The session's ``TrainingQueue``
+(runtime/sessions/training_queue.py) decides which op is next; who runs it, on the session's
+worker thread or on a caller waiting for it, is runtime/sessions/runner.py's, and what an op
+does is runtime/sessions/run_op.py's. A failed op changes no state and later ops still run.
+Stopping skips what is still queued; completed results stay readable until the session is
+deleted. What a session's on-disk record holds, and how one is restored, is
+runtime/sessions/persist.py's.
 """
 
 from __future__ import annotations
@@ -20,20 +20,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from localsession import cpu_threads, vocab
+from localsession import vocab
 from localsession.port import Engine, EngineConfigError, EngineSpec, ResolvedModel
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
 from localsession.runtime.packages.registry import Registry
-from localsession.runtime.sessions.caller_runs import (
-    CALLERS_IN_A_ROW,
-    IDLE_S,
-    LOOKOUT_S,
-    QUICK_S,
-    interrupts_held,
-)
-from localsession.runtime.sessions.operations import FAILED, PENDING, TERMINAL, Operation
-from localsession.runtime.sessions.run_op import PackageMismatch, execute
+from localsession.runtime.sessions.operations import Operation
+from localsession.runtime.sessions.run_op import PackageMismatch
+from localsession.runtime.sessions.runner import Runner
 from localsession.runtime.sessions.training_queue import TrainingQueue
 
 logger = logging.getLogger(__name__)
@@ -92,11 +86,6 @@ class Session:
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.running_op: Operation | None = None
-        #: op kind -> whether it last ran within caller_runs.QUICK_S
-        self._quick: dict[str, bool] = {}
-        #: Training ops in a row that ran on their callers (caller_runs.py: from
-        #: CALLERS_IN_A_ROW on, a submit leaves the worker asleep).
-        self._caller_streak = 0
         self._engine_factory = engine_factory
         #: The service's catalog lookup, to tell whether a package's base model is this one.
         self._resolve_model = resolve_model
@@ -104,9 +93,10 @@ class Session:
         self.faults = faults
         #: The package ``loadWeightsForSampling`` pointed this session's samplers at.
         self.sampling_package: str | None = None
-        self._worker = threading.Thread(target=self._run, name=f"localsession-{name}", daemon=True)
+        #: Who runs the ops: the worker, or a caller waiting on one (runtime/sessions/runner.py).
+        self.runner = Runner(self)
         if start:
-            self._worker.start()
+            self.runner.start()
 
     @property
     def region(self) -> str:
@@ -121,7 +111,7 @@ class Session:
 
     # -- status --------------------------------------------------------------------------
 
-    def _set_status(self, status: str, error: str | None = None) -> None:
+    def set_status(self, status: str, error: str | None = None) -> None:
         self.status = status
         if error is not None or status in (RUNNING,):
             self.error_details = error
@@ -164,20 +154,19 @@ class Session:
                     f"Training session {self.name} cannot be stopped: invalid session state "
                     f"transition from {self.status} to Stopping"
                 )
-            self._set_status(STOPPING)
+            self.set_status(STOPPING)
             self.queue.skip_all("The session was stopped before this operation ran.")
-            self._set_status(STOPPED)
+            self.set_status(STOPPED)
 
     def join(self, timeout: float) -> None:
         """Wait for the worker to finish its current op and release the engine."""
-        if self._worker.ident is not None:  # a restored session never started one
-            self._worker.join(timeout)
+        self.runner.join(timeout)
 
     def expire(self) -> None:
         with self.lock:
             if self.status in (RUNNING, BLOCKED):
                 self.queue.skip_all("The session expired after inactivity.")
-                self._set_status(EXPIRED, "The session was idle longer than its idle timeout.")
+                self.set_status(EXPIRED, "The session was idle longer than its idle timeout.")
 
     def require_accepting(self) -> None:
         """Runtime calls are accepted only while Running or Blocked (409 otherwise)."""
@@ -196,16 +185,17 @@ class Session:
             self.last_activity = time.monotonic()
             op = self.queue.admit(seq, token, kind, body)
             self.ops[op.id] = op
-            if self._caller_streak < CALLERS_IN_A_ROW or self.status != RUNNING:
-                self.cond.notify_all()  # else its caller most likely runs it (caller_runs.py)
+            self.runner.submitted()
             return op.id
 
     def wake_worker(self) -> None:
-        """For one about to wait on a training op: wake the worker if submits left it asleep,
-        as this waiter does not run the op itself (caller_runs.py)."""
-        with self.lock:
-            if self._caller_streak >= CALLERS_IN_A_ROW:
-                self.cond.notify_all()
+        """For one about to wait on a training op (runner.py: ``Runner.wake_worker``)."""
+        self.runner.wake_worker()
+
+    def run_here(self, operation_id: str) -> bool:
+        """Run the queued ops up to ``operation_id`` here, if they may run here (runner.py:
+        ``Runner.run_here``); True if it has finished."""
+        return self.runner.run_here(operation_id)
 
     def waits_for_earlier(self, operation_id: str) -> bool:
         """Whether this training op cannot run before a lower sequence number arrives (a gap
@@ -221,121 +211,26 @@ class Session:
             if self.queue.consume(seq):
                 self.cond.notify_all()
 
-    def _next_op(self) -> Operation | None:
-        """Wait for the op holding the next sequence number and mark it running; None once
-        the session ends."""
-        with self.lock:
-            while self.status in (RUNNING, BLOCKED):
-                if self.running_op is not None:  # a caller runs one (run_here)
-                    self._idle_wait()
-                    continue
-                step = self.queue.advance(time.monotonic())
-                if isinstance(step, Operation):
-                    if self.status == BLOCKED:
-                        self._set_status(RUNNING)
-                    self.running_op = step
-                    self._caller_streak = 0  # no caller came for it: submits wake the worker
-                    step.start()
-                    return step
-                if step is None:  # nothing queued
-                    self._idle_wait()
-                    continue
-                if self.status != BLOCKED:
-                    self._set_status(
-                        BLOCKED,
-                        f"Waiting for sequence number {step.missing}; later operations are "
-                        f"queued behind it (gap timeout {self.queue.gap_timeout:.0f}s).",
-                    )
-                self.cond.wait(step.remaining)
-            return None
-
-    def _idle_wait(self) -> None:
-        """The worker's wait while it has no op to run (under ``lock``). While submits leave
-        it asleep it looks again every LOOKOUT_S, until the session has been idle IDLE_S
-        (caller_runs.py). Waiting, it holds no OpenMP threads (cpu_threads.py)."""
-        cpu_threads.release()
-        if self._caller_streak < CALLERS_IN_A_ROW:
-            self.cond.wait()
-        elif not self.cond.wait(LOOKOUT_S) and time.monotonic() - self.last_activity > IDLE_S:
-            self._caller_streak = 0  # idle: sleep until a submit wakes it, not looking
-
-    def _run(self) -> None:
+    def load_engine(self) -> Engine | None:
+        """Make the session's engine (on its worker): Created -> Running, or Failed with
+        the reason (None)."""
         try:
             engine = self._engine_factory(self.spec)
         except EngineConfigError as exc:  # a setting to fix: its message says it all
             logger.error("session %s: the model failed to load: %s", self.name, exc)
             with self.lock:
-                self._set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
-            return
+                self.set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
+            return None
         except Exception as exc:  # noqa: BLE001 - reported through the session status
             logger.exception("session %s: the model failed to load", self.name)
             with self.lock:
-                self._set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
-            return
+                self.set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
+            return None
         with self.lock:
             self.engine = engine
             if self.status == CREATED:
-                self._set_status(RUNNING)
-        while (op := self._next_op()) is not None:
-            self._run_one(engine, op)
-        with self.lock:  # a caller may still be running an op (run_here)
-            self.cond.wait_for(lambda: self.running_op is None)
-        engine.close()
-
-    def run_here(self, operation_id: str) -> bool:
-        """Run the queued training ops up to ``operation_id`` on the calling thread, if
-        they may run there (runtime/sessions/caller_runs.py); else return at once and leave
-        them to the worker. True if ``operation_id`` has finished."""
-        engine = self.engine
-        runs_in_caller = getattr(engine, "runs_in_caller", None)
-        if engine is None or runs_in_caller is None or not runs_in_caller():
-            return False  # the worker runs it
-        with interrupts_held() as held:
-            while held and (op := self._take_quick(operation_id)) is not None:
-                self._run_one(engine, op)
-        mine = self.ops.get(operation_id)
-        return mine is not None and mine.status in TERMINAL
-
-    def _take_quick(self, operation_id: str) -> Operation | None:
-        """The next op, marked running, while ``operation_id`` has not run, nothing runs,
-        and the next op is queued and of a quick kind; else None."""
-        with self.lock:
-            mine = self.ops.get(operation_id)
-            if mine is None or mine.status != PENDING or mine.seq is None:
-                return None
-            if self.status != RUNNING or self.running_op is not None:
-                return None
-            step = self.queue.peek()
-            if step is None or not self._quick.get(step.kind, False):
-                return None
-            self.queue.advance(time.monotonic())
-            self.running_op = step
-            self._caller_streak += 1
-            if self._caller_streak == CALLERS_IN_A_ROW:  # from now on the worker looks
-                self.cond.notify_all()  # (LOOKOUT_S) rather than sleeping until woken
-            step.start()
-            return step
-
-    def _run_one(self, engine: Engine, op: Operation) -> None:
-        """Run ``op`` (marked running), then free the session for the next one."""
-        started = time.monotonic()
-        try:
-            execute(self, engine, op)
-        finally:
-            if op.status not in TERMINAL:  # interrupted (a second Ctrl-C in run_here)
-                op.finish(
-                    FAILED,
-                    error="The operation was interrupted (a second Ctrl-C) while it ran; part "
-                    "of it may have taken effect, such as part of a forward_backward's gradient.",
-                )
-            with self.lock:
-                self.running_op = None
-                self.last_activity = time.monotonic()
-                self._quick[op.kind] = self.last_activity - started <= QUICK_S
-                # the worker waits while an op runs: wake it only if it has work (an op
-                # queued) or must end; a caller's op otherwise woke it for nothing
-                if len(self.queue) or self.status not in (RUNNING, BLOCKED):
-                    self.cond.notify_all()
+                self.set_status(RUNNING)
+        return engine
 
     def compatible_package(self, arn: str, *, training: bool = False) -> Path:
         """The directory of package ``arn`` if it fits this session: the same base model

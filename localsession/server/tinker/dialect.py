@@ -27,7 +27,9 @@ from localsession.runtime.errors import ServiceError
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
+from localsession.server.tinker import dro, topk_targets
 from localsession.server.tinker.checkpoints import Checkpoints
+from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.samplers import Sampler, Samplers
 
 #: The losses Tinker's SDK can name, and the ones the runtime computes.
@@ -41,7 +43,7 @@ TINKER_LOSSES = (
     "stable_reinforce",
     "custom",
 )
-IMPLEMENTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo")
+IMPLEMENTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
 #: LoRA alpha for every Tinker model (Tinker's API has no alpha; docs/tinker.md).
 LORA_ALPHA = 32
 #: What a sampling request without ``max_tokens`` generates.
@@ -91,8 +93,12 @@ class Dialect(Checkpoints, Samplers):
         self.futures: dict[str, Future] = {}
         self.samplers: dict[str, Sampler] = {}
         self.hidden: dict[str, str] = {}  # base model -> sampler session name
+        self.hidden_locks: dict[str, threading.Lock] = {}
+        self.hidden_used: dict[str, float] = {}
+        self.reaper = Reaper(self)
         self.paths: dict[str, str] = {}  # tinker:// path -> package ARN
         self.ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
+        self.recipients: dict[str, list[str]] = {}  # external export -> its age recipients
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -100,22 +106,35 @@ class Dialect(Checkpoints, Samplers):
         session_id = str(uuid.uuid4())
         with self.lock:
             self.sessions[session_id] = time.monotonic()
+        self.reaper.ensure()
         return session_id
 
     def heartbeat(self, session_id: str) -> bool:
+        """Note a heartbeat; False if the session has finished or expired (410). A session
+        this server does not know (it restarted) is adopted."""
         with self.lock:
-            alive = session_id in self.sessions
-            if alive:
-                self.sessions[session_id] = time.monotonic()
-        return alive
+            if session_id in self.finished:
+                return False
+            self.sessions[session_id] = time.monotonic()
+        self.reaper.ensure()
+        return True
 
     def finish(self, session_id: str) -> None:
         """End a session (``ServiceClient.close``): its heartbeats get 410 and its models'
         runtime sessions stop, freeing their engines."""
+        self.end_session(session_id)
+
+    def end_session(self, session_id: str) -> None:
+        """End a session (closed, or expired by expiry.py): later heartbeats get 410, its
+        samplers are forgotten and its models' runtime sessions stop."""
         with self.lock:
             self.sessions.pop(session_id, None)
             self.finished.add(session_id)
-            names = [m.session for m in self.models.values() if m.model_id.startswith(session_id)]
+            names = [
+                m.session for m in self.models.values() if m.model_id.startswith(session_id + ":")
+            ]
+            for sampler_id in [k for k, v in self.samplers.items() if v.session_id == session_id]:
+                del self.samplers[sampler_id]
         for name in names:
             try:
                 self.service.stop_training_session({"TrainingSessionName": name})
@@ -197,7 +216,14 @@ class Dialect(Checkpoints, Samplers):
                 runtime=True,
             )
         found.last_request = _now()
+        self.touch(found.model_id.partition(":")[0])
         return found
+
+    def touch(self, session_id: str | None) -> None:
+        """A request of a session counts as its heartbeat."""
+        with self.lock:
+            if session_id in self.sessions:
+                self.sessions[str(session_id)] = time.monotonic()
 
     def canonical(self, base_model: str) -> str:
         return self.service.catalog.canonical_name(base_model)
@@ -251,6 +277,10 @@ class Dialect(Checkpoints, Samplers):
         datums: list[dict[str, Any]],
     ) -> str:
         model = self.model(model_id)
+        if loss_fn == "dro":  # a forward, then a cross-entropy backward (dro.py)
+            future = dro.submit(self, model, seq_id, config, forward_only, datums)
+            future.model_id = model_id
+            return self.add_future(future)
         if loss_fn not in IMPLEMENTED_LOSSES:
             known = loss_fn in TINKER_LOSSES
             raise errors.validation(
@@ -263,6 +293,7 @@ class Dialect(Checkpoints, Samplers):
                     else ""
                 )
             )
+        datums, groups = topk_targets.expand(loss_fn, datums)  # (N, K) targets: K datums
         for datum in datums:  # Tinker's losses weigh every position 1 unless told otherwise
             inputs = datum["lossFnInputs"]
             if "weights" not in inputs and "target_tokens" in inputs:
@@ -273,7 +304,10 @@ class Dialect(Checkpoints, Samplers):
             body["lossFnConfig"] = config
         kind = "forward" if forward_only else "forwardBackward"
         op = self.submit(model, seq_id, kind, body)
-        return self.add_future(Future(kind, session=model.session, op_id=op, model_id=model_id))
+        extra = {"groups": groups} if topk_targets.wide(groups) else {}
+        return self.add_future(
+            Future(kind, session=model.session, op_id=op, model_id=model_id, extra=extra)
+        )
 
     def optim_step(self, request: dict[str, Any]) -> str:
         model = self.model(request.get("model_id"))
@@ -296,7 +330,7 @@ class Dialect(Checkpoints, Samplers):
             Future("optimizerStep", session=model.session, op_id=op, model_id=model.model_id)
         )
 
-    def _path(self, model: Model, segment: str, name: Any) -> str:
+    def checkpoint_path(self, model: Model, segment: str, name: Any) -> str:
         label = str(name) if name else f"{segment}-{uuid.uuid4().hex[:12]}"
         if "/" in label or not label.strip():
             raise errors.validation(f"path {name!r} must be a plain name without '/'")
@@ -305,7 +339,7 @@ class Dialect(Checkpoints, Samplers):
     def save(self, request: dict[str, Any], *, sampler: bool) -> str:
         model = self.model(request.get("model_id"))
         segment = "sampler_weights" if sampler else "weights"
-        path = self._path(model, segment, request.get("path"))
+        path = self.checkpoint_path(model, segment, request.get("path"))
         if not request.get("overwrite") and self.package_of(path, required=False):
             raise errors.conflict(f"checkpoint {path} exists; pass overwrite=True or a new name")
         kind = "saveWeights" if sampler else "saveState"

@@ -12,7 +12,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from localsession.runtime.errors import ServiceError
-from localsession.server.tinker import codec, rest
+from localsession.server.tinker import codec, dro, rest, topk_targets
 from localsession.server.tinker.dialect import Dialect, Future
 
 PROTOBUF = "application/x-protobuf"
@@ -42,9 +42,13 @@ def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Resp
     """A completed runtime op's result, in the Tinker shape its request type reads."""
     kind = future.kind
     if kind in ("forward", "forwardBackward"):
-        data = codec.encode_forward_backward_output(
-            fwd_metrics(payload), payload.get("lossFnOutputs") or []
-        )
+        outputs = payload.get("lossFnOutputs") or []
+        if future.extra.get("groups"):  # (N, K) targets ran as K datums each
+            outputs = topk_targets.regroup(outputs, future.extra["groups"])
+        if future.extra.get("dro"):  # a cross-entropy surrogate ran: report DRO's loss
+            outputs = dro.outputs(outputs, future.extra["dro"])
+            payload = {**payload, "lossFnOutputs": outputs}
+        data = codec.encode_forward_backward_output(fwd_metrics(payload), outputs)
         return Response(data, media_type=PROTOBUF)
     if kind == "optimizerStep":
         return JSONResponse({"metrics": payload.get("metrics") or {}})
@@ -56,6 +60,8 @@ def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Resp
             rest.set_ttl(dialect, path, int(future.extra["ttl"]))
         if kind == "saveState":
             return JSONResponse({"path": path, "type": "save_weights"})
+        if future.extra.get("external"):
+            return JSONResponse({"path": path, "type": "save_weights_external"})
         out: dict[str, Any] = {"path": path, "type": "save_weights_for_sampler"}
         if future.extra.get("sampler_for"):
             out["sampling_session_id"] = dialect.create_sampler(path, None)

@@ -23,8 +23,9 @@ from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
-from localsession.server.tinker import codec, completions, rest, results
+from localsession.server.tinker import codec, completions, dro, rest, results, sample_options
 from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
+from localsession.server.tinker.samplers import INFLIGHT
 
 #: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
 HOLD_SECONDS = 30.0
@@ -98,10 +99,8 @@ class TinkerRoutes:
     async def heartbeat(self, request: Request) -> Response:
         body = await body_json(request)
         session_id = str(body.get("session_id") or "")
-        if session_id in self.dialect.finished:
+        if not self.dialect.heartbeat(session_id):  # closed, or expired (expiry.py)
             raise ServiceError("SessionFinished", f"session {session_id} has finished", 410)
-        if not self.dialect.heartbeat(session_id):
-            self.dialect.sessions[session_id] = 0.0  # a restarted server adopts the client
         return JSONResponse({"type": "session_heartbeat"})
 
     async def finish(self, request: Request) -> Response:
@@ -159,8 +158,12 @@ class TinkerRoutes:
     async def save_weights(self, request: Request) -> Response:
         body = await body_json(request)
         sampler = request.url.path.endswith("/save_weights_for_sampler")
-        if body.get("kind", "snapshot") != "snapshot":
-            raise errors.validation("only snapshot sampling clients are supported locally")
+        if sampler and body.get("kind") == "inflight":  # one shared target (samplers.py)
+            body = {**body, "path": INFLIGHT, "overwrite": True, "ttl_seconds": None}
+        elif body.get("kind", "snapshot") != "snapshot":
+            raise errors.validation(
+                f"kind={body.get('kind')!r}: a sampling client is 'snapshot' or 'inflight'"
+            )
         return self._future(await run_in_threadpool(self.dialect.save, body, sampler=sampler))
 
     async def load_weights(self, request: Request) -> Response:
@@ -172,7 +175,10 @@ class TinkerRoutes:
     async def create_sampler(self, request: Request) -> Response:
         body = await body_json(request)
         sampler_id = await run_in_threadpool(
-            self.dialect.create_sampler, body.get("model_path"), body.get("base_model")
+            self.dialect.create_sampler,
+            body.get("model_path"),
+            body.get("base_model"),
+            body.get("session_id"),
         )
         return JSONResponse({"type": "create_sampling_session", "sampling_session_id": sampler_id})
 
@@ -188,11 +194,8 @@ class TinkerRoutes:
 
     async def asample(self, request: Request) -> Response:
         body = await body_json(request)
-        for key in ("topk_sample_logprobs", "prompt_alt_tokens_k"):
-            if body.get(key):
-                raise errors.validation(f"{key} is not supported locally; leave it at 0")
-        if body.get("target_prompt_logprobs") is not None:
-            raise errors.validation("target_prompt_logprobs is not supported locally")
+        prompt_length = sum(len(c.get("tokens") or []) for c in body["prompt"]["chunks"])
+        options = sample_options.options(body, prompt_length)
         if body.get("sampling_session_id"):
             sampler = self.dialect.sampler(body["sampling_session_id"])
         else:
@@ -223,14 +226,16 @@ class TinkerRoutes:
         }
         if topk:
             op["topkPromptLogprobs"] = topk
-        if sampler.package:
-            op["modelPackageArn"] = sampler.package
+        if package := self.dialect.package_for(sampler):
+            op["modelPackageArn"] = package
         name = await run_in_threadpool(self.dialect.session_for, sampler)
         answer = await run_in_threadpool(
             self.service.execute_sampling_operation,
             name,
             {"operationConfig": {"sample": op}},
             stop_ids,
+            stop != [],  # SDK 0.38: stop=[] turns off EOS, None keeps it
+            options,
         )
         future = Future(
             "sample",
@@ -262,6 +267,12 @@ class TinkerRoutes:
             return JSONResponse(future.value)
         if future.kind == "create_model":
             return await self._created(request_id, future)
+        if future.op_id is None:  # a dro backward, queued once its forward ran (dro.py)
+            await run_in_threadpool(dro.wait_ready, future, HOLD_SECONDS)
+            if future.error is not None:
+                return JSONResponse({"error": future.error, "category": "user"})
+            if future.op_id is None:
+                return _try_again(request_id)
         assert future.session is not None and future.op_id is not None
         await self._hold(future.session, future.op_id)
         get = (

@@ -3,7 +3,7 @@
 Everything a client observes (futures, sequence order, validation, limits, error codes,
 Skipped ops, session states) is the real runtime's: ``FakeService.runtime`` is a plain
 :class:`~localsession.runtime.service.Service`, built by the composition root
-(``wiring.build_service(..., engine="fake")``, as every service is) with
+(the wiring's ``fake_service`` profile, as every service is built by a profile) with
 
 - a fake engine factory: the light engine (:mod:`fakes.light`, pure Python, the default) or,
   with ``numerics=True``, the bigram engine on torch (:mod:`fakes.engine`);
@@ -34,7 +34,7 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ from fakes.knobs import EngineKnobs
 from fakes.script import Script
 from localsession import vocab, wiring
 from localsession.port import EngineSpec
-from localsession.runtime.config import ServiceConfig
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
 from localsession.runtime.models.catalog import ModelCatalog
@@ -79,16 +78,19 @@ class FakeService:
         manual: bool = False,
         base_models: list[str] | None = None,
         home: Path | None = None,
-        max_sessions: int = 64,
+        max_sessions: int | None = None,
         strict: bool = True,
         numerics: bool = False,
         torch_threads: int | None = 1,
         engine_factory: Callable[..., Any] | None = None,
         catalog: ModelCatalog | None = None,
+        region: str | None = None,
+        hub_cache: Path | None = None,
     ) -> None:
         """``engine_factory(spec, *, script, knobs, manual)`` replaces the fake engine class
         (the conformance self-check plants defects this way). ``catalog`` replaces the
-        hermetic default built from ``base_models`` (``localsession.mock`` lists its map)."""
+        hermetic default built from ``base_models`` (``localsession.mock`` lists its map).
+        ``region`` and ``hub_cache``: the service's (``localsession.mock`` passes its own)."""
         self._tmp = None if home is not None else tempfile.TemporaryDirectory(prefix="fakes-")
         self.script = Script()
         self.calls = CallLog()
@@ -107,23 +109,24 @@ class FakeService:
 
             self._restore_threads = torch.get_num_threads()
             torch.set_num_threads(torch_threads)
-        config = ServiceConfig(
-            max_sessions=max_sessions,
-            strict=strict,
-            gap_timeout=0.0,  # as the in-process default: a refused number is lost at once
-            home=home if home is not None else Path(self._tmp.name),  # type: ignore[union-attr]
-            engine_factory=self._make_engine,
-            gather_quiet_s=0.0,
-            # Requests come from the fake's own client: skip loading the sagemaker model.
-            check_create_members=numerics,
-        )
         if catalog is None:
             catalog = wiring.listed_catalog(
                 base_models or [DEFAULT_MODEL],
                 accept_any=base_models is None,
                 write_tokenizers=False,
             )
-        self.runtime = wiring.build_service(config, catalog=catalog, engine="fake")
+        self.runtime = wiring.fake_service(
+            self._make_engine,
+            catalog,
+            home=home if home is not None else Path(self._tmp.name),  # type: ignore[union-attr]
+            strict=strict,
+            max_sessions=max_sessions,
+            region=region,
+            hub_cache=hub_cache,
+            # The light fakes' requests come from their own client: skip loading botocore's
+            # sagemaker model; the numeric fake (conformance) checks as the service does.
+            check_create_members=numerics,
+        )
         self.runtime.add_observer(self._observe)
 
     def _default_engine_class(self) -> Callable[..., Any]:
@@ -196,7 +199,12 @@ class FakeService:
         return self.runtime.execute_training_operation(name, request)
 
     def execute_sampling_operation(
-        self, name: str, request: dict[str, Any], stop_token_ids: Sequence[Any] = ()
+        self,
+        name: str,
+        request: dict[str, Any],
+        stop_token_ids: Sequence[Any] = (),
+        stop_at_eos: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         kind, body = _kind_of(request)
         params = body.get("samplingParams") if isinstance(body, dict) else None
@@ -205,7 +213,7 @@ class FakeService:
             with self._clock:
                 self._seed += 1
                 request["operationConfig"]["sample"]["samplingParams"]["seed"] = self._seed
-        return self.runtime.execute_sampling_operation(name, request, stop_token_ids)
+        return self.runtime.execute_sampling_operation(name, request, stop_token_ids, stop_at_eos)
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         response = self.runtime.get_training_operation_result(name, operation_id)
