@@ -34,7 +34,7 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +204,7 @@ class FakeService:
         request: dict[str, Any],
         stop_token_ids: Sequence[Any] = (),
         stop_at_eos: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         kind, body = _kind_of(request)
         params = body.get("samplingParams") if isinstance(body, dict) else None

@@ -151,6 +151,15 @@ class SampleRequest:
     #: End a sample at the model's end-of-sequence ids. False (Tinker's ``stop=[]``): no id
     #: ends it, it runs to ``max_tokens`` unless a stop string or stop id matches.
     stop_at_eos: bool = True
+    #: Per sampled token, the top-k (id, logprob) of the distribution it was drawn from
+    #: (tempered, before top-k / top-p filtering, like ``logprobs``); 0: none.
+    topk_sample_logprobs: int = 0
+    #: Token ids whose prompt logprobs to return: row i lists the ids scored at prompt
+    #: position i + 1 (``len(prompt) - 1`` rows of K); -1 asks nothing. None: none.
+    target_prompt_logprobs: tuple[tuple[int, ...], ...] | None = None
+    #: k independent draws (with replacement, at ``temperature``, from stream ``seed``) from
+    #: the next-token distribution at each prompt position after the first; 0: none.
+    prompt_alt_tokens_k: int = 0
     include_prompt_logprobs: bool = False
     topk_prompt_logprobs: int | None = None
     #: streaming hook (see ``TokenCallback``); not part of the request's identity

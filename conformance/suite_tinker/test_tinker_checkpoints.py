@@ -138,7 +138,7 @@ def test_user_metadata_is_kept(
 ) -> None:
     """training_client.py ``save_state(user_metadata=...)``: "Optional user-provided metadata
     to attach to the checkpoint"; checkpoint.py lists it back."""
-    needs_sdk(backend, "rest:list_checkpoints")
+    needs_sdk(backend, "param:TrainingClient.save_state.user_metadata")
     tc = new_trainer(seed=36)
     metadata = {"step": "7", "purpose": "conformance"}
     path = wait(tc.save_state("conformance-meta", user_metadata=metadata), backend).path

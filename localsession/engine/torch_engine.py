@@ -25,10 +25,9 @@ batch never sees a half-applied update (localsession.port threading contract).
   file before anything live changes, then copies into the existing parameters so the
   optimizer's references stay valid.
 
-Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (datums
-that share a prefix compute it once, in ``forward_backward`` / ``forward`` and
-``compute_logprobs``), ``compiled`` (the opt-in
-``torch.compile`` training forward), ``snapshots`` (package adapters), ``request_checks``.
+Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (a shared
+prefix runs once), ``compiled`` (the opt-in ``torch.compile`` training forward),
+``snapshots`` (package adapters), ``request_checks``.
 """
 
 from __future__ import annotations
@@ -62,8 +61,14 @@ from localsession.engine.flops import count_params, model_flops, peak_flops, thr
 from localsession.engine.loading import LoadedModel
 from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
-from localsession.engine.sampling import BatchSampler, prompt_logprobs
+from localsession.engine.sampling import (
+    BatchSampler,
+    prompt_alt_tokens,
+    prompt_logprobs,
+    target_logprobs,
+)
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
+from localsession.engine.streams import SampledStream
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
 from localsession.numerics.batch_fast import parse_datums
@@ -179,7 +184,7 @@ class TorchEngine:
         batch = parse_datums(
             datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions
         )
-        plan = shared_prefix.batch_plan(batch, m.device, m.dtype, self._shape)  # None: unshared
+        plan = shared_prefix.batch_plan(batch, m, self._shape)  # None: unshared
         mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
             with self._mutex, mode, thread_policy.scope():  # torch threads: thread_policy.py
@@ -191,9 +196,8 @@ class TorchEngine:
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:
             self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
-        params, layers, width = self._shape
-        computed = list(plan.row_lengths) if plan is not None else batch.lengths  # tokens run
-        flops = model_flops(params, layers, width, computed, backward=backward)
+        run = list(plan.row_lengths) if plan else batch.lengths  # the rows computed
+        flops = model_flops(*self._shape, run, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
         result["metrics"].update(throughput_metrics(flops, seconds, peak))
         return result
@@ -236,18 +240,15 @@ class TorchEngine:
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
             responses: list[dict[str, Any]] = [
-                {
-                    "sequences": [
-                        {"stopReason": s.stop_reason, "tokens": s.tokens, "logprobs": s.logprobs}
-                        for s in streams
-                    ]
-                }
-                for streams in grouped
+                {"sequences": [_sequence(s) for s in streams]} for streams in grouped
             ]
             wanted = [
                 (req, response)
                 for req, response in zip(checked, responses, strict=True)
-                if req.include_prompt_logprobs or (req.topk_prompt_logprobs or 0) > 0
+                if req.include_prompt_logprobs
+                or (req.topk_prompt_logprobs or 0) > 0
+                or req.target_prompt_logprobs is not None
+                or req.prompt_alt_tokens_k > 0
             ]
             if wanted:  # on the peft model: bit-identical to ``forward`` (prompt_logprobs)
                 with self._use_weights(snapshot):
@@ -260,6 +261,23 @@ class TorchEngine:
                             response["promptLogprobs"] = values
                         if topk > 0:
                             response["topkPromptLogprobs"] = top
+                        if req.target_prompt_logprobs is not None:
+                            response["targetPromptLogprobs"] = target_logprobs(
+                                self._loaded.model,
+                                req.prompt,
+                                req.target_prompt_logprobs,
+                                self._loaded.device,
+                            )
+                        if req.prompt_alt_tokens_k > 0:
+                            alt_ids, alt_lps = prompt_alt_tokens(
+                                self._loaded.model,
+                                req.prompt,
+                                req.prompt_alt_tokens_k,
+                                req.temperature,
+                                req.seed,
+                                self._loaded.device,
+                            )
+                            response["promptAltTokens"] = {"tokens": alt_ids, "logprobs": alt_lps}
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
         self._trim(streams * self._token_bytes)
         return responses
@@ -314,9 +332,7 @@ class TorchEngine:
             decoder = self._decoder(key, snapshot)  # the sampler's model, when there is one
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 model = decoder if decoder is not None else m.model
-                rows = shared_prefix.batch_logprobs(
-                    model, checked, m.pad_id, self.vocab_size, m.device, m.dtype, self._shape
-                )
+                rows = shared_prefix.batch_logprobs(model, checked, m, self._shape)
         self._trim(sum(map(len, checked)) * (self._token_bytes + 4 * self.vocab_size))
         return [[None, *row] for row in rows]
 
@@ -401,3 +417,17 @@ class TorchEngine:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _sequence(stream: SampledStream) -> dict[str, Any]:
+    """One sampled sequence as the engine reports it; ``topkLogprobs`` when it was asked."""
+    out: dict[str, Any] = {
+        "stopReason": stream.stop_reason,
+        "tokens": stream.tokens,
+        "logprobs": stream.logprobs,
+    }
+    if stream.topk:
+        out["topkLogprobs"] = [
+            [{"tokenId": t, "logprob": v} for t, v in row] for row in stream.topk_rows
+        ]
+    return out

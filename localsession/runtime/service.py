@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -285,8 +285,11 @@ class Service:
         request: dict[str, Any],
         stop_token_ids: Sequence[Any] = (),
         stop_at_eos: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        return self.dataplane.execute_sampling_operation(name, request, stop_token_ids, stop_at_eos)
+        return self.dataplane.execute_sampling_operation(
+            name, request, stop_token_ids, stop_at_eos, options
+        )
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)

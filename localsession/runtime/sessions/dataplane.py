@@ -9,9 +9,10 @@ imports nothing of the service module.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from localsession import cpu_threads, vocab
@@ -119,14 +120,17 @@ class DataPlane:
         request: dict[str, Any],
         stop_token_ids: Sequence[Any] = (),
         stop_at_eos: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Submit a sampling op. ``stop_token_ids``: ids that end a sample, and
-        ``stop_at_eos=False``: EOS does not (Tinker's ``stop=[]``), from a dialect whose wire
-        carries them (Tinker); the SageMaker wire has neither."""
+        """Submit a sampling op. ``stop_token_ids``: ids that end a sample;
+        ``stop_at_eos=False``: EOS does not (Tinker's ``stop=[]``); ``options``: more
+        :class:`SampleRequest` fields (Tinker's ``topk_sample_logprobs``,
+        ``target_prompt_logprobs``). From a dialect whose wire carries them (Tinker); the
+        SageMaker wire has none of them."""
         return self._observed(
             name,
             request,
-            lambda: self._execute_sampling(name, request, stop_token_ids, stop_at_eos),
+            lambda: self._execute_sampling(name, request, stop_token_ids, stop_at_eos, options),
         )
 
     def _execute_sampling(
@@ -135,6 +139,7 @@ class DataPlane:
         request: dict[str, Any],
         stop_token_ids: Sequence[Any],
         stop_at_eos: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         faults = self.service.faults
         if faults.armed:
@@ -162,6 +167,8 @@ class DataPlane:
             op.finish(COMPLETED, result={})
             return {"operationId": op.id}
         request_ = sample_request(body, tokens, stop_ids, stop_at_eos) if kind == "sample" else None
+        if request_ is not None and options:
+            request_ = dataclasses.replace(request_, **options)
         self.service.scheduler.submit(make_job(session, op, weights, request_, tokens))
         return {"operationId": op.id}
 

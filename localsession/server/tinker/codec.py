@@ -249,6 +249,9 @@ def encode_sample_response(result: dict[str, Any], topk: int) -> bytes:
         out.tokens = struct.pack(f"<{len(tokens)}i", *tokens)
         logprobs = seq.get("logprobs") or []
         out.logprobs = struct.pack(f"<{len(logprobs)}f", *logprobs)
+        if (top := seq.get("topkLogprobs")) is not None:
+            width = max((len(row) for row in top), default=0)
+            out.topk_sampled_logprobs.CopyFrom(_topk(top, width))
     prompt = result.get("promptLogprobs")
     if prompt is not None:
         values = [math.nan if i == 0 or v is None else v for i, v in enumerate(prompt)]
@@ -256,4 +259,12 @@ def encode_sample_response(result: dict[str, Any], topk: int) -> bytes:
     rows = result.get("topkPromptLogprobs")
     if rows is not None and topk > 0:
         msg.topk_prompt_logprobs.CopyFrom(_topk(rows, topk))
+    if (targets := result.get("targetPromptLogprobs")) is not None:
+        from localsession.server.tinker.sample_options import target_tensor
+
+        msg.target_prompt_logprobs.CopyFrom(target_tensor(pb, targets))
+    if (alt := result.get("promptAltTokens")) is not None:
+        from localsession.server.tinker.sample_options import alt_tokens
+
+        msg.prompt_alt_tokens.CopyFrom(alt_tokens(pb, alt))
     return bytes(msg.SerializeToString())

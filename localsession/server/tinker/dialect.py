@@ -27,7 +27,7 @@ from localsession.runtime.errors import ServiceError
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
-from localsession.server.tinker import topk_targets
+from localsession.server.tinker import dro, topk_targets
 from localsession.server.tinker.checkpoints import Checkpoints
 from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.samplers import Sampler, Samplers
@@ -43,7 +43,7 @@ TINKER_LOSSES = (
     "stable_reinforce",
     "custom",
 )
-IMPLEMENTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo")
+IMPLEMENTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
 #: LoRA alpha for every Tinker model (Tinker's API has no alpha; docs/tinker.md).
 LORA_ALPHA = 32
 #: What a sampling request without ``max_tokens`` generates.
@@ -277,6 +277,10 @@ class Dialect(Checkpoints, Samplers):
         datums: list[dict[str, Any]],
     ) -> str:
         model = self.model(model_id)
+        if loss_fn == "dro":  # a forward, then a cross-entropy backward (dro.py)
+            future = dro.submit(self, model, seq_id, config, forward_only, datums)
+            future.model_id = model_id
+            return self.add_future(future)
         if loss_fn not in IMPLEMENTED_LOSSES:
             known = loss_fn in TINKER_LOSSES
             raise errors.validation(

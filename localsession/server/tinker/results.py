@@ -12,7 +12,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from localsession.runtime.errors import ServiceError
-from localsession.server.tinker import codec, rest, topk_targets
+from localsession.server.tinker import codec, dro, rest, topk_targets
 from localsession.server.tinker.dialect import Dialect, Future
 
 PROTOBUF = "application/x-protobuf"
@@ -45,6 +45,9 @@ def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Resp
         outputs = payload.get("lossFnOutputs") or []
         if future.extra.get("groups"):  # (N, K) targets ran as K datums each
             outputs = topk_targets.regroup(outputs, future.extra["groups"])
+        if future.extra.get("dro"):  # a cross-entropy surrogate ran: report DRO's loss
+            outputs = dro.outputs(outputs, future.extra["dro"])
+            payload = {**payload, "lossFnOutputs": outputs}
         data = codec.encode_forward_backward_output(fwd_metrics(payload), outputs)
         return Response(data, media_type=PROTOBUF)
     if kind == "optimizerStep":

@@ -23,8 +23,9 @@ from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
-from localsession.server.tinker import codec, completions, rest, results
+from localsession.server.tinker import codec, completions, dro, rest, results, sample_options
 from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
+from localsession.server.tinker.samplers import INFLIGHT
 
 #: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
 HOLD_SECONDS = 30.0
@@ -157,8 +158,12 @@ class TinkerRoutes:
     async def save_weights(self, request: Request) -> Response:
         body = await body_json(request)
         sampler = request.url.path.endswith("/save_weights_for_sampler")
-        if body.get("kind", "snapshot") != "snapshot":
-            raise errors.validation("only snapshot sampling clients are supported locally")
+        if sampler and body.get("kind") == "inflight":  # one shared target (samplers.py)
+            body = {**body, "path": INFLIGHT, "overwrite": True, "ttl_seconds": None}
+        elif body.get("kind", "snapshot") != "snapshot":
+            raise errors.validation(
+                f"kind={body.get('kind')!r}: a sampling client is 'snapshot' or 'inflight'"
+            )
         return self._future(await run_in_threadpool(self.dialect.save, body, sampler=sampler))
 
     async def load_weights(self, request: Request) -> Response:
@@ -189,11 +194,8 @@ class TinkerRoutes:
 
     async def asample(self, request: Request) -> Response:
         body = await body_json(request)
-        for key in ("topk_sample_logprobs", "prompt_alt_tokens_k"):
-            if body.get(key):
-                raise errors.validation(f"{key} is not supported locally; leave it at 0")
-        if body.get("target_prompt_logprobs") is not None:
-            raise errors.validation("target_prompt_logprobs is not supported locally")
+        prompt_length = sum(len(c.get("tokens") or []) for c in body["prompt"]["chunks"])
+        options = sample_options.options(body, prompt_length)
         if body.get("sampling_session_id"):
             sampler = self.dialect.sampler(body["sampling_session_id"])
         else:
@@ -224,8 +226,8 @@ class TinkerRoutes:
         }
         if topk:
             op["topkPromptLogprobs"] = topk
-        if sampler.package:
-            op["modelPackageArn"] = sampler.package
+        if package := self.dialect.package_for(sampler):
+            op["modelPackageArn"] = package
         name = await run_in_threadpool(self.dialect.session_for, sampler)
         answer = await run_in_threadpool(
             self.service.execute_sampling_operation,
@@ -233,6 +235,7 @@ class TinkerRoutes:
             {"operationConfig": {"sample": op}},
             stop_ids,
             stop != [],  # SDK 0.38: stop=[] turns off EOS, None keeps it
+            options,
         )
         future = Future(
             "sample",
@@ -264,6 +267,12 @@ class TinkerRoutes:
             return JSONResponse(future.value)
         if future.kind == "create_model":
             return await self._created(request_id, future)
+        if future.op_id is None:  # a dro backward, queued once its forward ran (dro.py)
+            await run_in_threadpool(dro.wait_ready, future, HOLD_SECONDS)
+            if future.error is not None:
+                return JSONResponse({"error": future.error, "category": "user"})
+            if future.op_id is None:
+                return _try_again(request_id)
         assert future.session is not None and future.op_id is not None
         await self._hold(future.session, future.op_id)
         get = (

@@ -22,6 +22,9 @@ from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
 
+#: The checkpoint name every inflight save of a model writes (``kind="inflight"``).
+INFLIGHT = "inflight"
+
 
 @dataclass
 class Sampler:
@@ -85,6 +88,15 @@ class Samplers:
                 sampler_id, base_model, model_path, package, model_id, unembed, session_id
             )
         return sampler_id
+
+    def package_for(self, sampler: Sampler) -> str | None:
+        """The package a sampler's next request reads. An inflight sampler (its model's
+        ``sampler_weights/inflight`` checkpoint, which every ``kind="inflight"`` save
+        overwrites) reads the newest save of that path: the weights saved when it was made,
+        or newer, as the SDK promises; a snapshot sampler the package it was made with."""
+        if sampler.model_path and sampler.model_path.endswith(f"/sampler_weights/{INFLIGHT}"):
+            return self.package_of(sampler.model_path, required=False) or sampler.package
+        return sampler.package
 
     def sampler(self, sampler_id: Any) -> Sampler:
         with self.lock:
