@@ -94,6 +94,7 @@ def make_tinker(options: dict[str, Any]) -> Backend:
                 "lists in get_server_capabilities)"
             )
         name, stack = "tinker", options.get("numeric_stack") or "split"
+        known = xfail_file("tinker")
     else:
         from localsession.mocking.tinker_server import API_KEY, TinkerServer
 
@@ -105,6 +106,7 @@ def make_tinker(options: dict[str, Any]) -> Backend:
         capabilities = declared if declared is not None else LOCAL_CAPABILITIES
         base_model = options.get("base_model") or LOCAL_MODEL
         name, stack = "tinker-localsession", options.get("numeric_stack") or "shared"
+        known = xfail_file("tinker-localsession")
     if stack not in STACKS:
         close()
         raise BackendUnavailable(f"--numeric-stack={stack!r}: use {' or '.join(STACKS)}")
@@ -161,7 +163,7 @@ def make_tinker(options: dict[str, Any]) -> Backend:
         capabilities=frozenset(capabilities),
         limits=limits,
         surface="tinker",
-        xfail_file=options.get("xfail_file") or xfail_file("tinker"),
+        xfail_file=options.get("xfail_file") or known,
         close=close,
         details=details,
         prompt=model["prompt"],
