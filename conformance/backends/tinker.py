@@ -126,6 +126,14 @@ def make_tinker(options: dict[str, Any]) -> Backend:
         ) from None
     except Exception as exc:  # noqa: BLE001 - any transport or HTTP error means unreachable
         close()
+        if compat.status_of(exc) == 404:  # something serves HTTP, but not this SDK's calls
+            where = getattr(getattr(exc, "request", None), "url", None) or "an endpoint"
+            raise BackendUnavailable(
+                f"wire mismatch: {url} answers 404 to {where}, which tinker {version} calls "
+                "before any test; the server speaks another release of the Tinker API. Run the "
+                "suite with a tinker SDK the server accepts (pip install 'tinker==X.Y.Z' in its "
+                "own venv)."
+            ) from None
         raise BackendUnavailable(
             f"no Tinker server answers at {url} (tinker {version}): {exc}"
         ) from None
