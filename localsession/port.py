@@ -157,6 +157,9 @@ class SampleRequest:
     #: Token ids whose prompt logprobs to return: row i lists the ids scored at prompt
     #: position i + 1 (``len(prompt) - 1`` rows of K); -1 asks nothing. None: none.
     target_prompt_logprobs: tuple[tuple[int, ...], ...] | None = None
+    #: k independent draws (with replacement, at ``temperature``, from stream ``seed``) from
+    #: the next-token distribution at each prompt position after the first; 0: none.
+    prompt_alt_tokens_k: int = 0
     include_prompt_logprobs: bool = False
     topk_prompt_logprobs: int | None = None
     #: streaming hook (see ``TokenCallback``); not part of the request's identity

@@ -51,6 +51,10 @@ def check_request(
         )
     if req.topk_sample_logprobs < 0:
         problems.append(f"`topk_sample_logprobs` must be >= 0, got {req.topk_sample_logprobs}")
+    if req.prompt_alt_tokens_k < 0:
+        problems.append(f"`prompt_alt_tokens_k` must be >= 0, got {req.prompt_alt_tokens_k}")
+    if req.prompt_alt_tokens_k > 0 and len(prompt) < 2:
+        problems.append("`prompt_alt_tokens_k` needs a prompt of at least 2 tokens")
     targets = req.target_prompt_logprobs
     if targets is not None:
         if len(targets) != len(prompt) - 1 or len({len(row) for row in targets}) > 1:

@@ -390,6 +390,34 @@ def batch_logprobs(
 
 
 @torch.no_grad()
+def prompt_alt_tokens(
+    model: torch.nn.Module,
+    tokens: list[int],
+    k: int,
+    temperature: float,
+    seed: int,
+    device: torch.device,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """``k`` draws with replacement from the distribution over each prompt token ``i + 1``
+    (rows ``len(tokens) - 1``) at ``temperature`` (0: the argmax, k times), from a CPU
+    generator seeded ``seed``. -> (ids [L-1][k], their log-softmax(logits / T) [L-1][k])."""
+    ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
+    logits_LV = model(input_ids=ids_1L, use_cache=False)["logits"][0, :-1].float()
+    temp_L = torch.full((logits_LV.shape[0],), float(temperature), device=logits_LV.device)
+    logprobs_LV = torch.log_softmax(apply_temperature(logits_LV, temp_L), dim=-1)
+    if temperature <= 0:
+        drawn_LK = logits_LV.argmax(dim=-1, keepdim=True).expand(-1, k)
+    else:
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(seed % _SEED_MOD)
+        probs_LV = logprobs_LV.exp().cpu()
+        drawn_LK = torch.multinomial(probs_LV, k, replacement=True, generator=gen)
+        drawn_LK = drawn_LK.to(logprobs_LV.device)
+    picked_LK = logprobs_LV.gather(-1, drawn_LK)
+    return drawn_LK.tolist(), picked_LK.tolist()
+
+
+@torch.no_grad()
 def target_logprobs(
     model: torch.nn.Module,
     tokens: list[int],

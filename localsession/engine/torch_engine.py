@@ -25,10 +25,9 @@ batch never sees a half-applied update (localsession.port threading contract).
   file before anything live changes, then copies into the existing parameters so the
   optimizer's references stay valid.
 
-Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (datums
-that share a prefix compute it once, in ``forward_backward`` / ``forward`` and
-``compute_logprobs``), ``compiled`` (the opt-in
-``torch.compile`` training forward), ``snapshots`` (package adapters), ``request_checks``.
+Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (a shared
+prefix runs once), ``compiled`` (the opt-in ``torch.compile`` training forward),
+``snapshots`` (package adapters), ``request_checks``.
 """
 
 from __future__ import annotations
@@ -62,7 +61,12 @@ from localsession.engine.flops import count_params, model_flops, peak_flops, thr
 from localsession.engine.loading import LoadedModel
 from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
-from localsession.engine.sampling import BatchSampler, prompt_logprobs, target_logprobs
+from localsession.engine.sampling import (
+    BatchSampler,
+    prompt_alt_tokens,
+    prompt_logprobs,
+    target_logprobs,
+)
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.streams import SampledStream
 from localsession.engine.thread_state import plain_torch_thread
@@ -181,7 +185,7 @@ class TorchEngine:
         batch = parse_datums(
             datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions
         )
-        plan = shared_prefix.batch_plan(batch, m.device, m.dtype, self._shape)  # None: unshared
+        plan = shared_prefix.batch_plan(batch, m, self._shape)  # None: unshared
         mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
             with self._mutex, mode, thread_policy.scope():  # torch threads: thread_policy.py
@@ -193,9 +197,8 @@ class TorchEngine:
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:
             self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
-        params, layers, width = self._shape
-        computed = list(plan.row_lengths) if plan is not None else batch.lengths  # tokens run
-        flops = model_flops(params, layers, width, computed, backward=backward)
+        run = list(plan.row_lengths) if plan else batch.lengths  # the rows computed
+        flops = model_flops(*self._shape, run, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
         result["metrics"].update(throughput_metrics(flops, seconds, peak))
         return result
@@ -246,6 +249,7 @@ class TorchEngine:
                 if req.include_prompt_logprobs
                 or (req.topk_prompt_logprobs or 0) > 0
                 or req.target_prompt_logprobs is not None
+                or req.prompt_alt_tokens_k > 0
             ]
             if wanted:  # on the peft model: bit-identical to ``forward`` (prompt_logprobs)
                 with self._use_weights(snapshot):
@@ -265,6 +269,16 @@ class TorchEngine:
                                 req.target_prompt_logprobs,
                                 self._loaded.device,
                             )
+                        if req.prompt_alt_tokens_k > 0:
+                            alt_ids, alt_lps = prompt_alt_tokens(
+                                self._loaded.model,
+                                req.prompt,
+                                req.prompt_alt_tokens_k,
+                                req.temperature,
+                                req.seed,
+                                self._loaded.device,
+                            )
+                            response["promptAltTokens"] = {"tokens": alt_ids, "logprobs": alt_lps}
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
         self._trim(streams * self._token_bytes)
         return responses
@@ -319,9 +333,7 @@ class TorchEngine:
             decoder = self._decoder(key, snapshot)  # the sampler's model, when there is one
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 model = decoder if decoder is not None else m.model
-                rows = shared_prefix.batch_logprobs(
-                    model, checked, m.pad_id, self.vocab_size, m.device, m.dtype, self._shape
-                )
+                rows = shared_prefix.batch_logprobs(model, checked, m, self._shape)
         self._trim(sum(map(len, checked)) * (self._token_bytes + 4 * self.vocab_size))
         return [[None, *row] for row in rows]
 

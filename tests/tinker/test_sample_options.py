@@ -1,7 +1,8 @@
-"""``topk_sample_logprobs`` and ``target_prompt_logprobs`` through the unmodified ``tinker``
-SDK, each checked against an independent code path: the prompt-logprob pass over the
-prompt plus the sampled tokens (which scores every position with the full distribution
-at temperature 1; the tiny model's vocabulary is 259, so top-259 is all of it)."""
+"""``topk_sample_logprobs``, ``target_prompt_logprobs`` and ``prompt_alt_tokens_k`` through
+the unmodified ``tinker`` SDK, each checked against an independent code path: the
+prompt-logprob pass over the prompt plus the sampled tokens, which scores every position
+with the full distribution at temperature 1 (the tiny model's vocabulary is 259, so top-259
+is all of it)."""
 
 from __future__ import annotations
 
@@ -85,3 +86,27 @@ def test_target_prompt_logprobs_score_the_named_ids(sampler: Any) -> None:
             types.SamplingParams(max_tokens=1, seed=0),
             target_prompt_logprobs=types.TensorData.from_torch(ids[:2]),
         ).result()
+
+
+def test_prompt_alt_tokens_are_seeded_draws_with_their_logprobs(sampler: Any) -> None:
+    def alt(seed: int, temperature: float) -> Any:
+        res = sampler.sample(
+            types.ModelInput.from_ints(PROMPT),
+            1,
+            types.SamplingParams(max_tokens=1, seed=seed, temperature=temperature),
+            prompt_alt_tokens_k=5,
+        ).result()
+        return res.prompt_alt_tokens.tokens.to_torch(), res.prompt_alt_tokens.logprobs.to_torch()
+
+    ids, lps = alt(3, 1.0)
+    assert tuple(ids.shape) == tuple(lps.shape) == (len(PROMPT) - 1, 5)
+    dist = full_distribution(sampler, PROMPT)
+    for i in range(len(PROMPT) - 1):
+        for j in range(5):
+            assert float(lps[i, j]) == pytest.approx(dist[i][int(ids[i, j])], abs=1e-4)
+    again, _ = alt(3, 1.0)
+    other, _ = alt(4, 1.0)
+    assert torch.equal(ids, again) and not torch.equal(ids, other)
+    greedy, _ = alt(0, 0.0)
+    best = [max(row, key=row.get) for row in dist]
+    assert greedy.tolist() == [[b] * 5 for b in best]

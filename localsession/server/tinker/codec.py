@@ -263,4 +263,8 @@ def encode_sample_response(result: dict[str, Any], topk: int) -> bytes:
         from localsession.server.tinker.sample_options import target_tensor
 
         msg.target_prompt_logprobs.CopyFrom(target_tensor(pb, targets))
+    if (alt := result.get("promptAltTokens")) is not None:
+        from localsession.server.tinker.sample_options import alt_tokens
+
+        msg.prompt_alt_tokens.CopyFrom(alt_tokens(pb, alt))
     return bytes(msg.SerializeToString())

@@ -194,8 +194,6 @@ class TinkerRoutes:
 
     async def asample(self, request: Request) -> Response:
         body = await body_json(request)
-        if body.get("prompt_alt_tokens_k"):
-            raise errors.validation("prompt_alt_tokens_k is not supported locally; leave it at 0")
         prompt_length = sum(len(c.get("tokens") or []) for c in body["prompt"]["chunks"])
         options = sample_options.options(body, prompt_length)
         if body.get("sampling_session_id"):

@@ -1,6 +1,7 @@
-"""The ``asample`` options beyond the runtime's sample op: ``topk_sample_logprobs`` and
-``target_prompt_logprobs`` (read here into :class:`~localsession.port.SampleRequest` fields),
-and how their results are written into the ``SampleResponse`` protobuf.
+"""The ``asample`` options beyond the runtime's sample op: ``topk_sample_logprobs``,
+``prompt_alt_tokens_k`` and ``target_prompt_logprobs`` (read here into
+:class:`~localsession.port.SampleRequest` fields), and how their results are written into
+the ``SampleResponse`` protobuf.
 
 ``target_prompt_logprobs`` is an int64 ``[len(prompt) - 1, K]`` table, dense or sparse CSR
 (JSON ``sparse_crow_indices`` / ``sparse_col_indices``): cell ``[i, j]`` asks for the
@@ -25,6 +26,11 @@ def options(body: dict[str, Any], prompt_length: int) -> dict[str, Any]:
         raise errors.validation(f"topk_sample_logprobs={k!r} must be an integer >= 0")
     if k:
         out["topk_sample_logprobs"] = k
+    alt = body.get("prompt_alt_tokens_k") or 0
+    if not isinstance(alt, int) or isinstance(alt, bool) or alt < 0:
+        raise errors.validation(f"prompt_alt_tokens_k={alt!r} must be an integer >= 0")
+    if alt:
+        out["prompt_alt_tokens_k"] = alt
     table = body.get("target_prompt_logprobs")
     if table is not None:
         out["target_prompt_logprobs"] = _table(table, prompt_length)
@@ -59,6 +65,21 @@ def _table(given: Any, prompt_length: int) -> tuple[tuple[int, ...], ...]:
                     raise errors.validation(f"{where} has a column index out of range")
                 flat[r * width + int(col[j])] = int(data[j])
     return tuple(tuple(flat[r * width : (r + 1) * width]) for r in range(rows))
+
+
+def alt_tokens(pb: Any, alt: dict[str, list[list[Any]]]) -> Any:
+    """The ``PromptAltTokens`` message: int64 ids and float32 logprobs, ``[L - 1, k]``."""
+    ids = [int(v) for row in alt["tokens"] for v in row]
+    lps = [float(v) for row in alt["logprobs"] for v in row]
+    shape = [len(alt["tokens"]), len(alt["tokens"][0]) if alt["tokens"] else 0]
+    return pb.PromptAltTokens(
+        tokens=pb.Tensor(
+            dense=struct.pack(f"<{len(ids)}q", *ids), dtype=pb.DTYPE_INT64, shape=shape
+        ),
+        logprobs=pb.Tensor(
+            dense=struct.pack(f"<{len(lps)}f", *lps), dtype=pb.DTYPE_FLOAT32, shape=shape
+        ),
+    )
 
 
 def target_tensor(pb: Any, rows: list[list[float | None]]) -> Any:
