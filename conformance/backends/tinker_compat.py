@@ -118,9 +118,16 @@ def supports(tinker: ModuleType, feature: str) -> bool:
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status an SDK error carries (``APIStatusError.status_code``), else None."""
+    """The HTTP status an SDK error carries (``APIStatusError.status_code``), else None.
+    Releases before 0.30 raise a failed ``retrieve_future`` answer as ``ValueError("Error
+    retrieving result: Error code: 422 - ...")``: its status is read from that text."""
     status = getattr(exc, "status_code", None)
-    return int(status) if isinstance(status, int) else None
+    if isinstance(status, int):
+        return status
+    if isinstance(exc, ValueError):
+        found = re.match(r"Error retrieving result: Error code: (\d{3})\b", str(exc))
+        return int(found.group(1)) if found else None
+    return None
 
 
 def body_of(exc: BaseException) -> Any:

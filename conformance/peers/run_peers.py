@@ -8,8 +8,9 @@ Peers:
   the model is declared ``capabilities: [training]``, so no vLLM sampler starts. TuFT
   accepts tinker SDKs up to 0.28.1, so the suite runs from a second venv with
   ``tinker==0.28.1`` (its run with the repo's 0.38 stops at the wire probe).
-- **skyrl-tx** (0.3.0): installed with its ``tinker`` extra; its server is started when
-  the install provides one (see docs/peers.md for what happened here).
+- **skyrl-tx** (0.3.0): installed with its ``tinker`` extra and a CPU JAX (its ``jax``
+  extra wants ``jax[cuda12]`` on Linux); ``python -m tx.tinker.api`` serves the tiny
+  model's exported directory.
 
 Everything lives under ``--dir`` (default ``$LOCALSESSION_PEERS``, else
 ``~/.cache/localsession-peers``): venvs, the exported model, logs and one JSON report per
@@ -102,27 +103,47 @@ def running(
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run_suite(python: Path, url: str, report: Path, log: Path, extra: Sequence[str] = ()) -> int:
+def run_suite(python: Path, url: str, report: Path, log: Path, model: str = MODEL) -> int:
     """The Tinker suite against ``url`` from ``python``; returns pytest's status."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TINKER_API_KEY": KEY}
     args = [str(python), "-m", "pytest", "-p", "conformance.plugin", "-p", "no:cacheprovider",
-            "--backend=tinker", f"--base-url={url}", f"--base-model={MODEL}", "-q",
-            f"--conformance-report={report}", *extra, str(SUITE)]  # fmt: skip
+            "--backend=tinker", f"--base-url={url}", f"--base-model={model}", "-q",
+            f"--conformance-report={report}", str(SUITE)]  # fmt: skip
     with log.open("a") as out:
         return subprocess.run(
             args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
         ).returncode
 
 
-def tuft(base: Path, port: int) -> list[Path]:
-    """TuFT on ``localsession/tiny`` (training only), checked with tinker 0.38 and 0.28.1."""
-    log = base / "tuft.log"
-    python = venv(base / "tuft", ["tuft"], log)
+#: Loaded in TuFT's venv by a .pth file: with no GPU, the CUDA memory statistics its HF
+#: trainer reads around each micro-batch answer nothing instead of raising (docs/peers.md).
+CPU_SHIM = """import torch
+
+if not torch.cuda.is_available():
+    torch.cuda.reset_peak_memory_stats = lambda *args, **kwargs: None
+    for _name in ("max_memory_allocated", "memory_allocated", "memory_reserved"):
+        setattr(torch.cuda, _name, lambda *args, **kwargs: 0)
+"""
+
+
+def tiny_model(base: Path) -> Path:
+    """``localsession/tiny`` as a Hugging Face directory (weights and tokenizer)."""
     model = base / "models" / "tiny"
     if not (model / "config.json").exists():
         from localsession.engine.builtin import save_builtin
 
         save_builtin(MODEL, model)
+    return model
+
+
+def tuft(base: Path, port: int) -> list[Path]:
+    """TuFT on ``localsession/tiny`` (training only), checked with tinker 0.38 and 0.28.1."""
+    log = base / "tuft.log"
+    python = venv(base / "tuft", ["tuft"], log)
+    site = next((base / "tuft" / "lib").glob("python*/site-packages"))
+    (site / "localsession_cpu_shim.py").write_text(CPU_SHIM)
+    (site / "zz_localsession_cpu_shim.pth").write_text("import localsession_cpu_shim\n")
+    model = tiny_model(base)
     config = base / "tuft.yaml"
     config.write_text(json.dumps({  # YAML is a superset of JSON
         "supported_models": [{"model_name": MODEL, "model_path": str(model),
@@ -153,20 +174,23 @@ def tuft(base: Path, port: int) -> list[Path]:
 def skyrl_tx(base: Path, port: int) -> list[Path]:
     """skyrl-tx 0.3.0 with its tinker extra: its API server, when the install has one."""
     log = base / "skyrl-tx.log"
-    python = venv(base / "skyrl-tx", ["skyrl-tx[tinker]==0.3.0"], log)
-    probe = subprocess.run([str(python), "-c", "import tx.tinker.api"], capture_output=True,
+    python = venv(
+        base / "skyrl-tx", ["skyrl-tx[tinker]==0.3.0", "jax>=0.8,<1", "flax>=0.12.2"], log
+    )
+    probe = subprocess.run([str(python), "-c", "import jax, tx.tinker.api"], capture_output=True,
                            text=True, check=False)  # fmt: skip
     if probe.returncode != 0:
         (base / "skyrl-tx.unavailable").write_text(probe.stderr[-4000:])
         print(f"skyrl-tx: no API server importable here (see {base / 'skyrl-tx.unavailable'})")
         return []
     url = f"http://127.0.0.1:{port}"
-    launch = [str(python), "-m", "tx.tinker.api", "--base-model", MODEL, "--port", str(port)]
+    model = str(tiny_model(base))
+    launch = [str(python), "-m", "tx.tinker.api", "--base-model", model, "--port", str(port)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu"}
     with running(launch, log, env) as server:
         wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
         report = base / "skyrl-tx-0.38.json"
-        run_suite(Path(sys.executable), url, report, log)
+        run_suite(Path(sys.executable), url, report, log, model=model)
     return [report]
 
 

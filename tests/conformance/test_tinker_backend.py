@@ -96,3 +96,9 @@ def test_collecting_the_sagemaker_suite_needs_no_hypothesis(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "test_stateful_small" in done.stdout
+
+
+def test_an_old_sdks_failed_retrieve_carries_its_status() -> None:
+    old = ValueError("Error retrieving result: Error code: 422 - {'detail': 'Future failed'}")
+    assert compat.status_of(old) == 422
+    assert compat.status_of(ValueError("rank must be positive")) is None
