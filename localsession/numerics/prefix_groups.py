@@ -8,7 +8,8 @@ the row layout from plain lists:
 - :func:`group_by_prefix`: datums sorted by their keys (token ids, or (token, temperature)
   pairs: a shared position must also share its temperature), runs of neighbours merged while
   the run's common prefix times its size does not shrink, a run cut where its packed row would
-  pass ``max_row``; a group that saves less than :data:`MIN_GROUP_SAVING` of its tokens is
+  pass ``max_row`` or where the next datum shares more with the one after it than with the
+  run; a group that saves less than :data:`MIN_GROUP_SAVING` of its tokens is
   split back into single datums.
 - :func:`packed_length` and :func:`suffix_starts`: the packed row's length and where each
   member's suffix begins in it.
@@ -75,12 +76,15 @@ def group_by_prefix(keys: Sequence[Sequence[Hashable]], max_row: int) -> list[Gr
     groups: list[Group] = []
     members: list[int] = []
     prefix = 0
-    for i in order:
+    for at, i in enumerate(order):
         if members:
             shared = common_prefix(keys[members[0]], keys[i], prefix)
             grown = packed_length(shared, [lengths[j] for j in members]) + lengths[i] - shared
+            nxt = order[at + 1] if at + 1 < len(order) else None
+            # a datum that shares more with the next one than with this run starts its own
+            ahead = 0 if nxt is None else common_prefix(keys[i], keys[nxt], shared + 1)
             if shared > 0 and len(members) * shared >= (len(members) - 1) * prefix:
-                if grown <= max_row:
+                if grown <= max_row and not (shared < prefix and ahead > shared):
                     members.append(i)
                     prefix = shared
                     continue

@@ -58,6 +58,14 @@ def test_grpo_batch_groups_by_prompt() -> None:
     assert pg.sharing_pays(groups, [len(k) for k in keys], SHAPE, attn_factor=1.0)
 
 
+def test_a_datum_sharing_one_token_does_not_swallow_a_group() -> None:
+    """[9, 0] sorts just before eight datums that share [9, 1, ..., 6]: they still group."""
+    keys = [[9, 0]] + [[9, 1, 2, 3, 4, 5, 6, 50 + i] for i in range(8)]
+    groups = pg.group_by_prefix(keys, max_row=4096)
+    assert sorted(g.members for g in groups) == [(0,), tuple(range(1, 9))]
+    assert [g.prefix for g in groups if len(g.members) > 1] == [7]
+
+
 def test_long_rows_split_at_max_row() -> None:
     keys = grpo_keys(prompts=1, group=10, prompt_len=30, seed=1)
     groups = pg.group_by_prefix(keys, max_row=60)
