@@ -99,6 +99,7 @@ class Dialect(Checkpoints, Samplers):
         self.paths: dict[str, str] = {}  # tinker:// path -> package ARN
         self.ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
         self.recipients: dict[str, list[str]] = {}  # external export -> its age recipients
+        self.metadata: dict[str, dict[str, Any]] = {}  # tinker:// path -> its user_metadata
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -347,6 +348,9 @@ class Dialect(Checkpoints, Samplers):
         if sampler:
             config["mergeWeights"] = False
         op = self.submit(model, int(request.get("seq_id") or 0), kind, config)
+        if isinstance(request.get("user_metadata"), dict):
+            with self.lock:
+                self.metadata[path] = dict(request["user_metadata"])
         extra: dict[str, Any] = {"path": path, "ttl": request.get("ttl_seconds")}
         if sampler and request.get("sampling_session_seq_id") is not None:
             extra["sampler_for"] = model.model_id
