@@ -88,6 +88,14 @@ bench: $(SDK_STAMP) $(MODEL_STAMP)
 bench-full: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
 
+# Third-party Tinker servers (TuFT; skyrl-tx where it installs) in their own venvs under
+# $$LOCALSESSION_PEERS (default ~/.cache/localsession-peers), started on this CPU and checked by
+# conformance/suite_tinker; reports and a table land there (docs/peers.md). Optional: not in
+# `make test`; the first run downloads several GB (TuFT brings torch, Ray and vLLM).
+.PHONY: conformance-peers
+conformance-peers: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 PYTHONPATH=. $(PY) conformance/peers/run_peers.py
+
 lint: $(STAMP)
 	$(PY) -m ruff check localsession fakes conformance tests examples bench
 	$(PY) -m ruff format --check localsession fakes conformance tests examples bench

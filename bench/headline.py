@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -68,10 +68,28 @@ TRAIN_ROUNDS, SAMPLE_ROUNDS, THREAD_ROUNDS = 6, 4, 4
 BF16_RUNS, BF16_ROUNDS = 3, 4
 
 
+def reported(fns: Mapping[str, Callable[[], object]], part: str) -> dict[str, Callable[[], object]]:
+    """``fns``, each printing its wall time and the load as it ends (a long run's progress)."""
+
+    def wrap(name: str, fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            started = time.perf_counter()
+            out = fn()
+            took = time.perf_counter() - started
+            print(f"  {part} {name}: {took:.1f} s (1-minute load {load1():.2f})", flush=True)
+            return out
+
+        return run
+
+    return {name: wrap(name, fn) for name, fn in fns.items()}
+
+
 @contextmanager
 def burner(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` processes that each keep one CPU busy, ended on exit."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    """``count`` processes that each keep one CPU busy, ended on exit (or when this process
+    ends, however it ends: each spins only while its parent lives)."""
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
     try:
         yield procs
     finally:
@@ -112,9 +130,8 @@ def training_rows(name: str, rounds: int, batch: int, length: int) -> list[Row]:
         ours_loss, raw_loss = api_step(tc, rows), raw.step(rows)  # also the warm-up
         if abs(ours_loss - raw_loss) > 1e-3 * abs(raw_loss):
             raise AssertionError(f"first-step loss {ours_loss} (API) vs {raw_loss} (raw)")
-        times = interleaved(
-            {"ours": lambda: api_step(tc, rows), "raw": lambda: raw.step(rows)}, rounds, warmup=0
-        )
+        steps = {"ours": lambda: api_step(tc, rows), "raw": lambda: raw.step(rows)}
+        times = interleaved(reported(steps, "training"), rounds, warmup=0)
         tc.stop()
         service.close()
     ratios = paired_ratios(times)
@@ -152,13 +169,11 @@ def sampling_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> 
     counts: dict[str, list[int]] = {"ours": [], "raw": []}
     with tempfile.TemporaryDirectory() as home:
         service, tc, sampler, _ = _sampler(name, home)
-        times = interleaved(
-            {
-                "ours": lambda: counts["ours"].append(sample_burst(sampler, prompts, max_tokens)),
-                "raw": lambda: counts["raw"].append(generate()),
-            },
-            rounds,
-        )
+        bursts = {
+            "ours": lambda: counts["ours"].append(sample_burst(sampler, prompts, max_tokens)),
+            "raw": lambda: counts["raw"].append(generate()),
+        }
+        times = interleaved(reported(bursts, "sampling"), rounds)
         tc.stop()
         service.close()
     done = {k: v[-rounds:] for k, v in counts.items()}  # the warm-up round's dropped
@@ -208,7 +223,8 @@ def threads_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> l
         with tempfile.TemporaryDirectory() as home, burner(max(1, (os.cpu_count() or 2) // 2)):
             service, tc, sampler, tokenizer = _sampler(name, home)
             prompts = text_prompts(tokenizer, concurrency)
-            times = interleaved({mode: burst(mode) for mode in modes}, rounds)
+            bursts = {mode: burst(mode) for mode in modes}
+            times = interleaved(reported(bursts, "threads"), rounds)
             tc.stop()
             service.close()
     finally:
@@ -222,7 +238,7 @@ def threads_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> l
         Row(
             f"sampling ×{concurrency} beside a CPU burner, auto threads (1 thread in "
             f"{100 * one:.0f}% of steps) vs the better fixed count: {best} "
-            f"(1: {rate['1 thread']:.0f}, 2: {rate['2 threads']:.0f} tok/s)",
+            f"(1: {rate['1 thread']:.3g}, 2: {rate['2 threads']:.3g} tok/s)",
             rate["auto"],
             "tok/s",
             "≥ 1.0×",
@@ -264,10 +280,8 @@ def bf16_rows(name: str, runs: int, rounds: int, batch: int, length: int, smoke:
         t32: list[float] = []
         t16: list[float] = []
         for _ in range(runs):
-            times = interleaved(
-                {dtype: partial(api_step, tc, rows) for dtype, tc in clients.items()},
-                rounds,
-            )
+            steps = {dtype: partial(api_step, tc, rows) for dtype, tc in clients.items()}
+            times = interleaved(reported(steps, "bf16"), rounds)
             run_medians.append(median(paired_ratios(times, sides=("bf16", "fp32"))))
             t32 += times["fp32"]
             t16 += times["bf16"]
@@ -336,10 +350,13 @@ def collect(smoke: bool = False, only: list[str] | None = None) -> list[Row]:
 
 def run_part(part: str, smoke: bool, out_dir: Path, rounds: int | None) -> list[Row]:
     """One part in a fresh interpreter (its threads, caches and allocator its own)."""
-    out = out_dir / f"{part}.json"
+    out, before = out_dir / f"{part}.json", load1()
     command = [sys.executable, __file__, "--part", part, "--json", str(out)]
     command += (["--smoke"] if smoke else []) + (["--rounds", str(rounds)] if rounds else [])
-    subprocess.run(command, check=True, cwd=ROOT)
+    done = subprocess.run(command, check=False, cwd=ROOT)
+    if done.returncode != 0:  # a MISS row; the other parts still run
+        reason = f"failed: exit status {done.returncode}, its output is above"
+        return [Row(f"{part} ({reason})", float("nan"), "", "runs", False, load=[before, load1()])]
     return read_rows(out)
 
 
@@ -374,6 +391,8 @@ def main() -> None:
         doc = args.doc if args.doc is not None else ROOT / "docs" / "performance.md"
         write_doc(doc, rows, took, before, note)
         print(f"wrote {doc}")
+    if any(r.metric.endswith("its output is above)") for r in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

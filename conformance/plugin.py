@@ -214,6 +214,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     """List every skipped test with its reason (a missing capability names it); then say,
     last and in red, that an unavailable backend means nothing was checked."""
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.when in ("setup", "call")]
+    if _UNAVAILABLE in config.stash:  # one reason for every test: said once, last, below
+        skipped = [r for r in skipped if "backend unavailable: " not in str(r.longrepr)]
     if skipped:
         terminalreporter.section(f"conformance: {len(skipped)} skipped, with reasons")
         for report in skipped:

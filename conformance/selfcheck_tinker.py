@@ -297,3 +297,43 @@ def lora_unseeded(options: dict[str, Any]) -> Backend:
 
 def crash_as_validation(options: dict[str, Any]) -> Backend:
     return _make("crash_as_validation", options)
+
+
+#: What a pydantic server that predates ``optimizer_config`` answers tinker 0.38's
+#: create_model with (TuFT 0.2.2 does, HTTP 422).
+WIRE_REFUSAL = {
+    "detail": [
+        {
+            "type": "extra_forbidden",
+            "loc": ["body", "optimizer_config"],
+            "msg": "Extra inputs are not permitted",
+            "input": {"type": "adamw"},
+        }
+    ]
+}
+
+
+@contextlib.contextmanager
+def older_wire() -> Iterator[None]:
+    """The dialect answering ``create_model`` as a server of an older wire does."""
+    from starlette.responses import JSONResponse
+
+    from localsession.server.tinker.routes import TinkerRoutes
+
+    async def refuse(self: Any, request: Any) -> Any:
+        return JSONResponse(WIRE_REFUSAL, status_code=422)
+
+    with mock.patch.object(TinkerRoutes, "create_model", refuse):
+        yield
+
+
+def wire_mismatch(options: dict[str, Any]) -> Backend:
+    """``--backend=import:conformance.selfcheck_tinker:wire_mismatch``: the loopback dialect
+    refusing tinker 0.38's ``optimizer_config`` (the run must stop with one message)."""
+    from conformance.backends.tinker import make_tinker
+
+    held = older_wire()
+    held.__enter__()
+    _HELD.append(held)
+    os.environ.pop("TINKER_BASE_URL", None)
+    return make_tinker({**options, "base_url": None})

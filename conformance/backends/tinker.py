@@ -94,6 +94,7 @@ def make_tinker(options: dict[str, Any]) -> Backend:
                 "lists in get_server_capabilities)"
             )
         name, stack = "tinker", options.get("numeric_stack") or "split"
+        known = xfail_file("tinker")
     else:
         from localsession.mocking.tinker_server import API_KEY, TinkerServer
 
@@ -105,6 +106,7 @@ def make_tinker(options: dict[str, Any]) -> Backend:
         capabilities = declared if declared is not None else LOCAL_CAPABILITIES
         base_model = options.get("base_model") or LOCAL_MODEL
         name, stack = "tinker-localsession", options.get("numeric_stack") or "shared"
+        known = xfail_file("tinker-localsession")
     if stack not in STACKS:
         close()
         raise BackendUnavailable(f"--numeric-stack={stack!r}: use {' or '.join(STACKS)}")
@@ -124,6 +126,14 @@ def make_tinker(options: dict[str, Any]) -> Backend:
         ) from None
     except Exception as exc:  # noqa: BLE001 - any transport or HTTP error means unreachable
         close()
+        if compat.status_of(exc) == 404:  # something serves HTTP, but not this SDK's calls
+            where = getattr(getattr(exc, "request", None), "url", None) or "an endpoint"
+            raise BackendUnavailable(
+                f"wire mismatch: {url} answers 404 to {where}, which tinker {version} calls "
+                "before any test; the server speaks another release of the Tinker API. Run the "
+                "suite with a tinker SDK the server accepts (pip install 'tinker==X.Y.Z' in its "
+                "own venv)."
+            ) from None
         raise BackendUnavailable(
             f"no Tinker server answers at {url} (tinker {version}): {exc}"
         ) from None
@@ -161,7 +171,7 @@ def make_tinker(options: dict[str, Any]) -> Backend:
         capabilities=frozenset(capabilities),
         limits=limits,
         surface="tinker",
-        xfail_file=options.get("xfail_file") or xfail_file("tinker"),
+        xfail_file=options.get("xfail_file") or known,
         close=close,
         details=details,
         prompt=model["prompt"],

@@ -72,6 +72,17 @@ def rest_client(service_client: Any) -> Any:
     return service_client.create_rest_client()
 
 
+def _rest_class(tinker: ModuleType) -> Any:
+    """``RestClient``: exported at the top level from 0.30, in its module before."""
+    from importlib import import_module
+
+    found = getattr(tinker, "RestClient", None)
+    if found is None:
+        module = import_module(f"{tinker.__name__}.lib.public_interfaces.rest_client")
+        found = module.RestClient
+    return found
+
+
 def _sample_keywords(tinker: ModuleType) -> set[str]:
     return set(inspect.signature(tinker.SamplingClient.sample).parameters)
 
@@ -82,11 +93,16 @@ def _loss_names(tinker: ModuleType) -> set[str]:
 
 def supports(tinker: ModuleType, feature: str) -> bool:
     """Whether the installed SDK can send ``feature``: ``sample:<keyword>``,
-    ``loss:<name>``, ``training:<method>``, ``service:<method>``, ``rest:<method>`` or
-    ``lora:<field>`` (a ``LoraConfig`` field)."""
+    ``loss:<name>``, ``training:<method>``, ``service:<method>``, ``rest:<method>``,
+    ``lora:<field>`` (a ``LoraConfig`` field) or ``param:<Class>.<method>.<keyword>``."""
     kind, _, name = feature.partition(":")
     if kind == "sample":
         return name in _sample_keywords(tinker)
+    if kind == "param":
+        owner, method, keyword = name.split(".")
+        cls = _rest_class(tinker) if owner == "RestClient" else getattr(tinker, owner)
+        found = getattr(cls, method, None)
+        return found is not None and keyword in inspect.signature(found).parameters
     if kind == "loss":
         return name in _loss_names(tinker)
     if kind == "training":
@@ -94,8 +110,7 @@ def supports(tinker: ModuleType, feature: str) -> bool:
     if kind == "service":
         return hasattr(tinker.ServiceClient, name)
     if kind == "rest":
-        rest = getattr(tinker, "RestClient", None)
-        return rest is not None and hasattr(rest, name)
+        return hasattr(_rest_class(tinker), name)
     if kind == "lora":
         fields = getattr(tinker.types.LoraConfig, "model_fields", {})
         return name in fields
@@ -103,9 +118,16 @@ def supports(tinker: ModuleType, feature: str) -> bool:
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status an SDK error carries (``APIStatusError.status_code``), else None."""
+    """The HTTP status an SDK error carries (``APIStatusError.status_code``), else None.
+    Releases before 0.30 raise a failed ``retrieve_future`` answer as ``ValueError("Error
+    retrieving result: Error code: 422 - ...")``: its status is read from that text."""
     status = getattr(exc, "status_code", None)
-    return int(status) if isinstance(status, int) else None
+    if isinstance(status, int):
+        return status
+    if isinstance(exc, ValueError):
+        found = re.match(r"Error retrieving result: Error code: (\d{3})\b", str(exc))
+        return int(found.group(1)) if found else None
+    return None
 
 
 def body_of(exc: BaseException) -> Any:

@@ -126,7 +126,7 @@ def user_error(backend: Backend, call: Callable[[], Any], *names: str) -> str:
             f"the failure's category is {category!r}, not User: {exc}"
         )
     body = compat.body_of(exc)
-    message = str(body.get("detail", body) if isinstance(body, dict) else exc)
+    message = str(body.get("detail", body) if isinstance(body, dict) and body else exc)
     for name in names:
         assert name in message, f"the refusal does not name {name!r}: {message[:400]}"
     return message

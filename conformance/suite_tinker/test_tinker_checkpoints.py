@@ -138,7 +138,7 @@ def test_user_metadata_is_kept(
 ) -> None:
     """training_client.py ``save_state(user_metadata=...)``: "Optional user-provided metadata
     to attach to the checkpoint"; checkpoint.py lists it back."""
-    needs_sdk(backend, "rest:list_checkpoints")
+    needs_sdk(backend, "param:TrainingClient.save_state.user_metadata")
     tc = new_trainer(seed=36)
     metadata = {"step": "7", "purpose": "conformance"}
     path = wait(tc.save_state("conformance-meta", user_metadata=metadata), backend).path
@@ -177,12 +177,18 @@ def test_training_run_describes_the_model(
 def test_training_runs_are_listed(
     backend: Backend, tinker_client: Any, new_trainer: Callable[..., Any]
 ) -> None:
-    """rest_client.py ``list_training_runs``: the runs of the caller, this one among them
-    once it has a checkpoint."""
+    """rest_client.py ``list_training_runs``: "List training runs with pagination support";
+    paging through them finds this run once it has a checkpoint."""
     tc = new_trainer(seed=39)
     wait(tc.save_state("conformance-runs"), backend)
-    runs = wait(_rest(tinker_client).list_training_runs(limit=100), backend).training_runs
-    assert tc.model_id in {r.training_run_id for r in runs}
+    rest, seen, offset = _rest(tinker_client), set(), 0
+    while tc.model_id not in seen:  # page through (list_training_runs(limit, offset))
+        page = wait(rest.list_training_runs(limit=50, offset=offset), backend).training_runs
+        if not page:
+            break
+        seen |= {r.training_run_id for r in page}
+        offset += len(page)
+    assert tc.model_id in seen, f"not among the {len(seen)} runs listed"
 
 
 def test_weights_info_of_a_path(

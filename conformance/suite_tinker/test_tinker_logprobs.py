@@ -109,6 +109,7 @@ def test_topk_sample_logprobs_cover_each_sampled_token(
 
 def test_topk_sample_logprobs_are_absent_unless_asked(backend: Backend, sampler: Any) -> None:
     """sampled_sequence.py ``topk_logprobs``: "Returns ``None`` if top-k was not requested"."""
+    needs_sdk(backend, "sample:topk_sample_logprobs")
     res = _sample(backend, sampler, list(backend.prompt), max_tokens=3)
     assert res.sequences[0].topk_logprobs is None
 

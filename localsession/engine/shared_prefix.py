@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,9 @@ from localsession.engine import sampling
 from localsession.numerics import prefix_groups
 from localsession.numerics.batch import Batch
 from localsession.numerics.prefix_groups import Group
+
+if TYPE_CHECKING:
+    from localsession.engine.loading import LoadedModel
 
 SHARED_ENV = "LOCALSESSION_SHARED_PREFIX"
 MODES = ("auto", "on", "off")
@@ -221,12 +224,15 @@ def pack(
                 col = base + start + t - p
                 src[col], seg[col], pos[col] = i * width + t, k + 1, t
                 dest[i * width + t] = col
-    as_long = {"dtype": torch.long, "device": device}
+
+    def longs(values: list[int], *shape: int) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device).view(*shape)
+
     return Packed(
-        src_N=torch.tensor(src, **as_long),  # type: ignore[arg-type]
-        seg_RL=torch.tensor(seg, **as_long).view(len(groups), row_width),  # type: ignore[arg-type]
-        pos_RL=torch.tensor(pos, **as_long).view(len(groups), row_width),  # type: ignore[arg-type]
-        dest_BT=torch.tensor(dest, **as_long).view(len(lengths), width),  # type: ignore[arg-type]
+        src_N=longs(src, n),
+        seg_RL=longs(seg, len(groups), row_width),
+        pos_RL=longs(pos, len(groups), row_width),
+        dest_BT=longs(dest, len(lengths), width),
     )
 
 
@@ -261,13 +267,25 @@ def packed_logprobs(
     return picked_BT - lse_N[packed.dest_BT]
 
 
-def batch_plan(
-    batch: Batch, device: torch.device, dtype: torch.dtype, shape: tuple[int, int, int]
-) -> Plan | None:
-    """:func:`plan` of a training batch: its datums' tokens, paired with their temperatures
-    when the batch gives any (a shared position must read the same temperature)."""
-    if len(batch.lengths) < 2 or mode() == "off":
+def supported(model: Any) -> bool:
+    """Whether ``model`` takes a packed row as it is written: its attention is ``sdpa`` or
+    ``eager`` (both read a 4-D additive mask as given; flash attention takes none) and has no
+    sliding window (a custom mask would replace it)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    window = getattr(config, "sliding_window", None)
+    return not window or getattr(config, "use_sliding_window", True) is False
+
+
+def batch_plan(batch: Batch, loaded: LoadedModel, shape: tuple[int, int, int]) -> Plan | None:
+    """:func:`plan` of a training batch on ``loaded``'s model: its datums' tokens, paired with
+    their temperatures when the batch gives any (a shared position must read the same
+    temperature). ``None`` for a model that is not :func:`supported`."""
+    if len(batch.lengths) < 2 or mode() == "off" or not supported(loaded.model):
         return None
+    device, dtype = loaded.device, loaded.dtype
     token_rows = batch.tokens_BT.tolist()
     if batch.temperature_BT is None:
         keys: list[list[Any]] = [row[:n] for row, n in zip(token_rows, batch.lengths, strict=True)]
@@ -297,20 +315,19 @@ def chunked(
 
 
 def batch_logprobs(
-    model: Any,
-    prompts: Sequence[list[int]],
-    pad_id: int,
-    vocab_size: int,
-    device: torch.device,
-    dtype: torch.dtype,
-    shape: tuple[int, int, int],
+    model: Any, prompts: Sequence[list[int]], loaded: LoadedModel, shape: tuple[int, int, int]
 ) -> list[list[float]]:
-    """``sampling.batch_logprobs`` (log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1), with
-    prompts that share a prefix packed (module docstring) in runs of at most
-    ``LOGPROB_LOGIT_BYTES`` of float32 logits; unshared when :func:`plan` says so."""
+    """``sampling.batch_logprobs`` (log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1) of
+    ``model`` (``loaded``'s, or a plain copy of it), with prompts that share a prefix packed
+    (module docstring) in runs of at most ``LOGPROB_LOGIT_BYTES`` of float32 logits;
+    unshared when :func:`plan` says so. ``shape``: as for :func:`plan`."""
+    pad_id, vocab_size = loaded.pad_id, loaded.vocab_size
+    device, dtype = loaded.device, loaded.dtype
     inputs = [p[:-1] for p in prompts]
     index = [i for i, p in enumerate(inputs) if p]  # a one-token prompt has no logprobs
-    found = None if mode() == "off" else plan([inputs[i] for i in index], device, dtype, shape)
+    found = None
+    if mode() != "off" and supported(model):
+        found = plan([inputs[i] for i in index], device, dtype, shape)
     if found is None:
         return sampling.batch_logprobs(model, prompts, pad_id, vocab_size, device)
     out: list[list[float]] = [[] for _ in prompts]

@@ -25,10 +25,9 @@ batch never sees a half-applied update (localsession.port threading contract).
   file before anything live changes, then copies into the existing parameters so the
   optimizer's references stay valid.
 
-Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (datums
-that share a prefix compute it once, in ``forward_backward`` / ``forward`` and
-``compute_logprobs``), ``compiled`` (the opt-in
-``torch.compile`` training forward), ``snapshots`` (package adapters), ``request_checks``.
+Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (a shared
+prefix runs once), ``compiled`` (the opt-in ``torch.compile`` training forward),
+``snapshots`` (package adapters), ``request_checks``.
 """
 
 from __future__ import annotations
@@ -84,7 +83,6 @@ class TorchEngine:
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:
         self.spec = spec
-        thread_policy.requested()  # a bad LOCALSESSION_THREADS fails here, at load
         #: the shared base this session's adapter sits on (base_pool.py); None when the
         #: caller handed in its own ``loaded`` model
         self._shared: SharedBase | None = None
@@ -186,7 +184,7 @@ class TorchEngine:
         batch = parse_datums(
             datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions
         )
-        plan = shared_prefix.batch_plan(batch, m.device, m.dtype, self._shape)  # None: unshared
+        plan = shared_prefix.batch_plan(batch, m, self._shape)  # None: unshared
         mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
             with self._mutex, mode, thread_policy.scope():  # torch threads: thread_policy.py
@@ -198,9 +196,8 @@ class TorchEngine:
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:
             self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
-        params, layers, width = self._shape
-        computed = list(plan.row_lengths) if plan is not None else batch.lengths  # tokens run
-        flops = model_flops(params, layers, width, computed, backward=backward)
+        run = list(plan.row_lengths) if plan else batch.lengths  # the rows computed
+        flops = model_flops(*self._shape, run, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
         result["metrics"].update(throughput_metrics(flops, seconds, peak))
         return result
@@ -335,9 +332,7 @@ class TorchEngine:
             decoder = self._decoder(key, snapshot)  # the sampler's model, when there is one
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 model = decoder if decoder is not None else m.model
-                rows = shared_prefix.batch_logprobs(
-                    model, checked, m.pad_id, self.vocab_size, m.device, m.dtype, self._shape
-                )
+                rows = shared_prefix.batch_logprobs(model, checked, m, self._shape)
         self._trim(sum(map(len, checked)) * (self._token_bytes + 4 * self.vocab_size))
         return [[None, *row] for row in rows]
 

@@ -140,3 +140,22 @@ def test_performance_doc_is_marked_generated_and_holds_the_table() -> None:
     assert "partial" not in text
     partial = render_doc(rows, 60.0, 0.5, Path(__file__).parent, "a partial run: --rounds 2")
     assert "- **a partial run: --rounds 2**: not the full `make bench`" in partial
+
+
+def test_a_part_that_fails_is_a_miss_row_and_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from bench import headline
+
+    ran: list[list[str]] = []
+
+    def failing(command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        ran.append(command)
+        return subprocess.CompletedProcess(command, 3)
+
+    monkeypatch.setattr(headline.subprocess, "run", failing)
+    (row,) = headline.run_part("threads", False, tmp_path, rounds=2)
+    assert ran[0][-2:] == ["--rounds", "2"] and "threads" in ran[0]
+    assert row.result == "MISS" and "exit status 3" in row.metric and row.load is not None

@@ -94,6 +94,6 @@ def test_gpu_check_dry_run_exercises_every_check_on_the_cpu(
     out = capsys.readouterr().out
     table = out[out.index("gpu_check on cpu (dry run)") :]
     metrics = ("bf16 parity", "train bf16 tok/s", "sessions sharing one base", "wall time")
-    for metric in (*metrics, "tinker SDK step on serve"):
+    for metric in (*metrics, "tinker SDK step on serve", "prefix shared vs unshared"):
         assert metric in table, metric
     assert table.rstrip().splitlines()[-1].startswith("pass")

@@ -144,7 +144,7 @@ def assert_same(a: tuple[dict[str, Any], dict[str, torch.Tensor]], b: Any) -> No
 
 @pytest.mark.parametrize("loss_fn", LOSSES)
 @settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(seed=st.integers(0, 2**31))
 def test_shared_equals_unshared(
@@ -363,3 +363,20 @@ def test_a_disagreeing_attention_kernel_turns_it_off(
     monkeypatch.setenv(shared_prefix.SHARED_ENV, "on")
     use, _, why = shared_prefix.decision(torch.device("cpu"), torch.float32)
     assert not use and "disagrees" in why
+
+
+def test_only_models_that_read_a_custom_mask_share(engine: TorchEngine) -> None:
+    """sdpa or eager attention without a sliding window; flash attention (no 4-D mask) and a
+    sliding window (which a custom mask would replace) run unshared."""
+    from types import SimpleNamespace
+
+    assert shared_prefix.supported(engine.model)
+
+    def model(**config: Any) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(**config))
+
+    assert shared_prefix.supported(model(_attn_implementation="eager"))
+    assert not shared_prefix.supported(model(_attn_implementation="flash_attention_2"))
+    assert not shared_prefix.supported(model(_attn_implementation="sdpa", sliding_window=4096))
+    off = model(_attn_implementation="sdpa", sliding_window=4096, use_sliding_window=False)
+    assert shared_prefix.supported(off)
