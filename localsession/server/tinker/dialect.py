@@ -279,9 +279,10 @@ class Dialect(Checkpoints, Samplers):
     ) -> str:
         model = self.model(model_id)
         if loss_fn == "dro":  # a forward, then a cross-entropy backward (dro.py)
-            future = dro.submit(self, model, seq_id, config, forward_only, datums)
-            future.model_id = model_id
-            return self.add_future(future)
+            future = Future("forward", model_id=model_id)
+            return self.add_future(
+                dro.submit(self, model, seq_id, config, forward_only, datums, future)
+            )
         if loss_fn not in IMPLEMENTED_LOSSES:
             known = loss_fn in TINKER_LOSSES
             raise errors.validation(
