@@ -99,6 +99,7 @@ class Dialect(Checkpoints, Samplers):
         self.paths: dict[str, str] = {}  # tinker:// path -> package ARN
         self.ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
         self.recipients: dict[str, list[str]] = {}  # external export -> its age recipients
+        self.metadata: dict[str, dict[str, Any]] = {}  # tinker:// path -> its user_metadata
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -278,9 +279,10 @@ class Dialect(Checkpoints, Samplers):
     ) -> str:
         model = self.model(model_id)
         if loss_fn == "dro":  # a forward, then a cross-entropy backward (dro.py)
-            future = dro.submit(self, model, seq_id, config, forward_only, datums)
-            future.model_id = model_id
-            return self.add_future(future)
+            future = Future("forward", model_id=model_id)
+            return self.add_future(
+                dro.submit(self, model, seq_id, config, forward_only, datums, future)
+            )
         if loss_fn not in IMPLEMENTED_LOSSES:
             known = loss_fn in TINKER_LOSSES
             raise errors.validation(
@@ -347,6 +349,9 @@ class Dialect(Checkpoints, Samplers):
         if sampler:
             config["mergeWeights"] = False
         op = self.submit(model, int(request.get("seq_id") or 0), kind, config)
+        if isinstance(request.get("user_metadata"), dict):
+            with self.lock:
+                self.metadata[path] = dict(request["user_metadata"])
         extra: dict[str, Any] = {"path": path, "ttl": request.get("ttl_seconds")}
         if sampler and request.get("sampling_session_seq_id") is not None:
             extra["sampler_for"] = model.model_id

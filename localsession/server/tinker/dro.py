@@ -22,8 +22,10 @@ from localsession.numerics.dro_loss import DEFAULT_BETA, dro_backward_weights, d
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 
-if TYPE_CHECKING:
-    from localsession.server.tinker.dialect import Dialect, Future, Model
+if TYPE_CHECKING:  # the dialect's types, named without importing it (dialect.py imports us)
+    Dialect = Any
+    Future = Any
+    Model = Any
 
 
 @dataclass(frozen=True)
@@ -91,21 +93,21 @@ def submit(
     config: dict[str, Any],
     forward_only: bool,
     datums: list[dict[str, Any]],
+    future: Future,
 ) -> Future:
-    """Queue a ``dro`` request; the returned future's op is the forward (``forward_only``)
-    or, once that ran, the backward (``future.op_id`` is None until then)."""
-    from localsession.server.tinker.dialect import Future
-
+    """Queue a ``dro`` request into ``future`` (a new dialect Future): its op is the forward
+    (``forward_only``) or, once that ran, the backward (``future.op_id`` is None until then)."""
     inputs, forward = parse(config, datums)
     body = {"lossFnName": "cross_entropy", "datumList": forward}
     first = dialect.submit(model, seq_id, "forward", body)
-    extra: dict[str, Any] = {"dro": inputs}
+    future.session, future.extra = model.session, {"dro": inputs}
     if forward_only:
-        return Future("forward", session=model.session, op_id=first, extra=extra)
+        future.kind, future.op_id = "forward", first
+        return future
     with dialect.lock:
         model.offset += 1  # the backward takes the next number; later ops shift by one
-    future = Future("forwardBackward", session=model.session, model_id=model.model_id)
-    future.extra = {**extra, "ready": threading.Event()}
+    future.kind = "forwardBackward"
+    future.extra["ready"] = threading.Event()
     threading.Thread(
         target=_backward,
         args=(dialect, model, seq_id, first, forward, future),

@@ -18,12 +18,24 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from localsession.runtime.errors import ServiceError
+from localsession.runtime.service import Service
 
-if TYPE_CHECKING:
-    from localsession.server.tinker.dialect import Dialect
+
+class Dialect(Protocol):
+    """What expiry reads of the dialect (dialect.py, which imports this module)."""
+
+    service: Service
+    lock: threading.Lock
+    sessions: dict[str, float]
+    samplers: dict[str, Any]
+    hidden: dict[str, str]
+    hidden_used: dict[str, float]
+
+    def end_session(self, session_id: str) -> None: ...
+
 
 #: The longest wait between two sweeps (a short timeout sweeps at a quarter of it).
 MAX_PERIOD_S = 5.0

@@ -56,6 +56,7 @@ def checkpoints(dialect: Dialect, run: str | None = None) -> list[dict[str, Any]
         with dialect.lock:
             dialect.paths[path] = str(item["ModelPackageArn"])
             expires = dialect.ttl.get(path)
+            metadata = dialect.metadata.get(path)
         out.append(
             {
                 "checkpoint_id": checkpoint_id,
@@ -64,6 +65,7 @@ def checkpoints(dialect: Dialect, run: str | None = None) -> list[dict[str, Any]
                 "tinker_path": path,
                 "public": False,
                 "expires_at": expires.isoformat() if expires else None,
+                "user_metadata": metadata,
             }
         )
     return out

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
@@ -137,7 +138,7 @@ class Samplers:
                         del self.hidden[key]
                 detail = self.service.session(name).describe().get("ErrorDetails") or status
                 raise ServiceError(
-                    "InternalServerException",
+                    vocab.ErrorCode.INTERNAL,
                     f"the sampling session for {sampler.base_model} did not start: {detail}",
                     500,
                 )
