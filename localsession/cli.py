@@ -138,7 +138,12 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "serve":
         from localsession.server.serve import ServeOptions, serve
 
-        return serve(ServeOptions(**{k: v for k, v in vars(args).items() if k != "command"}))
+        options = ServeOptions(**{k: v for k, v in vars(args).items() if k != "command"})
+        if options.replay is not None:  # answers from a cassette, checking its own options
+            from localsession.parity.running import serve_replay
+
+            return serve_replay(options)
+        return serve(options)
     if args.command == "demo":
         from localsession.demo import cli
 

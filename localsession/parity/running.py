@@ -274,7 +274,7 @@ def _log_requests(quiet: bool) -> None:
 
 def serve_replay(options: ServeOptions) -> int:
     """``localsession serve --replay``: answer from a cassette in the foreground."""
-    from localsession.server.serve import warn_if_exposed
+    from localsession.server.startup import warn_if_exposed
 
     setup = replay_setup(options)
     replayer = setup.replayer

@@ -5,7 +5,6 @@ serve until Ctrl-C, then stop every session cleanly."""
 from __future__ import annotations
 
 import functools
-import ipaddress
 import logging
 import shlex
 import socket
@@ -30,6 +29,7 @@ from localsession.server.startup import (
     bind_or_explain,
     check_model_map,
     check_model_map_flags,
+    warn_if_exposed,
 )
 
 
@@ -53,36 +53,6 @@ class ServeOptions:
     quiet: bool = False
     #: Answer from this cassette instead of running sessions (localsession/parity/).
     replay: Path | None = None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def warn_if_exposed(host: str, authenticated: bool) -> None:
-    """Say loudly, on stderr, that a non-loopback bind lets other machines in."""
-    if is_loopback(host):
-        return
-    bar = "!" * 78
-    print(
-        f"{bar}\nWARNING: localsession is binding {host}, which is NOT a loopback address.\n"
-        "Anyone who can reach this machine on that port can create sessions, run code paths\n"
-        "that read and write under its home directory, and read or delete its model packages.\n"
-        + (
-            "SigV4 authentication (--auth) is on; requests are still sent unencrypted (HTTP).\n"
-            if authenticated
-            else "No authentication is on: add --auth ACCESS_KEY:SECRET, or bind 127.0.0.1.\n"
-        )
-        + bar,
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 def build_service(
@@ -161,10 +131,7 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
 
 
 def serve(options: ServeOptions) -> int:
-    if options.replay is not None:
-        from localsession.parity.running import serve_replay
-
-        return serve_replay(options)  # checks its options itself (parity/running.py)
+    """Run the server until Ctrl-C (``--replay`` is parity/running.py's, chosen by the CLI)."""
     service, sock, lock, credential = start(options)
     warn_if_exposed(options.host, credential is not None)
     url = url_of(sock)
