@@ -238,7 +238,7 @@ def threads_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> l
         Row(
             f"sampling ×{concurrency} beside a CPU burner, auto threads (1 thread in "
             f"{100 * one:.0f}% of steps) vs the better fixed count: {best} "
-            f"(1: {rate['1 thread']:.0f}, 2: {rate['2 threads']:.0f} tok/s)",
+            f"(1: {rate['1 thread']:.3g}, 2: {rate['2 threads']:.3g} tok/s)",
             rate["auto"],
             "tok/s",
             "≥ 1.0×",

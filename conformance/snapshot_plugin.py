@@ -178,7 +178,12 @@ class SnapshotPlugin:
             f"{len(self.recorded)} recorded tests, "
             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         )
+        uncollected = [t for t, r in tests.items() if r.get("reason", "").startswith("not coll")]
+        if uncollected:  # one line for them all: a run of one file would list a hundred
+            write(f"not run: {len(uncollected)} recorded tests not collected (not selected)")
         for test_id, result in tests.items():
+            if test_id in uncollected:
+                continue
             if result["status"] != "agree":
                 reason = f" ({result['reason']})" if result.get("reason") else ""
                 write(f"{result['status']}: {test_id}{reason}", red=result["status"] == "differ")

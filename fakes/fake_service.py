@@ -48,8 +48,6 @@ from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
 from localsession.runtime.models.catalog import ModelCatalog
 
-#: Attempts per submit before the SDK gives up on a transient refusal.
-SUBMIT_ATTEMPTS = vocab.SDK_SUBMIT_ATTEMPTS
 #: Real seconds :meth:`FakeService.advance` waits for one op before calling it stuck.
 SETTLE_TIMEOUT = 10.0
 DEFAULT_MODEL = "fakes/bigram"
@@ -217,11 +215,11 @@ class FakeService:
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         response = self.runtime.get_training_operation_result(name, operation_id)
-        return response if self._visible(operation_id) else {"status": vocab.OP_PENDING}
+        return response if self._visible(operation_id) else {"status": vocab.OpStatus.PENDING}
 
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         response = self.runtime.get_sampling_operation_result(name, operation_id)
-        return response if self._visible(operation_id) else {"status": vocab.OP_PENDING}
+        return response if self._visible(operation_id) else {"status": vocab.OpStatus.PENDING}
 
     # -- the in-process extension (client/backend.py): waits and callbacks follow the clock --
 
@@ -282,7 +280,7 @@ class FakeService:
         if isinstance(outcome, ServiceError):
             call.error_code, call.refusal = outcome.code, outcome.message
             if vocab.is_retryable(outcome.code, outcome.http_status):
-                if call.attempts < SUBMIT_ATTEMPTS:
+                if call.attempts < vocab.SDK_SUBMIT_ATTEMPTS:
                     self._retrying[key] = call  # the client sends it again
             return
         call.error_code = call.refusal = None

@@ -30,6 +30,9 @@ Any other option is passed to pytest, for example:
   --xfail-file FILE            known divergences, instead of the backend's own file
   --base-model NAME            the base model sessions are created on
   --base-url URL               --backend=tinker: a Tinker server (else a loopback serve)
+  --learning-rate LR, --rank R, --lora-alpha A
+                               what the suite trains with (default: the backend's)
+  --numeric-stack shared|split --backend=tinker: one engine, or a sampler beside a trainer
   --remote-region R, --remote-role ARN, --remote-base-model NAME, --remote-group ARN,
   --remote-s3 URI              settings of --backend=remote (or CONFORMANCE_* variables)
   --max-sessions N, --gap-timeout S, --op-timeout S, --min-max-tokens N

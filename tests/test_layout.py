@@ -705,3 +705,136 @@ def test_the_outside_rule_finds_planted_imports(tmp_path: Path) -> None:
         "localsession.mocking.core imports fakes at module level",
         "localsession.runtime.service imports bench",
     ]
+
+
+# -- one vocabulary ----------------------------------------------------------------------------
+
+#: The only files that write the vocabulary's words: vocab.py, and types.py, whose literals
+#: the SDK's signatures force.
+VOCAB_FILES = frozenset({"localsession/vocab.py", "localsession/types.py"})
+#: The packages the vocabulary rule reads.
+VOCAB_ROOTS = ("localsession", "fakes")
+#: Files that still write words of these kinds, each until it is converted (issue 49 item 3:
+#: the Tinker dialect and the op result paths follow the typed runtime API of issue 46; the
+#: op kinds and losses of the clients and the fakes follow them). The rule holds every other
+#: file, and every other kind of word in these files, to vocab.py.
+NOT_YET_CONVERTED: dict[str, frozenset[str]] = {
+    "fakes/calls.py": frozenset({"OpKind", "OpStatus", "PackageStatus"}),
+    "fakes/client.py": frozenset({"OpKind"}),
+    "fakes/fake_service.py": frozenset({"OpKind"}),
+    "fakes/light_math.py": frozenset({"LossFunction"}),
+    "localsession/client/_inputs.py": frozenset({"OpKind"}),
+    "localsession/client/_submit.py": frozenset({"OpKind"}),
+    "localsession/client/sampling_client.py": frozenset({"OpKind"}),
+    "localsession/client/training_client.py": frozenset({"LossFunction", "OpKind"}),
+    "localsession/custom_loss.py": frozenset({"LossFunction"}),
+    "localsession/demo.py": frozenset({"LossFunction"}),
+    "localsession/runtime/chat/chat_completions.py": frozenset({"OpKind"}),
+    "localsession/runtime/sessions/dataplane.py": frozenset({"OpKind"}),
+    "localsession/runtime/sessions/run_op.py": frozenset({"OpKind"}),
+    "localsession/server/tinker/dialect.py": frozenset({"LossFunction", "OpKind"}),
+    "localsession/server/tinker/dro.py": frozenset({"LossFunction", "OpKind"}),
+    "localsession/server/tinker/external.py": frozenset({"OpKind"}),
+    "localsession/server/tinker/results.py": frozenset({"ErrorCode", "OpKind"}),
+    "localsession/server/tinker/routes.py": frozenset({"OpKind", "SessionStatus"}),
+    "localsession/server/tinker/samplers.py": frozenset({"SessionStatus"}),
+    "localsession/server/tinker/topk_targets.py": frozenset({"LossFunction"}),
+}
+
+
+def vocabulary_words() -> dict[str, frozenset[str]]:
+    """Each kind of word (the ``vocab.Word`` enums) -> its values."""
+    from localsession import vocab
+
+    kinds = (vocab.SessionStatus, vocab.OpStatus, vocab.PackageStatus, vocab.OpKind,
+             vocab.LossFunction, vocab.ErrorCode)  # fmt: skip
+    return {kind.__name__: frozenset(word.value for word in kind) for kind in kinds}
+
+
+def _not_code(tree: ast.AST) -> set[int]:
+    """The ids of string constants that are not code: docstrings and ``__all__`` entries
+    (a function may be named as a loss is)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = body[0] if body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skipped.add(id(first.value))
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            skipped |= {id(n) for n in ast.walk(node.value)}
+    return skipped
+
+
+def vocabulary_literals(
+    root: Path,
+    words: dict[str, frozenset[str]],
+    not_yet: dict[str, frozenset[str]],
+) -> list[str]:
+    """``file:line 'word' (Kind)`` for each word written as a string literal in code outside
+    ``VOCAB_FILES``, unless ``not_yet`` still allows that kind in that file."""
+    found = []
+    for top in VOCAB_ROOTS:
+        for path in sorted((root / top).rglob("*.py")):
+            where = path.relative_to(root).as_posix()
+            if where in VOCAB_FILES:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            skipped = _not_code(tree)
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+                    continue
+                if id(node) in skipped:
+                    continue
+                kinds = sorted(k for k, values in words.items() if node.value in values)
+                if kinds and not set(kinds) <= not_yet.get(where, frozenset()):
+                    found.append(f"{where}:{node.lineno} {node.value!r} ({', '.join(kinds)})")
+    return sorted(found)
+
+
+def test_the_vocabulary_is_written_only_in_vocab() -> None:
+    assert vocabulary_literals(ROOT, vocabulary_words(), NOT_YET_CONVERTED) == [], (
+        "write the word as its vocab enum member (vocab.SessionStatus.RUNNING, ...), not a "
+        "string literal"
+    )
+
+
+def test_files_not_yet_converted_still_need_their_allowance() -> None:
+    """An allowance a converted file no longer needs is dropped, so the list only shrinks."""
+    words = vocabulary_words()
+    written = {
+        (where, kind)
+        for kind, values in words.items()
+        for line in vocabulary_literals(ROOT, {kind: values}, {})
+        for where in [line.split(":", 1)[0]]
+    }
+    unneeded = [
+        f"{where}: {kind}"
+        for where, kinds in sorted(NOT_YET_CONVERTED.items())
+        for kind in sorted(kinds)
+        if (where, kind) not in written
+    ]
+    assert unneeded == [], "drop these from NOT_YET_CONVERTED: the files are converted"
+
+
+def test_the_vocabulary_rule_finds_a_planted_literal(tmp_path: Path) -> None:
+    words = {"SessionStatus": frozenset({"Running", "Failed"}), "OpStatus": frozenset({"Failed"})}
+    _tree(
+        tmp_path,
+        {
+            "localsession/vocab.py": 'RUNNING = "Running"\n',
+            "localsession/runtime/a.py": (
+                '"""Running: a docstring says it freely."""\n__all__ = ["Running"]\n'
+                "x = vocab.SessionStatus.RUNNING\n"
+            ),
+            "fakes/b.py": 'y = "Failed"\n',
+        },
+    )
+    assert vocabulary_literals(tmp_path, words, {"fakes/b.py": frozenset(words)}) == []
+    _tree(tmp_path, {"localsession/runtime/a.py": 'if status == "Running":\n    pass\n'})
+    assert vocabulary_literals(tmp_path, words, {"fakes/b.py": frozenset({"OpStatus"})}) == [
+        "fakes/b.py:1 'Failed' (OpStatus, SessionStatus)",
+        "localsession/runtime/a.py:1 'Running' (SessionStatus)",
+    ]

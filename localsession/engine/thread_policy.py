@@ -24,9 +24,9 @@ cores it uses are clearly contended (``KEEP_SLACK``), so it does not flap betwee
 ``LOCALSESSION_THREADS`` chooses: ``auto`` (the default) as above, or a whole number of
 threads every op uses. A bad value raises ``ValueError`` naming the variable and the choices.
 An op's thread count is set on the thread that runs it and restored when the op ends, so a
-caller's own thread (caller_runs.py) keeps its setting. A changed count can change a matmul's
-reduction order, hence float rounding (docs/semantics.md, "Determinism"): pin the count
-where bit-identical results across loads matter.
+caller's own thread (runtime/sessions/runner.py) keeps its setting. A changed count can
+change a matmul's reduction order, hence float rounding (docs/semantics.md, "Determinism"):
+pin the count where bit-identical results across loads matter.
 """
 
 from __future__ import annotations

@@ -83,7 +83,6 @@ class TorchEngine:
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:
         self.spec = spec
-        thread_policy.requested()  # a bad LOCALSESSION_THREADS fails here, at load
         #: the shared base this session's adapter sits on (base_pool.py); None when the
         #: caller handed in its own ``loaded`` model
         self._shared: SharedBase | None = None

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
+from localsession import vocab
 from localsession.port import TrainingDatum
 from localsession.runtime.errors import validation
 from localsession.runtime.members import known_members
 
 
-def training_datums(datums: Any, op: str = "forwardBackward") -> list[TrainingDatum]:
+def training_datums(datums: Any, op: str = vocab.OpKind.FORWARD_BACKWARD) -> list[TrainingDatum]:
     """Check a wire ``datumList``'s structure; its datums as the engine port's values."""
     if not isinstance(datums, list) or not datums:
         raise validation(f"{op}.datumList must hold at least one datum")

@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from localsession import vocab
 from localsession.port import TrainingDatum
 from localsession.runtime import wire_datums
 from localsession.runtime.members import MEMBERS
 
 
-def training_datums(datums: Any, op: str = "forwardBackward") -> list[TrainingDatum]:
+def training_datums(datums: Any, op: str = vocab.OpKind.FORWARD_BACKWARD) -> list[TrainingDatum]:
     """``wire_datums.training_datums``: every datum read on the plain shape, else the exact
     path reads them all."""
     if type(datums) is not list or not datums:

@@ -37,9 +37,18 @@ def test_every_file_a_readme_names_exists(readme: Path) -> None:
     text = readme.read_text()
     spans = re.findall(r"`([^`\n]+)`|\]\(([^)]+)\)", text)
     candidates = {n for pair in spans for part in pair for n in _named(part)}
-    # A bare script name (the examples table) is looked up in examples/ too.
-    places = (ROOT, readme.parent, ROOT / "examples")
-    missing = sorted(n for n in candidates if not any((p / n).exists() for p in places))
+    # A path is read from the root or the README's folder; a bare file name (a test file a
+    # README lists under its folder's heading) must exist somewhere in the repository.
+    places = (ROOT, readme.parent)
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    bare = {Path(t).name for t in tracked}
+
+    def exists(name: str) -> bool:
+        return any((p / name).exists() for p in places) or ("/" not in name and name in bare)
+
+    missing = sorted(n for n in candidates if not exists(n))
     assert not missing, f"{readme.relative_to(ROOT)} names files that do not exist: {missing}"
 
 

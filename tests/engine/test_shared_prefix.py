@@ -144,7 +144,7 @@ def assert_same(a: tuple[dict[str, Any], dict[str, torch.Tensor]], b: Any) -> No
 
 @pytest.mark.parametrize("loss_fn", LOSSES)
 @settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(seed=st.integers(0, 2**31))
 def test_shared_equals_unshared(

@@ -1,11 +1,11 @@
-"""The ``dro`` loss's pure functions (numerics/dro.py) against closed forms and a finite
+"""The ``dro`` loss's pure functions (numerics/dro_loss.py) against closed forms and a finite
 difference of the loss itself."""
 
 from __future__ import annotations
 
 import pytest
 
-from localsession.numerics.dro import dro_backward_weights, dro_loss
+from localsession.numerics.dro_loss import dro_backward_weights, dro_loss
 
 
 def test_dro_loss_is_the_closed_form() -> None:

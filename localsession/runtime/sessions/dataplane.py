@@ -109,7 +109,9 @@ class DataPlane:
             return {"operationId": session.submit_training(seq, token, kind, body)}
         except errors.ServiceError as exc:
             number = request.get("sequenceNumber")
-            refused = exc.http_status < 500 and exc.code != vocab.THROTTLING  # 429 is retried
+            refused = (
+                exc.http_status < 500 and exc.code != vocab.ErrorCode.THROTTLING
+            )  # 429 is retried
             if self.service.config.lenient_sequence and refused and type(number) is int:
                 session.consume(number)
             raise

@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from localsession import vocab
 from localsession.port import Engine, EngineConfigError, EngineSpec, ResolvedModel
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
@@ -29,18 +28,32 @@ from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.run_op import PackageMismatch
 from localsession.runtime.sessions.runner import Runner
 from localsession.runtime.sessions.training_queue import TrainingQueue
+from localsession.vocab import SessionStatus
 
 logger = logging.getLogger(__name__)
 
-CREATED, RUNNING = vocab.SESSION_CREATED, vocab.SESSION_RUNNING
-STOPPING, STOPPED = vocab.SESSION_STOPPING, vocab.SESSION_STOPPED
-BLOCKED, EXPIRED = vocab.SESSION_BLOCKED, vocab.SESSION_EXPIRED
-DELETING, DELETION_FAILED = vocab.SESSION_DELETING, vocab.SESSION_DELETION_FAILED
 #: Statuses that count against ``max_sessions`` and may still take work.
-ACTIVE = frozenset({CREATED, vocab.SESSION_SCHEDULED, RUNNING, BLOCKED})
+ACTIVE = frozenset(
+    {SessionStatus.CREATED, SessionStatus.SCHEDULED, SessionStatus.RUNNING, SessionStatus.BLOCKED}
+)
 #: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
-NOT_STOPPABLE = frozenset({STOPPING, STOPPED, vocab.SESSION_FAILED, DELETING, DELETION_FAILED})
-DELETABLE = frozenset({STOPPED, vocab.SESSION_FAILED, EXPIRED, DELETION_FAILED})
+NOT_STOPPABLE = frozenset(
+    {
+        SessionStatus.STOPPING,
+        SessionStatus.STOPPED,
+        SessionStatus.FAILED,
+        SessionStatus.DELETING,
+        SessionStatus.DELETION_FAILED,
+    }
+)
+DELETABLE = frozenset(
+    {
+        SessionStatus.STOPPED,
+        SessionStatus.FAILED,
+        SessionStatus.EXPIRED,
+        SessionStatus.DELETION_FAILED,
+    }
+)
 
 
 def _now() -> datetime:
@@ -73,7 +86,7 @@ class Session:
         #: Called (under ``lock``) after every status change: the service persists the record.
         self._on_change = on_change
         self.strict = strict
-        self.status = CREATED
+        self.status: SessionStatus = SessionStatus.CREATED
         self.error_details: str | None = None
         self.creation_time = self.last_modified_time = _now()
         self.end_time: datetime | None = None
@@ -111,12 +124,12 @@ class Session:
 
     # -- status --------------------------------------------------------------------------
 
-    def set_status(self, status: str, error: str | None = None) -> None:
+    def set_status(self, status: SessionStatus, error: str | None = None) -> None:
         self.status = status
-        if error is not None or status in (RUNNING,):
+        if error is not None or status in (SessionStatus.RUNNING,):
             self.error_details = error
         self.last_modified_time = _now()
-        if status in (STOPPED, vocab.SESSION_FAILED, EXPIRED):
+        if status in (SessionStatus.STOPPED, SessionStatus.FAILED, SessionStatus.EXPIRED):
             self.end_time = self.last_modified_time
         self.cond.notify_all()
         if self._on_change is not None:
@@ -125,7 +138,7 @@ class Session:
     def wait_until_started(self, timeout: float | None = None) -> str:
         """Block until the engine is loaded (Running) or loading failed; return the status."""
         with self.lock:
-            self.cond.wait_for(lambda: self.status != CREATED, timeout)
+            self.cond.wait_for(lambda: self.status != SessionStatus.CREATED, timeout)
             return self.status
 
     def describe(self) -> dict[str, Any]:
@@ -154,9 +167,9 @@ class Session:
                     f"Training session {self.name} cannot be stopped: invalid session state "
                     f"transition from {self.status} to Stopping"
                 )
-            self.set_status(STOPPING)
+            self.set_status(SessionStatus.STOPPING)
             self.queue.skip_all("The session was stopped before this operation ran.")
-            self.set_status(STOPPED)
+            self.set_status(SessionStatus.STOPPED)
 
     def join(self, timeout: float) -> None:
         """Wait for the worker to finish its current op and release the engine."""
@@ -164,13 +177,15 @@ class Session:
 
     def expire(self) -> None:
         with self.lock:
-            if self.status in (RUNNING, BLOCKED):
+            if self.status in (SessionStatus.RUNNING, SessionStatus.BLOCKED):
                 self.queue.skip_all("The session expired after inactivity.")
-                self.set_status(EXPIRED, "The session was idle longer than its idle timeout.")
+                self.set_status(
+                    SessionStatus.EXPIRED, "The session was idle longer than its idle timeout."
+                )
 
     def require_accepting(self) -> None:
         """Runtime calls are accepted only while Running or Blocked (409 otherwise)."""
-        if self.status not in (RUNNING, BLOCKED):
+        if self.status not in (SessionStatus.RUNNING, SessionStatus.BLOCKED):
             raise errors.conflict(
                 f"Training session {self.name} is {self.status}; runtime operations need a "
                 "Running session. Create a new session (or wait for this one to start)."
@@ -219,17 +234,17 @@ class Session:
         except EngineConfigError as exc:  # a setting to fix: its message says it all
             logger.error("session %s: the model failed to load: %s", self.name, exc)
             with self.lock:
-                self.set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
+                self.set_status(SessionStatus.FAILED, f"The base model failed to load: {exc}")
             return None
         except Exception as exc:  # noqa: BLE001 - reported through the session status
             logger.exception("session %s: the model failed to load", self.name)
             with self.lock:
-                self.set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
+                self.set_status(SessionStatus.FAILED, f"The base model failed to load: {exc}")
             return None
         with self.lock:
             self.engine = engine
-            if self.status == CREATED:
-                self.set_status(RUNNING)
+            if self.status == SessionStatus.CREATED:
+                self.set_status(SessionStatus.RUNNING)
         return engine
 
     def compatible_package(self, arn: str, *, training: bool = False) -> Path:

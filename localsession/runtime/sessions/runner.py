@@ -50,12 +50,13 @@ import time
 from types import FrameType
 from typing import Protocol
 
-from localsession import cpu_threads, vocab
+from localsession import cpu_threads
 from localsession.port import Engine
 from localsession.runtime.sessions.operations import FAILED, PENDING, TERMINAL, Operation
 from localsession.runtime.sessions.run_op import Session as OpSession
 from localsession.runtime.sessions.run_op import execute
 from localsession.runtime.sessions.training_queue import TrainingQueue
+from localsession.vocab import SessionStatus
 
 #: An op kind that last ran in at most this many seconds may run on the waiting caller.
 QUICK_S = 0.1
@@ -66,22 +67,20 @@ LOOKOUT_S = 0.1
 #: ...until the session has been idle this long: submits wake it again from then on.
 IDLE_S = 1.0
 
-RUNNING, BLOCKED = vocab.SESSION_RUNNING, vocab.SESSION_BLOCKED
-
 
 class Session(OpSession, Protocol):
     """What the runner reads and updates of its session (``lifecycle.Session``); every
     field is guarded by ``lock``, whose condition is ``cond``."""
 
     cond: threading.Condition
-    status: str
+    status: SessionStatus
     queue: TrainingQueue
     ops: dict[str, Operation]
     running_op: Operation | None
     engine: Engine | None
     last_activity: float
 
-    def set_status(self, status: str, error: str | None = None) -> None: ...
+    def set_status(self, status: SessionStatus, error: str | None = None) -> None: ...
     def load_engine(self) -> Engine | None: ...
 
 
@@ -112,7 +111,7 @@ class Runner:
     def submitted(self) -> None:
         """A training op was queued (under ``lock``): wake the worker, unless callers run
         their ops and so most likely this one."""
-        if self._caller_streak < CALLERS_IN_A_ROW or self.session.status != RUNNING:
+        if self._caller_streak < CALLERS_IN_A_ROW or self.session.status != SessionStatus.RUNNING:
             self.session.cond.notify_all()
 
     def wake_worker(self) -> None:
@@ -140,14 +139,14 @@ class Runner:
         the session ends."""
         session = self.session
         with session.lock:
-            while session.status in (RUNNING, BLOCKED):
+            while session.status in (SessionStatus.RUNNING, SessionStatus.BLOCKED):
                 if session.running_op is not None:  # a caller runs one (run_here)
                     self._idle_wait()
                     continue
                 step = session.queue.advance(time.monotonic())
                 if isinstance(step, Operation):
-                    if session.status == BLOCKED:
-                        session.set_status(RUNNING)
+                    if session.status == SessionStatus.BLOCKED:
+                        session.set_status(SessionStatus.RUNNING)
                     session.running_op = step
                     self._caller_streak = 0  # no caller came for it: submits wake the worker
                     step.start()
@@ -155,9 +154,9 @@ class Runner:
                 if step is None:  # nothing queued
                     self._idle_wait()
                     continue
-                if session.status != BLOCKED:
+                if session.status != SessionStatus.BLOCKED:
                     session.set_status(
-                        BLOCKED,
+                        SessionStatus.BLOCKED,
                         f"Waiting for sequence number {step.missing}; later operations are "
                         f"queued behind it (gap timeout {session.queue.gap_timeout:.0f}s).",
                     )
@@ -198,7 +197,7 @@ class Runner:
             mine = session.ops.get(operation_id)
             if mine is None or mine.status != PENDING or mine.seq is None:
                 return None
-            if session.status != RUNNING or session.running_op is not None:
+            if session.status != SessionStatus.RUNNING or session.running_op is not None:
                 return None
             step = session.queue.peek()
             if step is None or not self._quick.get(step.kind, False):
@@ -232,7 +231,10 @@ class Runner:
                 self._quick[op.kind] = session.last_activity - started <= QUICK_S
                 # the worker waits while an op runs: wake it only if it has work (an op
                 # queued) or must end; a caller's op otherwise woke it for nothing
-                if len(session.queue) or session.status not in (RUNNING, BLOCKED):
+                if len(session.queue) or session.status not in (
+                    SessionStatus.RUNNING,
+                    SessionStatus.BLOCKED,
+                ):
                     session.cond.notify_all()
 
 

@@ -1,4 +1,4 @@
-"""Tinker's ``dro`` loss over the runtime's ops (numerics/dro.py has the formula).
+"""Tinker's ``dro`` loss over the runtime's ops (numerics/dro_loss.py has the formula).
 
 DRO's gradient at the current weights is a ``cross_entropy`` backward whose per-token
 weights are ``w * (A - beta * (lp - q))``, and those need ``lp``. So one Tinker
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from localsession import vocab
-from localsession.numerics.dro import DEFAULT_BETA, dro_backward_weights, dro_loss
+from localsession.numerics.dro_loss import DEFAULT_BETA, dro_backward_weights, dro_loss
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 
@@ -128,7 +128,7 @@ def _backward(
     try:
         service.wait_operation(model.session, first, None)
         result = service.get_training_operation_result(model.session, first)
-        if result.get("status") != vocab.OP_COMPLETED:
+        if result.get("status") != vocab.OpStatus.COMPLETED:
             detail = result.get("errorDetails") or {}
             future.error = str(detail.get("message") if isinstance(detail, dict) else detail)
             body = {"lossFnName": "cross_entropy", "datumList": forward}

@@ -284,7 +284,7 @@ class TinkerRoutes:
         status = result.get("status")
         if status not in vocab.OP_TERMINAL:
             return _try_again(request_id)
-        if status != vocab.OP_COMPLETED:
+        if status != vocab.OpStatus.COMPLETED:
             detail = result.get("errorDetails") or {}
             message = detail.get("message") if isinstance(detail, dict) else str(detail)
             return JSONResponse({"error": message or f"operation {status}", "category": "user"})

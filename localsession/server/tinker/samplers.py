@@ -130,7 +130,17 @@ class Samplers:
                 self.hidden[key] = name
                 self.hidden_used[key] = time.monotonic()
             self.reaper.ensure()
-            self.service.wait_for_session(name, 600)
+            status = self.service.wait_for_session(name, 600)
+            if status != "Running":  # a failed start is named, and the next request retries
+                with self.lock:
+                    if self.hidden.get(key) == name:
+                        del self.hidden[key]
+                detail = self.service.session(name).describe().get("ErrorDetails") or status
+                raise ServiceError(
+                    "InternalServerException",
+                    f"the sampling session for {sampler.base_model} did not start: {detail}",
+                    500,
+                )
             return name
 
     def _running(self, name: str) -> bool:
