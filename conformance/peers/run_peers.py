@@ -133,6 +133,14 @@ def tiny_model(base: Path) -> Path:
         from localsession.engine.builtin import save_builtin
 
         save_builtin(MODEL, model)
+        config = model / "tokenizer_config.json"  # older transformers (skyrl-tx's) lack the
+        settings = json.loads(config.read_text())  # class this transformers names it by
+        settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config.write_text(json.dumps(settings, indent=1))
+        shape = model / "config.json"  # skyrl-tx's Llama reads rope_theta at the top level
+        values = json.loads(shape.read_text())
+        values.setdefault("rope_theta", (values.get("rope_parameters") or {}).get("rope_theta"))
+        shape.write_text(json.dumps(values, indent=1))
     return model
 
 
@@ -183,10 +191,19 @@ def skyrl_tx(base: Path, port: int) -> list[Path]:
         (base / "skyrl-tx.unavailable").write_text(probe.stderr[-4000:])
         print(f"skyrl-tx: no API server importable here (see {base / 'skyrl-tx.unavailable'})")
         return []
+    # tx/tinker/api.py starts its engine as `uv run --extra tinker --extra jax -m
+    # tx.tinker.engine ...`, which needs uv and a source checkout: run that module with the
+    # venv's python instead.
+    shim = base / "skyrl-tx-bin" / "uv"
+    shim.parent.mkdir(exist_ok=True)
+    shim.write_text(f'#!/bin/sh\nshift\nwhile [ "$1" = "--extra" ]; do shift 2; done\n'
+                    f'exec {python} "$@"\n')  # fmt: skip
+    shim.chmod(0o755)
     url = f"http://127.0.0.1:{port}"
     model = str(tiny_model(base))
     launch = [str(python), "-m", "tx.tinker.api", "--base-model", model, "--port", str(port)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu",
+           "PATH": f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
     with running(launch, log, env) as server:
         wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
         report = base / "skyrl-tx-0.38.json"

@@ -153,7 +153,8 @@ def test_a_stop_string_ends_the_sequence(backend: Backend, sampler: Any) -> None
     got = backend.decode(cut.tokens)
     end = text.index(stop) + len(stop)
     assert text.startswith(got) or got.startswith(text[:end]), (text, stop, got)
-    assert stop not in got[: max(0, len(got) - len(stop))], (stop, got)
+    # the stop completed at the last token (a BPE token may carry text past it)
+    assert stop not in backend.decode(cut.tokens[:-1]), (stop, got)
 
 
 def _eos_model(backend: Backend, tinker_client: Any) -> Any:
