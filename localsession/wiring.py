@@ -49,6 +49,14 @@ def default_tokenizer_writer(model: ResolvedModel, directory: Path) -> None:
     write_tokenizer(model, directory)
 
 
+def save_builtin_model(name: str, directory: Path) -> Path:
+    """Write built-in model ``name`` and its tokenizer as a Hugging Face directory (for a
+    third-party server to load; conformance/peers)."""
+    from localsession.engine.builtin import save_builtin
+
+    return save_builtin(name, directory)
+
+
 def server_catalog(
     home: Path,
     model_map: Mapping[str, str] | None = None,

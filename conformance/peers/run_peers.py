@@ -130,9 +130,9 @@ def tiny_model(base: Path) -> Path:
     """``localsession/tiny`` as a Hugging Face directory (weights and tokenizer)."""
     model = base / "models" / "tiny"
     if not (model / "config.json").exists():
-        from localsession.engine.builtin import save_builtin
+        from localsession import wiring
 
-        save_builtin(MODEL, model)
+        wiring.save_builtin_model(MODEL, model)
         config = model / "tokenizer_config.json"  # older transformers (skyrl-tx's) lack the
         settings = json.loads(config.read_text())  # class this transformers names it by
         settings["tokenizer_class"] = "PreTrainedTokenizerFast"
