@@ -24,6 +24,11 @@ Streaming: a request's ``on_token`` is called with (sample index, token, logprob
 its tokens is chosen, between decode steps of the whole batch, so other requests keep being
 decoded alongside. :func:`add_step_hook` registers a function run after every decode step
 (tests use it to slow decoding down deterministically).
+
+Length: the batched decoder (prefill, fan-out, step, compaction, admission) is one class whose
+steps share its stream state; the teacher-forced scorers below it (prompt, target and
+alternative-token logprobs) read the same model outputs and are due to move out with the
+typed sample results.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ batch never sees a half-applied update (localsession.port threading contract).
 Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (a shared
 prefix runs once), ``compiled`` (the opt-in ``torch.compile`` training forward),
 ``snapshots`` (package adapters), ``request_checks``.
+
+Length: one class, the ``Engine`` protocol's methods over one lock; each method is a short
+sequence of calls into the modules above, and splitting the class would split that lock.
 """
 
 from __future__ import annotations

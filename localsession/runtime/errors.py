@@ -50,7 +50,7 @@ class ServiceError(Exception):
 
     def __init__(self, code: str, message: str, http_status: int = 400) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = str(code)  # a plain string, as on the wire (a vocab.ErrorCode reads as one)
         self.message = message
         self.http_status = http_status
 

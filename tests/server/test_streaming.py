@@ -55,7 +55,10 @@ def test_first_chunk_arrives_while_decoding_is_held(
         for chunk in stream:
             chunks.append(chunk)
             if first_seen_while_held is None and chunk.choices and chunk.choices[0].logprobs:
-                first_seen_while_held = held.is_set() and not released.is_set()
+                # The chunk may come before the decoder reaches its hold (the prefill's token):
+                # it is early enough if it came before the release, the decoder then stopping
+                # at step 1 with 23 tokens to go.
+                first_seen_while_held = not released.is_set() and held.wait(HOLD_S)
                 decoded_so_far = len(steps)
                 released.set()
     finally:
