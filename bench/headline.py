@@ -99,16 +99,16 @@ def burner(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 @contextmanager
-def threads_env(value: str | None) -> Iterator[None]:
-    """``LOCALSESSION_THREADS`` set to ``value`` (None: unset) inside, restored after."""
+def threads_env(setting: str | None) -> Iterator[None]:
+    """``LOCALSESSION_THREADS`` set to ``setting`` (None: unset) inside, restored after."""
     from localsession.engine.thread_policy import THREADS_ENV
 
     previous = os.environ.get(THREADS_ENV)
     try:
-        if value is None:
+        if setting is None:
             os.environ.pop(THREADS_ENV, None)
         else:
-            os.environ[THREADS_ENV] = value
+            os.environ[THREADS_ENV] = setting
         yield
     finally:
         if previous is None:

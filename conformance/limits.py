@@ -49,12 +49,12 @@ def declared(config: pytest.Config, limits: Limits) -> Limits:
     """``limits`` with every limit option given on the command line applied."""
     changes: dict[str, Any] = {}
     for option, (field, _, _) in OPTIONS.items():
-        value = config.getoption(option)
-        if value is None:
+        given = config.getoption(option)
+        if given is None:
             continue
-        if value <= 0:
-            raise pytest.UsageError(f"{option} {value}: give a positive number")
-        changes[field] = value
+        if given <= 0:
+            raise pytest.UsageError(f"{option} {given}: give a positive number")
+        changes[field] = given
     return dataclasses.replace(limits, **changes) if changes else limits
 
 

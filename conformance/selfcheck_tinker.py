@@ -100,10 +100,10 @@ def _random_lora_seed(body: dict[str, Any]) -> None:
     body.setdefault("lora_config", {})["seed"] = random.randrange(2**31)
 
 
-def _flatten(value: Any) -> list[Any]:
-    if isinstance(value, list):
-        return [leaf for item in value for leaf in _flatten(item)]
-    return [value]
+def _flatten(nested: Any) -> list[Any]:
+    if isinstance(nested, list):
+        return [leaf for item in nested for leaf in _flatten(item)]
+    return [nested]
 
 
 def _flattened_targets(self: Any, *args: Any) -> Any:
@@ -239,10 +239,8 @@ def run_test(test_id: str, backend: Backend, client: Any) -> None:
 def _literal(raw: str) -> Any:
     """A pytest id's parameter back as the value: int, float, else the string."""
     for kind in (int, float):
-        try:
+        with contextlib.suppress(ValueError):
             return kind(raw)
-        except ValueError:
-            pass
     return raw
 
 

@@ -87,9 +87,9 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
 
     def counting(name: str, fast: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any) -> Any:
-            value = fast(*args)
-            taken[name] += value is not None
-            return value
+            answer = fast(*args)
+            taken[name] += answer is not None
+            return answer
 
         return run
 

@@ -72,8 +72,8 @@ def stop(proc: subprocess.Popen[Any], grace: float = GRACE_S) -> int:
 def _wait_gone(group: int, grace: float) -> None:
     """Wait (up to ``grace`` s) until no process of ``group`` is left: a signal is delivered
     after ``killpg`` returns, and an orphan is reaped by whoever adopted it."""
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
+    until = time.monotonic() + grace
+    while time.monotonic() < until:
         try:
             os.killpg(group, 0)
         except (ProcessLookupError, PermissionError):

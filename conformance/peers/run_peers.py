@@ -70,8 +70,8 @@ def client_venv(base: Path, sdk: str, log: Path) -> Path:
 
 def wait_for(url: str, seconds: float, proc: subprocess.Popen[bytes]) -> None:
     """Poll ``url`` until it answers 200 (or the server exits, or ``seconds`` pass)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with status {proc.returncode}")
         try:

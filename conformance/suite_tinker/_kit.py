@@ -19,12 +19,12 @@ from conformance.adapter import Backend
 from conformance.backends import tinker_compat as compat
 
 
-def wait(future: Any, backend: Backend) -> Any:
+def wait(pending: Any, backend: Backend) -> Any:
     """``future.result()`` within the backend's op timeout (older SDK releases answer some
     calls, ``create_sampling_client`` among them, with the client itself)."""
-    if not hasattr(future, "result"):
-        return future
-    return future.result(timeout=backend.limits.op_timeout_s)
+    if not hasattr(pending, "result"):
+        return pending
+    return pending.result(timeout=backend.limits.op_timeout_s)
 
 
 def needs_sdk(backend: Backend, *features: str) -> None:

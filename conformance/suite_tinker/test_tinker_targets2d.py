@@ -54,12 +54,9 @@ def _column_logprobs(backend: Backend, trainer: Any, tokens: list[int], targets:
     cols = []
     for k in range(targets.shape[1]):
         types = backend.ts.types
+        column = {"target_tokens": targets[:, k].tolist(), "weights": [1.0] * targets.shape[0]}
         one = types.Datum(
-            model_input=types.ModelInput.from_ints(tokens[:-1]),
-            loss_fn_inputs={
-                "target_tokens": targets[:, k].tolist(),
-                "weights": [1.0] * targets.shape[0],
-            },
+            model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=column
         )
         out = forward(backend, trainer, [one])
         cols.append(out.loss_fn_outputs[0]["logprobs"].to_numpy())

@@ -32,18 +32,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from localsession.engine import sampling
+from localsession.engine.loading import LoadedModel
 from localsession.numerics import prefix_groups
 from localsession.numerics.batch import Batch
 from localsession.numerics.prefix_groups import Group
-
-if TYPE_CHECKING:
-    from localsession.engine.loading import LoadedModel
 
 SHARED_ENV = "LOCALSESSION_SHARED_PREFIX"
 MODES = ("auto", "on", "off")
@@ -273,10 +271,10 @@ def supported(model: Any) -> bool:
     sliding window (a custom mask would replace it)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
-    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
-        return False
+    masks_as_given = getattr(config, "_attn_implementation", None) in ("sdpa", "eager")
     window = getattr(config, "sliding_window", None)
-    return not window or getattr(config, "use_sliding_window", True) is False
+    unwindowed = not window or getattr(config, "use_sliding_window", True) is False
+    return masks_as_given and unwindowed
 
 
 def batch_plan(batch: Batch, loaded: LoadedModel, shape: tuple[int, int, int]) -> Plan | None:

@@ -76,10 +76,11 @@ def requested() -> int | None:
         return None
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    raise ValueError(
+    problem = (
         f"{THREADS_ENV}={raw!r}: expected 'auto' (the default: follow the free cores) or a "
         f"whole number of threads of at least 1, e.g. {THREADS_ENV}=2"
     )
+    raise ValueError(problem)
 
 
 def _quota_cpus() -> int | None:
@@ -118,7 +119,7 @@ class CpuMonitor:
 
     def __init__(self, stat: Path = Path("/proc/stat")) -> None:
         self._stat = stat
-        self._lock = threading.Lock()
+        self._window_lock = threading.Lock()
         self._cpus = sorted(affinity())
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._last: _Reading | None = None
@@ -143,7 +144,7 @@ class CpuMonitor:
         """Other processes' CPU use over the window since the last look, in cores (the last
         estimate while that window is under ``MIN_WINDOW_S``; before any window, the
         1-minute load average)."""
-        with self._lock:
+        with self._window_lock:
             now = time.monotonic()
             if self._last is not None and now - self._last.at < MIN_WINDOW_S:
                 if self._estimate is not None:

@@ -22,16 +22,14 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from localsession.parity.proxy import RecordingProxy, Upstreams, user_credentials
 from localsession.parity.replay import Replayer, replay_app
 from localsession.server.endpoints import client_env
 from localsession.server.hosting import url_of, uvicorn_server
+from localsession.server.serve import ServeOptions
 from localsession.server.startup import StartupError, bind_or_explain
-
-if TYPE_CHECKING:
-    from localsession.server.serve import ServeOptions
 
 logger = logging.getLogger("localsession.parity")
 

@@ -60,21 +60,21 @@ class AppThread:
         self._sock = bind(host, port)
         self.url = url_of(self._sock)
         self._server = server if isinstance(server, uvicorn.Server) else uvicorn_server(server)
-        self._thread = threading.Thread(
+        self._serving = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )
 
     def start(self) -> str:
-        self._thread.start()
+        self._serving.start()
         while not self._server.started:
-            if not self._thread.is_alive():
+            if not self._serving.is_alive():
                 raise RuntimeError(f"the server on {self.url} failed to start")
             threading.Event().wait(0.01)
         return self.url
 
     def stop(self) -> None:
         self._server.should_exit = True
-        self._thread.join(timeout=10.0)
+        self._serving.join(timeout=10.0)
         self._sock.close()
 
     def __enter__(self) -> str:

@@ -88,14 +88,14 @@ def grpo_batch(seed: int, loss_fn: str, max_group: int = 16) -> list[TrainingDat
         (rng.randint(0, 10), rng.randint(1, max_group), rng.choice([0, 3, 8]))
         for _ in range(rng.randint(1, 2))
     ]
-    datums = []
+    drawn = []
     for prompt_len, group, longest in plan:
         prompt = [rng.randrange(256) for _ in range(prompt_len)]
         for _ in range(group):
             tokens = prompt + [rng.randrange(256) for _ in range(rng.randint(0, longest))]
-            datums.append(rl_datum(tokens or [rng.randrange(256)], rng, loss_fn, temp))
-    rng.shuffle(datums)
-    return datums
+            drawn.append(rl_datum(tokens or [rng.randrange(256)], rng, loss_fn, temp))
+    rng.shuffle(drawn)
+    return drawn
 
 
 def run(

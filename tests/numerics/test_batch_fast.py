@@ -80,10 +80,10 @@ def _message(call: Any) -> str:
 
 def _broken(kind: str) -> list[TrainingDatum]:
     rng = random.Random(0)
-    datums = [_datum(rng, 6, ("weights",)) for _ in range(3)]
-    inputs = datums[1].loss_fn_inputs
+    broken = [_datum(rng, 6, ("weights",)) for _ in range(3)]
+    inputs = broken[1].loss_fn_inputs
     if kind == "token out of vocabulary":
-        datums[2].tokens[2] = VOCAB
+        broken[2].tokens[2] = VOCAB
     elif kind == "fractional target":
         inputs["target_tokens"][3] = 2.5
     elif kind == "NaN weight":
@@ -95,7 +95,7 @@ def _broken(kind: str) -> list[TrainingDatum]:
     elif kind == "string value":
         inputs["weights"][2] = "x"
     elif kind == "negative token":
-        datums[0].tokens[0] = -1
+        broken[0].tokens[0] = -1
     # values numpy (the batched path's converter) would read where torch refuses them
     elif kind == "numeric string weight":
         inputs["weights"][1] = "1.5"
@@ -110,14 +110,14 @@ def _broken(kind: str) -> list[TrainingDatum]:
     elif kind == "NaN advantage":
         inputs["advantages"] = [0.0, 1.0, float("nan"), 0.0, 0.0, 0.0]
     elif kind == "float among the tokens":
-        datums[2].tokens[5] = 3.5
+        broken[2].tokens[5] = 3.5
     elif kind == "zero temperature":
-        for d in datums:
+        for d in broken:
             d.loss_fn_inputs["temperature"] = [1.0] * 6
         inputs["temperature"][3] = 0.0
     elif kind == "token past the vocabulary in the last row":
-        datums[2].loss_fn_inputs["target_tokens"][5] = VOCAB + 1
-    return datums
+        broken[2].loss_fn_inputs["target_tokens"][5] = VOCAB + 1
+    return broken
 
 
 @pytest.mark.parametrize(

@@ -96,13 +96,7 @@ def test_topk_targets_are_refused_for_other_losses_and_mixed_shapes(sc: Any) -> 
     )
     with pytest.raises(Exception, match=r"mix shapes"):
         tc.forward([wide, flat], "cross_entropy").result()
-    rl = types.Datum(
-        model_input=types.ModelInput.from_ints(TOKENS),
-        loss_fn_inputs={
-            "target_tokens": [[1, 2]] * n,
-            "logprobs": [0.0] * n,
-            "advantages": [1.0] * n,
-        },
-    )
+    rl_inputs = {"target_tokens": [[1, 2]] * n, "logprobs": [0.0] * n, "advantages": [1.0] * n}
+    rl = types.Datum(model_input=types.ModelInput.from_ints(TOKENS), loss_fn_inputs=rl_inputs)
     with pytest.raises(Exception, match=r"top-K form, loss_fn 'ppo'"):
         tc.forward([rl], "ppo").result()

@@ -61,8 +61,8 @@ def parse(config: dict[str, Any], datums: list[dict[str, Any]]) -> tuple[DroInpu
         raise errors.validation(f"loss_fn_config beta={beta} must be a finite number >= 0")
     inputs = DroInputs(beta, [], [], [])
     forward: list[dict[str, Any]] = []
-    for index, datum in enumerate(datums):
-        where, given = f"datum {index}", datum.get("lossFnInputs") or {}
+    for i, datum in enumerate(datums):
+        where, given = f"datum {i}", datum.get("lossFnInputs") or {}
         extra = sorted(set(given) - {"target_tokens", "logprobs", "advantages", "weights"})
         if extra:
             raise errors.validation(f"{where}: loss_fn 'dro' does not take {', '.join(extra)}")
@@ -93,28 +93,28 @@ def submit(
     config: dict[str, Any],
     forward_only: bool,
     datums: list[dict[str, Any]],
-    future: Future,
+    pending: Future,
 ) -> Future:
-    """Queue a ``dro`` request into ``future`` (a new dialect Future): its op is the forward
-    (``forward_only``) or, once that ran, the backward (``future.op_id`` is None until then)."""
+    """Queue a ``dro`` request into ``pending`` (a new dialect Future): its op is the forward
+    (``forward_only``) or, once that ran, the backward (``pending.op_id`` is None until then)."""
     inputs, forward = parse(config, datums)
     body = {"lossFnName": "cross_entropy", "datumList": forward}
     first = dialect.submit(model, seq_id, "forward", body)
-    future.session, future.extra = model.session, {"dro": inputs}
+    pending.session, pending.extra = model.session, {"dro": inputs}
     if forward_only:
-        future.kind, future.op_id = "forward", first
-        return future
+        pending.kind, pending.op_id = "forward", first
+        return pending
     with dialect.lock:
         model.offset += 1  # the backward takes the next number; later ops shift by one
-    future.kind = "forwardBackward"
-    future.extra["ready"] = threading.Event()
+    pending.kind = "forwardBackward"
+    pending.extra["ready"] = threading.Event()
     threading.Thread(
         target=_backward,
-        args=(dialect, model, seq_id, first, forward, future),
+        args=(dialect, model, seq_id, first, forward, pending),
         name="localsession-tinker-dro",
         daemon=True,
     ).start()
-    return future
+    return pending
 
 
 def _backward(

@@ -84,21 +84,21 @@ class Reaper:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = weakref.ref(dialect)
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+        self._watcher: threading.Thread | None = None
 
     def ensure(self) -> None:
         """Start the thread unless it runs (called when a session or hidden sampler appears)."""
         dialect = self._dialect()
         if dialect is None or dialect.service.config.heartbeat_timeout <= 0:
             return
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
+        with self._guard:
+            if self._watcher is not None and self._watcher.is_alive():
                 return
-            self._thread = threading.Thread(
+            self._watcher = threading.Thread(
                 target=self._run, name="localsession-tinker-expiry", daemon=True
             )
-            self._thread.start()
+            self._watcher.start()
 
     def _run(self) -> None:
         pause = threading.Event()
@@ -106,9 +106,9 @@ class Reaper:
             dialect = self._dialect()
             if dialect is None:
                 return
-            with self._lock:
+            with self._guard:
                 if not sweep(dialect, time.monotonic()):
-                    self._thread = None
+                    self._watcher = None
                     return
             wait = period(dialect.service.config.heartbeat_timeout)
             del dialect  # not held across the wait

@@ -45,7 +45,7 @@ def expand(loss_fn: str, datums: list[dict[str, Any]]) -> tuple[list[dict[str, A
     out: list[dict[str, Any]] = []
     groups: list[Group] = []
     widths: set[int] = set()
-    for index, datum in enumerate(datums):
+    for i, datum in enumerate(datums):
         inputs = datum.get("lossFnInputs") or {}
         target = inputs.get("target_tokens")
         if not isinstance(target, dict) or len(_shape(target)) < 2:
@@ -53,7 +53,7 @@ def expand(loss_fn: str, datums: list[dict[str, Any]]) -> tuple[list[dict[str, A
             out.append(datum)
             widths.add(0)
             continue
-        where, shape = f"datum {index}", _shape(target)
+        where, shape = f"datum {i}", _shape(target)
         if loss_fn != "cross_entropy":
             raise errors.validation(
                 f"{where}: target_tokens has shape {shape}; 2-D (N, K) targets are "
@@ -118,16 +118,16 @@ def regroup(outputs: list[dict[str, Any]], groups: list[Group]) -> list[dict[str
             continue
         keys = [key for key in parts[0] if all(key in p for p in parts)]
         merged: dict[str, Any] = {}
-        for key in keys:
-            columns = [p[key].get("data") or [] for p in parts]
+        for name in keys:
+            columns = [p[name].get("data") or [] for p in parts]
             n = len(columns[0])
             if any(len(c) != n for c in columns):  # a one-value diagnostic: keep the first
-                merged[key] = parts[0][key]
+                merged[name] = parts[0][name]
                 continue
             data = [columns[k][t] for t in range(n) for k in range(group.width)]
-            merged[key] = {
+            merged[name] = {
                 "data": data,
-                "dtype": parts[0][key].get("dtype") or "float32",
+                "dtype": parts[0][name].get("dtype") or "float32",
                 "shape": [n, group.width],
             }
         folded.append(merged)
