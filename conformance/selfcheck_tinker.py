@@ -22,6 +22,7 @@ import inspect
 import os
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -83,10 +84,9 @@ def _weights_only(self: Any, request: dict[str, Any]) -> Any:
     return _ORIGINAL["load"](self, {**request, "optimizer": False})
 
 
-def _shifted(payload: dict[str, Any], topk: int) -> bytes:
-    for seq in payload.get("sequences", []):
-        seq["logprobs"] = [v + SHIFT for v in seq.get("logprobs") or []]
-    return _ORIGINAL["encode_sample_response"](payload, topk)
+def _shifted(result: Any, *args: Any) -> bytes:
+    sequences = [replace(s, logprobs=[v + SHIFT for v in s.logprobs]) for s in result.sequences]
+    return _ORIGINAL["encode_sample_response"](replace(result, sequences=sequences), *args)
 
 
 _ORIGINAL: dict[str, Callable[..., Any]] = {}

@@ -136,7 +136,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared math", ("numerics",)),
     (
         "leaves",
-        ("port", "vocab", "types", "exceptions", "futures", "chat_format", "metrics", "sandbox",
+        ("port", "port_results", "vocab", "types", "exceptions", "futures", "chat_format",
+         "metrics", "sandbox",
          "cli_parser", "_version", "ids", "cpu_threads"),
     ),
 )  # fmt: skip

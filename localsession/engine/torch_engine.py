@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, pl
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
 from localsession.engine.sampling import BatchSampler, batch_logprobs, prompt_logprobs
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
+from localsession.engine.streams import SampledStream
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
 from localsession.numerics.datums import parse_datums
@@ -69,6 +71,7 @@ from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import clip_config
 from localsession.numerics.optim import LoraAdamW
 from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
+from localsession.port_results import ForwardResult, OptimResult, SampledSequence, SampleResult
 
 
 class TorchEngine:
@@ -166,7 +169,7 @@ class TorchEngine:
         loss_fn_config: port.LossConfig | None,
         *,
         backward: bool,
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         """Run the loss (docs/semantics.md#1) over parsed datums; accumulate gradients when
         ``backward``."""
         self._check_open()
@@ -191,20 +194,20 @@ class TorchEngine:
         params, layers, width = self._shape
         flops = model_flops(params, layers, width, batch.lengths, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
-        result["metrics"].update(throughput_metrics(flops, seconds, peak))
+        result.metrics.update(throughput_metrics(flops, seconds, peak))
         return result
 
     def forward(
         self, datums: Sequence[TrainingDatum], loss_fn: str, loss_fn_config: port.LossConfig | None
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         """``forward_backward(..., backward=False)``."""
         return self.forward_backward(datums, loss_fn, loss_fn_config, backward=False)
 
-    def optim_step(self, adam_params: port.AdamHyperparams) -> dict[str, float]:
+    def optim_step(self, adam_params: port.AdamHyperparams) -> OptimResult:
         """Apply and zero the accumulated gradients with AdamW (docs/semantics.md#2)."""
         self._check_open()
         with self._mutex:
-            return self._optimizer.step(adam_params)
+            return OptimResult(self._optimizer.step(adam_params))
 
     def zero_grad(self) -> None:
         """Drop accumulated gradients (``load_state`` does this)."""
@@ -217,7 +220,7 @@ class TorchEngine:
 
     def sample(
         self, weights: str | None, requests: list[SampleRequest], admit: Admit | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[SampleResult]:
         """Run sample requests as one batch (docs/semantics.md#3), joined by ``admit`` s."""
         self._check_open()
         checked = [
@@ -231,31 +234,25 @@ class TorchEngine:
             decoder = self._decoder(key, snapshot)  # None: the peft model, snapshot swapped in
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
-            responses: list[dict[str, Any]] = [
-                {
-                    "sequences": [
-                        {"stopReason": s.stop_reason, "tokens": s.tokens, "logprobs": s.logprobs}
-                        for s in streams
-                    ]
-                }
-                for streams in grouped
-            ]
+            responses = [SampleResult([_sequence(s) for s in streams]) for streams in grouped]
             wanted = [
-                (req, response)
-                for req, response in zip(checked, responses, strict=True)
+                i
+                for i, req in enumerate(checked)
                 if req.include_prompt_logprobs or (req.topk_prompt_logprobs or 0) > 0
             ]
             if wanted:  # on the peft model: bit-identical to ``forward`` (prompt_logprobs)
                 with self._use_weights(snapshot):
-                    for req, response in wanted:
+                    for i in wanted:
+                        req = checked[i]
                         topk = req.topk_prompt_logprobs or 0
                         values, top = prompt_logprobs(
                             self._loaded.model, req.prompt, self._loaded.device, topk
                         )
-                        if req.include_prompt_logprobs:
-                            response["promptLogprobs"] = values
-                        if topk > 0:
-                            response["topkPromptLogprobs"] = top
+                        responses[i] = replace(
+                            responses[i],
+                            prompt_logprobs=values if req.include_prompt_logprobs else None,
+                            topk_prompt_logprobs=top if topk > 0 else None,
+                        )
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
         self._trim(streams * self._token_bytes)
         return responses
@@ -395,3 +392,9 @@ class TorchEngine:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _sequence(stream: SampledStream) -> SampledSequence:
+    """A finished decode stream as the port's sequence."""
+    assert stream.stop_reason is not None  # ``BatchSampler.run`` finishes every stream
+    return SampledSequence(stream.tokens, stream.logprobs, stream.stop_reason)

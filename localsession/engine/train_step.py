@@ -24,6 +24,7 @@ from localsession.numerics.losses import (
     token_logprobs,
 )
 from localsession.numerics.optim import LoraAdamW
+from localsession.port_results import ForwardResult
 
 #: Padded tokens per training micro-batch on a CPU (:func:`chunked_backward`).
 CHUNK_TOKENS = 4096
@@ -44,9 +45,9 @@ def loss_step(
     backward: bool,
     device: torch.device,
     vocab_size: int,
-) -> dict[str, Any]:
+) -> ForwardResult:
     """Run the peft ``model`` over ``batch``; accumulate the loss's gradients into the
-    trainable parameters ``optimizer`` steps when ``backward``. Returns the wire result
+    trainable parameters ``optimizer`` steps when ``backward``. Returns the typed result
     (``fwd_result``) with ``actor/grad_norm``: the norm of all gradients accumulated so far."""
     rows = chunk_rows(batch, device, vocab_size)
     inputs = batch.loss_inputs()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession.port import Engine, EngineConfigError, EngineSpec
+from localsession.port_results import OpOutcome
 from localsession.runtime import errors, validate
 from localsession.runtime.chat.completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
@@ -291,6 +292,11 @@ class Service:
 
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)
+
+    def operation_outcome(self, name: str, operation_id: str) -> OpOutcome:
+        """A training or sampling op's status and typed result (``port_results``): the
+        runtime call for a dialect that serialises results to a wire of its own."""
+        return self.dataplane.operation_outcome(name, operation_id)
 
     # -- chat completions (runtime/chat/completions.py) -----------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from localsession import cpu_threads, vocab
 from localsession.port import SampleRequest
+from localsession.port_results import LoadResult, OpOutcome
 from localsession.runtime import errors, validate
 from localsession.runtime.config import ServiceConfig
 from localsession.runtime.faults import Faults
@@ -144,7 +145,7 @@ class DataPlane:
             return {"operationId": op.id}
         if kind == "loadWeightsForSampling":
             session.sampling_package = weights
-            op.finish(COMPLETED, result={})
+            op.finish(COMPLETED, result=LoadResult())
             return {"operationId": op.id}
         request_ = sample_request(body, tokens, stop_ids) if kind == "sample" else None
         self.service.scheduler.submit(make_job(session, op, weights, request_, tokens))
@@ -155,6 +156,16 @@ class DataPlane:
         if self.service.faults.armed:
             self.service.faults.on_request()
         return self.service.operation(name, operation_id).response()
+
+    def operation_outcome(self, name: str, operation_id: str) -> OpOutcome:
+        """An op's status and typed result: what ``get_operation_result`` reads, before the
+        SageMaker wire's shape (for a dialect that serialises results its own way)."""
+        if self.service.faults.armed:
+            self.service.faults.on_request()
+        op = self.service.operation(name, operation_id)
+        status = op.status  # read once: the result is set before the status moves
+        result = op.result if status == COMPLETED else None
+        return OpOutcome(status, result, op.error if status in TERMINAL else None)
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         """Block until an op is terminal or ``timeout`` passes; True if terminal."""

@@ -7,25 +7,25 @@ shapes docs/wire.md#4 lists) and back; no behaviour lives here.
 
 - :func:`decode_forward_backward`: a ``ForwardBackwardRequest`` body (protobuf, or its JSON
   twin) -> ``(model_id, seq_id, loss_fn, loss_fn_config, forward_only, datums)``.
-- :func:`encode_forward_backward_output`: a runtime ``forward``/``forwardBackward`` result ->
-  ``ForwardBackwardOutput`` bytes (one batched ``ArrayRecord``).
-- :func:`encode_sample_response`: a runtime ``sample`` result -> ``SampleResponse`` bytes.
+- :func:`encode_forward_backward_output`: a typed ``forward``/``forwardBackward`` result's
+  datum outputs -> ``ForwardBackwardOutput`` bytes (one batched ``ArrayRecord``).
+- :func:`encode_sample_response`: a typed ``sample`` result -> ``SampleResponse`` bytes.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from typing import Any
 
+from localsession.port_results import DatumOutput, SampleResult, TopLogprob
 from localsession.runtime import errors
 
 #: Bodies may arrive zstd-framed; a frame may not inflate past this (the body limit's twin).
 MAX_INFLATED_BYTES = 256 * 1024 * 1024
 #: The SDK's sentinel for an empty top-k cell (tinker.types.topk_logprobs.MASK_LOGPROB).
 MASK_LOGPROB = -99999.0
-#: The loss outputs Tinker's losses return per datum; other runtime diagnostics stay out.
-OUTPUT_FIELDS = ("logprobs", "elementwise_loss")
 
 
 def _pb() -> Any:
@@ -186,47 +186,47 @@ def decode_forward_backward(
     return msg.model_id, msg.seq_id, msg.loss_fn, config, msg.forward_only, datums
 
 
-def _batched(values: list[dict[str, Any]]) -> Any:
-    """Per-datum wire TensorData (one dtype) -> one ``BatchedTensor``."""
+def _batched(rows: list[list[float]]) -> Any:
+    """One float32 value list per datum -> one ``BatchedTensor``."""
     pb = _pb()
-    is_int = values[0].get("dtype") == "int64"
-    fmt = "<q" if is_int else "<f"
-    parts = [struct.pack(f"<{len(v['data'])}{fmt[1]}", *v["data"]) for v in values]
+    parts = [struct.pack(f"<{len(row)}f", *row) for row in rows]
     offsets = [0]
     for part in parts:
         offsets.append(offsets[-1] + len(part))
-    shape = values[0].get("shape") or [len(values[0]["data"])]
     return pb.BatchedTensor(
         data=b"".join(parts),
         offsets=struct.pack(f"<{len(offsets)}q", *offsets),
-        dtype=pb.DTYPE_INT64 if is_int else pb.DTYPE_FLOAT32,
-        trailing_shape=list(shape[1:]),
+        dtype=pb.DTYPE_FLOAT32,
+        trailing_shape=[],
     )
 
 
 def encode_forward_backward_output(
-    metrics: dict[str, float], outputs: list[dict[str, Any]]
+    metrics: dict[str, float], outputs: Sequence[DatumOutput]
 ) -> bytes:
-    """A forward/forwardBackward result -> ``ForwardBackwardOutput`` protobuf bytes."""
+    """A forward/forwardBackward result -> ``ForwardBackwardOutput`` protobuf bytes: the
+    per-datum ``logprobs`` and ``elementwise_loss`` (other diagnostics stay out)."""
     pb = _pb()
     msg = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", metrics=metrics)
     record = msg.loss_fn_outputs.add()
     record.num_datums = len(outputs)
-    for name in OUTPUT_FIELDS:
-        if outputs and all(name in out for out in outputs):
-            record.fields[name].CopyFrom(_batched([out[name] for out in outputs]))
+    if outputs:
+        record.fields["logprobs"].CopyFrom(_batched([out.logprobs for out in outputs]))
+        record.fields["elementwise_loss"].CopyFrom(
+            _batched([out.elementwise_loss for out in outputs])
+        )
     return bytes(msg.SerializeToString())
 
 
-def _topk(rows: list[list[dict[str, Any]]], k: int) -> Any:
-    """Rows of ``{tokenId, logprob}`` -> a dense ``TopkLogprobs`` (sentinel-padded)."""
+def _topk(rows: list[list[TopLogprob]], k: int) -> Any:
+    """Per-position top-k alternatives -> a dense ``TopkLogprobs`` (sentinel-padded)."""
     pb = _pb()
     ids: list[int] = []
     lps: list[float] = []
     for row in rows:
         cells = row[:k]
-        ids += [int(c["tokenId"]) for c in cells] + [0] * (k - len(cells))
-        lps += [float(c["logprob"]) for c in cells] + [MASK_LOGPROB] * (k - len(cells))
+        ids += [int(c.token_id) for c in cells] + [0] * (k - len(cells))
+        lps += [float(c.logprob) for c in cells] + [MASK_LOGPROB] * (k - len(cells))
     return pb.TopkLogprobs(
         token_ids=struct.pack(f"<{len(ids)}i", *ids),
         logprobs=struct.pack(f"<{len(lps)}f", *lps),
@@ -235,25 +235,26 @@ def _topk(rows: list[list[dict[str, Any]]], k: int) -> Any:
     )
 
 
-def encode_sample_response(result: dict[str, Any], topk: int) -> bytes:
-    """A runtime ``sample`` result -> ``SampleResponse`` protobuf bytes. The first prompt
-    logprob (no context) is sent as NaN, which the SDK reads as None."""
+def encode_sample_response(
+    result: SampleResult, topk: int, prompt_last_n: int | None = None
+) -> bytes:
+    """A typed ``sample`` result -> ``SampleResponse`` protobuf bytes. Prompt logprobs the
+    SDK reads as None (the first, which has no context, and any before the last
+    ``prompt_last_n`` when that is set) are sent as NaN."""
     pb = _pb()
     msg = pb.SampleResponse()
-    for seq in result.get("sequences", []):
+    for seq in result.sequences:
         out = msg.sequences.add()
-        out.stop_reason = (
-            pb.STOP_REASON_STOP if seq["stopReason"] == "stop" else (pb.STOP_REASON_LENGTH)
-        )
-        tokens = seq["tokens"]
-        out.tokens = struct.pack(f"<{len(tokens)}i", *tokens)
-        logprobs = seq.get("logprobs") or []
-        out.logprobs = struct.pack(f"<{len(logprobs)}f", *logprobs)
-    prompt = result.get("promptLogprobs")
+        stopped = seq.stop_reason == "stop"
+        out.stop_reason = pb.STOP_REASON_STOP if stopped else pb.STOP_REASON_LENGTH
+        out.tokens = struct.pack(f"<{len(seq.tokens)}i", *seq.tokens)
+        out.logprobs = struct.pack(f"<{len(seq.logprobs)}f", *seq.logprobs)
+    prompt = result.prompt_logprobs
     if prompt is not None:
-        values = [math.nan if i == 0 or v is None else v for i, v in enumerate(prompt)]
+        cut = len(prompt) - int(prompt_last_n) if prompt_last_n else 0
+        values = [math.nan if i == 0 or i < cut else v for i, v in enumerate(prompt)]
         msg.prompt_logprobs = struct.pack(f"<{len(values)}f", *values)
-    rows = result.get("topkPromptLogprobs")
+    rows = result.topk_prompt_logprobs
     if rows is not None and topk > 0:
         msg.topk_prompt_logprobs.CopyFrom(_topk(rows, topk))
     return bytes(msg.SerializeToString())

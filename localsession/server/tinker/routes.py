@@ -264,21 +264,15 @@ class TinkerRoutes:
             return await self._created(request_id, future)
         assert future.session is not None and future.op_id is not None
         await self._hold(future.session, future.op_id)
-        get = (
-            self.service.get_sampling_operation_result
-            if future.sampling
-            else self.service.get_training_operation_result
+        outcome = await run_in_threadpool(
+            self.service.operation_outcome, future.session, future.op_id
         )
-        result = await run_in_threadpool(get, future.session, future.op_id)
-        status = result.get("status")
-        if status not in vocab.OP_TERMINAL:
+        if outcome.status not in vocab.OP_TERMINAL:
             return _try_again(request_id)
-        if status != vocab.OP_COMPLETED:
-            detail = result.get("errorDetails") or {}
-            message = detail.get("message") if isinstance(detail, dict) else str(detail)
-            return JSONResponse({"error": message or f"operation {status}", "category": "user"})
-        payload = (result.get("operationResult") or {}).get(future.kind) or {}
-        return await run_in_threadpool(results.completed, self.dialect, future, payload)
+        if outcome.status != vocab.OP_COMPLETED or outcome.result is None:
+            message = outcome.error or f"operation {outcome.status}"
+            return JSONResponse({"error": message, "category": "user"})
+        return await run_in_threadpool(results.completed, self.dialect, future, outcome.result)
 
     async def _created(self, request_id: str, future: Future) -> Response:
         assert future.session is not None
