@@ -64,14 +64,15 @@ def _sampling_params(edit: Callable[[dict[str, Any]], None]) -> Any:
 
 def _negated_weights(self: Any, *args: Any) -> Any:
     *head, datums = args
+    flipped = []
     for datum in datums:
-        inputs = datum["lossFnInputs"]
+        inputs = dict(datum.loss_fn_inputs)
         if "weights" in inputs:
-            inputs["weights"]["data"] = [-float(w) for w in inputs["weights"]["data"]]
+            inputs["weights"] = [-float(w) for w in inputs["weights"]]
         elif "target_tokens" in inputs:
-            n = len(inputs["target_tokens"].get("data") or [])
-            inputs["weights"] = {"data": [-1.0] * n, "dtype": "float32"}
-    return _ORIGINAL["forward_backward"](self, *head, datums)
+            inputs["weights"] = [-1.0] * len(inputs["target_tokens"])
+        flipped.append(replace(datum, loss_fn_inputs=inputs))
+    return _ORIGINAL["forward_backward"](self, *head, flipped)
 
 
 def _frozen_step(self: Any, request: dict[str, Any]) -> Any:

@@ -2,11 +2,13 @@
 
 The message classes are the installed ``tinker`` package's own (``tinker.proto``), imported
 on first use, so this tree holds no copy of the schema and ``import localsession`` stays
-light. Everything here turns Tinker's shapes into the runtime's wire dicts (camelCase, the
-shapes docs/wire.md#4 lists) and back; no behaviour lives here.
+light. Everything here turns Tinker's shapes into the port's typed values and back; no behaviour
+lives here.
 
 - :func:`decode_forward_backward`: a ``ForwardBackwardRequest`` body (protobuf, or its JSON
-  twin) -> ``(model_id, seq_id, loss_fn, loss_fn_config, forward_only, datums)``.
+  twin) -> ``(model_id, seq_id, loss_fn, loss_fn_config, forward_only, datums)``, the datums
+  as the port's :class:`~localsession.port.TrainingDatum` values (tokens concatenated, each
+  loss input flattened row by row).
 - :func:`encode_forward_backward_output`: a typed ``forward``/``forwardBackward`` result's
   datum outputs -> ``ForwardBackwardOutput`` bytes (one batched ``ArrayRecord``).
 - :func:`encode_sample_response`: a typed ``sample`` result -> ``SampleResponse`` bytes.
@@ -19,6 +21,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from localsession.port import TrainingDatum
 from localsession.port_results import DatumOutput, SampleResult, TopLogprob
 from localsession.runtime import errors
 
@@ -105,8 +108,10 @@ def _floats(raw: bytes, where: str) -> list[float]:
     return [v[0] for v in struct.iter_unpack("<f", raw)]
 
 
-def _datum(msg: Any, index: int) -> dict[str, Any]:
-    chunks = []
+def _datum(msg: Any, index: int) -> TrainingDatum:
+    if not msg.model_input:
+        raise errors.validation(f"datum {index} has no model_input chunks; give it token ids")
+    tokens: list[int] = []
     for c, chunk in enumerate(msg.model_input):
         kind = chunk.WhichOneof("chunk") if chunk.DESCRIPTOR.oneofs else None
         if kind not in (None, "encoded_text"):
@@ -114,44 +119,54 @@ def _datum(msg: Any, index: int) -> dict[str, Any]:
                 f"datum {index} chunk {c} is {kind!r}: only encoded_text (token) chunks run "
                 "locally; image and audio inputs are not supported"
             )
-        tokens = _ints(chunk.encoded_text.tokens, "i", f"datum {index} chunk {c}")
-        chunks.append({"tokens": tokens, "type": "encoded_text"})
+        tokens += _ints(chunk.encoded_text.tokens, "i", f"datum {index} chunk {c}")
     inputs = {
-        key: _tensor(value, f"datum {index} loss_fn_inputs[{key!r}]")
+        key: _tensor(value, f"datum {index} loss_fn_inputs[{key!r}]")["data"]
         for key, value in msg.loss_fn_inputs.items()
     }
-    return {"modelInput": {"chunks": chunks}, "lossFnInputs": inputs}
+    return TrainingDatum(tokens, inputs)
 
 
-def _json_tensor(given: Any, where: str) -> dict[str, Any]:
+def _flat(data: list[Any]) -> list[Any]:
+    """A JSON tensor's nested rows flattened row by row (a flat list as it is)."""
+    if data and isinstance(data[0], list):
+        return [x for row in data for x in (_flat(row) if isinstance(row, list) else [row])]
+    return data
+
+
+def _json_values(given: Any, where: str) -> list[Any]:
+    """A JSON loss input (a ``TensorData`` object, or a bare list) -> its flat values."""
     if isinstance(given, list):
-        return {"data": given, "dtype": "float32"}
+        return _flat(given)
     if not isinstance(given, dict) or not isinstance(given.get("data"), list):
         raise errors.validation(f"{where} must be a TensorData object with a data list")
-    out = {"data": given["data"], "dtype": given.get("dtype") or "float32"}
-    if given.get("shape"):
-        out["shape"] = given["shape"]
-    return out
+    return _flat(given["data"])
 
 
-def _json_datum(value: Any, index: int) -> dict[str, Any]:
+def _json_datum(value: Any, index: int) -> TrainingDatum:
     if not isinstance(value, dict):
         raise errors.validation(f"forward_backward_input.data[{index}] must be an object")
-    chunks = []
-    for c, chunk in enumerate((value.get("model_input") or {}).get("chunks") or []):
+    chunks = (value.get("model_input") or {}).get("chunks") or []
+    if not chunks:
+        raise errors.validation(f"datum {index} has no model_input chunks; give it token ids")
+    tokens: list[Any] = []
+    for c, chunk in enumerate(chunks):
         if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
             raise errors.validation(f"datum {index} chunk {c}: only encoded_text chunks run")
-        chunks.append({"tokens": chunk.get("tokens"), "type": "encoded_text"})
+        ids = chunk.get("tokens")
+        if not isinstance(ids, list):
+            raise errors.validation(f"datum {index} chunk {c}: tokens must be a list of ids")
+        tokens += ids
     inputs = {
-        key: _json_tensor(td, f"datum {index} loss_fn_inputs[{key!r}]")
+        key: _json_values(td, f"datum {index} loss_fn_inputs[{key!r}]")
         for key, td in (value.get("loss_fn_inputs") or {}).items()
     }
-    return {"modelInput": {"chunks": chunks}, "lossFnInputs": inputs}
+    return TrainingDatum(tokens, inputs)
 
 
 def decode_forward_backward(
     body: bytes, content_type: str, encoding: str | None
-) -> tuple[str, int, str, dict[str, Any], bool, list[dict[str, Any]]]:
+) -> tuple[str, int, str, dict[str, Any], bool, list[TrainingDatum]]:
     """A forward_backward body -> (model_id, seq_id, loss_fn, config, forward_only, datums)."""
     raw = inflate(body, encoding)
     if "json" in content_type:

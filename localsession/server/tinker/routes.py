@@ -20,6 +20,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localsession import vocab
+from localsession.port import SampleRequest
+from localsession.port_commands import SampleCommand
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
@@ -160,6 +162,7 @@ class TinkerRoutes:
         body = await body_json(request)
         sampler = request.url.path.endswith("/save_weights_for_sampler")
         if body.get("kind", "snapshot") != "snapshot":
+            self.dialect.refuse(body.get("model_id"), body.get("seq_id"))  # its number is used
             raise errors.validation("only snapshot sampling clients are supported locally")
         return self._future(await run_in_threadpool(self.dialect.save, body, sampler=sampler))
 
@@ -203,39 +206,27 @@ class TinkerRoutes:
         params = body.get("sampling_params") or {}
         stop = params.get("stop")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        stop_ids = [s for s in stops if isinstance(s, int)]
-        wire_params: dict[str, Any] = {
-            "maxTokens": params.get("max_tokens") or DEFAULT_MAX_TOKENS,
-            "temperature": params.get("temperature", 1.0),
-            "topP": params.get("top_p", 1.0),
-            "topK": params.get("top_k", -1),
-        }
-        if params.get("seed") is not None:
-            wire_params["seed"] = params["seed"]
-        if strings := [s for s in stops if isinstance(s, str)]:
-            wire_params["stop"] = strings
         topk = int(body.get("topk_prompt_logprobs") or 0)
-        op: dict[str, Any] = {
-            "prompt": {"chunks": [_chunk(c) for c in body["prompt"]["chunks"]]},
-            "numSamples": int(body.get("num_samples") or 1),
-            "samplingParams": wire_params,
-            "includePromptLogprobs": bool(body.get("prompt_logprobs")),
-        }
-        if topk:
-            op["topkPromptLogprobs"] = topk
-        if sampler.package:
-            op["modelPackageArn"] = sampler.package
-        name = await run_in_threadpool(self.dialect.session_for, sampler)
-        answer = await run_in_threadpool(
-            self.service.execute_sampling_operation,
-            name,
-            {"operationConfig": {"sample": op}},
-            stop_ids,
+        prompt = [t for c in body["prompt"]["chunks"] for t in _chunk_tokens(c)]
+        request_ = SampleRequest(
+            prompt=prompt,
+            num_samples=int(body.get("num_samples") or 1),
+            max_tokens=params.get("max_tokens") or DEFAULT_MAX_TOKENS,
+            temperature=params.get("temperature", 1.0),
+            top_p=params.get("top_p", 1.0),
+            top_k=params.get("top_k", -1),
+            stop=tuple(s for s in stops if isinstance(s, str)),
+            stop_token_ids=tuple(s for s in stops if not isinstance(s, str)),
+            include_prompt_logprobs=bool(body.get("prompt_logprobs")),
+            topk_prompt_logprobs=topk or None,
         )
+        command = SampleCommand(request_, params.get("seed"), sampler.package)
+        name = await run_in_threadpool(self.dialect.session_for, sampler)
+        op_id = await run_in_threadpool(self.service.submit_sample, name, command)
         future = Future(
             "sample",
             session=name,
-            op_id=answer["operationId"],
+            op_id=op_id,
             sampling=True,
             extra={
                 "topk": topk,
@@ -247,7 +238,7 @@ class TinkerRoutes:
             self.completions.watch(
                 sampler.sampler_id, body.get("seq_id"), request_id, name, future.op_id or ""
             )
-        ids = [f"{request_id}-{i}" for i in range(op["numSamples"])]
+        ids = [f"{request_id}-{i}" for i in range(request_.num_samples)]
         return JSONResponse({"request_id": request_id, "sample_sequence_ids": ids})
 
     # -- futures -------------------------------------------------------------------------
@@ -313,10 +304,14 @@ def _try_again(request_id: str) -> Response:
     return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": "active"})
 
 
-def _chunk(chunk: Any) -> dict[str, Any]:
+def _chunk_tokens(chunk: Any) -> list[Any]:
+    """A prompt chunk's token ids (the runtime checks they are ints >= 0)."""
     if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
         raise errors.validation("only encoded_text (token) prompt chunks are supported locally")
-    return {"tokens": chunk.get("tokens"), "type": "encoded_text"}
+    tokens = chunk.get("tokens")
+    if not isinstance(tokens, list):
+        raise errors.validation("a prompt chunk's tokens must be a list of token ids")
+    return tokens
 
 
 def routes(dialect: Dialect) -> list[Route]:
