@@ -13,7 +13,7 @@ DEMO_MODEL ?= HuggingFaceTB/SmolLM2-135M-Instruct
 DEMO_STEPS ?= 10
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: sdk demo demo-tiny examples test test-unit test-slow bench lint typecheck check clean
+.PHONY: sdk demo demo-tiny examples test test-unit test-slow bench bench-full lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -83,7 +83,18 @@ test-slow: $(SDK_STAMP) $(MODEL_STAMP)
 
 # The real-model rows need the shipped SmolLM2 (as `make demo` does); without it they MISS.
 bench: $(SDK_STAMP) $(MODEL_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) bench/headline.py
+
+bench-full: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
+
+# Third-party Tinker servers (TuFT; skyrl-tx where it installs) in their own venvs under
+# $$LOCALSESSION_PEERS (default ~/.cache/localsession-peers), started on this CPU and checked by
+# conformance/suite_tinker; reports and a table land there (docs/peers.md). Optional: not in
+# `make test`; the first run downloads several GB (TuFT brings torch, Ray and vLLM).
+.PHONY: conformance-peers
+conformance-peers: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 PYTHONPATH=. $(PY) conformance/peers/run_peers.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check localsession fakes conformance tests examples bench

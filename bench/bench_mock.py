@@ -52,9 +52,9 @@ def once():
 
 def over_http():
     import os
-    from fakes.service import FakeService
+    from fakes.fake_service import FakeService
     from localsession.wiring import listed_catalog
-    from localsession.server.runner import ServerThread
+    from localsession.server.hosting import ServerThread
     from localsession.server.serve import serve_exports
     from localsession.mocking.hooks import scoped_environ
 

@@ -378,7 +378,7 @@ def streaming_rows(name: str, max_tokens: int) -> list[Row]:
     import openai
 
     from localsession.runtime.service import ServiceConfig
-    from localsession.server.runner import ServerThread
+    from localsession.server.hosting import ServerThread
     from localsession.wiring import build_service
 
     with tempfile.TemporaryDirectory() as home:

@@ -237,8 +237,25 @@ def train_flops_per_token(rank: int) -> tuple[float, float]:
     return 4.0 * base + 6.0 * lora, float(lora)
 
 
+def plot_panels(ylabel: str, series: dict[str, Any]) -> list[list[tuple[str, Any, Any, bool]]]:
+    """What :func:`plot` draws, as panels of ``(label, xs, ys, measured)``: pure, for tests.
+
+    A ``ylabel`` naming one unit per series (``"steps/s · p99 s"``) gives each series a panel of
+    its own, so no axis mixes units. Otherwise all share one panel, the first series being the
+    measurement and the rest the models it is judged against (``linear``, ``FLOPs-
+    proportional``). A series whose values never vary is left out."""
+    kept = {k: v for k, v in series.items() if len({float(y) for y in v[1]}) > 1}
+    units = ylabel.split(" · ")
+    if len(units) == len(series) > 1:
+        return [[(label, *kept[label], True)] for label in series if label in kept]
+    first = next(iter(series), None)
+    lines = [(label, xs, ys, label == first) for label, (xs, ys) in kept.items()]
+    return [lines] if lines else []
+
+
 def plot(path: Path, title: str, xlabel: str, ylabel: str, series: dict[str, Any]) -> None:
-    """One line plot (``series``: label -> (xs, ys)); nothing without matplotlib."""
+    """The group's plot (``series``: label -> (xs, ys); see :func:`plot_panels`): measured
+    points marked and labelled with their values, models dashed; nothing without matplotlib."""
     try:
         import matplotlib
 
@@ -247,13 +264,38 @@ def plot(path: Path, title: str, xlabel: str, ylabel: str, series: dict[str, Any
     except ImportError:
         print(f"(no plot {path.name}: pip install matplotlib)", file=sys.stderr)
         return
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for label, (xs, ys) in series.items():
-        ax.plot(xs, ys, marker="o", label=label)
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    ax.set_xscale("log", base=2)
-    ax.legend()
-    fig.tight_layout()
+    panels = plot_panels(ylabel, series)
+    if not panels:
+        return
+    units = ylabel.split(" · ") if len(panels) > 1 else [ylabel]
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False, layout="constrained"
+    )
+    for ax, lines, unit in zip(axes[0], panels, units, strict=False):
+        for label, xs, ys, measured in lines:
+            if measured:
+                drawn = ax.plot(xs, ys, marker="o", label=label)
+                for x, y in zip(xs, ys, strict=True):
+                    ax.annotate(
+                        f"{y:.3g}",
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(0, 7),
+                        ha="center",
+                        fontsize=8,
+                        color=drawn[0].get_color(),
+                    )
+            else:
+                ax.plot(xs, ys, linestyle="--", color="0.45", label=label)
+        ax.set(xlabel=xlabel, ylabel=unit)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lines[0][1], [f"{x:g}" for x in lines[0][1]])
+        ax.set_ylim(bottom=0, top=1.15 * max(max(ys) for _, _, ys, _ in lines))
+        if len(panels) > 1:
+            ax.set_title(lines[0][0], fontsize=9)
+        if len(lines) > 1:
+            ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

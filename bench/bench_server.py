@@ -34,7 +34,7 @@ from localsession import cpu_threads  # noqa: E402
 from localsession.mocking.hooks import scoped_environ  # noqa: E402
 from localsession.runtime.service import Service, ServiceConfig  # noqa: E402
 from localsession.server.endpoints import client_env  # noqa: E402
-from localsession.server.runner import ServerThread  # noqa: E402
+from localsession.server.hosting import ServerThread  # noqa: E402
 from localsession.wiring import build_service
 
 ROLE = "arn:aws:iam::123456789012:role/bench"

@@ -40,7 +40,7 @@ from localsession.mocking.hooks import scoped_environ  # noqa: E402
 from localsession.mocking.tinker_server import API_KEY  # noqa: E402
 from localsession.runtime.service import ServiceConfig  # noqa: E402
 from localsession.server.endpoints import client_env  # noqa: E402
-from localsession.server.runner import ServerThread  # noqa: E402
+from localsession.server.hosting import ServerThread  # noqa: E402
 from localsession.wiring import build_service, server_catalog  # noqa: E402
 
 ROLE = "arn:aws:iam::123456789012:role/bench"

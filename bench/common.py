@@ -1,5 +1,5 @@
 """Shared pieces of the benchmarks: the ``Row`` every script returns, timing helpers, and
-the table ``make bench`` prints.
+the tables ``make bench`` (bench/headline.py) and ``make bench-full`` print.
 
 Every bench script exposes ``collect(smoke: bool) -> list[Row]`` and a ``main()`` that prints
 its own rows (``--smoke`` for tiny sizes and one repetition, ``--json PATH`` to hand the rows
@@ -7,7 +7,11 @@ to ``bench/run_all.py``, which runs each script in a fresh interpreter and print
 
 A row holds our number, the baseline's (measured in the same process run, on the same model
 and batch) where there is one, the ratio, the target as text and whether it was met
-(``None``: information only, no target).
+(``None``: information only, no target). A paired row also keeps each round's ratio
+(``rounds``): its spread is their interquartile range, and a row whose spread crosses its
+target reads "noisy", neither pass nor MISS. Every row carries the 1-minute load average
+before and after it was measured (``load``), and a row that cannot apply on this machine
+says why (``na``, e.g. "no AMX-BF16").
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +40,68 @@ class Row:
     ok: bool | None  # None: information only
     baseline: float | None = None
     ratio: float | None = None  # as the target reads it (ours / baseline unless stated)
+    rounds: list[float] | None = None  # each paired round's ratio (``ratio`` is their median)
+    load: list[float] | None = None  # the 1-minute load average [before, after]
+    na: str | None = None  # why the target does not apply here (result "n/a: ...")
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (``Row(**d)`` restores it)."""
         return asdict(self)
+
+    def spread(self) -> tuple[float, float] | None:
+        """The interquartile range of ``rounds`` (None without rounds)."""
+        if not self.rounds:
+            return None
+        return quantile(self.rounds, 0.25), quantile(self.rounds, 0.75)
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the spread of the rounds crosses a ratio target ("≥ 1.3×", "≤ 1.15×")."""
+        bound, spread = target_bound(self.target), self.spread()
+        if self.ok is None or self.na is not None or bound is None or spread is None:
+            return False
+        low, high = spread
+        return low < bound[1] <= high if bound[0] == "≥" else low <= bound[1] < high
+
+    @property
+    def result(self) -> str:
+        """ "pass", "MISS", "noisy", "info" or "n/a: <why>"."""
+        if self.na is not None:
+            return f"n/a: {self.na}"
+        if self.ok is None:
+            return "info"
+        return "noisy" if self.noisy else ("pass" if self.ok else "MISS")
+
+
+_BOUND = re.compile(r"^([≥≤]) *([0-9.]+) *×$")
+
+
+def target_bound(target: str) -> tuple[str, float] | None:
+    """("≥" or "≤", value) of a plain ratio target such as "≥ 1.3×"; None for any other."""
+    found = _BOUND.match(target.strip())
+    return (found.group(1), float(found.group(2))) if found else None
+
+
+def meets(target: str, value: float) -> bool:
+    """Whether ``value`` meets the plain ratio target ``target`` ("≥ 2×")."""
+    bound = target_bound(target)
+    if bound is None:
+        raise ValueError(f"target {target!r} is not of the form '≥ 1.3×' or '≤ 1.15×'")
+    return value >= bound[1] if bound[0] == "≥" else value <= bound[1]
+
+
+def load1() -> float:
+    """The 1-minute load average (NaN where the system has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # pragma: no cover - not on Linux/macOS
+        return float("nan")
+
+
+def stamp(rows: Iterable[Row], before: float) -> list[Row]:
+    """``rows`` with ``load`` set to [``before``, now] where they carry none yet."""
+    after = load1()
+    return [r if r.load is not None else replace(r, load=[before, after]) for r in rows]
 
 
 def load_average() -> str:
@@ -79,15 +142,25 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def paired_ratio(times: dict[str, list[float]], work: dict[str, list[int]] | None = None) -> float:
-    """The median over rounds of ours/raw throughput, each round's pair run back to back (a
-    burst of load on a shared machine then slows both sides of a ratio, not one). ``work``:
-    units done per run (default: the same for both)."""
+def paired_ratios(
+    times: dict[str, list[float]],
+    work: dict[str, list[int]] | None = None,
+    sides: tuple[str, str] = ("ours", "raw"),
+) -> list[float]:
+    """Each round's throughput ratio of ``sides[0]`` to ``sides[1]``, the round's pair run
+    back to back (a burst of load on a shared machine then slows both sides of a ratio, not
+    one). ``work``: units done per run (default: the same for both)."""
+    mine, theirs = sides
     ratios = []
-    for k, (t_ours, t_raw) in enumerate(zip(times["ours"], times["raw"], strict=True)):
-        w_ours, w_raw = (work["ours"][k], work["raw"][k]) if work else (1, 1)
+    for k, (t_ours, t_raw) in enumerate(zip(times[mine], times[theirs], strict=True)):
+        w_ours, w_raw = (work[mine][k], work[theirs][k]) if work else (1, 1)
         ratios.append((w_ours / t_ours) / (w_raw / t_raw))
-    return median(ratios)
+    return ratios
+
+
+def paired_ratio(times: dict[str, list[float]], work: dict[str, list[int]] | None = None) -> float:
+    """The median of :func:`paired_ratios` (ours against raw)."""
+    return median(paired_ratios(times, work))
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -115,27 +188,44 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return f"{text} {unit}".rstrip()
 
 
+def _spread(row: Row) -> str:
+    spread = row.spread()
+    return "—" if spread is None else f"{_fmt(spread[0])}–{_fmt(spread[1])}×"
+
+
+def _load(row: Row) -> str:
+    return "—" if row.load is None else f"{_fmt(row.load[0])}→{_fmt(row.load[1])}"
+
+
+HEADER = ("metric", "ours", "baseline", "ratio", "spread", "target", "result", "load")
+
+
+def cells(row: Row) -> tuple[str, ...]:
+    """The row's table cells, in ``HEADER`` order."""
+    return (
+        row.metric,
+        _fmt(row.ours, row.unit),
+        _fmt(row.baseline, row.unit),
+        _fmt(row.ratio) + "×" if row.ratio is not None else "—",
+        _spread(row),
+        row.target,
+        row.result,
+        _load(row),
+    )
+
+
 def render(rows: Iterable[Row], title: str | None = None) -> str:
-    """The table (metric, ours, baseline, ratio, target, result) and a closing line."""
+    """The table (metric, ours, baseline, ratio, spread of the rounds' ratios, target,
+    result, 1-minute load before→after) and a closing line."""
     rows = list(rows)
-    header = ("metric", "ours", "baseline", "ratio", "target", "result")
-    cells = [
-        (
-            r.metric,
-            _fmt(r.ours, r.unit),
-            _fmt(r.baseline, r.unit),
-            _fmt(r.ratio) + "×" if r.ratio is not None else "—",
-            r.target,
-            {True: "pass", False: "MISS", None: "info"}[r.ok],
-        )
-        for r in rows
-    ]
-    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
+    table = [HEADER, *(cells(r) for r in rows)]
+    widths = [max(len(c[i]) for c in table) for i in range(len(HEADER))]
     lines = [title] if title else []
-    for k, line in enumerate([header, *cells]):
+    left = {0, 5, 6}  # metric, target, result
+    for k, line in enumerate(table):
         lines.append(
             "  ".join(
-                c.ljust(w) if i == 0 or i == 4 else c.rjust(w)
+                c.ljust(w) if i in left else c.rjust(w)
                 for i, (c, w) in enumerate(zip(line, widths, strict=True))
             ).rstrip()
         )
@@ -146,13 +236,19 @@ def render(rows: Iterable[Row], title: str | None = None) -> str:
 
 
 def summary(rows: Sequence[Row]) -> str:
-    """The closing pass/miss line."""
-    judged = [r for r in rows if r.ok is not None]
-    missed = [r.metric for r in judged if not r.ok]
-    passed = len(judged) - len(missed)
-    if not missed:
-        return f"pass: {passed}/{len(judged)} targets met"
-    return f"MISS: {passed}/{len(judged)} targets met; missed: {'; '.join(missed)}"
+    """The closing line: "MISS" when a target was missed, else "noisy" when a row's spread
+    crossed its target, else "pass"; n/a and info rows are not counted."""
+    judged = [r for r in rows if r.ok is not None and r.na is None]
+    missed = [r.metric for r in judged if r.result == "MISS"]
+    noisy = [r.metric for r in judged if r.result == "noisy"]
+    passed = len(judged) - len(missed) - len(noisy)
+    head = "MISS" if missed else "noisy" if noisy else "pass"
+    line = f"{head}: {passed}/{len(judged)} targets met"
+    if missed:
+        line += f"; missed: {'; '.join(missed)}"
+    if noisy:
+        line += f"; noisy: {'; '.join(noisy)}"
+    return line
 
 
 def bench_args(description: str | None) -> argparse.ArgumentParser:

@@ -1,9 +1,11 @@
-"""``make bench``: run every ``bench/bench_*.py`` and print one table.
+"""``make bench-full``: run every ``bench/bench_*.py`` and print one table.
 
 Each script runs in a fresh interpreter (so one benchmark's threads, caches and allocator
 state cannot colour the next) with ``--json``; its rows are gathered into one table of
 metric, ours, baseline, ratio, target and result, closed by a pass/miss line. The load
-average is printed before and after: on a shared machine it says how much to trust the run.
+average is printed before and after, and a row that does not carry its own 1-minute load
+before and after gets its script's: on a shared machine it says how much to trust the run.
+``make bench`` runs only the headline rows (bench/headline.py).
 Exits non-zero only when a script fails; a missed target is reported in the table.
 
 Run: python bench/run_all.py [--smoke] [--only training sampling ...]
@@ -20,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Row, load_average, read_rows, render  # noqa: E402
+from bench.common import Row, load1, load_average, read_rows, render, stamp  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -37,9 +39,9 @@ def run(script: Path, smoke: bool, out_dir: Path) -> tuple[list[Row], float]:
     """Run one script in a fresh interpreter; return its rows and wall seconds."""
     out = out_dir / f"{script.stem}.json"
     command = [sys.executable, str(script), "--json", str(out)] + (["--smoke"] if smoke else [])
-    started = time.perf_counter()
+    started, before = time.perf_counter(), load1()
     subprocess.run(command, check=True, cwd=BENCH_DIR.parent)
-    return read_rows(out), time.perf_counter() - started
+    return stamp(read_rows(out), before), time.perf_counter() - started
 
 
 def main() -> None:

@@ -13,11 +13,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conformance import limits
 from conformance.adapter import Backend, BackendUnavailable
 from conformance.capabilities import CAPABILITIES, check_names
 from conformance.report import Recorder, suite_id
@@ -49,12 +51,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--xfail-file", type=Path, help="known divergences, instead of the backend's")
     group.addoption("--base-model", help="base model to create sessions on")
     group.addoption("--base-url", help="tinker backend: the server's URL (or TINKER_BASE_URL)")
+    group.addoption(
+        "--learning-rate",
+        type=float,
+        help="learning rate the suite trains with (default: the backend's, scaled to the model)",
+    )
+    group.addoption("--rank", type=int, help="LoRA rank of the sessions the suite creates")
+    group.addoption(
+        "--lora-alpha", type=int, help="LoRA alpha of SageMaker sessions (default: 2 x rank)"
+    )
+    group.addoption(
+        "--numeric-stack",
+        choices=("shared", "split"),
+        help="tinker backend: one engine trains and samples (shared: tight logprob "
+        "tolerances) or a separate sampler beside the trainer (split; the default with "
+        "--base-url)",
+    )
     group.addoption("--conformance-report", type=Path, metavar="OUT.json", help="write a report")
     group.addoption("--snapshot-update", type=Path, metavar="DIR", help="record snapshots")
     group.addoption("--snapshot-check", type=Path, metavar="DIR", help="compare with snapshots")
     group.addoption("--snapshot-report", type=Path, metavar="OUT.json", help="parity report")
     for key in ("region", "role", "base-model", "group", "s3"):
         group.addoption(f"--remote-{key}", help=f"remote backend: {key} (or CONFORMANCE_* env)")
+    limits.add_options(group)  # the server's limits: --max-sessions, --gap-timeout, ...
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -89,6 +108,10 @@ def _options(config: pytest.Config) -> dict[str, Any]:
         "xfail_file": config.getoption("--xfail-file"),
         "base_model": config.getoption("--remote-base-model") or config.getoption("--base-model"),
         "base_url": config.getoption("--base-url"),
+        "learning_rate": config.getoption("--learning-rate"),
+        "rank": config.getoption("--rank"),
+        "lora_alpha": config.getoption("--lora-alpha"),
+        "numeric_stack": config.getoption("--numeric-stack"),
         "region": config.getoption("--remote-region"),
         "role": config.getoption("--remote-role"),
         "group": config.getoption("--remote-group"),
@@ -117,8 +140,12 @@ def _start_backend(config: pytest.Config) -> Backend | None:
     backend.capabilities = backend.capabilities - set(dropped)
     if options["xfail_file"] is not None:
         backend.xfail_file = options["xfail_file"]
+    tuned = {k: options[k] for k in ("learning_rate", "rank", "lora_alpha") if options[k]}
+    if tuned:
+        backend.limits = replace(backend.limits, **tuned)
     if options["base_model"] and not config.getoption("--remote-base-model"):
         backend.base_model = options["base_model"]
+    backend.limits = limits.declared(config, backend.limits)
     config.stash[_BACKEND] = backend
     return backend
 
@@ -187,6 +214,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     """List every skipped test with its reason (a missing capability names it); then say,
     last and in red, that an unavailable backend means nothing was checked."""
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.when in ("setup", "call")]
+    if _UNAVAILABLE in config.stash:  # one reason for every test: said once, last, below
+        skipped = [r for r in skipped if "backend unavailable: " not in str(r.longrepr)]
     if skipped:
         terminalreporter.section(f"conformance: {len(skipped)} skipped, with reasons")
         for report in skipped:
@@ -252,7 +281,7 @@ def new_training_client(backend: Backend, service_client: Any) -> Iterator[Calla
 
     def make(client: Any = None, **kwargs: Any) -> Any:
         kwargs.setdefault("rank", backend.limits.rank)
-        kwargs.setdefault("alpha", 2 * kwargs["rank"])
+        kwargs.setdefault("alpha", backend.limits.lora_alpha or 2 * kwargs["rank"])
         tc = (client or service_client).create_lora_training_client(backend.base_model, **kwargs)
         made.append(tc)
         return tc
@@ -276,6 +305,7 @@ def shared_training_client(backend: Backend, service_client: Any) -> Iterator[An
     """One session for a module's read-only tests (forward, sampling from the base model,
     calls refused at the call site); never trained, saved or loaded."""
     rank = backend.limits.rank
-    tc = service_client.create_lora_training_client(backend.base_model, rank=rank, alpha=2 * rank)
+    alpha = backend.limits.lora_alpha or 2 * rank
+    tc = service_client.create_lora_training_client(backend.base_model, rank=rank, alpha=alpha)
     yield tc
     tc.stop()

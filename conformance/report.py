@@ -32,6 +32,12 @@ def suite_id(item: pytest.Item) -> str:
     return f"{Path(str(item.path)).name}::{item.nodeid.split('::', 1)[1]}"
 
 
+def report_id(nodeid: str) -> str:
+    """:func:`suite_id` of a test report's node id (``dir/test_file.py::test[param]``)."""
+    path, _, rest = nodeid.partition("::")
+    return f"{Path(path).name}::{rest}"
+
+
 def _reason(report: pytest.TestReport) -> str | None:
     if hasattr(report, "wasxfail"):
         return str(report.wasxfail) or None

@@ -7,7 +7,13 @@ fail: localsession's own dialect with one planted defect.
 - ``optim_noop``: ``optim_step`` runs with a learning rate of 1e-30 (never moves a weight);
 - ``logprob_shift``: sampled tokens' logprobs come back 0.1 higher;
 - ``stop_ignored``: ``asample`` drops the request's stop strings and token ids;
-- ``optimizer_dropped``: ``load_state_with_optimizer`` loads the weights only.
+- ``optimizer_dropped``: ``load_state_with_optimizer`` loads the weights only;
+- ``targets_flattened``: 2-D ``(N, K)`` ``target_tokens``/``weights`` lose their shape and
+  arrive as N*K flat values;
+- ``empty_stop_ignored``: ``stop=[]`` is read as ``stop=None`` (EOS still stops);
+- ``lora_unseeded``: ``create_model`` replaces ``lora_config.seed`` with a random one;
+- ``crash_as_validation``: the datum length check is gone, and the engine's shape crash
+  (a torch broadcasting message) comes back as a failed request of category ``User``.
 
 Each patch is a context manager (:func:`planted`), so a test can plant and lift it around a
 call on a shared server; ``--backend=import:conformance.selfcheck_tinker:<name>`` starts the
@@ -31,9 +37,15 @@ from conformance.adapter import Backend
 SHIFT = 0.1
 TRAINING = "test_tinker_training.py::"
 SAMPLING = "test_tinker_sampling.py::"
+LOSSES = "test_tinker_losses.py::"
+TWO_D = "test_tinker_targets2d.py::"
+#: The torch message of a broadcasting crash: it says "size" and "match", names no input.
+CRASH = (
+    "The size of tensor a ({a}) must match the size of tensor b ({b}) at non-singleton dimension 0"
+)
 EXPECTED: dict[str, set[str]] = {
     "loss_sign": {
-        TRAINING + "test_cross_entropy_loss_sum_is_the_weighted_nll",
+        LOSSES + "test_cross_entropy_loss_sum_is_the_weighted_nll",
         TRAINING + "test_only_optim_step_changes_the_weights",
     },
     "seed_ignored": {SAMPLING + "test_seeded_sampling_is_reproducible"},
@@ -43,23 +55,84 @@ EXPECTED: dict[str, set[str]] = {
     },
     "logprob_shift": {SAMPLING + "test_sampled_logprobs_match_compute_logprobs"},
     "stop_ignored": {SAMPLING + "test_a_stop_token_id_ends_the_sequence"},
-    "optimizer_dropped": {TRAINING + "test_save_and_load_state_round_trip"},
+    "optimizer_dropped": {
+        "test_tinker_checkpoints.py::test_resume_with_optimizer_continues_bit_for_bit"
+    },
+    "targets_flattened": {
+        TWO_D + "test_2d_cross_entropy_is_the_weighted_sum_over_candidates",
+        TWO_D + "test_2d_logprobs_output_has_the_targets_shape",
+    },
+    "empty_stop_ignored": {SAMPLING + "test_stop_none_keeps_eos_and_an_empty_list_disables_it"},
+    "lora_unseeded": {
+        "test_tinker_sessions.py::test_a_lora_seed_makes_initialisation_reproducible"
+    },
+    "crash_as_validation": {
+        "test_tinker_errors.py::test_mismatched_target_tokens_are_refused_by_name"
+    },
 }
 
 
-def _sampling_params(edit: Callable[[dict[str, Any]], None]) -> Any:
-    """Patch the routes' body reader so that ``edit`` sees each asample's sampling params."""
+def _bodies(endpoint: str, edit: Callable[[dict[str, Any]], None]) -> Any:
+    """Patch the routes' body reader so that ``edit`` sees each JSON body of ``endpoint``."""
     from localsession.server.tinker import routes
 
     original = routes.body_json
 
     async def read(request: Any) -> dict[str, Any]:
         body = await original(request)
-        if request.url.path.endswith("/asample"):
-            edit(body.setdefault("sampling_params", {}))
+        if request.url.path.endswith(endpoint):
+            edit(body)
         return body
 
     return mock.patch.object(routes, "body_json", read)
+
+
+def _sampling_params(edit: Callable[[dict[str, Any]], None]) -> Any:
+    """``edit`` sees each asample's sampling params."""
+    return _bodies("/asample", lambda body: edit(body.setdefault("sampling_params", {})))
+
+
+def _empty_stop_as_none(params: dict[str, Any]) -> None:
+    if params.get("stop") == []:
+        params.pop("stop")
+
+
+def _random_lora_seed(body: dict[str, Any]) -> None:
+    body.setdefault("lora_config", {})["seed"] = random.randrange(2**31)
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _flatten(item)]
+    return [value]
+
+
+def _flattened_targets(self: Any, *args: Any) -> Any:
+    *head, datums = args
+    for datum in datums:
+        for key in ("target_tokens", "weights"):
+            tensor = datum["lossFnInputs"].get(key)
+            if isinstance(tensor, dict) and len(tensor.get("shape") or []) > 1:
+                tensor["data"] = _flatten(tensor["data"])
+                tensor["shape"] = [len(tensor["data"])]
+    return _ORIGINAL["forward_backward"](self, *head, datums)
+
+
+def _crashing_column(index: int, key: str, data: list[Any], length: int) -> list[Any]:
+    """The length check replaced by the crash the engine would hit without it."""
+    if len(data) != length:
+        raise RuntimeError(CRASH.format(a=len(data), b=length))
+    return data
+
+
+def _crash_as_validation() -> Any:
+    from localsession.numerics import batch, batch_fast, inputs
+
+    stack = contextlib.ExitStack()
+    for module in (inputs, batch, batch_fast):
+        if hasattr(module, "column_data"):
+            stack.enter_context(mock.patch.object(module, "column_data", _crashing_column))
+    return stack
 
 
 def _negated_weights(self: Any, *args: Any) -> Any:
@@ -90,6 +163,8 @@ def _shifted(result: Any, *args: Any) -> bytes:
     return _ORIGINAL["encode_sample_response"](replace(result, sequences=sequences), *args)
 
 
+#: Fixtures run_test builds by hand (conftest.py's, and the modules' ``trainer``).
+FIXTURES = ("backend", "tinker_client", "new_trainer", "tokens", "sampler", "trainer")
 _ORIGINAL: dict[str, Callable[..., Any]] = {}
 _HELD: list[Any] = []
 
@@ -114,6 +189,12 @@ def planted(defect: str) -> Iterator[None]:
         "logprob_shift": lambda: mock.patch.object(codec, "encode_sample_response", _shifted),
         "stop_ignored": lambda: _sampling_params(lambda p: p.pop("stop", None)),
         "optimizer_dropped": lambda: mock.patch.object(Dialect, "load", _weights_only),
+        "targets_flattened": lambda: mock.patch.object(
+            Dialect, "forward_backward", _flattened_targets
+        ),
+        "empty_stop_ignored": lambda: _sampling_params(_empty_stop_as_none),
+        "lora_unseeded": lambda: _bodies("/create_model", _random_lora_seed),
+        "crash_as_validation": _crash_as_validation,
     }
     if defect not in patches:
         raise KeyError(f"no planted defect {defect!r}; known: {', '.join(sorted(patches))}")
@@ -126,7 +207,7 @@ def run_test(test_id: str, backend: Backend, client: Any) -> None:
     it raises what it would raise under pytest."""
     import importlib
 
-    from conformance.suite_tinker._kit import wait
+    from conformance.suite_tinker._kit import text_tokens, wait
 
     path, _, name = test_id.partition("::")
     name, _, param = name.partition("[")
@@ -135,20 +216,35 @@ def run_test(test_id: str, backend: Backend, client: Any) -> None:
 
     def new_trainer(**kwargs: Any) -> Any:
         kwargs.setdefault("rank", backend.limits.rank)
-        return client.create_lora_training_client(backend.base_model, **kwargs)
+        return wait(client.create_lora_training_client(backend.base_model, **kwargs), backend)
 
+    wanted = inspect.signature(test).parameters
     values: dict[str, Any] = {
         "backend": backend,
         "tinker_client": client,
         "new_trainer": new_trainer,
-        "tokens": [*backend.prompt, 32, 119, 111, 114, 108, 100],
-        "loss_fn": param.rstrip("]"),
+        "tokens": text_tokens(backend),
     }
-    if "sampler" in inspect.signature(test).parameters:
+    if param:  # a parametrized test: its one parameter takes the id's value
+        (name_of_param,) = [p for p in wanted if p not in values and p not in FIXTURES]
+        values[name_of_param] = _literal(param.rstrip("]"))
+    if "sampler" in wanted:
         values["sampler"] = wait(
             client.create_sampling_client(base_model=backend.base_model), backend
         )
-    test(**{key: values[key] for key in inspect.signature(test).parameters})
+    if "trainer" in wanted:
+        values["trainer"] = new_trainer(seed=0)
+    test(**{key: values[key] for key in wanted})
+
+
+def _literal(raw: str) -> Any:
+    """A pytest id's parameter back as the value: int, float, else the string."""
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
 
 
 def _make(defect: str, options: dict[str, Any]) -> Backend:
@@ -186,3 +282,59 @@ def stop_ignored(options: dict[str, Any]) -> Backend:
 
 def optimizer_dropped(options: dict[str, Any]) -> Backend:
     return _make("optimizer_dropped", options)
+
+
+def targets_flattened(options: dict[str, Any]) -> Backend:
+    return _make("targets_flattened", options)
+
+
+def empty_stop_ignored(options: dict[str, Any]) -> Backend:
+    return _make("empty_stop_ignored", options)
+
+
+def lora_unseeded(options: dict[str, Any]) -> Backend:
+    return _make("lora_unseeded", options)
+
+
+def crash_as_validation(options: dict[str, Any]) -> Backend:
+    return _make("crash_as_validation", options)
+
+
+#: What a pydantic server that predates ``optimizer_config`` answers tinker 0.38's
+#: create_model with (TuFT 0.2.2 does, HTTP 422).
+WIRE_REFUSAL = {
+    "detail": [
+        {
+            "type": "extra_forbidden",
+            "loc": ["body", "optimizer_config"],
+            "msg": "Extra inputs are not permitted",
+            "input": {"type": "adamw"},
+        }
+    ]
+}
+
+
+@contextlib.contextmanager
+def older_wire() -> Iterator[None]:
+    """The dialect answering ``create_model`` as a server of an older wire does."""
+    from starlette.responses import JSONResponse
+
+    from localsession.server.tinker.routes import TinkerRoutes
+
+    async def refuse(self: Any, request: Any) -> Any:
+        return JSONResponse(WIRE_REFUSAL, status_code=422)
+
+    with mock.patch.object(TinkerRoutes, "create_model", refuse):
+        yield
+
+
+def wire_mismatch(options: dict[str, Any]) -> Backend:
+    """``--backend=import:conformance.selfcheck_tinker:wire_mismatch``: the loopback dialect
+    refusing tinker 0.38's ``optimizer_config`` (the run must stop with one message)."""
+    from conformance.backends.tinker import make_tinker
+
+    held = older_wire()
+    held.__enter__()
+    _HELD.append(held)
+    os.environ.pop("TINKER_BASE_URL", None)
+    return make_tinker({**options, "base_url": None})

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conformance.report import suite_id
+from conformance.report import report_id, suite_id
 from conformance.snapshots import SUFFIX, VALIDATION, Capture, compare_events
 from localsession.parity.compare import DEFAULT_TOLERANCES
 
@@ -54,6 +54,9 @@ class SnapshotPlugin:
         if check is not None:
             self.meta, self.recorded = load_snapshots(check)
         self.tolerances = self.meta.get("tolerances") or DEFAULT_TOLERANCES
+        #: Why a test did not run to the end: {test id: reason} (skips, setup errors,
+        #: deselection); a recorded test in none of these was not collected at all.
+        self.not_run: dict[str, str] = {}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
@@ -76,6 +79,26 @@ class SnapshotPlugin:
             self.captured[test_id] = events
         if self.check is not None:
             self.results[test_id] = self._verdict(test_id, events)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Note the tests that did not run to the end, and why."""
+        if self.check is None or hasattr(report, "wasxfail"):
+            return
+        test_id = report_id(report.nodeid)
+        if report.when == "call" and test_id in self.results:
+            self.results[test_id]["outcome"] = report.outcome
+        if report.skipped and report.when in ("setup", "call"):
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else "skipped"
+            self.not_run[test_id] = "skipped: " + str(reason).removeprefix("Skipped: ")
+            self.results.pop(test_id, None)  # a skip inside the test: its events are partial
+        elif report.failed and report.when == "setup":
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = getattr(crash, "message", None) or str(report.longrepr).splitlines()[-1]
+            self.not_run[test_id] = f"setup failed: {message}"[:300]
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            self.not_run[suite_id(item)] = "deselected (-k, -m or --deselect)"
 
     def _verdict(self, test_id: str, events: list[Any]) -> dict[str, Any]:
         if test_id not in self.recorded:
@@ -101,10 +124,19 @@ class SnapshotPlugin:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def parity_report(self) -> dict[str, Any]:
+        """Every recorded test, and every test run: ``agree``, ``differ`` (with the diff),
+        ``not run`` (with the reason) or ``not recorded``."""
+        tests = dict(self.results)
+        for test_id in self.recorded:
+            if test_id not in tests:
+                reason = self.not_run.get(test_id, "not collected: its file or test was not "
+                                          "selected, or no longer exists in the suite")  # fmt: skip
+                tests[test_id] = {"status": "not run", "reason": reason}
         return {
             "snapshots": {k: self.meta.get(k) for k in ("backend", "backend_version", "date")},
             "checked": self.backend,
-            "tests": self.results,
+            "recorded": len(self.recorded),
+            "tests": dict(sorted(tests.items())),
         }
 
     def _write(self, directory: Path) -> None:
@@ -136,16 +168,24 @@ class SnapshotPlugin:
             write(f"snapshots of {len(self.captured)} tests written to {self.update}")
         if self.check is None:
             return
+        tests = self.parity_report()["tests"]
         counts: dict[str, int] = {}
-        for result in self.results.values():
+        for result in tests.values():
             counts[result["status"]] = counts.get(result["status"], 0) + 1
         terminalreporter.section("parity report")
         write(
             f"against {self.check} ({self.meta.get('backend')}, {self.meta.get('date')}): "
+            f"{len(self.recorded)} recorded tests, "
             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         )
-        for test_id, result in sorted(self.results.items()):
+        uncollected = [t for t, r in tests.items() if r.get("reason", "").startswith("not coll")]
+        if uncollected:  # one line for them all: a run of one file would list a hundred
+            write(f"not run: {len(uncollected)} recorded tests not collected (not selected)")
+        for test_id, result in tests.items():
+            if test_id in uncollected:
+                continue
             if result["status"] != "agree":
-                write(f"{result['status']}: {test_id}", red=result["status"] == "differ")
+                reason = f" ({result['reason']})" if result.get("reason") else ""
+                write(f"{result['status']}: {test_id}{reason}", red=result["status"] == "differ")
                 for line in result.get("diff", [])[:20]:
                     write(f"    {line}")

@@ -8,9 +8,10 @@ not compared). They go to ``DIR/<test file>.snapshot.json``, keyed by test id, w
 
 ``--snapshot-check DIR`` records the same for the backend under test and compares, test by
 test (localsession/parity/compare.py): shapes, strings, integers, error codes and statuses
-exactly; floats within ``validation.json``'s tolerances. The parity report lists each test
-as ``agree``, ``differ`` (with the diff) or ``not recorded``; any ``differ`` fails the run.
-``--snapshot-report OUT.json`` also writes it as JSON.
+exactly; floats within ``validation.json``'s tolerances. The parity report lists every
+recorded test and every test run as ``agree``, ``differ`` (with the diff), ``not run``
+(with the reason: a skip, a setup error, deselection, not collected) or ``not recorded``;
+any ``differ`` fails the run. ``--snapshot-report OUT.json`` also writes it as JSON.
 
 A returned model is recorded as its fields plus its public properties (an op result's
 ``metrics`` and ``loss_fn_outputs``). Values are captured by wrapping, for the duration of

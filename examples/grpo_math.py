@@ -30,7 +30,7 @@ Expect: SmolLM2-135M-Instruct, 50 held-out questions, 12-token answers: greedy a
         0.650 after 15 steps (seed 0; 0.100 -> 0.675 for seed 1), and a step took 22.7 s on
         2 idle CPU cores (fp32; that CPU had no bf16). Built-in tiny model: sampled accuracy
         0.178 -> 0.234, greedy flat at 0.234 after 40 steps (GRPO sharpens the policy; it does not
-        teach the tiny model new arithmetic: a longer SFT does). The README's examples table
+        teach the tiny model new arithmetic: a longer SFT does). docs/examples.md
         has the details.
 Real service: change the ``from localsession import`` line to
         ``from sagemaker.train.training_session import`` and pass --base-model.

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from fakes.calls import Call, CallLog
 from fakes.client import FakeServiceClient
+from fakes.fake_service import FakeService
 from fakes.script import Completion, PromptInfo, Script
-from fakes.service import FakeService
 from fakes.tokenizer import ByteTokenizer
 from localsession.runtime.faults import Faults
 

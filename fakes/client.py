@@ -1,7 +1,7 @@
 """``FakeServiceClient``: a drop-in ``ServiceClient`` for unit-testing training loops.
 
 It *is* a ``localsession.ServiceClient`` (same methods, same Training and Sampling clients,
-same futures and errors) whose backend is a :class:`~fakes.service.FakeService`: the real
+same futures and errors) whose backend is a :class:`~fakes.fake_service.FakeService`: the real
 runtime with an instant, deterministic bigram model (pure Python by default; on torch with
 ``numerics=True``). On top it offers the test controls:
 
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from fakes.calls import Call, CallLog
+from fakes.fake_service import FakeService
 from fakes.script import Script
-from fakes.service import FakeService
 from localsession.client.service_client import ServiceClient
 from localsession.runtime.faults import Faults
 
@@ -52,7 +52,7 @@ class FakeServiceClient(ServiceClient):
         strict: bool = True,
         base_models: list[str] | None = None,
         home: Path | None = None,
-        max_sessions: int = 64,
+        max_sessions: int | None = None,
         numerics: bool = False,
         torch_threads: int | None = 1,
         service: FakeService | None = None,

@@ -3,7 +3,7 @@
 One gate per fake engine (so per session). In automatic mode it is open. In manual mode a
 training call marks the gate ``waiting`` and blocks until :meth:`Gate.grant` lets exactly
 one call through, or until the gate is opened (``set_manual(False)``, or the engine
-closing). :class:`~fakes.service.FakeService` decides when to grant (see ``advance``).
+closing). :class:`~fakes.fake_service.FakeService` decides when to grant (see ``advance``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ falls back to the model (:mod:`fakes.sampler`).
 Packages are safetensors + JSON that only the fake engine reads.
 
 In manual-clock mode each training call waits at :attr:`FakeEngine.gate` until the fake's
-clock lets it through (see :mod:`fakes.service`).
+clock lets it through (see :mod:`fakes.fake_service`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from fakes.sampler import compute_logprobs, sample_request
 from fakes.script import Script
 from fakes.tokenizer import PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.adamw import PlainAdamW
-from localsession.numerics.datums import finite_or_raise, fwd_result, parse_datums
+from localsession.numerics.batch import finite_or_raise, fwd_result
+from localsession.numerics.batch_fast import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import (
     clip_config,

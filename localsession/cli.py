@@ -30,8 +30,14 @@ Any other option is passed to pytest, for example:
   --xfail-file FILE            known divergences, instead of the backend's own file
   --base-model NAME            the base model sessions are created on
   --base-url URL               --backend=tinker: a Tinker server (else a loopback serve)
+  --learning-rate LR, --rank R, --lora-alpha A
+                               what the suite trains with (default: the backend's)
+  --numeric-stack shared|split --backend=tinker: one engine, or a sampler beside a trainer
   --remote-region R, --remote-role ARN, --remote-base-model NAME, --remote-group ARN,
   --remote-s3 URI              settings of --backend=remote (or CONFORMANCE_* variables)
+  --max-sessions N, --gap-timeout S, --op-timeout S, --min-max-tokens N
+                               the server's limits, for a backend that cannot know them
+                               (http=URL); a test needing an undeclared one skips
 A backend that cannot be started (for example remote without AWS credentials) fails the run.
 See conformance/README.md."""
 
@@ -79,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_packages(commands)
     _add_conformance(commands)
-    from localsession.parity.cli import add_record
+    from localsession.parity.record_command import add_record
 
     add_record(commands)
     return parser
@@ -110,6 +116,12 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
 
         if args.snapshot_update or args.snapshot_check:
             extra = [*extra, *snapshot_args(args.snapshot_update, args.snapshot_check)]
+        if args.snapshot_report is not None:
+            if args.snapshot_check is None:
+                run_parser = "localsession conformance: error:"
+                print(f"{run_parser} --snapshot-report needs --snapshot-check DIR", file=sys.stderr)
+                return 2
+            extra = [*extra, f"--snapshot-report={args.snapshot_report}"]
         return run_suite(args.backend, args.report, args.slow, extra)
     if args.command == "conformance-table":
         from conformance.run import render
@@ -120,13 +132,18 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
 
         return run_packages(args)
     if args.command == "record":
-        from localsession.parity.cli import run_record
+        from localsession.parity.record_command import run_record
 
         return run_record(args)
     if args.command == "serve":
         from localsession.server.serve import ServeOptions, serve
 
-        return serve(ServeOptions(**{k: v for k, v in vars(args).items() if k != "command"}))
+        options = ServeOptions(**{k: v for k, v in vars(args).items() if k != "command"})
+        if options.replay is not None:  # answers from a cassette, checking its own options
+            from localsession.parity.running import serve_replay
+
+            return serve_replay(options)
+        return serve(options)
     if args.command == "demo":
         from localsession.demo import cli
 
@@ -183,6 +200,12 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--gap-timeout",
         type=float,
         help="seconds a missing sequence number blocks later ops (default 60)",
+    )
+    serve.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        help="seconds without a heartbeat before a tinker session is expired and its models' "
+        "sessions stopped (default 120, as the SDK warns; 0 never)",
     )
     serve.add_argument(
         "--lenient-sequence",
@@ -305,6 +328,13 @@ def _add_conformance(commands: argparse._SubParsersAction) -> None:  # type: ign
         type=Path,
         metavar="DIR",
         help="compare each test's responses with DIR's snapshots; print a parity report",
+    )
+    run.add_argument(
+        "--snapshot-report",
+        type=Path,
+        metavar="OUT.json",
+        help="with --snapshot-check: also write the parity report (every recorded test: "
+        "agree, differ, not run and why) as JSON",
     )
     table = commands.add_parser(
         "conformance-table",

@@ -29,6 +29,7 @@ from enum import Enum
 from typing import Any, Awaitable, Callable, Dict, Generator, Generic, Optional, TypeVar
 
 from localsession.exceptions import OperationError, TrainingSessionError, is_retryable
+from localsession.vocab import OpStatus
 
 __all__ = ("APIFuture", "RequestStatus")
 
@@ -81,14 +82,14 @@ class RequestStatus(str, Enum):
     """Where an op is: ``Pending`` → ``InProgress`` → ``Completed``, ``Failed`` or ``Skipped``
     (abandoned because its session failed)."""
 
-    PENDING = "Pending"
-    IN_PROGRESS = "InProgress"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-    SKIPPED = "Skipped"
+    PENDING = OpStatus.PENDING.value
+    IN_PROGRESS = OpStatus.IN_PROGRESS.value
+    COMPLETED = OpStatus.COMPLETED.value
+    FAILED = OpStatus.FAILED.value
+    SKIPPED = OpStatus.SKIPPED.value
 
 
-_FAILED_STATES = ("Failed", "Skipped")
+_FAILED_STATES = (OpStatus.FAILED, OpStatus.SKIPPED)
 #: Each status by its wire value (a dict lookup, not an enum construction, on every read).
 _STATES: Dict[Any, str] = {status.value: status.value for status in RequestStatus}
 
@@ -190,13 +191,13 @@ class APIFuture(Generic[_T]):
         """
         try:
             # a status newer than this client: keep waiting
-            state = _STATES.get(body.get(self._status_key), "InProgress")
+            state = _STATES.get(body.get(self._status_key), OpStatus.IN_PROGRESS)
         except TypeError:  # not even a string
-            state = "InProgress"
+            state = OpStatus.IN_PROGRESS
         with self._outcome.lock:
-            if state in ("Completed", *_FAILED_STATES) and not self._outcome.known():
+            if state in (OpStatus.COMPLETED, *_FAILED_STATES) and not self._outcome.known():
                 try:
-                    if state != "Completed":
+                    if state != OpStatus.COMPLETED:
                         note = body.get("errorDetails", f"Operation ended with status: {state}")
                         kind, op_id = self._operation_type, self._operation_id
                         raise OperationError(kind, note, operation_id=op_id)

@@ -150,6 +150,18 @@ class SampleRequest:
     #: id of a stop string that is one special token (its text decodes to nothing, so the
     #: string could never match); the engine checks each id is inside its vocabulary.
     stop_token_ids: tuple[int, ...] = ()
+    #: End a sample at the model's end-of-sequence ids. False (Tinker's ``stop=[]``): no id
+    #: ends it, it runs to ``max_tokens`` unless a stop string or stop id matches.
+    stop_at_eos: bool = True
+    #: Per sampled token, the top-k (id, logprob) of the distribution it was drawn from
+    #: (tempered, before top-k / top-p filtering, like ``logprobs``); 0: none.
+    topk_sample_logprobs: int = 0
+    #: Token ids whose prompt logprobs to return: row i lists the ids scored at prompt
+    #: position i + 1 (``len(prompt) - 1`` rows of K); -1 asks nothing. None: none.
+    target_prompt_logprobs: tuple[tuple[int, ...], ...] | None = None
+    #: k independent draws (with replacement, at ``temperature``, from stream ``seed``) from
+    #: the next-token distribution at each prompt position after the first; 0: none.
+    prompt_alt_tokens_k: int = 0
     include_prompt_logprobs: bool = False
     topk_prompt_logprobs: int | None = None
     #: streaming hook (see ``TokenCallback``); not part of the request's identity
@@ -210,7 +222,7 @@ class Engine(Protocol):
 
     Training calls come one at a time, usually from the session's worker thread. An engine
     may also offer ``runs_in_caller()``: True when the calling thread may make them too
-    (a caller running its own op, runtime/sessions/caller_runs.py). Without it, they come
+    (a caller running its own op, runtime/sessions/runner.py). Without it, they come
     only from the worker.
     """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from localsession import vocab
 from localsession.port import AdamHyperparams, LossConfig, SampleRequest, TrainingDatum
 
 
@@ -53,7 +54,7 @@ class ForwardCommand:
     @property
     def kind(self) -> str:
         """The operation's kind (``vocab.TRAINING_OPS``)."""
-        return "forwardBackward" if self.backward else "forward"
+        return vocab.OpKind.FORWARD_BACKWARD if self.backward else vocab.OpKind.FORWARD
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class OptimCommand:
 
     adam: AdamHyperparams
 
-    kind = "optimizerStep"
+    kind = vocab.OpKind.OPTIMIZER_STEP
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class SaveCommand:
 
     @property
     def kind(self) -> str:
-        return "saveState" if self.checkpoint else "saveWeights"
+        return vocab.OpKind.SAVE_STATE if self.checkpoint else vocab.OpKind.SAVE_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class LoadCommand:
     package_arn: str
     load_optimizer: bool
 
-    kind = "loadState"
+    kind = vocab.OpKind.LOAD_STATE
 
 
 #: Every training command (ops ordered by sequence number).

@@ -65,11 +65,25 @@ class TopLogprob:
 
 @dataclass(frozen=True)
 class SampledSequence:
-    """One sampled continuation: its tokens, their logprobs and why it ended."""
+    """One sampled continuation: its tokens, their logprobs and why it ended.
+
+    ``topk_logprobs`` (when asked for): per sampled token, the top-k alternatives of the
+    distribution it was drawn from, likeliest first.
+    """
 
     tokens: list[int]
     logprobs: list[float]
     stop_reason: StopReason
+    topk_logprobs: list[list[TopLogprob]] | None = None
+
+
+@dataclass(frozen=True)
+class PromptAltTokens:
+    """Per prompt position after the first: ``k`` tokens drawn from the model's
+    distribution there, with their logprobs (``tokens[i][j]``, ``logprobs[i][j]``)."""
+
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
 
 
 @dataclass(frozen=True)
@@ -78,13 +92,18 @@ class SampleResult:
 
     ``prompt_logprobs`` (when asked for): log p(prompt[i] | prompt[:i]) at T = 1, entry 0
     (no context) ``0.0``. ``topk_prompt_logprobs`` (when asked for): per prompt position its
-    top-k alternatives, position 0 an empty list. ``prompt_tokens`` is the prompt's length,
+    top-k alternatives, position 0 an empty list. ``target_prompt_logprobs`` (when asked
+    for): per prompt position the logprobs of the requested target tokens (``None`` where
+    there is no context). ``prompt_alt_tokens`` (when asked for): sampled alternatives per
+    prompt position. ``prompt_tokens`` is the prompt's length,
     filled in by the runtime (the per-sequence token usage the SageMaker wire reports).
     """
 
     sequences: list[SampledSequence]
     prompt_logprobs: list[float] | None = None
     topk_prompt_logprobs: list[list[TopLogprob]] | None = None
+    target_prompt_logprobs: list[list[float | None]] | None = None
+    prompt_alt_tokens: PromptAltTokens | None = None
     prompt_tokens: int = 0
 
 

@@ -1,6 +1,8 @@
 """The service's vocabulary, spelled out once: statuses, op kinds, losses, Adam, error codes.
 
-Every other module imports these names instead of writing the strings again. Nothing here
+Every other module imports these names instead of writing the strings again: session, op
+and package statuses, op kinds, loss functions and error codes are ``str`` enums (:class:`Word`),
+and ``tests/test_layout.py`` fails on their values written as literals anywhere else. Nothing here
 imports torch or any other heavy package: the runtime, the engines, the fakes and the server
 all read it. ``tests/test_vocab.py`` checks each table against botocore's model of the
 service (``sagemakertrainingsessionruntime`` and ``sagemaker``), so a drift from the real
@@ -9,88 +11,144 @@ service fails a test instead of a user's loop.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Final
+
+# -- words ---------------------------------------------------------------------------------
+
+
+class Word(str, Enum):
+    """A word of the service's vocabulary: a ``str`` that equals, hashes and serialises (json,
+    pydantic) as its value, and whose ``str()``, format and ``repr()`` are the value's, so a
+    message reads as it did when the word was a plain string. (``class X(str, Enum)``, as
+    Python 3.10 has no ``enum.StrEnum``.)"""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    def __repr__(self) -> str:
+        return repr(str(self.value))
+
 
 # -- statuses ------------------------------------------------------------------------------
 
-#: ``TrainingSessionStatus`` values (the ``sagemaker`` model's enum, in its order).
-SESSION_CREATED: Final = "Created"
-SESSION_SCHEDULED: Final = "Scheduled"
-SESSION_RUNNING: Final = "Running"
-SESSION_BLOCKED: Final = "Blocked"
-SESSION_STOPPING: Final = "Stopping"
-SESSION_STOPPED: Final = "Stopped"
-SESSION_FAILED: Final = "Failed"
-SESSION_EXPIRED: Final = "Expired"
-SESSION_DELETING: Final = "Deleting"
-SESSION_DELETION_FAILED: Final = "DeletionFailed"
-SESSION_STATUSES: Final[tuple[str, ...]] = (
-    SESSION_CREATED,
-    SESSION_SCHEDULED,
-    SESSION_RUNNING,
-    SESSION_BLOCKED,
-    SESSION_STOPPING,
-    SESSION_STOPPED,
-    SESSION_FAILED,
-    SESSION_EXPIRED,
-    SESSION_DELETING,
-    SESSION_DELETION_FAILED,
-)
 
-#: Operation status values of ``Get*OperationResult`` (the runtime model's enum).
-OP_PENDING: Final = "Pending"
-OP_IN_PROGRESS: Final = "InProgress"
-OP_COMPLETED: Final = "Completed"
-OP_FAILED: Final = "Failed"
-OP_SKIPPED: Final = "Skipped"
-OP_STATUSES: Final[tuple[str, ...]] = (
-    OP_PENDING,
-    OP_IN_PROGRESS,
-    OP_COMPLETED,
-    OP_FAILED,
-    OP_SKIPPED,
-)
-OP_TERMINAL: Final = frozenset({OP_COMPLETED, OP_FAILED, OP_SKIPPED})
+class SessionStatus(Word):
+    """``TrainingSessionStatus`` values (the ``sagemaker`` model's enum, in its order)."""
+
+    CREATED = "Created"
+    SCHEDULED = "Scheduled"
+    RUNNING = "Running"
+    BLOCKED = "Blocked"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+    FAILED = "Failed"
+    EXPIRED = "Expired"
+    DELETING = "Deleting"
+    DELETION_FAILED = "DeletionFailed"
+
+
+SESSION_STATUSES: Final[tuple[SessionStatus, ...]] = tuple(SessionStatus)
+
+
+class OpStatus(Word):
+    """Operation status values of ``Get*OperationResult`` (the runtime model's enum)."""
+
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    SKIPPED = "Skipped"
+
+
+OP_STATUSES: Final[tuple[OpStatus, ...]] = tuple(OpStatus)
+OP_TERMINAL: Final = frozenset({OpStatus.COMPLETED, OpStatus.FAILED, OpStatus.SKIPPED})
+
+
+class PackageStatus(Word):
+    """``ModelPackageStatus`` values a local package takes (the ``sagemaker`` model's enum)."""
+
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    DELETING = "Deleting"
+
 
 # -- operation kinds -----------------------------------------------------------------------
 
+
+class OpKind(Word):
+    """Members of the ``operationConfig`` unions of Execute{Training,Sampling}Operation."""
+
+    FORWARD = "forward"
+    FORWARD_BACKWARD = "forwardBackward"
+    OPTIMIZER_STEP = "optimizerStep"
+    SAVE_WEIGHTS = "saveWeights"
+    SAVE_STATE = "saveState"
+    LOAD_STATE = "loadState"
+    SAMPLE = "sample"
+    COMPUTE_LOGPROBS = "computeLogprobs"
+    LOAD_WEIGHTS_FOR_SAMPLING = "loadWeightsForSampling"
+
+
 #: Members of the ``operationConfig`` union of ExecuteTrainingOperation.
-TRAINING_OPS: Final[tuple[str, ...]] = (
-    "forward",
-    "forwardBackward",
-    "optimizerStep",
-    "saveWeights",
-    "saveState",
-    "loadState",
+TRAINING_OPS: Final[tuple[OpKind, ...]] = (
+    OpKind.FORWARD,
+    OpKind.FORWARD_BACKWARD,
+    OpKind.OPTIMIZER_STEP,
+    OpKind.SAVE_WEIGHTS,
+    OpKind.SAVE_STATE,
+    OpKind.LOAD_STATE,
 )
 #: Members of the ``operationConfig`` union of ExecuteSamplingOperation.
-SAMPLING_OPS: Final[tuple[str, ...]] = ("sample", "computeLogprobs", "loadWeightsForSampling")
-OP_KINDS: Final[tuple[str, ...]] = TRAINING_OPS + SAMPLING_OPS
+SAMPLING_OPS: Final[tuple[OpKind, ...]] = (
+    OpKind.SAMPLE,
+    OpKind.COMPUTE_LOGPROBS,
+    OpKind.LOAD_WEIGHTS_FOR_SAMPLING,
+)
+OP_KINDS: Final[tuple[OpKind, ...]] = tuple(OpKind)
 
 #: Wire op kind -> the SDK method that sends it (one method per kind).
 METHOD_OF_KIND: Final[dict[str, str]] = {
-    "forward": "forward",
-    "forwardBackward": "forward_backward",
-    "optimizerStep": "optim_step",
-    "saveWeights": "save_weights_for_sampler",
-    "saveState": "save_state",
-    "loadState": "load_state",
-    "sample": "sample",
-    "computeLogprobs": "compute_logprobs",
-    "loadWeightsForSampling": "load_weights_for_sampling",
+    OpKind.FORWARD: "forward",
+    OpKind.FORWARD_BACKWARD: "forward_backward",
+    OpKind.OPTIMIZER_STEP: "optim_step",
+    OpKind.SAVE_WEIGHTS: "save_weights_for_sampler",
+    OpKind.SAVE_STATE: "save_state",
+    OpKind.LOAD_STATE: "load_state",
+    OpKind.SAMPLE: "sample",
+    OpKind.COMPUTE_LOGPROBS: "compute_logprobs",
+    OpKind.LOAD_WEIGHTS_FOR_SAMPLING: "load_weights_for_sampling",
 }
 #: SDK method name (and a few spellings people use) -> the wire op kind it sends.
 KIND_OF_METHOD: Final[dict[str, str]] = {
     **{method: kind for kind, method in METHOD_OF_KIND.items()},
-    "optimStep": "optimizerStep",
-    "load_state_with_optimizer": "loadState",
+    "optimStep": OpKind.OPTIMIZER_STEP,
+    "load_state_with_optimizer": OpKind.LOAD_STATE,
 }
 
 # -- losses --------------------------------------------------------------------------------
 
-#: ``lossFnName`` values (the runtime model's enum).
-LOSS_FUNCTIONS: Final[tuple[str, ...]] = ("cross_entropy", "importance_sampling", "ppo", "cispo")
-RL_LOSSES: Final[tuple[str, ...]] = ("importance_sampling", "ppo", "cispo")
+
+class LossFunction(Word):
+    """``lossFnName`` values (the runtime model's enum)."""
+
+    CROSS_ENTROPY = "cross_entropy"
+    IMPORTANCE_SAMPLING = "importance_sampling"
+    PPO = "ppo"
+    CISPO = "cispo"
+
+
+LOSS_FUNCTIONS: Final[tuple[LossFunction, ...]] = tuple(LossFunction)
+RL_LOSSES: Final[tuple[LossFunction, ...]] = (
+    LossFunction.IMPORTANCE_SAMPLING,
+    LossFunction.PPO,
+    LossFunction.CISPO,
+)
 #: The ``loss_fn_inputs`` keys the service supports; others are rejected.
 LOSS_INPUT_KEYS: Final[tuple[str, ...]] = (
     "target_tokens",
@@ -102,10 +160,10 @@ LOSS_INPUT_KEYS: Final[tuple[str, ...]] = (
 )
 #: The keys each loss needs in every datum.
 REQUIRED_INPUT_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    "cross_entropy": ("target_tokens", "weights"),
-    "importance_sampling": ("target_tokens", "weights", "logprobs", "advantages"),
-    "ppo": ("target_tokens", "weights", "logprobs", "advantages"),
-    "cispo": ("target_tokens", "weights", "logprobs", "advantages"),
+    LossFunction.CROSS_ENTROPY: ("target_tokens", "weights"),
+    LossFunction.IMPORTANCE_SAMPLING: ("target_tokens", "weights", "logprobs", "advantages"),
+    LossFunction.PPO: ("target_tokens", "weights", "logprobs", "advantages"),
+    LossFunction.CISPO: ("target_tokens", "weights", "logprobs", "advantages"),
 }
 #: ``lossFnConfig`` keys and the closed range each must lie in (docs/semantics.md#1).
 LOSS_CONFIG_RANGES: Final[dict[str, tuple[float, float]]] = {
@@ -116,10 +174,10 @@ LOSS_CONFIG_KEYS: Final[tuple[str, ...]] = tuple(LOSS_CONFIG_RANGES)
 #: Default absolute ratio bounds (low, high) per loss (docs/semantics.md#1); only ppo and
 #: cispo clip.
 DEFAULT_CLIP: Final[dict[str, tuple[float, float]]] = {
-    "cross_entropy": (0.0, 10.0),
-    "importance_sampling": (0.0, 10.0),
-    "ppo": (0.8, 1.2),
-    "cispo": (0.0, 4.0),
+    LossFunction.CROSS_ENTROPY: (0.0, 10.0),
+    LossFunction.IMPORTANCE_SAMPLING: (0.0, 10.0),
+    LossFunction.PPO: (0.8, 1.2),
+    LossFunction.CISPO: (0.0, 4.0),
 }
 
 # -- LoRA ----------------------------------------------------------------------------------
@@ -163,35 +221,40 @@ ADAM_DEFAULTS: Final[dict[str, float]] = {
 
 # -- errors --------------------------------------------------------------------------------
 
-#: The error codes, each spelled once (both APIs share ``ValidationException``).
-VALIDATION: Final = "ValidationException"
-NOT_FOUND: Final = "ResourceNotFoundException"  # the runtime API's
-CONFLICT: Final = "ConflictException"
-THROTTLING: Final = "ThrottlingException"
-INTERNAL: Final = "InternalServerException"
-CP_NOT_FOUND: Final = "ResourceNotFound"  # the control plane's
-CP_IN_USE: Final = "ResourceInUse"
-CP_LIMIT_EXCEEDED: Final = "ResourceLimitExceeded"
+
+class ErrorCode(Word):
+    """The error codes, each spelled once (both APIs share ``ValidationException``)."""
+
+    VALIDATION = "ValidationException"
+    NOT_FOUND = "ResourceNotFoundException"  # the runtime API's
+    CONFLICT = "ConflictException"
+    THROTTLING = "ThrottlingException"
+    INTERNAL = "InternalServerException"
+    CP_NOT_FOUND = "ResourceNotFound"  # the control plane's
+    CP_IN_USE = "ResourceInUse"
+    CP_LIMIT_EXCEEDED = "ResourceLimitExceeded"
+
+
 #: "No such resource", as either API says it.
-NOT_FOUND_CODES: Final[tuple[str, ...]] = (CP_NOT_FOUND, NOT_FOUND)
+NOT_FOUND_CODES: Final[tuple[ErrorCode, ...]] = (ErrorCode.CP_NOT_FOUND, ErrorCode.NOT_FOUND)
 
 #: Runtime (rest-json) error codes -> HTTP status.
 RUNTIME_ERRORS: Final[dict[str, int]] = {
-    VALIDATION: 400,
-    NOT_FOUND: 404,
-    CONFLICT: 409,
-    THROTTLING: 429,
-    INTERNAL: 500,
+    ErrorCode.VALIDATION: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.THROTTLING: 429,
+    ErrorCode.INTERNAL: 500,
 }
 #: Control-plane (json 1.1) error codes -> HTTP status (client faults are all 400).
 CONTROL_PLANE_ERRORS: Final[dict[str, int]] = {
-    VALIDATION: 400,
-    CP_NOT_FOUND: 400,
-    CP_IN_USE: 400,
-    CP_LIMIT_EXCEEDED: 400,
+    ErrorCode.VALIDATION: 400,
+    ErrorCode.CP_NOT_FOUND: 400,
+    ErrorCode.CP_IN_USE: 400,
+    ErrorCode.CP_LIMIT_EXCEEDED: 400,
 }
 #: What the SDK retries: these codes, and these HTTP statuses whatever the code.
-RETRYABLE_CODES: Final = frozenset({THROTTLING, INTERNAL})
+RETRYABLE_CODES: Final = frozenset({ErrorCode.THROTTLING, ErrorCode.INTERNAL})
 RETRYABLE_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 #: Attempts the SDK makes at a submit refused with a retryable error before giving up (its
 #: default ``max_transient_poll_errors``).

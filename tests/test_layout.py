@@ -14,6 +14,9 @@
   itself again by import statements (``CIRCLE_ROOTS``).
 - Only the composition root, ``localsession.wiring``, imports the engine: no other module of
   ``localsession``, ``fakes`` or ``conformance`` names ``localsession.engine``.
+- Only the composition root writes a service's settings: no other module of ``localsession``,
+  ``fakes`` or ``conformance`` builds a ``ServiceConfig`` (the doors choose a named profile:
+  ``server_service``, ``inprocess_service``, ``fake_service``).
 - No ``.py`` file in ``localsession/``, ``fakes/`` or ``conformance/`` is longer than
   ``MAX_LINES`` unless its module docstring has a line starting with ``LENGTH_MARKER``
   followed by the reason.
@@ -513,6 +516,9 @@ WIRE_RESULT_KEYS = frozenset(
         "stopReason",
         "promptLogprobs",
         "topkPromptLogprobs",
+        "topkLogprobs",
+        "targetPromptLogprobs",
+        "promptAltTokens",
         "tokenId",
         "tokenUsage",
         "modelPackageArn",
@@ -649,4 +655,353 @@ def test_dialect_rules_find_planted_violations(tmp_path: Path) -> None:
     assert private_runtime_uses(tmp_path) == [
         "localsession.server.tinker.routes imports localsession.runtime.sessions.queue",
         "localsession.server.tinker.routes:3 uses service._registry",
+    ]
+
+
+# -- the composition root's profiles ---------------------------------------------------------
+
+#: Modules that may build a ``ServiceConfig``: the root's profiles, and the config's own module.
+CONFIG_WRITERS = (COMPOSITION_ROOT, "localsession.runtime.config")
+
+
+def config_builders(root: Path) -> list[str]:
+    """Modules outside ``CONFIG_WRITERS`` that call ``ServiceConfig(...)`` or one of its
+    class methods (``ServiceConfig.from_env``): a door listing knobs instead of choosing a
+    profile."""
+    found = []
+    for module in all_modules(root, ("localsession", "fakes", "conformance")):
+        if module in CONFIG_WRITERS:
+            continue
+        path = module_file(root, module)
+        assert path is not None
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = node.func
+            if isinstance(callee, ast.Attribute) and callee.attr != "ServiceConfig":
+                callee = callee.value  # ServiceConfig.from_env(...)
+            name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+            if name == "ServiceConfig":
+                found.append(module)
+    return sorted(set(found))
+
+
+def test_only_the_composition_root_writes_service_settings() -> None:
+    assert config_builders(ROOT) == [], (
+        "build a service through a profile of localsession/wiring.py (server_service, "
+        "inprocess_service, fake_service) instead of writing a ServiceConfig"
+    )
+
+
+def test_the_settings_rule_finds_a_planted_config(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    _tree(tmp_path, {"localsession/wiring.py": "c = ServiceConfig.from_env(gap_timeout=0)\n"})
+    assert config_builders(tmp_path) == []
+    _tree(
+        tmp_path,
+        {
+            "fakes/__init__.py": "from x import config\nc = config.ServiceConfig(gap_timeout=0)\n",
+            "localsession/mocking/__init__.py": "c = ServiceConfig.from_env(strict=False)\n",
+        },
+    )
+    assert config_builders(tmp_path) == ["fakes", "localsession.mocking"]
+
+
+# -- fast paths beside their exact ones ------------------------------------------------------
+
+#: A fast path's module name ends so; its exact module has the name without it.
+FAST_SUFFIX = "_fast"
+
+
+def fast_path_problems(root: Path) -> list[str]:
+    """Each ``X_fast.py`` under ``localsession`` must have its exact ``X.py`` beside it, an
+    equivalence test ``test_X_fast.py`` somewhere under ``tests/``, and the exact module must
+    not import it (the exact path reads on its own; the fast one hands over to it)."""
+    found = []
+    tests = {p.name for p in (root / "tests").rglob("test_*.py")}
+    for path in sorted((root / "localsession").rglob(f"*{FAST_SUFFIX}.py")):
+        exact = path.with_name(path.name.removesuffix(f"{FAST_SUFFIX}.py") + ".py")
+        name = module_name(root, path)
+        if not exact.is_file():
+            found.append(f"{name}: no exact module {exact.name} beside it")
+            continue
+        if f"test_{path.name}" not in tests:
+            found.append(f"{name}: no equivalence test test_{path.name} under tests/")
+        if name in set(imported_modules(root, exact)):
+            found.append(f"{module_name(root, exact)} imports its fast path {name}")
+    return found
+
+
+def test_every_fast_path_sits_beside_its_exact_one() -> None:
+    assert fast_path_problems(ROOT) == []
+
+
+def test_the_fast_path_rule_finds_planted_violations(tmp_path: Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "localsession/__init__.py": "",
+            "localsession/a.py": "",
+            "localsession/a_fast.py": "from localsession import a\n",
+            "tests/x/test_a_fast.py": "",
+        },
+    )
+    assert fast_path_problems(tmp_path) == []
+    _tree(
+        tmp_path,
+        {
+            "localsession/a.py": "from localsession import a_fast\n",
+            "localsession/b_fast.py": "",
+            "localsession/c.py": "",
+            "localsession/c_fast.py": "",
+        },
+    )
+    assert fast_path_problems(tmp_path) == [
+        "localsession.a imports its fast path localsession.a_fast",
+        "localsession.b_fast: no exact module b.py beside it",
+        "localsession.c_fast: no equivalence test test_c_fast.py under tests/",
+    ]
+
+
+# -- module names and the packages beside localsession ---------------------------------------
+
+#: The importable packages whose modules may not share a name: a traceback, a log line or
+#: ``-p name`` then says which module it means.
+NAMED_ROOTS = ("localsession", "fakes")
+#: The one name two modules share on purpose: pytest's name for a plugin, which users pass to
+#: ``-p`` (``fakes.pytest_plugin``) and the package's entry point names
+#: (``localsession.mocking.pytest_plugin``).
+SHARED_NAMES = frozenset({"pytest_plugin"})
+#: The repository's other top-level packages ``localsession`` may import, each only from the
+#: modules named and only inside a function (``import localsession`` stays without them):
+#: the fakes ship with it (``mock(engine="fake")``), and so does the conformance suite
+#: (``localsession conformance``). Nothing in ``localsession`` imports bench, tests or examples.
+OUTSIDE_IMPORTS: dict[str, frozenset[str]] = {
+    "localsession.mocking.core": frozenset({"fakes"}),
+    "localsession.mocking.fake_tokenizer": frozenset({"fakes"}),
+    "localsession.cli": frozenset({"conformance"}),
+}
+
+
+def shared_names(root: Path) -> dict[str, list[str]]:
+    """Module file names (``__init__`` aside) found more than once under ``NAMED_ROOTS``:
+    name -> the modules."""
+    by_name: dict[str, list[str]] = {}
+    for top in NAMED_ROOTS:
+        for path in sorted((root / top).rglob("*.py")) if (root / top).is_dir() else []:
+            if path.stem != "__init__" and path.stem not in SHARED_NAMES:
+                by_name.setdefault(path.stem, []).append(module_name(root, path))
+    return {name: found for name, found in sorted(by_name.items()) if len(found) > 1}
+
+
+def _function_imports(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes inside a function body."""
+    inner: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner |= {id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return inner
+
+
+def outside_imports(root: Path) -> list[str]:
+    """Imports in ``localsession`` of the repository's other top-level packages (any
+    directory beside it holding ``.py`` files) that ``OUTSIDE_IMPORTS`` does not allow, or
+    that run at module level."""
+    tops = {p.name for p in root.iterdir() if p.is_dir() and p.name != "localsession"}
+    tops = {t for t in tops if not t.startswith(".") and any((root / t).rglob("*.py"))}
+    found = []
+    for module in all_modules(root, ("localsession",)):
+        path = module_file(root, module)
+        assert path is not None
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        lazy = _function_imports(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for top in sorted({name.split(".")[0] for name in names} & tops):
+                if top not in OUTSIDE_IMPORTS.get(module, frozenset()):
+                    found.append(f"{module} imports {top}")
+                elif id(node) not in lazy:
+                    found.append(f"{module} imports {top} at module level")
+    return sorted(set(found))
+
+
+def test_no_two_modules_share_a_name() -> None:
+    assert shared_names(ROOT) == {}, "rename one of each pair: a name says which module it is"
+
+
+def test_localsession_imports_the_packages_beside_it_only_where_declared() -> None:
+    assert outside_imports(ROOT) == [], (
+        "localsession may import fakes or conformance only from the modules OUTSIDE_IMPORTS "
+        "names, inside a function; bench, tests and examples never"
+    )
+
+
+def test_the_name_rule_finds_a_planted_twin(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    _tree(tmp_path, {"fakes/pytest_plugin.py": "", "localsession/pytest_plugin.py": ""})
+    assert shared_names(tmp_path) == {}
+    _tree(tmp_path, {"fakes/service.py": "", "localsession/numerics/service.py": ""})
+    twins = ["localsession.numerics.service", "localsession.runtime.service", "fakes.service"]
+    assert shared_names(tmp_path) == {"service": twins}
+
+
+def test_the_outside_rule_finds_planted_imports(tmp_path: Path) -> None:
+    _tree(tmp_path, CLEAN_HOUSE)
+    _tree(
+        tmp_path,
+        {
+            "bench/run.py": "",
+            "localsession/mocking/core.py": "def f():\n    from fakes.service import S\n",
+            "localsession/cli.py": "def g():\n    import conformance.run\n",
+        },
+    )
+    assert outside_imports(tmp_path) == []
+    _tree(
+        tmp_path,
+        {
+            "localsession/mocking/core.py": "from fakes.service import S\n",
+            "localsession/runtime/service.py": "def f():\n    import bench.run\n",
+        },
+    )
+    assert outside_imports(tmp_path) == [
+        "localsession.mocking.core imports fakes at module level",
+        "localsession.runtime.service imports bench",
+    ]
+
+
+# -- one vocabulary ----------------------------------------------------------------------------
+
+#: The only files that write the vocabulary's words: vocab.py, and types.py, whose literals
+#: the SDK's signatures force.
+VOCAB_FILES = frozenset({"localsession/vocab.py", "localsession/types.py"})
+#: The packages the vocabulary rule reads.
+VOCAB_ROOTS = ("localsession", "fakes")
+#: Files that still write words of these kinds, each until it is converted (issue 49 item 3:
+#: the Tinker dialect and the op result paths follow the typed runtime API of issue 46; the
+#: op kinds and losses of the clients and the fakes follow them). The rule holds every other
+#: file, and every other kind of word in these files, to vocab.py.
+NOT_YET_CONVERTED: dict[str, frozenset[str]] = {
+    "fakes/calls.py": frozenset({"OpKind", "OpStatus", "PackageStatus"}),
+    "fakes/client.py": frozenset({"OpKind"}),
+    "fakes/fake_service.py": frozenset({"OpKind"}),
+    "fakes/light_math.py": frozenset({"LossFunction"}),
+    "localsession/client/_inputs.py": frozenset({"OpKind"}),
+    "localsession/client/_submit.py": frozenset({"OpKind"}),
+    "localsession/client/sampling_client.py": frozenset({"OpKind"}),
+    "localsession/client/training_client.py": frozenset({"LossFunction", "OpKind"}),
+    "localsession/custom_loss.py": frozenset({"LossFunction"}),
+    "localsession/demo.py": frozenset({"LossFunction"}),
+    "localsession/runtime/chat/chat_completions.py": frozenset({"OpKind"}),
+    "localsession/runtime/sessions/dataplane.py": frozenset({"OpKind"}),
+    "localsession/runtime/sessions/run_op.py": frozenset({"OpKind"}),
+    "localsession/server/tinker/dialect.py": frozenset({"LossFunction", "OpKind"}),
+    "localsession/server/tinker/dro.py": frozenset({"OpKind"}),
+    "localsession/server/tinker/external.py": frozenset({"OpKind"}),
+    "localsession/server/tinker/results.py": frozenset({"ErrorCode", "OpKind"}),
+    "localsession/server/tinker/routes.py": frozenset({"OpKind", "SessionStatus"}),
+    "localsession/server/tinker/samplers.py": frozenset({"SessionStatus"}),
+    "localsession/server/tinker/topk_targets.py": frozenset({"LossFunction"}),
+}
+
+
+def vocabulary_words() -> dict[str, frozenset[str]]:
+    """Each kind of word (the ``vocab.Word`` enums) -> its values."""
+    from localsession import vocab
+
+    kinds = (vocab.SessionStatus, vocab.OpStatus, vocab.PackageStatus, vocab.OpKind,
+             vocab.LossFunction, vocab.ErrorCode)  # fmt: skip
+    return {kind.__name__: frozenset(word.value for word in kind) for kind in kinds}
+
+
+def _not_code(tree: ast.AST) -> set[int]:
+    """The ids of string constants that are not code: docstrings and ``__all__`` entries
+    (a function may be named as a loss is)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = body[0] if body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skipped.add(id(first.value))
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            skipped |= {id(n) for n in ast.walk(node.value)}
+    return skipped
+
+
+def vocabulary_literals(
+    root: Path,
+    words: dict[str, frozenset[str]],
+    not_yet: dict[str, frozenset[str]],
+) -> list[str]:
+    """``file:line 'word' (Kind)`` for each word written as a string literal in code outside
+    ``VOCAB_FILES``, unless ``not_yet`` still allows that kind in that file."""
+    found = []
+    for top in VOCAB_ROOTS:
+        for path in sorted((root / top).rglob("*.py")):
+            where = path.relative_to(root).as_posix()
+            if where in VOCAB_FILES:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            skipped = _not_code(tree)
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+                    continue
+                if id(node) in skipped:
+                    continue
+                kinds = sorted(k for k, values in words.items() if node.value in values)
+                if kinds and not set(kinds) <= not_yet.get(where, frozenset()):
+                    found.append(f"{where}:{node.lineno} {node.value!r} ({', '.join(kinds)})")
+    return sorted(found)
+
+
+def test_the_vocabulary_is_written_only_in_vocab() -> None:
+    assert vocabulary_literals(ROOT, vocabulary_words(), NOT_YET_CONVERTED) == [], (
+        "write the word as its vocab enum member (vocab.SessionStatus.RUNNING, ...), not a "
+        "string literal"
+    )
+
+
+def test_files_not_yet_converted_still_need_their_allowance() -> None:
+    """An allowance a converted file no longer needs is dropped, so the list only shrinks."""
+    words = vocabulary_words()
+    written = {
+        (where, kind)
+        for kind, values in words.items()
+        for line in vocabulary_literals(ROOT, {kind: values}, {})
+        for where in [line.split(":", 1)[0]]
+    }
+    unneeded = [
+        f"{where}: {kind}"
+        for where, kinds in sorted(NOT_YET_CONVERTED.items())
+        for kind in sorted(kinds)
+        if (where, kind) not in written
+    ]
+    assert unneeded == [], "drop these from NOT_YET_CONVERTED: the files are converted"
+
+
+def test_the_vocabulary_rule_finds_a_planted_literal(tmp_path: Path) -> None:
+    words = {"SessionStatus": frozenset({"Running", "Failed"}), "OpStatus": frozenset({"Failed"})}
+    _tree(
+        tmp_path,
+        {
+            "localsession/vocab.py": 'RUNNING = "Running"\n',
+            "localsession/runtime/a.py": (
+                '"""Running: a docstring says it freely."""\n__all__ = ["Running"]\n'
+                "x = vocab.SessionStatus.RUNNING\n"
+            ),
+            "fakes/b.py": 'y = "Failed"\n',
+        },
+    )
+    assert vocabulary_literals(tmp_path, words, {"fakes/b.py": frozenset(words)}) == []
+    _tree(tmp_path, {"localsession/runtime/a.py": 'if status == "Running":\n    pass\n'})
+    assert vocabulary_literals(tmp_path, words, {"fakes/b.py": frozenset({"OpStatus"})}) == [
+        "fakes/b.py:1 'Failed' (OpStatus, SessionStatus)",
+        "localsession/runtime/a.py:1 'Running' (SessionStatus)",
     ]

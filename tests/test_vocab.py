@@ -42,6 +42,8 @@ def test_vocab_imports_nothing_heavy() -> None:
 def test_statuses(runtime: Any, control: Any) -> None:
     assert set(vocab.SESSION_STATUSES) == set(control.shape_for("TrainingSessionStatus").enum)
     assert vocab.OP_STATUSES == tuple(runtime.shape_for("RequestStatus").enum)
+    assert set(vocab.PackageStatus) <= set(control.shape_for("ModelPackageStatus").enum)
+    assert set(vocab.PackageStatus) <= set(control.shape_for("ModelPackageGroupStatus").enum)
     assert vocab.OP_TERMINAL == {"Completed", "Failed", "Skipped"}
 
 
@@ -127,3 +129,19 @@ def test_members_are_botocores(runtime: Any, control: Any) -> None:
     create = control.operation_model("CreateTrainingSession").input_shape
     assert validate.MEMBERS["CreateTrainingSession"] == set(create.members)
     assert set(members.MEMBERS) >= {"Datum", "ModelInput", "EncodedTextChunk", "sample"}
+
+
+def test_words_read_as_their_values() -> None:
+    """An enum word is its string everywhere a message or a body shows it."""
+    import json
+
+    word = vocab.SessionStatus.DELETION_FAILED
+    assert word == "DeletionFailed" and hash(word) == hash("DeletionFailed")
+    assert (str(word), f"{word}", f"{word:>15}", repr(word)) == (
+        "DeletionFailed",
+        "DeletionFailed",
+        " DeletionFailed",
+        "'DeletionFailed'",
+    )
+    assert json.dumps({"s": word, word: 1}) == '{"s": "DeletionFailed", "DeletionFailed": 1}'
+    assert vocab.ErrorCode("ThrottlingException") is vocab.ErrorCode.THROTTLING

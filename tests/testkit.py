@@ -174,7 +174,7 @@ class Served:
 def running_server(home: Path, *, long_poll: float = 5.0, **config: Any) -> Iterator[Served]:
     """A :class:`Service` on ``home`` (``config``: ServiceConfig fields) served on port 0 on
     a background thread; closed on exit."""
-    from localsession.server.runner import ServerThread
+    from localsession.server.hosting import ServerThread
 
     service = build_service(ServiceConfig(home=home, **config))
     try:

@@ -18,13 +18,15 @@ import threading
 from typing import Any
 
 from conformance.adapter import Backend, BackendUnavailable, Limits
+from conformance.backends import processes
 from conformance.backends.common import GROUP, REGION, ROLE, S3, xfail_file
 from conformance.capabilities import CAPABILITIES
 from localsession.server.endpoints import client_env
 
 MAX_SESSIONS = 4
 GAP_TIMEOUT = 1.0
-START_TIMEOUT = 120.0
+#: Seconds ``serve`` may take to print its URL: imports and a model load on a loaded machine.
+START_TIMEOUT = 300.0
 
 
 def sdk_env(url: str, region: str) -> dict[str, str]:
@@ -53,18 +55,25 @@ def start_server(home: str) -> tuple[subprocess.Popen[str], str]:
         str(GAP_TIMEOUT),
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # serve flushes its banner itself
-    proc = subprocess.Popen(
+    # In this process's group (processes.py): a harness that stops the run's group stops the
+    # server too, even when this process was killed before it could stop the server itself.
+    proc = processes.start(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     )
     assert proc.stdout is not None
     first: list[str] = []
-    reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()))  # type: ignore[union-attr]
+    reader = threading.Thread(
+        target=lambda: first.append(proc.stdout.readline()),  # type: ignore[union-attr]
+        daemon=True,
+    )
     reader.start()
     reader.join(START_TIMEOUT)
     line = first[0] if first else ""
     if " serving on " not in line:
-        proc.kill()
-        raise BackendUnavailable(f"`localsession serve` did not start: {line!r}")
+        processes.stop(proc)
+        raise BackendUnavailable(
+            f"`localsession serve` did not start within {START_TIMEOUT:g} s: {line!r}"
+        )
     # Keep draining stdout so the server never blocks on a full pipe.
     threading.Thread(target=proc.stdout.read, daemon=True).start()
     return proc, line.split(" serving on ", 1)[1].split()[0]
@@ -104,11 +113,7 @@ def make_http(options: dict[str, Any], url: str | None) -> Backend:
             else:
                 os.environ[key] = value
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            processes.stop(proc)
         if home is not None:
             home.cleanup()
 

@@ -23,15 +23,20 @@ def make_inprocess(options: dict[str, Any], *, wire: bool = False) -> Backend:
     in-process answers each test as the wire does (the reference snapshots' recorder)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import localsession
-    from localsession.runtime.service import ServiceConfig
-    from localsession.wiring import build_service
+    from localsession import wiring
 
     home = tempfile.TemporaryDirectory(prefix="conformance-inprocess-")
-    # gap_timeout 0: the in-process default, a number refused client-side is lost at once.
-    gap = WIRE_GAP_TIMEOUT if wire else 0.0
-    service = build_service(
-        ServiceConfig(home=Path(home.name), max_sessions=MAX_SESSIONS, gap_timeout=gap)
+    # The wire set-up is the server's profile, as ``--backend=http`` runs its server.
+    service = (
+        wiring.server_service(
+            wiring.ServerOptions(
+                home=Path(home.name), max_sessions=MAX_SESSIONS, gap_timeout=WIRE_GAP_TIMEOUT
+            )
+        )
+        if wire
+        else wiring.inprocess_service(home=Path(home.name), max_sessions=MAX_SESSIONS)
     )
+    gap = service.config.gap_timeout
 
     def client(strict: bool) -> Any:
         return localsession.ServiceClient(

@@ -1,5 +1,6 @@
-"""Fixtures of the Tinker-surface suite: one ``tinker.ServiceClient`` per test,
-training clients on the backend's base model, and datums built from the backend's prompt.
+"""Fixtures of the Tinker-surface suite: one ``tinker.ServiceClient`` per test, training and
+sampling clients on the backend's base model, and token sequences in the model's own
+tokens (backends/tinker.py reads them from its tokenizer).
 
 Only the SDK's public clients and types are used, so the tests run unchanged against any
 server that speaks the Tinker API.
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from conformance.adapter import Backend
+from conformance.suite_tinker._kit import text_tokens, wait
 
 
 @pytest.fixture
@@ -22,24 +24,32 @@ def tinker_client(backend: Backend) -> Iterator[Any]:
     client = backend.service_client()
     yield client
     try:
-        client.close("success").result(timeout=backend.limits.op_timeout_s)
+        wait(client.close("success"), backend)
     except Exception:  # noqa: BLE001 - the server may already be gone at teardown
         pass
 
 
 @pytest.fixture
 def new_trainer(backend: Backend, tinker_client: Any) -> Callable[..., Any]:
-    """A factory for LoRA training clients on the base model (keywords go to
+    """A factory for LoRA training clients on the base model, waited for (keywords go to
     ``create_lora_training_client``; rank defaults to the backend's)."""
 
     def make(**kwargs: Any) -> Any:
         kwargs.setdefault("rank", backend.limits.rank)
-        return tinker_client.create_lora_training_client(backend.base_model, **kwargs)
+        return wait(
+            tinker_client.create_lora_training_client(backend.base_model, **kwargs), backend
+        )
 
     return make
 
 
 @pytest.fixture
+def sampler(backend: Backend, tinker_client: Any) -> Any:
+    """A sampling client on the base model (read-only: never trained)."""
+    return wait(tinker_client.create_sampling_client(base_model=backend.base_model), backend)
+
+
+@pytest.fixture
 def tokens(backend: Backend) -> list[int]:
-    """A short valid sequence: the backend's prompt followed by `` world`` in bytes."""
-    return [*backend.prompt, 32, 119, 111, 114, 108, 100]
+    """A short valid sequence: the backend's prompt and a continuation."""
+    return text_tokens(backend)

@@ -125,17 +125,14 @@ class BackgroundSubmitter:
             self._cond.wait_for(lambda: self._worker is None, timeout)
 
 
-# Codes meaning the session is gone already: nothing to stop, nothing to warn about.
-_GONE = vocab.NOT_FOUND_CODES
-
-
 def _auto_stop(session_name: str, service_client: Any, explicit_stop_failed: list[bool]) -> None:
     """Finalizer: stop an unreferenced session that nobody stopped (SDK semantics)."""
     try:
         did_stop = service_client._stop_session_if_active(session_name)
     except Exception as failure:  # noqa: BLE001 - best effort, as in the SDK
         reply = getattr(failure, "response", None) or {}
-        if reply.get("Error", {}).get("Code") not in _GONE:
+        # a session gone already: nothing to stop, nothing to warn about
+        if reply.get("Error", {}).get("Code") not in vocab.NOT_FOUND_CODES:
             _log.warning("Auto-stop of unreferenced training session %r failed.", session_name)
         return
     if not did_stop or explicit_stop_failed:

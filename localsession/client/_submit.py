@@ -2,7 +2,7 @@
 
 ``submit`` checks a request as botocore would (strict mode), copies it as JSON would (so
 the caller mutating its lists later cannot change a queued op, as on the wire; both in one
-pass, client/param_check.py) and hands it to the client's ``BackgroundSubmitter``. The
+pass, client/param_check_fast.py) and hands it to the client's ``BackgroundSubmitter``. The
 caller gets the op's ``RuntimeFuture`` at once when the runtime accepted it in the caller's
 thread (the usual case), else a ``PendingAPIFuture`` that waits for the submit; a refused
 submit surfaces at ``result()``, as with the SDK.
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from localsession.client._handle import BackgroundSubmitter
 from localsession.client._staged import PendingAPIFuture
 from localsession.client.backend import Backend, call, checked_copy
-from localsession.client.param_check import wire_copy
+from localsession.client.param_check_fast import wire_copy
 from localsession.futures import APIFuture, call_with_transient_retry
 
 _Value = TypeVar("_Value")
@@ -92,7 +92,7 @@ class RuntimeFuture(APIFuture[_Value]):
     def result(self, timeout: float | None = None) -> _Value:
         if self._outcome.known():
             return self._outcome.replay()  # type: ignore[no-any-return]
-        # no time limit to honour: the op may run on this thread (caller_runs.py)
+        # no time limit to honour: the op may run on this thread (runtime/sessions/runner.py)
         here = timeout is None and self._training
         finished = here and self._local.run_here(self._session_name, self._operation_id)
         if not finished and not self._wait(timeout):

@@ -17,9 +17,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from botocore.exceptions import ParamValidationError
-
-from localsession.client.param_check import Unproven, conformer, wire_copy
+from localsession.client import param_check_fast
 from localsession.runtime.errors import ServiceError
 
 _R = TypeVar("_R")
@@ -133,14 +131,9 @@ def _exceptions(service: str) -> Any:
 
 def checked_copy(operation_name: str, params: dict[str, Any], service: str = RUNTIME) -> Any:
     """``params`` checked as botocore checks them before sending (:func:`check_params`), and
-    copied as the wire delivers them (:func:`wire_copy`). The usual request is proven valid
-    and copied in one pass (client/param_check.py)."""
-    shape = _input_shape(operation_name, service)
-    try:
-        return conformer(shape)(params)
-    except Unproven:  # not plain, or not valid: botocore decides
-        _botocore_check(params, shape)
-    return wire_copy(params)
+    copied as the wire delivers them (client/param_check.py). The usual request is proven
+    valid and copied in one pass (client/param_check_fast.py)."""
+    return param_check_fast.checked_copy(params, _input_shape(operation_name, service))
 
 
 def check_params(operation_name: str, params: dict[str, Any], service: str = RUNTIME) -> None:
@@ -149,31 +142,12 @@ def check_params(operation_name: str, params: dict[str, Any], service: str = RUN
     Raises ``ParamValidationError`` for what the real SDK's client rejects before any request:
     unknown or missing members, wrong types, and values outside a modelled range or length.
     """
-    shape = _input_shape(operation_name, service)
-    try:
-        conformer(shape)(params)
-    except Unproven:  # not plain, or not valid: botocore decides
-        _botocore_check(params, shape)
+    param_check_fast.check(params, _input_shape(operation_name, service))
 
 
 @functools.lru_cache(maxsize=32)
 def _input_shape(operation_name: str, service: str) -> Any:
     return _service_model(service).operation_model(operation_name).input_shape
-
-
-def _botocore_check(params: dict[str, Any], shape: Any) -> None:
-    """botocore's own walk, and its report (with our hint for the 512-token floor)."""
-    from botocore.validate import ParamValidator
-
-    report = ParamValidator().validate(params, shape)
-    if report.has_errors():
-        text = report.generate_report()
-        if "maxTokens, value" in text and "valid min value" in text:  # the 512 floor
-            text += (
-                "\nThe service minimum applies in strict mode; for shorter local runs use "
-                "ServiceClient(..., strict=False) or `localsession serve --relaxed`."
-            )
-        raise ParamValidationError(report=text)
 
 
 def control(operation_name: str, request: dict[str, Any], send: Callable[..., _R]) -> _R:

@@ -44,13 +44,24 @@ from localsession.types import (
 
 _log = logging.getLogger("localsession.client")
 
-DEFAULT_MODEL_PACKAGE_GROUP_NAME = "sagemaker-default"
+DEFAULT_MODEL_PACKAGE_GROUP_NAME = vocab.DEFAULT_GROUP
 DEFAULT_SESSION_NAME_PREFIX = "sagemaker-training-session"
 
 # A session in one of these will never become Running.
-_WONT_RUN = ("Failed", "Stopped", "Stopping", "Blocked")
+_WONT_RUN = (
+    vocab.SessionStatus.FAILED,
+    vocab.SessionStatus.STOPPED,
+    vocab.SessionStatus.STOPPING,
+    vocab.SessionStatus.BLOCKED,
+)
 # Stopping a session in one of these is refused, and there is nothing left to stop.
-_ALREADY_STOPPED = ("Stopping", "Stopped", "Failed", "Deleting", "DeletionFailed")
+_ALREADY_STOPPED = (
+    vocab.SessionStatus.STOPPING,
+    vocab.SessionStatus.STOPPED,
+    vocab.SessionStatus.FAILED,
+    vocab.SessionStatus.DELETING,
+    vocab.SessionStatus.DELETION_FAILED,
+)
 _SESSION_WAIT_SECONDS = 600
 _MAX_RESULTS_PER_PAGE = 100
 _UNSUPPORTED_CONSEQUENCE = "the session was created without it"
@@ -70,7 +81,7 @@ def _error_code(error: ClientError) -> str:
 def _stop_already_done(error: ClientError) -> bool:
     """A stop refused because the session is already past stopping."""
     text = str((error.response.get("Error") or {}).get("Message") or "")
-    refused = _error_code(error) == vocab.VALIDATION
+    refused = _error_code(error) == vocab.ErrorCode.VALIDATION
     phrases = (f"invalid session state transition from {state} to " for state in _ALREADY_STOPPED)
     return refused and any(phrase in text for phrase in phrases)
 
@@ -461,7 +472,7 @@ class ServiceClient:
 
     def _wait_until_running(self, name: str) -> None:
         status = self._backend.in_process.wait_for_session(name, _SESSION_WAIT_SECONDS)
-        if status == "Running":
+        if status == vocab.SessionStatus.RUNNING:
             return
         detail = control(
             "DescribeTrainingSession",
@@ -469,7 +480,7 @@ class ServiceClient:
             self._backend.describe_training_session,
         )["TrainingSessionDetail"]
         status = detail["TrainingSessionStatus"]
-        if status == "Running":
+        if status == vocab.SessionStatus.RUNNING:
             return
         if status in _WONT_RUN:
             reason = detail.get("ErrorDetails") or detail.get("ErrorMessage")

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from localsession.numerics.datums import check_vocab, int_tensor
+from localsession.numerics.batch import check_vocab, int_tensor
 from localsession.port import Admit, EngineInputError, SampleRequest
 
 
@@ -49,6 +49,25 @@ def check_request(
             f"stop token id {outside[0]} is outside the vocabulary [0, {vocab_size}); "
             "pass ids the model's tokenizer produces"
         )
+    if req.topk_sample_logprobs < 0:
+        problems.append(f"`topk_sample_logprobs` must be >= 0, got {req.topk_sample_logprobs}")
+    if req.prompt_alt_tokens_k < 0:
+        problems.append(f"`prompt_alt_tokens_k` must be >= 0, got {req.prompt_alt_tokens_k}")
+    if req.prompt_alt_tokens_k > 0 and len(prompt) < 2:
+        problems.append("`prompt_alt_tokens_k` needs a prompt of at least 2 tokens")
+    targets = req.target_prompt_logprobs
+    if targets is not None:
+        if len(targets) != len(prompt) - 1 or len({len(row) for row in targets}) > 1:
+            problems.append(
+                f"`target_prompt_logprobs` must be a [len(prompt) - 1, K] = "
+                f"[{len(prompt) - 1}, K] table of token ids, got {len(targets)} rows"
+            )
+        bad = [t for row in targets for t in row if not -1 <= t < vocab_size]
+        if bad:
+            problems.append(
+                f"`target_prompt_logprobs` holds token id {bad[0]}, outside the vocabulary "
+                f"[0, {vocab_size}) (-1 asks nothing)"
+            )
     limit = max_positions
     if limit is not None and len(prompt) + max(req.max_tokens, 0) > limit:
         problems.append(

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable, pad_left
 from localsession.engine.kv_room import make_roomy
 from localsession.engine.streams import SampledStream
@@ -97,6 +98,7 @@ class BatchSampler:
         self.pad_id = pad_id
         self.device = device
         self.cache_kw, self.has_logits_to_keep = _forward_kwargs(model)
+        thread_policy.requested()  # a bad LOCALSESSION_THREADS fails at load, not mid-op
 
     def _step(self, model: torch.nn.Module, **kwargs: Any) -> tuple[Tensor, Any]:
         """Run ``model``; return (last-position logits [S, V] in float32, the cache)."""
@@ -125,7 +127,7 @@ class BatchSampler:
         return logits_RV, cache, mask_RL, pos_RL[:, -1]
 
     def _finish_check(self, stream: SampledStream, token: int) -> None:
-        if token in self.eos_ids or token in stream.stop_ids:
+        if (stream.stop_at_eos and token in self.eos_ids) or token in stream.stop_ids:
             stream.stop_reason = "stop"
         elif stream.stop and any(
             s in self.tokenizer.decode(stream.tokens, skip_special_tokens=True)
@@ -157,6 +159,8 @@ class BatchSampler:
                         tuple(req.stop),
                         gen,
                         frozenset(req.stop_token_ids),
+                        req.stop_at_eos,
+                        max(0, req.topk_sample_logprobs),
                     )
                 )
                 if req.max_tokens <= 0:
@@ -187,9 +191,23 @@ class BatchSampler:
 
     def _pick(self, live: Live, callbacks: Sequence[TokenCallback | None]) -> Tensor:
         """Choose and record one token for every live row of ``live``. -> chosen ids [S]."""
-        chosen_S, lp_S = self._choose(live.logits_SV, live.rows, live.temp_S, live.k_S, live.p_S)
-        for s, token, lp in zip(live.rows, chosen_S.tolist(), lp_S.tolist(), strict=True):
+        chosen_S, lp_S, logprobs_SV = self._choose(
+            live.logits_SV, live.rows, live.temp_S, live.k_S, live.p_S
+        )
+        k = min(max((s.topk for s in live.rows), default=0), logprobs_SV.shape[-1])
+        tops: list[list[tuple[int, float]]] = [[] for _ in live.rows]
+        if k > 0:  # the top-k of the distribution each token was drawn from
+            top_vals_SK, top_ids_SK = logprobs_SV.topk(k, dim=-1)
+            tops = [
+                list(zip(ids, vals, strict=True))
+                for ids, vals in zip(top_ids_SK.tolist(), top_vals_SK.tolist(), strict=True)
+            ]
+        for s, token, lp, top in zip(
+            live.rows, chosen_S.tolist(), lp_S.tolist(), tops, strict=True
+        ):
             if s.stop_reason is None:
+                if s.topk:
+                    s.topk_rows.append(top[: s.topk])
                 s.tokens.append(token)
                 s.logprobs.append(lp)
                 self._finish_check(s, token)
@@ -234,6 +252,7 @@ class BatchSampler:
             steps += 1
             for hook in list(_STEP_HOOKS):
                 hook(steps)
+            thread_policy.revisit()  # the free cores may have changed (thread_policy.py)
             if can_join and admit is not None:
                 chosen_S = self._admit(model, live, chosen_S, admit(), requests, grouped, callbacks)
             rows = live.rows
@@ -309,8 +328,9 @@ class BatchSampler:
 
     def _choose(
         self, logits_SV: Tensor, rows: list[SampledStream], temp_S: Tensor, k_S: Tensor, p_S: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """Pick one token per row. -> (token ids [S], reported logprobs [S]).
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Pick one token per row. -> (token ids [S], reported logprobs [S], the log-softmax
+        they were read from [S, V]).
 
         Finished rows (still in the batch until the next compaction) draw nothing from their
         generator; their picks are ignored.
@@ -331,7 +351,7 @@ class BatchSampler:
             if bool(greedy_S.any()):  # a pass over the logits only where a row is greedy
                 chosen_S = torch.where(greedy_S, logits_SV.argmax(dim=-1), chosen_S)
         lp_S = logprobs_SV.gather(-1, chosen_S.unsqueeze(-1)).squeeze(-1)
-        return chosen_S, lp_S
+        return chosen_S, lp_S, logprobs_SV
 
 
 #: Float32 logits one ``batch_logprobs`` forward may produce: prompts are grouped under it
@@ -369,6 +389,54 @@ def batch_logprobs(
         out.extend(row[: len(p) - 1] for row, p in zip(lp_rows, group, strict=True))
         start = stop
     return out
+
+
+@torch.no_grad()
+def prompt_alt_tokens(
+    model: torch.nn.Module,
+    tokens: list[int],
+    k: int,
+    temperature: float,
+    seed: int,
+    device: torch.device,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """``k`` draws with replacement from the distribution over each prompt token ``i + 1``
+    (rows ``len(tokens) - 1``) at ``temperature`` (0: the argmax, k times), from a CPU
+    generator seeded ``seed``. -> (ids [L-1][k], their log-softmax(logits / T) [L-1][k])."""
+    ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
+    logits_LV = model(input_ids=ids_1L, use_cache=False)["logits"][0, :-1].float()
+    temp_L = torch.full((logits_LV.shape[0],), float(temperature), device=logits_LV.device)
+    logprobs_LV = torch.log_softmax(apply_temperature(logits_LV, temp_L), dim=-1)
+    if temperature <= 0:
+        drawn_LK = logits_LV.argmax(dim=-1, keepdim=True).expand(-1, k)
+    else:
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(seed % _SEED_MOD)
+        probs_LV = logprobs_LV.exp().cpu()
+        drawn_LK = torch.multinomial(probs_LV, k, replacement=True, generator=gen)
+        drawn_LK = drawn_LK.to(logprobs_LV.device)
+    picked_LK = logprobs_LV.gather(-1, drawn_LK)
+    return drawn_LK.tolist(), picked_LK.tolist()
+
+
+@torch.no_grad()
+def target_logprobs(
+    model: torch.nn.Module,
+    tokens: list[int],
+    targets: Sequence[Sequence[int]],
+    device: torch.device,
+) -> list[list[float | None]]:
+    """log p(targets[i][j] | tokens[: i + 1]) at T = 1 for each prompt position i + 1 (rows
+    ``len(tokens) - 1``); a -1 cell gets None."""
+    ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
+    logits_LV = model(input_ids=ids_1L, use_cache=False)["logits"][0, :-1].float()
+    logprobs_LV = torch.log_softmax(logits_LV, dim=-1)
+    wanted_LK = torch.tensor([list(row) for row in targets], dtype=torch.long, device=device)
+    picked_LK = logprobs_LV.gather(-1, wanted_LK.clamp(min=0))
+    return [
+        [None if t < 0 else v for t, v in zip(ids, vals, strict=True)]
+        for ids, vals in zip(wanted_LK.tolist(), picked_LK.tolist(), strict=True)
+    ]
 
 
 @torch.no_grad()

@@ -30,6 +30,12 @@ class SampledStream:
     stop: tuple[str, ...]
     generator: torch.Generator
     stop_ids: frozenset[int] = frozenset()
+    #: False: the model's EOS ids do not end this stream (a request's ``stop_at_eos``)
+    stop_at_eos: bool = True
+    #: top-k alternatives to record per sampled token (a request's ``topk_sample_logprobs``)
+    topk: int = 0
+    #: per sampled token: its top-``topk`` (id, logprob) pairs, likeliest first
+    topk_rows: list[list[tuple[int, float]]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: StopReason | None = None

@@ -3,7 +3,7 @@
 Grad mode, ``inference_mode``, autocast, torch function or dispatch modes (a
 ``with torch.device(...)`` block, ``torch.set_default_device``) and the current CUDA device
 and stream belong to the thread that set them. A session's worker thread has none of them;
-a user's thread may. An engine call made on the user's thread (runtime/sessions/caller_runs.py)
+a user's thread may. An engine call made on the user's thread (runtime/sessions/runner.py)
 must compute what the worker computes, so it is made there only when this returns True.
 """
 

@@ -25,8 +25,9 @@ batch never sees a half-applied update (localsession.port threading contract).
   file before anything live changes, then copies into the existing parameters so the
   optimizer's references stay valid.
 
-Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``compiled`` (the opt-in
-``torch.compile`` training forward), ``snapshots`` (package adapters), ``request_checks``.
+Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (a shared
+prefix runs once), ``compiled`` (the opt-in ``torch.compile`` training forward),
+``snapshots`` (package adapters), ``request_checks``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 import torch
 
 from localsession import port
-from localsession.engine import memory
+from localsession.engine import memory, shared_prefix, thread_policy
 from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
     adapter_config_dict,
@@ -61,17 +62,29 @@ from localsession.engine.flops import count_params, model_flops, peak_flops, thr
 from localsession.engine.loading import LoadedModel
 from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
-from localsession.engine.sampling import BatchSampler, batch_logprobs, prompt_logprobs
+from localsession.engine.sampling import (
+    BatchSampler,
+    prompt_alt_tokens,
+    prompt_logprobs,
+    target_logprobs,
+)
 from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
 from localsession.engine.streams import SampledStream
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
-from localsession.numerics.datums import parse_datums
+from localsession.numerics.batch_fast import parse_datums
 from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import clip_config
 from localsession.numerics.optim import LoraAdamW
 from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
-from localsession.port_results import ForwardResult, OptimResult, SampledSequence, SampleResult
+from localsession.port_results import (
+    ForwardResult,
+    OptimResult,
+    PromptAltTokens,
+    SampledSequence,
+    SampleResult,
+    TopLogprob,
+)
 
 
 class TorchEngine:
@@ -180,19 +193,20 @@ class TorchEngine:
         batch = parse_datums(
             datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions
         )
+        plan = shared_prefix.batch_plan(batch, m, self._shape)  # None: unshared
         mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
-            with self._mutex, mode:
+            with self._mutex, mode, thread_policy.scope():  # torch threads: thread_policy.py
                 start = time.perf_counter()
                 fwd, optimizer = self._train_forward, self._optimizer
                 result = loss_step(
-                    fwd, optimizer, batch, loss_fn, clip, backward, m.device, m.vocab_size
+                    fwd, optimizer, batch, loss_fn, clip, backward, m.device, m.vocab_size, plan
                 )
                 seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
         finally:
             self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
-        params, layers, width = self._shape
-        flops = model_flops(params, layers, width, batch.lengths, backward=backward)
+        run = list(plan.row_lengths) if plan else batch.lengths  # the rows computed
+        flops = model_flops(*self._shape, run, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
         result.metrics.update(throughput_metrics(flops, seconds, peak))
         return result
@@ -230,7 +244,7 @@ class TorchEngine:
             return []
         joiner = admit and admitter(admit, checked, self.vocab_size, self.max_positions)
         key, snapshot = self._snapshots.get(weights)
-        with self._mutex, torch.no_grad():
+        with self._mutex, torch.no_grad(), thread_policy.scope():
             decoder = self._decoder(key, snapshot)  # None: the peft model, snapshot swapped in
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
@@ -238,7 +252,10 @@ class TorchEngine:
             wanted = [
                 i
                 for i, req in enumerate(checked)
-                if req.include_prompt_logprobs or (req.topk_prompt_logprobs or 0) > 0
+                if req.include_prompt_logprobs
+                or (req.topk_prompt_logprobs or 0) > 0
+                or req.target_prompt_logprobs is not None
+                or req.prompt_alt_tokens_k > 0
             ]
             if wanted:  # on the peft model: bit-identical to ``forward`` (prompt_logprobs)
                 with self._use_weights(snapshot):
@@ -248,10 +265,31 @@ class TorchEngine:
                         values, top = prompt_logprobs(
                             self._loaded.model, req.prompt, self._loaded.device, topk
                         )
+                        targets = None
+                        if req.target_prompt_logprobs is not None:
+                            targets = target_logprobs(
+                                self._loaded.model,
+                                req.prompt,
+                                req.target_prompt_logprobs,
+                                self._loaded.device,
+                            )
+                        alts = None
+                        if req.prompt_alt_tokens_k > 0:
+                            alt_ids, alt_lps = prompt_alt_tokens(
+                                self._loaded.model,
+                                req.prompt,
+                                req.prompt_alt_tokens_k,
+                                req.temperature,
+                                req.seed,
+                                self._loaded.device,
+                            )
+                            alts = PromptAltTokens(alt_ids, alt_lps)
                         responses[i] = replace(
                             responses[i],
                             prompt_logprobs=values if req.include_prompt_logprobs else None,
                             topk_prompt_logprobs=top if topk > 0 else None,
+                            target_prompt_logprobs=targets,
+                            prompt_alt_tokens=alts,
                         )
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
         self._trim(streams * self._token_bytes)
@@ -303,11 +341,11 @@ class TorchEngine:
         m = self._loaded
         checked = [check_logprobs_prompt(t, self.vocab_size, self.max_positions) for t in prompts]
         key, snapshot = self._snapshots.get(weights)
-        with self._mutex, torch.no_grad():
+        with self._mutex, torch.no_grad(), thread_policy.scope():
             decoder = self._decoder(key, snapshot)  # the sampler's model, when there is one
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 model = decoder if decoder is not None else m.model
-                rows = batch_logprobs(model, checked, m.pad_id, self.vocab_size, m.device)
+                rows = shared_prefix.batch_logprobs(model, checked, m, self._shape)
         self._trim(sum(map(len, checked)) * (self._token_bytes + 4 * self.vocab_size))
         return [[None, *row] for row in rows]
 
@@ -395,6 +433,9 @@ class TorchEngine:
 
 
 def _sequence(stream: SampledStream) -> SampledSequence:
-    """A finished decode stream as the port's sequence."""
+    """A finished decode stream as the port's sequence; ``topk_logprobs`` when asked."""
     assert stream.stop_reason is not None  # ``BatchSampler.run`` finishes every stream
-    return SampledSequence(stream.tokens, stream.logprobs, stream.stop_reason)
+    top = None
+    if stream.topk:
+        top = [[TopLogprob(t, v) for t, v in row] for row in stream.topk_rows]
+    return SampledSequence(stream.tokens, stream.logprobs, stream.stop_reason, top)

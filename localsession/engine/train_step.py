@@ -5,7 +5,9 @@ per-datum metrics (docs/semantics.md#1).
 ``torch.enable_grad()`` or ``torch.no_grad()``. The loss is the plain sum over real tokens, so
 splitting the rows into micro-batches (:func:`chunked_backward`, on a CPU when the padded
 batch is large) gives the same gradients up to float rounding. A non-finite loss raises
-before any gradient is added.
+before any gradient is added. A batch whose datums share prefixes comes with a ``Plan``
+(shared_prefix.py) and runs packed (:func:`shared_backward`), in micro-batches of whole
+groups by the same limits.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 
 import torch
 
-from localsession.numerics.datums import Batch, finite_or_raise, fwd_result
+from localsession.engine.shared_prefix import Plan, chunked, packed_logprobs
+from localsession.numerics.batch import Batch, finite_or_raise, fwd_result
 from localsession.numerics.losses import (
     ClipConfig,
     batch_metrics,
@@ -24,6 +27,7 @@ from localsession.numerics.losses import (
     token_logprobs,
 )
 from localsession.numerics.optim import LoraAdamW
+from localsession.numerics.prefix_groups import Group
 from localsession.port_results import ForwardResult
 
 #: Padded tokens per training micro-batch on a CPU (:func:`chunked_backward`).
@@ -45,15 +49,22 @@ def loss_step(
     backward: bool,
     device: torch.device,
     vocab_size: int,
+    plan: Plan | None = None,
 ) -> ForwardResult:
     """Run the peft ``model`` over ``batch``; accumulate the loss's gradients into the
     trainable parameters ``optimizer`` steps when ``backward``. Returns the typed result
-    (``fwd_result``) with ``actor/grad_norm``: the norm of all gradients accumulated so far."""
+    (``fwd_result``) with ``actor/grad_norm``: the norm of all gradients accumulated so far.
+    With a ``plan`` the batch runs packed (:func:`shared_backward`)."""
     rows = chunk_rows(batch, device, vocab_size)
     inputs = batch.loss_inputs()
     if backward:
         optimizer.install_grad_views()  # gradients then accumulate into its flat buffers
-    if backward and rows < len(batch.lengths):
+    if plan is not None:
+        lp_BT, loss_BT = shared_backward(
+            model, optimizer, batch, plan, loss_fn, clip, backward, (device, vocab_size)
+        )
+        sums = datum_sums(loss_BT)
+    elif backward and rows < len(batch.lengths):
         with optimizer.restored_on_error():  # a non-finite chunk undoes the earlier ones
             lp_BT, loss_BT = chunked_backward(model, batch, loss_fn, clip, rows)
         sums = datum_sums(loss_BT)  # each datum's Σ ℓ, for both metric sets
@@ -82,6 +93,11 @@ def chunk_rows(batch: Batch, device: torch.device, vocab_size: int) -> int:
     more than ``CHUNK_TOKENS`` tokens or more than ``CHUNK_LOGIT_BYTES`` of float32
     logits (see :func:`chunked_backward`)."""
     rows, width = (int(n) for n in batch.tokens_BT.shape)
+    return rows_per_chunk(rows, width, device, vocab_size)
+
+
+def rows_per_chunk(rows: int, width: int, device: torch.device, vocab_size: int) -> int:
+    """:func:`chunk_rows` of ``rows`` padded rows of ``width`` tokens."""
     if device.type != "cpu":
         return rows
     by_tokens = CHUNK_TOKENS // width
@@ -121,3 +137,92 @@ def chunked_backward(
         lp_parts.append(torch.nn.functional.pad(lp_BT.detach(), pad))
         loss_parts.append(torch.nn.functional.pad(loss_BT.detach(), pad))
     return torch.cat(lp_parts), torch.cat(loss_parts)
+
+
+def _pick(batch: Batch, index: list[int]) -> Batch:
+    """Rows ``index`` of ``batch`` as a batch of their own, trimmed to their longest row."""
+    lengths = [batch.lengths[i] for i in index]
+    width = max(lengths)
+    at = torch.tensor(index, device=batch.tokens_BT.device)
+
+    def cut(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.index_select(0, at)[:, :width]
+
+    picked = {k: cut(getattr(batch, k)) for k in _ROW_FIELDS}
+    return Batch(lengths=lengths, **picked)  # type: ignore[arg-type]
+
+
+_ROW_FIELDS = (
+    "tokens_BT",
+    "targets_BT",
+    "weights_BT",
+    "advantages_BT",
+    "logprobs_BT",
+    "ref_log_prob_BT",
+    "temperature_BT",
+)
+
+
+def shared_backward(
+    model: Any,
+    optimizer: LoraAdamW,
+    batch: Batch,
+    plan: Plan,
+    loss_fn: str,
+    clip: ClipConfig,
+    backward: bool,
+    where: tuple[torch.device, int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's logprobs and elementwise loss (``[B, T]`` each) from packed rows of its
+    groups (shared_prefix.py), the loss's gradients accumulated when ``backward``. On a CPU a
+    backward runs whole groups at a time under :func:`rows_per_chunk`'s limits on the packed
+    rows; a non-finite chunk raises before its backward, after the earlier chunks' gradients
+    are put back."""
+    device, vocab_size = where
+    dtype = plan.dtype
+
+    def fits(rows: int, width: int) -> bool:
+        return not backward or rows <= rows_per_chunk(rows, width, device, vocab_size)
+
+    runs = chunked(plan.groups, plan.lengths, fits)
+    if len(runs) == 1:  # the whole batch in one forward, as unchunked
+        lp_BT = packed_logprobs(
+            model,
+            plan.groups,
+            batch.lengths,
+            batch.tokens_BT,
+            batch.targets_BT,
+            batch.temperature_BT,
+            dtype,
+        )
+        loss_BT = loss_terms(loss_fn, lp_BT, batch.loss_inputs(), clip)
+        finite_or_raise(sum(datum_sums(loss_BT)), "the loss")  # before any gradient is added
+        if backward:
+            loss_BT.sum().backward()
+        return lp_BT, loss_BT
+    lp_full = torch.zeros(batch.tokens_BT.shape, dtype=torch.float32, device=device)
+    loss_full = torch.zeros_like(lp_full)
+    with optimizer.restored_on_error():  # a non-finite chunk undoes the earlier ones
+        for run in runs:
+            index = [i for g in run for i in g.members]
+            local = {i: k for k, i in enumerate(index)}
+            groups = [Group(tuple(local[i] for i in g.members), g.prefix) for g in run]
+            sub = _pick(batch, index)
+            lp_BT = packed_logprobs(
+                model,
+                groups,
+                sub.lengths,
+                sub.tokens_BT,
+                sub.targets_BT,
+                sub.temperature_BT,
+                dtype,
+            )
+            loss_BT = loss_terms(loss_fn, lp_BT, sub.loss_inputs(), clip)
+            finite_or_raise(sum(datum_sums(loss_BT)), "the loss")
+            if backward:
+                loss_BT.sum().backward()
+            at = torch.tensor(index, device=device)
+            width = lp_BT.shape[1]
+            lp_full[at, :width] = lp_BT.detach()
+            loss_full[at, :width] = loss_BT.detach()
+    return lp_full, loss_full

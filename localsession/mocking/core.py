@@ -151,38 +151,40 @@ class Mock:
             raise RuntimeError("this localsession.mock() is not active")
         return Path(self._tmp)
 
-    def _build_service(self) -> Any:
+    def _build_service(self, *, max_sessions: int | None = None) -> Any:
+        """The mock's service: the wiring's server profile (as ``serve`` runs), or the fakes'
+        (``engine="fake"``). ``max_sessions``: at least this many (``TinkerServer``)."""
+        from localsession import wiring
+
         if self.engine == "fake":
             with _import_lock:
-                from fakes.service import FakeService  # torch: only for engine="fake"
+                from fakes.fake_service import FakeService  # torch: only for engine="fake"
 
-            from localsession import wiring
             from localsession.runtime.models.catalog import BUILTIN_MODELS
 
             # Any name runs on the fake model; the built-ins and the map are listed, as by
             # serve, and the SDK's get_tokenizer() gets the built-in tokenizer they name.
             listed = {**{m: m for m in BUILTIN_MODELS}, **self.model_map}
-            catalog = wiring.listed_catalog(listed, accept_any=True)
-            service = FakeService(
-                home=self.home, strict=self.strict, manual=self._manual, catalog=catalog
+            return FakeService(
+                home=self.home,
+                strict=self.strict,
+                manual=self._manual,
+                catalog=wiring.listed_catalog(listed, accept_any=True),
+                region=self.region,
+                hub_cache=hooks.shared_hub_cache(),
+                max_sessions=max_sessions,
             )
-            service.config.region = self.region
-            service.config.hub_cache = hooks.shared_hub_cache()
-            return service
-        # serve's choices (server/serve.py build_service): limits per `strict`, session
-        # records kept, and only listed models (or their Hub ARNs) accepted over the wire.
-        from localsession import wiring
-        from localsession.runtime.service import ServiceConfig
-
-        config = ServiceConfig.from_env(
-            region=self.region, home=self.home, strict=self.strict, persist_sessions=True
+        # Models are read from the user's HF cache as it is now (server_catalog), before the
+        # mock points HF_HUB_CACHE at its own export cache (which holds tokenizers only).
+        options = wiring.ServerOptions(
+            home=self.home,
+            strict=self.strict,
+            region=self.region,
+            model_map=self.model_map,
+            max_sessions=max_sessions,
+            hub_cache=hooks.shared_hub_cache(),
         )
-        config.local_model_paths, config.hub_cache = False, hooks.shared_hub_cache()
-        # Models are read from the user's HF cache as it is now, before the mock points
-        # HF_HUB_CACHE at its own export cache (which holds tokenizers only).
-        return wiring.build_service(
-            config, catalog=wiring.server_catalog(self.home, self.model_map)
-        )
+        return wiring.server_service(options)
 
     def _environment(self, s3: bool) -> dict[str, str | None]:
         from localsession.server.endpoints import client_env

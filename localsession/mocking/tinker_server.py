@@ -31,6 +31,8 @@ from localsession.runtime.models.catalog import BUILTIN_MODELS
 
 #: The API key every local server accepts without ``--auth`` (the SDK wants a tml- prefix).
 API_KEY = "tml-localsession"
+#: Sessions one server holds at once: each Tinker model is a runtime session.
+SESSIONS = 64
 
 
 class TinkerServer:
@@ -43,16 +45,15 @@ class TinkerServer:
         model_map: Mapping[str, str] | None = None,
     ) -> None:
         from localsession.runtime.models import hub
-        from localsession.server.runner import ServerThread
+        from localsession.server.hosting import ServerThread
 
         self.engine = engine
         self._tmp = None if home is not None else tempfile.mkdtemp(prefix="localsession-tinker-")
         self.home = home if home is not None else Path(str(self._tmp))
         # The mock's service recipe (serve's choices, relaxed), without its botocore hooks.
         mock = Mock(engine=engine, home=self.home, strict=False, model_map=model_map)
-        self.service: Any = mock._build_service()
         # Each Tinker model is a runtime session; a test session makes many.
-        self.service.config.max_sessions = max(self.service.config.max_sessions, 64)
+        self.service: Any = mock._build_service(max_sessions=SESSIONS)
         # Before the first request, as serve does on a background thread: the tokenizers of
         # the built-ins and mapped names (a shipped GGUF's, converted in seconds, is exported
         # by its first get_info instead).

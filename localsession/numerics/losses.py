@@ -33,19 +33,8 @@ from localsession import vocab
 from localsession.numerics.inputs import ClipConfig, check_loss_fn, clip_config
 from localsession.port import EngineInputError
 
-# The loss vocabulary and the clip bounds live in vocab / numerics.inputs (torch-free);
-# they are re-exported here for the engines.
-LOSS_FUNCTIONS = vocab.LOSS_FUNCTIONS
-RL_LOSSES = vocab.RL_LOSSES
-REQUIRED_INPUT_KEYS = vocab.REQUIRED_INPUT_KEYS
-CONFIG_KEYS = vocab.LOSS_CONFIG_KEYS
-DEFAULT_CLIP = vocab.DEFAULT_CLIP
+# The clip bounds live in numerics.inputs (torch-free); re-exported here for the engines.
 __all__ = [
-    "CONFIG_KEYS",
-    "DEFAULT_CLIP",
-    "LOSS_FUNCTIONS",
-    "REQUIRED_INPUT_KEYS",
-    "RL_LOSSES",
     "ClipConfig",
     "LossInputs",
     "batch_metrics",
@@ -111,9 +100,9 @@ def clipped_positions(
     """Where an RL loss's clipping changed the term (the ``actor/pg_clipfrac`` numerator):
     ppo's clipped side, cispo's ratio outside [lo, hi] with A ≠ 0, never for
     importance_sampling. -> bool, the shape of ``log_ratio``."""
-    if loss_fn == "ppo":
+    if loss_fn == vocab.LossFunction.PPO:
         return ppo_clipped_side(log_ratio, advantages, clip.low, clip.high)
-    if loss_fn == "cispo":
+    if loss_fn == vocab.LossFunction.CISPO:
         ratio = torch.exp(log_ratio)
         return ((ratio > clip.high) | (ratio < clip.low)) & (advantages != 0)
     return torch.zeros_like(log_ratio, dtype=torch.bool)
@@ -223,11 +212,11 @@ def datum_metrics(
     """
     sums = datum_sums(loss) if sums is None else sums
     out: dict[str, list[float]] = {"actor/pg_loss": [_finite(x) for x in sums]}
-    if loss_fn not in RL_LOSSES and inputs.ref_logprobs is None:
+    if loss_fn not in vocab.RL_LOSSES and inputs.ref_logprobs is None:
         return out  # cross_entropy: the weighted means below are not reported
     lp_BT = _rows(lp.detach())
     w_BT = _rows(_active_weights(inputs))  # every tensor here is detached: no graph
-    if loss_fn in RL_LOSSES:
+    if loss_fn in vocab.RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
         clipped_BT = clipped_positions(loss_fn, lp_BT - q_BT, adv_BT, clip)
@@ -251,7 +240,7 @@ def loss_terms(loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig) -
     """
     check_loss_fn(loss_fn)
     w = _active_weights(inputs)
-    if loss_fn == "cross_entropy":
+    if loss_fn == vocab.LossFunction.CROSS_ENTROPY:
         loss = cross_entropy(lp, w)
     else:
         if inputs.sampler_logprobs is None or inputs.advantages is None:
@@ -259,9 +248,9 @@ def loss_terms(loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig) -
         active = w != 0  # masked positions have w = 0 here
         q = torch.where(active, inputs.sampler_logprobs, lp.detach())
         adv = inputs.advantages
-        if loss_fn == "importance_sampling":
+        if loss_fn == vocab.LossFunction.IMPORTANCE_SAMPLING:
             loss = importance_sampling(lp, q, adv, w)
-        elif loss_fn == "ppo":
+        elif loss_fn == vocab.LossFunction.PPO:
             loss = ppo(lp, q, adv, w, clip.low, clip.high)
         else:
             loss = cispo(lp, q, adv, w, clip.low, clip.high)
@@ -294,10 +283,10 @@ def batch_metrics(
     whole batch's tokens. All finite."""
     metrics = {"loss": _mean(sums)}
     metrics["actor/pg_loss"] = metrics["loss"]
-    if loss_fn not in RL_LOSSES and inputs.ref_logprobs is None:
+    if loss_fn not in vocab.RL_LOSSES and inputs.ref_logprobs is None:
         return metrics
     w, lp_d = _active_weights(inputs), lp.detach()  # detached throughout: no graph
-    if loss_fn in RL_LOSSES:
+    if loss_fn in vocab.RL_LOSSES:
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q, adv = inputs.sampler_logprobs, inputs.advantages
         clipped = clipped_positions(loss_fn, lp_d - q, adv, clip)

@@ -3,7 +3,11 @@
 A :class:`Normaliser` walks JSON values (and URL paths) in the order a run produced them and
 replaces what changes from run to run with placeholders, numbered by first appearance:
 
-- ARNs naming an account (``arn:aws:...:123456789012:...``) -> ``<arn:s1>``;
+- ARNs naming an account (``arn:aws:...:123456789012:...``), part by part: the account is
+  zeroed and each part of the resource normalised as below, so a session's ARN becomes
+  ``arn:aws:sagemaker:<region>:000000000000:training-session/<session:c1>`` and a replay
+  answers each session with its own ARN; an ARN with no volatile part (a role, a package)
+  becomes one placeholder, ``<arn:s1>``;
 - UUIDs (operation ids, client tokens) -> ``<uuid:c2>``;
 - training-session names (the ``TrainingSessionName`` keys, the SDK's default names
   ``sagemaker-training-session-<8 hex>``, and those names inside paths and other strings)
@@ -30,6 +34,10 @@ from collections.abc import Iterable
 from typing import Any
 
 ARN_RE = re.compile(r"^arn:aws[a-z-]*:[a-z0-9-]*:[a-z0-9-]*:\d{12}:\S+$")
+#: The parts of an ARN: ``arn:<partition>:<service>:<region>:<account>:`` and the resource.
+ARN_PARTS_RE = re.compile(r"^(arn:aws[a-z-]*:[a-z0-9-]*:[a-z0-9-]*:)(\d{12})(:)(\S+)$")
+#: Resource types whose next part is a training-session name.
+SESSION_RESOURCES = frozenset({"training-session", "training-sessions"})
 UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
@@ -129,7 +137,7 @@ class Normaliser:
         if key in REQUEST_ID_KEYS:
             return "<request-id>"
         if ARN_RE.match(text):
-            return self._placeholder("arn", text, origin)
+            return self.arn(text, origin)
         if UUID_RE.match(text):
             return self._placeholder("uuid", text, origin)
         for name in self._sessions:  # a session name inside a longer string (an S3 URI)
@@ -137,6 +145,28 @@ class Normaliser:
                 text = text.replace(name, self.table[name])
         text = SESSION_RE.sub(lambda m: self._placeholder("session", m[0], origin), text)
         return ACCOUNT_RE.sub(ZERO_ACCOUNT, self.scrub(text))
+
+    def arn(self, text: str, origin: str) -> str:
+        """An ARN normalised part by part (the account zeroed, a session name or UUID in its
+        resource a placeholder), or one ``<arn:...>`` placeholder when no part of it is
+        volatile but the account."""
+        match = ARN_PARTS_RE.match(text)
+        if match is None:  # pragma: no cover - ARN_RE matched, so the parts do
+            return self._placeholder("arn", text, origin)
+        head, _, colon, resource = match.groups()
+        parts = resource.split("/")
+        out = []
+        for index, part in enumerate(parts):
+            if index == 1 and parts[0] in SESSION_RESOURCES and part:
+                out.append(self._placeholder("session", part, origin))
+            elif part in self.table or UUID_RE.match(part):
+                out.append(self.string(part, origin))
+            else:
+                out.append(self.string(part, origin) if SESSION_RE.search(part) else part)
+        if out == parts:  # nothing volatile inside: the ARN as a whole stands for itself
+            return self._placeholder("arn", text, origin)
+        normalised = head + ZERO_ACCOUNT + colon + "/".join(out)
+        return ACCOUNT_RE.sub(ZERO_ACCOUNT, self.scrub(normalised))
 
     def value(self, node: Any, origin: str, key: str = "") -> Any:
         """A JSON value with volatile parts replaced; ``origin`` is ``"c"`` for what the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ class Replayer:
         self._exact: dict[str, list[int]] = {}
         self._loose: dict[str, list[int]] = {}
         self._last: dict[str, int] = {}
+        #: Called after each answer with (the request, as "METHOD path (target)", the status,
+        #: the recorded exchange's number or None, the mismatch message or None).
+        self.on_answer: Callable[[str, int, int | None, str | None], None] | None = None
         for index, exchange in enumerate(cassette.exchanges):
             request = exchange["request"]
             self._exact.setdefault(_key(request), []).append(index)
@@ -72,13 +76,20 @@ class Replayer:
             if index is None:
                 message = self._miss_message(request)
                 self.misses.append(message)
-                return self._error(request, message)
-            self.used.add(index)
-            self._last[_key(strip_numbers(request))] = index
-            response = self.cassette.exchanges[index]["response"]
-            body = decode_body(response.get("body"), self._expand)
-            out_headers = dict(response.get("headers") or {})
-            return int(response["status"]), out_headers, body
+                answer = self._error(request, message)
+            else:
+                self.used.add(index)
+                self._last[_key(strip_numbers(request))] = index
+                response = self.cassette.exchanges[index]["response"]
+                body = decode_body(response.get("body"), self._expand)
+                answer = int(response["status"]), dict(response.get("headers") or {}), body
+        if self.on_answer is not None:
+            if index is None:
+                self.on_answer(_describe(request), answer[0], None, message)
+            else:
+                number = int(self.cassette.exchanges[index].get("seq", index + 1))
+                self.on_answer(_describe(request), answer[0], number, None)
+        return answer
 
     def _match(self, request: dict[str, Any]) -> int | None:
         for table, key in (

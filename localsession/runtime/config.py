@@ -1,12 +1,15 @@
 """Service-wide settings: :class:`ServiceConfig`, its defaults and its ``LOCALSESSION_*`` variables.
 
-Every setting of the in-process service lives here (docs/semantics.md#4). The engine factory
-is not the runtime's to choose: :mod:`localsession.wiring` (the composition root) fills in the
-torch engine's, which imports torch only when a session starts.
+Every setting of the in-process service lives here (docs/semantics.md#4). A config is frozen:
+it is built once, by one of the composition root's named profiles (:mod:`localsession.wiring`:
+``server_service``, ``inprocess_service``, ``fake_service``), and never changed after. The
+engine factory is not the runtime's to choose: the wiring fills in the torch engine's, which
+imports torch only when a session starts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from localsession.port import Engine, EngineSpec
 from localsession.runtime.models.catalog import localsession_home
 
 DEFAULT_ACCOUNT = "000000000000"
+DEFAULT_REGION = "us-west-2"
 
 
 def _env_float(name: str, default: float | None) -> float | None:
@@ -24,11 +28,12 @@ def _env_float(name: str, default: float | None) -> float | None:
     return float(raw) if raw else default
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServiceConfig:
-    """Service-wide settings (docs/semantics.md#4); every one is configurable."""
+    """Service-wide settings (docs/semantics.md#4); every one is configurable, none changes
+    once the config is built (``dataclasses.replace`` makes a changed copy)."""
 
-    region: str = "us-west-2"
+    region: str = DEFAULT_REGION
     account: str = DEFAULT_ACCOUNT
     max_sessions: int = 4
     #: Service limits on (the default) or lifted (``--relaxed`` / ``strict=False``).
@@ -39,10 +44,14 @@ class ServiceConfig:
     lenient_sequence: bool = False
     #: Seconds of inactivity before a session becomes Expired; None = never.
     idle_timeout: float | None = None
+    #: Seconds without a heartbeat before a Tinker session is expired, its models' sessions
+    #: and unused hidden samplers stopped (the SDK beats every 10 s and warns after 120 s
+    #: that the session will be terminated); 0 = never (``--heartbeat-timeout``).
+    heartbeat_timeout: float = 120.0
     #: State directory: the model-package registry lives under it (docs/semantics.md#5).
     home: Path = field(default_factory=localsession_home)
     #: Makes a session's engine. ``None``: the service was built without one, and a session
-    #: fails to start saying so; :func:`localsession.wiring.build_service` fills in the
+    #: fails to start saying so; the wiring's profiles (and ``build_service``) fill in the
     #: torch engine's.
     engine_factory: Callable[[EngineSpec], Engine] | None = None
     #: Training ops one session may hold queued; past it submits get ThrottlingException
@@ -69,15 +78,15 @@ class ServiceConfig:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ServiceConfig:
-        """Defaults, then ``LOCALSESSION_*`` variables, then explicit overrides."""
+        """Defaults, then ``LOCALSESSION_*`` variables, then explicit overrides (a name that is
+        no setting raises ``TypeError``)."""
         config = cls(
             region=os.environ.get("AWS_REGION")
             or os.environ.get("AWS_DEFAULT_REGION")
-            or "us-west-2",
+            or DEFAULT_REGION,
             max_sessions=int(os.environ.get("LOCALSESSION_MAX_SESSIONS", "4")),
             gap_timeout=_env_float("LOCALSESSION_GAP_TIMEOUT", 60.0) or 0.0,
             idle_timeout=_env_float("LOCALSESSION_IDLE_TIMEOUT", None),
+            heartbeat_timeout=_env_float("LOCALSESSION_HEARTBEAT_TIMEOUT", 120.0) or 0.0,
         )
-        for key, value in overrides.items():
-            setattr(config, key, value)
-        return config
+        return dataclasses.replace(config, **overrides)

@@ -67,30 +67,30 @@ def _control(code: str, message: str) -> ServiceError:
 
 
 def validation(message: str) -> ServiceError:
-    return _runtime("ValidationException", message)
+    return _runtime(vocab.ErrorCode.VALIDATION, message)
 
 
 def not_found(message: str, *, runtime: bool) -> ServiceError:
     """Control plane says ``ResourceNotFound`` (400); the runtime ``...Exception`` (404)."""
     if runtime:
-        return _runtime("ResourceNotFoundException", message)
-    return _control("ResourceNotFound", message)
+        return _runtime(vocab.ErrorCode.NOT_FOUND, message)
+    return _control(vocab.ErrorCode.CP_NOT_FOUND, message)
 
 
 def conflict(message: str) -> ServiceError:
-    return _runtime("ConflictException", message)
+    return _runtime(vocab.ErrorCode.CONFLICT, message)
 
 
 def resource_in_use(message: str) -> ServiceError:
-    return _control("ResourceInUse", message)
+    return _control(vocab.ErrorCode.CP_IN_USE, message)
 
 
 def limit_exceeded(message: str) -> ServiceError:
-    return _control("ResourceLimitExceeded", message)
+    return _control(vocab.ErrorCode.CP_LIMIT_EXCEEDED, message)
 
 
 def throttling(message: str) -> ServiceError:
-    return _runtime("ThrottlingException", message)
+    return _runtime(vocab.ErrorCode.THROTTLING, message)
 
 
 def op_error_details(exc: BaseException, action: str, expected: tuple[type, ...] = ()) -> str:

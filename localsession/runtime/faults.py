@@ -123,7 +123,7 @@ class Faults:
                 "an at='execution' fault ends the op Failed with a message and has no error "
                 f"code; drop code={code!r} or use at='submit'"
             )
-        code = code or vocab.VALIDATION
+        code = code or vocab.ErrorCode.VALIDATION
         if code not in SUBMIT_CODES:
             raise ValueError(f"fault code {code!r}: use one of {', '.join(SUBMIT_CODES)}")
         if message is not None and not isinstance(message, str):
@@ -164,7 +164,7 @@ class Faults:
             self._throttle -= 1
             self._rearm()
         raise ServiceError(
-            vocab.THROTTLING,
+            vocab.ErrorCode.THROTTLING,
             "Rate exceeded: the request was throttled (injected fault); retry with backoff.",
             429,
         )

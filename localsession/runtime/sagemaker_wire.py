@@ -9,8 +9,9 @@ Tinker dialect serialises the same values its own way (``server/tinker/results.p
   "elementwise_loss", <diagnostic>...}]}``, each a float32 ``TensorData``;
 - ``optimizerStep``: ``{"metrics"}``; ``saveState`` / ``saveWeights``:
   ``{"modelPackageArn"}``; ``loadState`` / ``loadWeightsForSampling``: ``{}``;
-- ``sample``: ``{"sequences": [{"stopReason", "tokens", "logprobs", "tokenUsage"}],
-  "promptLogprobs"?, "topkPromptLogprobs"?: [[{"tokenId", "logprob"}]]}``;
+- ``sample``: ``{"sequences": [{"stopReason", "tokens", "logprobs", "tokenUsage",
+  "topkLogprobs"?}], "promptLogprobs"?, "topkPromptLogprobs"?: [[{"tokenId", "logprob"}]],
+  "targetPromptLogprobs"?, "promptAltTokens"?: {"tokens", "logprobs"}}``;
 - ``computeLogprobs``: ``{"logprobs"}``.
 """
 
@@ -48,12 +49,15 @@ def _datum_output(out: DatumOutput) -> dict[str, Any]:
 
 
 def _sequence(seq: SampledSequence, prompt_tokens: int) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "stopReason": seq.stop_reason,
         "tokens": seq.tokens,
         "logprobs": seq.logprobs,
         "tokenUsage": {"prefill": prompt_tokens, "decode": len(seq.tokens)},
     }
+    if seq.topk_logprobs is not None:
+        out["topkLogprobs"] = [_top(row) for row in seq.topk_logprobs]
+    return out
 
 
 def _top(row: list[TopLogprob]) -> list[dict[str, Any]]:
@@ -77,6 +81,10 @@ def result_body(result: OpResult) -> dict[str, Any]:
             body["promptLogprobs"] = result.prompt_logprobs
         if result.topk_prompt_logprobs is not None:
             body["topkPromptLogprobs"] = [_top(row) for row in result.topk_prompt_logprobs]
+        if result.target_prompt_logprobs is not None:
+            body["targetPromptLogprobs"] = result.target_prompt_logprobs
+        if (alt := result.prompt_alt_tokens) is not None:
+            body["promptAltTokens"] = {"tokens": alt.tokens, "logprobs": alt.logprobs}
         return body
     if isinstance(result, LogprobsResult):
         return {"logprobs": result.logprobs}

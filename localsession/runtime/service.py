@@ -14,7 +14,7 @@ to the module that owns its resource (moto-style):
 - runtime/config.py: :class:`ServiceConfig`, every setting and its ``LOCALSESSION_*`` variable;
 - runtime/paging.py: ``MaxResults``/``NextToken`` for the List* calls;
 - runtime/packages/listing.py: the model-package registry's operations;
-- runtime/chat/completions.py: OpenAI chat completions sampled by sessions.
+- runtime/chat/chat_completions.py: OpenAI chat completions sampled by sessions.
 
 The engine factory and the default catalog's tokenizer writer come from the composition root,
 :mod:`localsession.wiring`, never from here.
@@ -32,7 +32,7 @@ from localsession.port import Engine, EngineConfigError, EngineSpec
 from localsession.port_commands import SampleCommand, SessionCommand, TrainingCommand
 from localsession.port_results import OpOutcome
 from localsession.runtime import commands, errors, validate
-from localsession.runtime.chat.completions import Completions, PreparedChat
+from localsession.runtime.chat.chat_completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
 from localsession.runtime.faults import Faults
 from localsession.runtime.models import hub
@@ -71,10 +71,8 @@ class Service:
     :meth:`add_observer` see every runtime submit (the fakes' call log).
     """
 
-    def __init__(
-        self, config: ServiceConfig | None = None, *, catalog: ModelCatalog | None = None
-    ) -> None:
-        self.config = config or ServiceConfig.from_env()
+    def __init__(self, config: ServiceConfig, *, catalog: ModelCatalog | None = None) -> None:
+        self.config = config
         #: Every base-model name is resolved through this (runtime/models/catalog.py); by default
         #: the local catalog over ``config.home``, without a tokenizer writer (the wiring's
         #: ``build_service`` gives it the engine's).
@@ -304,7 +302,7 @@ class Service:
         runtime call for a dialect that serialises results to a wire of its own."""
         return self.dataplane.operation_outcome(name, operation_id)
 
-    # -- chat completions (runtime/chat/completions.py) -----------------------------------------
+    # -- chat completions (runtime/chat/chat_completions.py) --------------------------------
 
     def chat_prepare(
         self, target: str, body: dict[str, Any], *, model_package: str | None = None
@@ -366,7 +364,7 @@ class Service:
 
     def run_here(self, name: str, operation_id: str) -> bool:
         """For a caller about to wait on a training op: run it, and the queued ops before
-        it, on the calling thread when they may run there (runtime/sessions/caller_runs.py);
+        it, on the calling thread when they may run there (runtime/sessions/runner.py);
         else (an unknown session included) return at once. True if the op has finished."""
         try:
             session = self.session(name)

@@ -24,15 +24,11 @@ from typing import Any, TypeGuard
 from localsession import vocab
 from localsession.port import AdamHyperparams, LossConfig
 from localsession.runtime import members
-from localsession.runtime.datums import is_int, model_input_tokens, training_datums
 from localsession.runtime.errors import ServiceError, validation
 from localsession.runtime.members import known_members
 from localsession.runtime.packages.registry import group_name, parse_arn
-
-TRAINING_OPS = vocab.TRAINING_OPS
-SAMPLING_OPS = vocab.SAMPLING_OPS
-LOSS_FN_INPUT_KEYS = vocab.LOSS_INPUT_KEYS
-LOSS_FN_CONFIG_RANGES = vocab.LOSS_CONFIG_RANGES
+from localsession.runtime.wire_datums import is_int, model_input_tokens
+from localsession.runtime.wire_datums_fast import training_datums
 
 _TOKEN_RE = re.compile(r"^[a-zA-Z0-9-]{1,128}\Z")
 _SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
@@ -46,7 +42,6 @@ _ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = tuple(
 #: Anything else is refused, as botocore refuses it client-side; only the open maps and
 #: documents (``lossFnInputs`` keys, ``lossFnConfig``, ``data``) are free.
 MEMBERS = members.MEMBERS
-_STATUSES = vocab.SESSION_STATUSES
 
 
 def list_sessions_request(request: dict[str, Any]) -> None:
@@ -57,8 +52,8 @@ def list_sessions_request(request: dict[str, Any]) -> None:
     ):
         raise validation("NameContains must be 1-63 letters, digits and hyphens")
     status = request.get("StatusEquals")
-    if status is not None and status not in _STATUSES:
-        raise validation(f"StatusEquals must be one of {', '.join(_STATUSES)}")
+    if status is not None and status not in vocab.SESSION_STATUSES:
+        raise validation(f"StatusEquals must be one of {', '.join(vocab.SESSION_STATUSES)}")
 
 
 def create_request(request: dict[str, Any], *, check_members: bool = True) -> None:
@@ -155,12 +150,12 @@ def _loss_fn_config(config: Any, op: str) -> LossConfig | None:
     if not isinstance(config, dict):
         raise validation(f"{op}.lossFnConfig must be an object like {{'clip_low_threshold': 0.8}}")
     for key, value in config.items():
-        if key not in LOSS_FN_CONFIG_RANGES:
+        if key not in vocab.LOSS_CONFIG_RANGES:
             raise validation(
                 f"{op}.lossFnConfig has unknown key {key!r}; the keys are "
-                + " and ".join(LOSS_FN_CONFIG_RANGES)
+                + " and ".join(vocab.LOSS_CONFIG_RANGES)
             )
-        lo, hi = LOSS_FN_CONFIG_RANGES[key]
+        lo, hi = vocab.LOSS_CONFIG_RANGES[key]
         if not _is_number(value) or not lo <= value <= hi:
             raise validation(f"{op}.lossFnConfig.{key}={value!r} must be a number in [{lo}, {hi}]")
     return LossConfig(**{key: float(value) for key, value in config.items()})
@@ -185,7 +180,7 @@ def _loss_body(body: dict[str, Any], op: str) -> dict[str, Any]:
 def _adam(body: dict[str, Any], strict: bool) -> AdamHyperparams:
     """Check an optimizerStep body; its ``adamParamsConfig`` as the port's value (the SDK's
     defaults for keys left out)."""
-    known_members(body, "optimizerStep", "optimizerStep")
+    known_members(body, vocab.OpKind.OPTIMIZER_STEP, vocab.OpKind.OPTIMIZER_STEP)
     params = body.get("adamParamsConfig")
     if not isinstance(params, dict):
         raise validation("optimizerStep.adamParamsConfig is required (learningRate at least)")
@@ -226,18 +221,20 @@ def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[st
         token = ""
     elif not isinstance(token, str) or not _TOKEN_RE.match(token):
         raise validation("clientToken must be 1-128 letters, digits or hyphens")
-    kind, body = one_member(request.get("operationConfig"), TRAINING_OPS, "operationConfig")
-    if kind in ("forward", "forwardBackward"):
+    kind, body = one_member(request.get("operationConfig"), vocab.TRAINING_OPS, "operationConfig")
+    if kind in (vocab.OpKind.FORWARD, vocab.OpKind.FORWARD_BACKWARD):
         body = _loss_body(body, kind)
-    elif kind == "optimizerStep":
+    elif kind == vocab.OpKind.OPTIMIZER_STEP:
         body = {"adamParamsConfig": _adam(body, strict)}
-    elif kind in ("saveWeights", "saveState", "loadState"):
+    elif kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE, vocab.OpKind.LOAD_STATE):
         known_members(body, kind, kind)
-    if kind in ("saveWeights", "saveState"):
+    if kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE):
         optional_str(body.get("description"), f"{kind}.description", 1024)
-        if kind == "saveWeights" and not isinstance(body.get("mergeWeights", False), bool):
+        if kind == vocab.OpKind.SAVE_WEIGHTS and not isinstance(
+            body.get("mergeWeights", False), bool
+        ):
             raise validation("saveWeights.mergeWeights must be true or false")
-    elif kind == "loadState":
+    elif kind == vocab.OpKind.LOAD_STATE:
         parse_arn(body.get("modelPackageArn"))
         if not isinstance(body.get("loadOptimizer"), bool):
             raise validation("loadState.loadOptimizer is required: true or false")
@@ -285,13 +282,13 @@ def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], l
     if not isinstance(request, dict):
         raise validation("the request body must be a JSON object")
     known_members(request, "ExecuteSamplingOperation", "the request")
-    kind, body = one_member(request.get("operationConfig"), SAMPLING_OPS, "operationConfig")
+    kind, body = one_member(request.get("operationConfig"), vocab.SAMPLING_OPS, "operationConfig")
     known_members(body, kind, kind)
-    if kind == "loadWeightsForSampling":
+    if kind == vocab.OpKind.LOAD_WEIGHTS_FOR_SAMPLING:
         parse_arn(body.get("modelPackageArn"))
         return kind, body, []
     tokens = model_input_tokens(body.get("prompt"), f"{kind}.prompt")
-    if kind == "sample":
+    if kind == vocab.OpKind.SAMPLE:
         n: Any = body.get("numSamples")
         if not is_int(n) or n < 1 or (strict and n > 1000):
             raise validation(f"sample.numSamples={n!r} must be an integer in [1, 1000]")

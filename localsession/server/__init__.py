@@ -3,6 +3,6 @@
 One server answers both services the SDK talks to (the ``sagemaker`` control plane, model
 registry and Hub, and the ``sagemakertrainingsessionruntime`` runtime), plus S3 calls on the
 model packages' artifacts (``/s3``, server/s3.py), over the same runtime the in-process
-clients use. :class:`~localsession.server.runner.ServerThread` runs it in the
+clients use. :class:`~localsession.server.hosting.ServerThread` runs it in the
 background; :func:`~localsession.server.serve.serve` runs it in the foreground.
 """

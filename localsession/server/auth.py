@@ -104,7 +104,7 @@ def too_large(size: int | None = None) -> ServiceError:
     """The refusal of a body over the limit (HTTP 413, ValidationException)."""
     seen = f"request body of {size} bytes" if size is not None else "request body"
     return ServiceError(
-        vocab.VALIDATION,
+        vocab.ErrorCode.VALIDATION,
         f"{seen} exceeds the {MAX_BODY_BYTES}-byte (64 MiB) limit; send fewer datums per request",
         413,
     )
@@ -271,7 +271,7 @@ _S3_CODES = {
     "IncompleteSignatureException": "AuthorizationHeaderMalformed",
     "UnrecognizedClientException": "InvalidAccessKeyId",
     "InvalidSignatureException": "SignatureDoesNotMatch",
-    vocab.VALIDATION: "EntityTooLarge",
+    vocab.ErrorCode.VALIDATION: "EntityTooLarge",
 }
 
 
@@ -295,7 +295,9 @@ def _content_length(headers: list[tuple[str, str]]) -> int | None:
                 return int(value)
             except ValueError:
                 raise ServiceError(
-                    vocab.VALIDATION, f"Content-Length {value[:40]!r} is not a number", 400
+                    vocab.ErrorCode.VALIDATION,
+                    f"Content-Length {value[:40]!r} is not a number",
+                    400,
                 ) from None
     return None
 

@@ -5,7 +5,6 @@ serve until Ctrl-C, then stop every session cleanly."""
 from __future__ import annotations
 
 import functools
-import ipaddress
 import logging
 import shlex
 import socket
@@ -19,17 +18,18 @@ from localsession.runtime.home import HomeError, HomeLock, require_writable
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import ModelCatalog
 from localsession.runtime.models.sources import localsession_home, parse_map_entries
-from localsession.runtime.service import Service, ServiceConfig
+from localsession.runtime.service import Service
 from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS
 from localsession.server.auth import Credential
 from localsession.server.endpoints import client_env
-from localsession.server.runner import make_server, url_of
+from localsession.server.hosting import make_server, url_of
 from localsession.server.startup import (
     RequestLog,
     StartupError,
     bind_or_explain,
     check_model_map,
     check_model_map_flags,
+    warn_if_exposed,
 )
 
 
@@ -42,6 +42,7 @@ class ServeOptions:
     model_map: list[str] = field(default_factory=list)
     max_sessions: int | None = None
     gap_timeout: float | None = None
+    heartbeat_timeout: float | None = None
     lenient_sequence: bool = False
     long_poll: float = LONG_POLL_SECONDS
     submit_hold: float = SUBMIT_HOLD_SECONDS
@@ -54,64 +55,34 @@ class ServeOptions:
     replay: Path | None = None
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def warn_if_exposed(host: str, authenticated: bool) -> None:
-    """Say loudly, on stderr, that a non-loopback bind lets other machines in."""
-    if is_loopback(host):
-        return
-    bar = "!" * 78
-    print(
-        f"{bar}\nWARNING: localsession is binding {host}, which is NOT a loopback address.\n"
-        "Anyone who can reach this machine on that port can create sessions, run code paths\n"
-        "that read and write under its home directory, and read or delete its model packages.\n"
-        + (
-            "SigV4 authentication (--auth) is on; requests are still sent unencrypted (HTTP).\n"
-            if authenticated
-            else "No authentication is on: add --auth ACCESS_KEY:SECRET, or bind 127.0.0.1.\n"
-        )
-        + bar,
-        file=sys.stderr,
-        flush=True,
-    )
-
-
 def build_service(
     options: ServeOptions, home: Path | None = None, *, catalog: ModelCatalog | None = None
 ) -> Service:
-    """The service a server runs, from the command line over ``LOCALSESSION_*`` defaults.
-    ``catalog``: the one :func:`start` already built from ``--model-map`` (default: built
-    here from ``options.model_map``)."""
-    overrides: dict[str, object] = {
-        "strict": not options.relaxed,
-        "lenient_sequence": options.lenient_sequence,
-        # A server outlives its sessions' engines: keep their records (runtime/sessions/persist.py),
-        # and never let a remote caller name a path on this machine as a base model.
-        "persist_sessions": True,
-        "local_model_paths": False,
-    }
-    if options.max_queued_ops is not None:
-        overrides["max_queued_ops"] = options.max_queued_ops
+    """The service a server runs: the wiring's server profile, with the command line's
+    choices. ``catalog``: the one :func:`start` already built from ``--model-map`` (default:
+    built by the profile from ``options.model_map``)."""
     chosen = home if home is not None else options.home
-    if chosen is not None:
-        overrides["home"] = Path(chosen).expanduser()
-    if options.max_sessions is not None:
-        overrides["max_sessions"] = options.max_sessions
-    if options.gap_timeout is not None:
-        overrides["gap_timeout"] = options.gap_timeout
-    config = ServiceConfig.from_env(**overrides)
-    if catalog is None:
-        model_map = parse_map_entries(options.model_map, "--model-map")
-        catalog = wiring.server_catalog(config.home, model_map)
-    return wiring.build_service(config, catalog=catalog)
+    profile = wiring.ServerOptions(
+        home=Path(chosen) if chosen is not None else None,
+        strict=not options.relaxed,
+        model_map=parse_map_entries(options.model_map, "--model-map") if catalog is None else {},
+        max_sessions=options.max_sessions,
+        gap_timeout=options.gap_timeout,
+        lenient_sequence=options.lenient_sequence,
+        max_queued_ops=options.max_queued_ops,
+        heartbeat_timeout=options.heartbeat_timeout,
+    )
+    return wiring.server_service(profile, catalog=catalog)
+
+
+def heartbeat_line(timeout: float) -> str:
+    """What ``serve`` says about Tinker session expiry (``--heartbeat-timeout``)."""
+    if timeout <= 0:
+        return "tinker sessions never expire (--heartbeat-timeout 0)"
+    return (
+        f"a tinker session without a heartbeat for {timeout:g} s is expired, its models' "
+        "sessions stopped (--heartbeat-timeout)"
+    )
 
 
 def serve_exports(url: str, service: Service) -> dict[str, str]:
@@ -160,10 +131,7 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
 
 
 def serve(options: ServeOptions) -> int:
-    if options.replay is not None:
-        from localsession.parity.running import serve_replay
-
-        return serve_replay(options.replay, options.host, options.port)
+    """Run the server until Ctrl-C (``--replay`` is parity/running.py's, chosen by the CLI)."""
     service, sock, lock, credential = start(options)
     warn_if_exposed(options.host, credential is not None)
     url = url_of(sock)
@@ -182,6 +150,7 @@ def serve(options: ServeOptions) -> int:
     say(f"export TINKER_BASE_URL={shlex.quote(url)}")
     shown = "tml-<the SECRET given to --auth>" if credential is not None else "tml-localsession"
     say(f"export TINKER_API_KEY={shlex.quote(shown)}")
+    say(f"# {heartbeat_line(service.config.heartbeat_timeout)}")
     say(
         "# and pass s3_output_path='s3://<bucket>/<prefix>' to ServiceClient (or to each "
         "create call):\n# without it the SDK derives a default bucket through STS at a fixed "

@@ -10,9 +10,11 @@ home (writable, not held by another server: runtime/home.py) and the port.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 from localsession.runtime.home import ConfigError
 from localsession.runtime.models.catalog import LocalCatalog, hub_content_name
 from localsession.runtime.models.sources import MODEL_MAP_ENV, parse_map_entries
-from localsession.server.runner import bind
+from localsession.server.hosting import bind
 
 logger = logging.getLogger("localsession.server")
 
@@ -148,3 +150,33 @@ def _expected_refusal(operation: str, body: bytes) -> str:
     if operation.endswith("CreateModelPackageGroup") and b"ResourceInUse" in body:
         return " (the group exists, as expected: the SDK then describes it)"
     return ""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_exposed(host: str, authenticated: bool) -> None:
+    """Say loudly, on stderr, that a non-loopback bind lets other machines in."""
+    if is_loopback(host):
+        return
+    bar = "!" * 78
+    print(
+        f"{bar}\nWARNING: localsession is binding {host}, which is NOT a loopback address.\n"
+        "Anyone who can reach this machine on that port can create sessions, run code paths\n"
+        "that read and write under its home directory, and read or delete its model packages.\n"
+        + (
+            "SigV4 authentication (--auth) is on; requests are still sent unencrypted (HTTP).\n"
+            if authenticated
+            else "No authentication is on: add --auth ACCESS_KEY:SECRET, or bind 127.0.0.1.\n"
+        )
+        + bar,
+        file=sys.stderr,
+        flush=True,
+    )

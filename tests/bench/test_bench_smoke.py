@@ -1,8 +1,9 @@
 """Smoke run of every benchmark at tiny sizes, so the bench scripts do not rot.
 
 Each ``bench/bench_*.py`` is imported and its ``collect(smoke=True)`` run once (tiny model,
-one repetition): it must finish and return well-formed rows. The numbers are not judged
-here (smoke sizes say nothing about performance); ``make bench`` does that.
+one repetition): it must finish and return well-formed rows. So is every part of
+bench/headline.py (``make bench``'s rows). The numbers are not judged here (smoke sizes say
+nothing about performance); ``make bench`` does that.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import Row, render
+from bench.headline import PARTS
 from bench.run_all import scripts
 
 BENCHES = [p.stem for p in scripts()]
@@ -39,14 +41,34 @@ def test_bench_smoke(name: str) -> None:
     module = importlib.import_module(f"bench.{name}")
     rows = module.collect(smoke=True)
     assert rows, f"{name} returned no rows"
+    well_formed(rows)
+
+
+def well_formed(rows: list[Row]) -> None:
+    """What every smoke row must be: finite (unless n/a), targeted, JSON-safe, in the table."""
     for row in rows:
         assert isinstance(row, Row)
-        assert math.isfinite(row.ours), row
+        assert math.isfinite(row.ours) or row.na is not None, row
         assert row.target, row
         assert row == Row(**row.to_json())  # survives the JSON hand-off to run_all
+        assert row.load is None or len(row.load) == 2, row
     table = render(rows)
     assert all(row.metric in table for row in rows)
-    assert table.splitlines()[-1].startswith(("pass", "MISS"))
+    assert table.splitlines()[-1].startswith(("pass", "MISS", "noisy"))
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_headline_smoke(part: str) -> None:
+    """Every part of ``make bench``, measured (a burner runs beside the threads part; the
+    bf16 part runs even without AMX-BF16, its row then n/a), each row with its load."""
+    if part == "prefix":
+        pytest.importorskip("bench.bench_prefix", reason="bench/bench_prefix.py not landed")
+    headline = importlib.import_module("bench.headline")
+    rows = headline.collect(smoke=True, only=[part])
+    assert rows, part
+    assert all(row.load is not None for row in rows)
+    assert all(row.rounds for row in rows if part != "prefix")
+    well_formed(rows)
 
 
 def test_gpu_check_skips_cleanly_without_cuda(capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,6 +94,6 @@ def test_gpu_check_dry_run_exercises_every_check_on_the_cpu(
     out = capsys.readouterr().out
     table = out[out.index("gpu_check on cpu (dry run)") :]
     metrics = ("bf16 parity", "train bf16 tok/s", "sessions sharing one base", "wall time")
-    for metric in (*metrics, "tinker SDK step on serve"):
+    for metric in (*metrics, "tinker SDK step on serve", "prefix shared vs unshared"):
         assert metric in table, metric
     assert table.rstrip().splitlines()[-1].startswith("pass")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from procio import Lines
 
+from conformance.backends import processes
+
 
 def cli_env(home: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment a user's shell would give: no ``PYTHONUNBUFFERED``, so stdout to a pipe
@@ -48,9 +50,11 @@ class Serving:
     """A ``localsession serve --port 0`` subprocess, up once its banner and exports printed."""
 
     def __init__(self, home: Path, *args: str) -> None:
-        self.proc = subprocess.Popen(
+        # A process group of its own, stopped with it (conformance/backends/processes.py).
+        self.proc = processes.start(
             [sys.executable, "-m", "localsession", "serve", "--port", "0", "--home", str(home)]
             + list(args),
+            own_group=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -61,11 +65,10 @@ class Serving:
         try:
             first = self.out.readline()
         except AssertionError:
-            self.proc.kill()
+            processes.stop(self.proc)
             raise
         if not first.startswith("localsession serving on "):
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+            processes.stop(self.proc)
             raise AssertionError(f"no banner: {first!r} {self.out.rest()!r} {self.err.rest()!r}")
         self.url = first.split()[3]
         self.env: dict[str, str] = {}
@@ -83,10 +86,9 @@ class Serving:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=120)  # a graceful stop, on a loaded machine
+        finally:
+            processes.stop(self.proc)  # the group, and anything left in it
         return self.out.rest(30), self.err.rest(30)
 
     def __enter__(self) -> Serving:
@@ -110,5 +112,6 @@ def control_plane(url: str, operation: str, body: dict[str, object]) -> dict[str
         },
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
+    # A hang detector: a describe waits behind a model load on a loaded machine.
+    with urllib.request.urlopen(request, timeout=300) as response:
         return dict(json.loads(response.read()))

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from testkit import containers
 
-from localsession.client.param_check import wire_copy
+from localsession.client.param_check_fast import wire_copy
 
 _SCALARS = st.one_of(
     st.none(),

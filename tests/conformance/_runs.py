@@ -1,4 +1,8 @@
-"""Helpers to run the conformance suite in a subprocess (shared by this folder's tests)."""
+"""Helpers to run the conformance suite in a subprocess (shared by this folder's tests).
+
+Every run is a process group of its own (procio.spawn), stopped with its group whatever
+happens, so the ``localsession serve`` of ``--backend=http`` never outlives the test.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from procio import spawn
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "conformance" / "suite"
 BACKENDS = ("inprocess", "http", "fakes")
@@ -16,7 +22,9 @@ REFERENCE = ROOT / "conformance" / "reference"
 #: The backend whose suite run (``suite_runs``) also checks the shipped reference snapshots,
 #: so test_snapshots.py runs only the other two carriers itself.
 SNAPSHOT_BACKEND = "http"
-TIMEOUT = 600
+#: Seconds one suite run may take: a hang detector, not a speed check. One http run took
+#: 14 min on 2 cores at load 9-12, and the folder runs up to three suites at once.
+TIMEOUT = 3600
 
 
 def suite_command(backend: str, *extra: str, paths: Sequence[Path] = (SUITE,)) -> list[str]:
@@ -30,10 +38,15 @@ def env() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
+def run(args: list[str], extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` to the end (``extra``: variables over :func:`env`'s), in a process
+    group of its own that is stopped, grandchildren too, however the wait ends."""
+    with spawn(
+        args, cwd=ROOT, env={**env(), **(extra or {})}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        out, err = proc.communicate(timeout=TIMEOUT)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 @dataclass

@@ -7,6 +7,7 @@ http run also checks the shipped reference snapshots (test_snapshots.py reads it
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 
@@ -21,32 +22,31 @@ from _runs import (
     env,
     suite_command,
 )
+from procio import spawn
 
 
 @pytest.fixture(scope="package")
 def suite_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Finished]]:
     out = tmp_path_factory.mktemp("conformance-reports")
-    procs = {}
-    for backend in BACKENDS:
-        report = out / f"{backend}.json"
-        args = suite_command(backend, f"--conformance-report={report}")
-        if backend == SNAPSHOT_BACKEND:
-            args += [f"--snapshot-check={REFERENCE}", f"--snapshot-report={out / 'snapshots.json'}"]
-        procs[backend] = (
-            subprocess.Popen(
-                args, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True,
-            ),
-            report,
-        )  # fmt: skip
     finished = {}
-    try:
-        for backend, (proc, report) in procs.items():
-            output, _ = proc.communicate(timeout=TIMEOUT)
+    with contextlib.ExitStack() as stack:  # each run a process group, stopped on the way out
+        procs = {}
+        for backend in BACKENDS:
+            report = out / f"{backend}.json"
+            args = suite_command(backend, f"--conformance-report={report}")
+            if backend == SNAPSHOT_BACKEND:
+                args += [
+                    f"--snapshot-check={REFERENCE}",
+                    f"--snapshot-report={out / 'snapshots.json'}",
+                ]
+            log = stack.enter_context((out / f"{backend}.log").open("w+"))  # never a full pipe
+            proc = stack.enter_context(
+                spawn(args, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT, text=True)
+            )
+            procs[backend] = (proc, report, log)
+        for backend, (proc, report, log) in procs.items():
+            proc.wait(timeout=TIMEOUT)
+            log.seek(0)
             snapshots = out / "snapshots.json" if backend == SNAPSHOT_BACKEND else None
-            finished[backend] = Finished(backend, proc.returncode, output, report, snapshots)
-    finally:
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.kill()
+            finished[backend] = Finished(backend, proc.returncode, log.read(), report, snapshots)
     yield finished

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from _runs import REFERENCE, ROOT, SNAPSHOT_BACKEND, TIMEOUT, Finished, env, run, suite_command
+from procio import spawn
 
 pytestmark = pytest.mark.integration
 CARRIERS = {  # besides the http carrier, checked by the shared suite_runs
@@ -34,38 +36,33 @@ def _report(path: Path) -> dict[str, Any]:
 def test_the_three_carriers_match_the_reference_snapshots(
     tmp_path: Path, suite_runs: dict[str, Finished]
 ) -> None:
-    procs = {}
-    for name, backend in CARRIERS.items():
-        report = tmp_path / f"{name}.json"
-        args = suite_command(
-            backend, f"--snapshot-check={REFERENCE}", f"--snapshot-report={report}"
-        )
-        procs[name] = (
-            subprocess.Popen(
-                args, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True,
-            ),
-            report,
-        )  # fmt: skip
     recorded = sum(len(json.loads(p.read_text())) for p in REFERENCE.glob("*.snapshot.json"))
     shared = suite_runs[SNAPSHOT_BACKEND]
     assert shared.snapshots is not None
-    try:
-        runs = {SNAPSHOT_BACKEND: (shared.returncode, shared.output, shared.snapshots)}
-        for name, (proc, report) in procs.items():
-            output, _ = proc.communicate(timeout=2 * TIMEOUT)  # two suites at once
-            runs[name] = (proc.returncode, output, report)
-        assert set(runs) == {"inprocess", "http", "mock"}
-        for name, (returncode, output, report) in runs.items():
-            assert returncode == 0, f"{name}:\n{output[-6000:]}"
-            tests = _report(report)["tests"]
-            verdicts = {t: v["status"] for t, v in tests.items()}
-            assert set(verdicts.values()) == {"agree"}, (name, verdicts)
-            assert len(verdicts) == recorded >= 100, name
-    finally:
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.kill()
+    runs = {SNAPSHOT_BACKEND: (shared.returncode, shared.output, shared.snapshots)}
+    with contextlib.ExitStack() as stack:  # each run a process group, stopped on the way out
+        procs = {}
+        for name, backend in CARRIERS.items():
+            report = tmp_path / f"{name}.json"
+            args = suite_command(
+                backend, f"--snapshot-check={REFERENCE}", f"--snapshot-report={report}"
+            )
+            log = stack.enter_context((tmp_path / f"{name}.log").open("w+"))  # never a full pipe
+            proc = stack.enter_context(
+                spawn(args, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT, text=True)
+            )
+            procs[name] = (proc, report, log)
+        for name, (proc, report, log) in procs.items():
+            proc.wait(timeout=TIMEOUT)
+            log.seek(0)
+            runs[name] = (proc.returncode, log.read(), report)
+    assert set(runs) == {"inprocess", "http", "mock"}
+    for name, (returncode, output, report) in runs.items():
+        assert returncode == 0, f"{name}:\n{output[-6000:]}"
+        tests = _report(report)["tests"]
+        verdicts = {t: v["status"] for t, v in tests.items()}
+        assert set(verdicts.values()) == {"agree"}, (name, verdicts)
+        assert len(verdicts) == recorded >= 100, name
 
 
 def _touched(events: list[dict[str, Any]]) -> set[str]:
@@ -111,9 +108,7 @@ def test_planted_divergences_are_reported_for_exactly_the_affected_tests(tmp_pat
         f"--snapshot-check={snapshots}",
         f"--snapshot-report={report}",
     )
-    checked = subprocess.run(
-        args, cwd=ROOT, env=planted_env, capture_output=True, text=True, timeout=TIMEOUT
-    )
+    checked = run(args, planted_env)
     assert checked.returncode != 0  # a divergence fails the run
     assert "parity report" in checked.stdout
     tests = _report(report)["tests"]

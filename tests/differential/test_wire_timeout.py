@@ -1,13 +1,16 @@
-"""``result(timeout=0.5)`` on a long op, through the unmodified SDK over HTTP, raises within
-3.5 s (issues 16 and 28), on both paths of docs/wire.md#6: the submit's answer held (the SDK
-waits for it on a future that honours the timeout exactly), and the submit answered at once
-(the SDK's poll is held for at most the default long-poll, then it sleeps its 2 s interval
-and sees the deadline passed)."""
+"""``result(timeout=0.5)`` on a long op, through the unmodified SDK over HTTP, raises
+TimeoutError while the op is still running (issues 16 and 28), on both paths of
+docs/wire.md#6: the submit's answer held (the SDK waits for it on a future that honours the
+timeout exactly), and the submit answered at once (the SDK's poll is held for at most the
+default long-poll, then it sleeps its 2 s interval and sees the deadline passed).
+
+No clock is read: the op is held until the test releases it, so a TimeoutError that
+arrives at all arrived before the op ended (a wait for the op itself would last until the
+hold's bound, sized for a loaded machine, and then return a result instead)."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,17 +21,18 @@ from localsession.port_results import OptimResult
 from localsession.runtime.service import ServiceConfig
 from localsession.server.app import SUBMIT_HOLD_SECONDS
 from localsession.server.endpoints import client_env
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.wiring import build_service, default_engine_factory
 
 ROLE = "arn:aws:iam::123456789012:role/differential"
 GROUP = "arn:aws:sagemaker:us-west-2:123456789012:model-package-group/differential"
 S3 = "s3://differential-bucket/out"
-SLOW_OP_S = 8.0
+#: The longest an optimizer step is held: only a bound on a test that would otherwise hang.
+HOLD_S = 600.0
 
 
 class _SlowOptimizer:
-    """A real engine whose optimizer step takes ``SLOW_OP_S`` (cut short at teardown)."""
+    """A real engine whose optimizer step waits for ``release`` (at most ``HOLD_S``)."""
 
     def __init__(self, engine: Any, release: threading.Event) -> None:
         self._engine, self._release = engine, release
@@ -37,7 +41,7 @@ class _SlowOptimizer:
         return getattr(self._engine, name)
 
     def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
-        self._release.wait(SLOW_OP_S)
+        self._release.wait(HOLD_S)
         return self._engine.optim_step(adam_params)  # type: ignore[no-any-return]
 
 
@@ -66,11 +70,9 @@ def test_result_timeout_over_the_wire_is_bounded(slow_server: threading.Event) -
     sdk = ServiceClient(role_arn=ROLE, model_package_group_arn=GROUP, s3_output_path=S3)
     with sdk.create_lora_training_client(base_model="localsession-tiny", rank=8) as tc:
         future = tc.optim_step(AdamParams(learning_rate=1e-3))
-        started = time.monotonic()
         with pytest.raises(TimeoutError):
             future.result(timeout=0.5)
-        waited = time.monotonic() - started
-        assert waited < 3.5, f"result(timeout=0.5) took {waited:.2f}s"
+        assert not slow_server.is_set()  # the op is still held: the wait ended without it
         assert not future.done()
-        slow_server.set()  # let the op finish now instead of after 8 s
+        slow_server.set()  # let the op finish
         assert future.result(timeout=30) is not None

@@ -1,4 +1,4 @@
-"""Training ops on the caller's thread (runtime/sessions/caller_runs.py) with the torch engine.
+"""Training ops on the caller's thread (runtime/sessions/runner.py) with the torch engine.
 
 ``plain_torch_thread`` refuses a thread whose torch state differs from a fresh thread's, and a
 loop whose ops run on its own thread computes, bit for bit, what the same loop computes with

@@ -1,6 +1,6 @@
-"""One composition root: ``FakeService`` asks ``wiring.build_service(..., engine="fake")`` for
-its service, as ``serve``, ``mock()`` and the in-process client ask it for theirs, and the
-fake kind never falls back to the torch engine."""
+"""One composition root: ``FakeService`` asks the wiring's ``fake_service`` profile for its
+service, as ``serve`` and ``mock()`` ask ``server_service`` and the in-process client asks
+``inprocess_service``, and the fakes' profile never falls back to the torch engine."""
 
 from __future__ import annotations
 
@@ -12,22 +12,21 @@ import pytest
 from fakes import FakeService
 from localsession import wiring
 from localsession.port import EngineSpec
-from localsession.runtime.config import ServiceConfig
 
 
-def test_fake_service_is_built_by_the_composition_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    built: list[tuple[str, Any]] = []
-    real = wiring.build_service
+def test_fake_service_is_built_by_the_fake_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[Any] = []
+    real = wiring.fake_service
 
-    def spy(config: ServiceConfig | None = None, **kwargs: Any) -> Any:
-        service = real(config, **kwargs)
-        built.append((kwargs["engine"], service))
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        service = real(*args, **kwargs)
+        built.append(service)
         return service
 
-    monkeypatch.setattr(wiring, "build_service", spy)
+    monkeypatch.setattr(wiring, "fake_service", spy)
     fake = FakeService(base_models=["fakes/a"])
     try:
-        assert built == [("fake", fake.runtime)]
+        assert built == [fake.runtime]
         assert fake.runtime.config.engine_factory is not wiring.default_engine_factory
         assert fake.runtime.list_base_models() == ["fakes/a"]  # only the names given
         with pytest.raises(ValueError, match="exports no tokenizers"):
@@ -36,18 +35,11 @@ def test_fake_service_is_built_by_the_composition_root(monkeypatch: pytest.Monke
         fake.close()
 
 
-def test_the_fake_kind_needs_its_engine_factory(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="engine_factory"):
-        wiring.build_service(ServiceConfig(home=tmp_path), engine="fake")
-
-
-def test_the_fake_kinds_default_catalog_is_hermetic(tmp_path: Path) -> None:
+def test_the_fake_profiles_default_catalog_is_hermetic(tmp_path: Path) -> None:
     def factory(spec: EngineSpec) -> Any:
         raise AssertionError("no session is started here")
 
-    service = wiring.build_service(
-        ServiceConfig(home=tmp_path, engine_factory=factory), engine="fake"
-    )
+    service = wiring.fake_service(factory, home=tmp_path)
     try:
         assert service.config.engine_factory is factory
         resolved = service.catalog.resolve("any/name-at-all")

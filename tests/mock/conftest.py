@@ -23,7 +23,7 @@ def serve_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., 
     CLI builds it), with the SDK pointed at it through the printed exports."""
     from huggingface_hub import constants as hf_constants
 
-    from localsession.server.runner import ServerThread
+    from localsession.server.hosting import ServerThread
     from localsession.server.serve import ServeOptions, build_service, serve_exports
 
     def run(fn: Callable[[], Any], model_map: dict[str, str], strict: bool = True) -> Any:

@@ -27,7 +27,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
     from localsession.parity.proxy import user_credentials
     from localsession.parity.running import RecordOptions, build_proxy
     from localsession.server.auth import Credential
-    from localsession.server.runner import AppThread, ServerThread
+    from localsession.server.hosting import AppThread, ServerThread
     from localsession.server.serve import ServeOptions, build_service, serve_exports
 
     root = tmp_path_factory.mktemp("parity")

@@ -3,6 +3,10 @@ the structural diff with its tolerances (checked against values worked out by ha
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from localsession.parity.cassette import CassetteWriter, request_record, response_record
 from localsession.parity.compare import DEFAULT_TOLERANCES, diff
 from localsession.parity.normalise import (
     FIXED_EPOCH,
@@ -11,10 +15,13 @@ from localsession.parity.normalise import (
     expand,
     strip_numbers,
 )
+from localsession.parity.replay import Replayer
 
 ARN = "arn:aws:sagemaker:us-west-2:123456789012:model-package/g/3"
 OP = "3572b281-3a81-4869-8e7b-231f72933a51"
 NAME = "sagemaker-training-session-643b9203"
+CREATE = "SageMaker.CreateTrainingSession"
+SESSION_ARN = "arn:aws:sagemaker:us-west-2:123456789012:training-session"
 
 
 def test_volatile_values_become_numbered_placeholders_by_first_appearance() -> None:
@@ -74,3 +81,46 @@ def test_shapes_codes_and_fields_compare_exactly() -> None:
     ]
     assert diff({"a": 1, "b": 2}, {"a": 1}) == ["$.b: missing (recorded 2)"]
     assert diff({"a": "1"}, {"a": 1}) == ["$.a: 1, recorded '1'"]
+
+
+def test_an_arn_is_normalised_part_by_part() -> None:
+    norm = Normaliser()
+    session_arn = "arn:aws:sagemaker:us-west-2:123456789012:training-session/my-run"
+    # The ARN comes first (as in a describe), the name inside it is still a session name.
+    got = norm.value({"TrainingSessionArn": session_arn, "TrainingSessionName": "my-run"}, "s")
+    assert got == {
+        "TrainingSessionArn": "arn:aws:sagemaker:us-west-2:000000000000:training-session/"
+        "<session:s1>",
+        "TrainingSessionName": "<session:s1>",
+    }
+    op_arn = f"arn:aws:sagemaker:us-west-2:123456789012:training-session/my-run/operation/{OP}"
+    assert norm.value(op_arn, "s") == (
+        "arn:aws:sagemaker:us-west-2:000000000000:training-session/<session:s1>/operation/<uuid:s1>"
+    )
+    default = f"arn:aws:sagemaker:us-west-2:123456789012:model-package/{NAME}/2"
+    assert norm.value(default, "s") == (
+        "arn:aws:sagemaker:us-west-2:000000000000:model-package/<session:s2>/2"
+    )
+    # Nothing volatile but the account: one placeholder, as before.
+    assert norm.value(ARN, "s") == "<arn:s1>"
+
+
+def test_a_replayed_session_gets_its_own_arn(tmp_path: Path) -> None:
+    norm = Normaliser()
+    headers = {"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": CREATE}
+    recorded = {"TrainingSessionName": "run-a", "RoleArn": ARN}
+    request = request_record(norm, "POST", "/", "", headers, json.dumps(recorded).encode())
+    answer = {
+        "TrainingSessionArn": "arn:aws:sagemaker:us-west-2:123456789012:training-session/run-a"
+    }
+    response = response_record(norm, 200, headers, json.dumps(answer).encode())
+    writer = CassetteWriter(tmp_path, {"region": "us-west-2"})
+    writer.exchange(request, response, lambda: dict(norm.examples))
+    writer.close()
+
+    replayer = Replayer.from_path(tmp_path)
+    body = json.dumps({"TrainingSessionName": "run-b", "RoleArn": ARN}).encode()
+    status, _, raw = replayer.answer("POST", "/", "", headers, body)
+    assert status == 200 and replayer.misses == []
+    zeroed = SESSION_ARN.replace("123456789012", "000000000000")
+    assert json.loads(raw) == {"TrainingSessionArn": f"{zeroed}/run-b"}

@@ -26,7 +26,7 @@ import localsession
 from localsession.parity.cassette import find, load
 from localsession.parity.normalise import strip_numbers
 from localsession.parity.replay import Replayer, replay_app
-from localsession.server.runner import AppThread
+from localsession.server.hosting import AppThread
 
 pytestmark = pytest.mark.integration
 BY_ID = "openai/gpt-oss-20b"

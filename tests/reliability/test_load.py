@@ -26,7 +26,7 @@ from localsession.port import EngineSpec
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import ServiceConfig
 from localsession.server.endpoints import client_env
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.wiring import build_service
 
 from .conftest import create_session, run_op

@@ -35,8 +35,9 @@ import localsession
 from localsession.runtime.service import ServiceConfig
 from localsession.server.auth import MAX_BODY_BYTES, Credential
 from localsession.server.endpoints import client_env
-from localsession.server.runner import ServerThread
-from localsession.server.serve import ServeOptions, is_loopback, warn_if_exposed
+from localsession.server.hosting import ServerThread
+from localsession.server.serve import ServeOptions
+from localsession.server.startup import is_loopback, warn_if_exposed
 from localsession.wiring import build_service
 
 from .conftest import HUB_ARN, Served

@@ -23,7 +23,7 @@ from botocore.config import Config
 
 from localsession.runtime.service import ServiceConfig
 from localsession.server.endpoints import client_env
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.wiring import build_service
 
 from .conftest import HUB_ARN

@@ -1,4 +1,4 @@
-"""A waiting caller runs its own training op (runtime/sessions/caller_runs.py).
+"""A waiting caller runs its own training op (runtime/sessions/runner.py).
 
 With a recording engine that notes the thread each op ran on: which ops a caller may run
 (quick kinds, no time limit, an engine that allows it, no gap), that they still run one at a
@@ -24,8 +24,8 @@ from localsession.port import EngineSpec, LossConfig, TrainingDatum
 from localsession.port_results import ForwardResult
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
-from localsession.runtime.sessions import caller_runs, lifecycle
-from localsession.runtime.sessions.caller_runs import interrupts_held
+from localsession.runtime.sessions import runner
+from localsession.runtime.sessions.runner import interrupts_held
 from localsession.wiring import build_service
 
 
@@ -143,7 +143,7 @@ def test_the_caller_runs_the_queued_ops_before_its_own_in_order(runtime: Any) ->
 
 def test_slow_kinds_disallowed_engines_and_gaps_stay_on_the_worker(runtime: Any) -> None:
     service, engine = runtime
-    engine.delay = caller_runs.QUICK_S + 0.05
+    engine.delay = runner.QUICK_S + 0.05
     warmed(service)  # this forwardBackward was slow
     slow = submit(service, 2)
     service.run_here("s1", slow)
@@ -194,11 +194,11 @@ def test_the_worker_and_a_stop_wait_for_the_callers_op(runtime: Any) -> None:
     service.stop_training_session({"TrainingSessionName": "s1"})
     session = service.session("s1")
     session.join(0.2)  # the worker waits for the caller's op
-    assert session._worker.is_alive()
+    assert session.runner.worker.is_alive()
     engine.gate.set()
     caller.join(5)
     session.join(5)
-    assert not session._worker.is_alive() and not engine.closed_while_running
+    assert not session.runner.worker.is_alive() and not engine.closed_while_running
     assert service.operation("s1", op_id).status == "Completed"
     assert service.operation("s1", queued).status == "Skipped"
 
@@ -246,7 +246,7 @@ def callers_ran_in_a_row(service: Service, first_seq: int) -> int:
     """Ops ``first_seq``.. run on this thread until submits leave the worker asleep; the
     next sequence number."""
     seq = first_seq
-    for seq in range(first_seq, first_seq + caller_runs.CALLERS_IN_A_ROW):
+    for seq in range(first_seq, first_seq + runner.CALLERS_IN_A_ROW):
         assert service.run_here("s1", submit(service, seq)) is True
     return seq + 1
 
@@ -286,7 +286,7 @@ def test_a_waiter_that_does_not_run_its_op_wakes_the_worker(
     """With the worker looking only every 60 s, only the waiter's wake can start the op in
     time, through each way of waiting: a blocking wait and a callback (await, long poll)."""
     service, engine = runtime
-    monkeypatch.setattr(lifecycle, "LOOKOUT_S", 60.0)
+    monkeypatch.setattr(runner, "LOOKOUT_S", 60.0)
     warmed(service)
     seq = callers_ran_in_a_row(service, 2)
     engine.allow = False  # runs_in_caller says no: the caller must wait for the worker
@@ -305,8 +305,8 @@ def test_an_idle_session_stops_looking_and_submits_wake_its_worker_again(
     runtime: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service, _ = runtime
-    monkeypatch.setattr(lifecycle, "LOOKOUT_S", 0.02)
-    monkeypatch.setattr(lifecycle, "IDLE_S", 0.1)
+    monkeypatch.setattr(runner, "LOOKOUT_S", 0.02)
+    monkeypatch.setattr(runner, "IDLE_S", 0.1)
     warmed(service)
     seq = callers_ran_in_a_row(service, 2)
     time.sleep(0.5)  # idle: the worker's look finds nothing for longer than IDLE_S

@@ -30,31 +30,34 @@ def runtime(tmp_path: Path) -> Any:
 
 
 def result(service: Service, op_id: str) -> dict[str, Any]:
-    assert service.wait_operation("s1", op_id, 10)
+    assert service.wait_operation("s1", op_id, 120)  # a hang detector
     return service.get_training_operation_result("s1", op_id)
 
 
-def test_out_of_order_arrival_runs_in_sequence_order(runtime: Any) -> None:
-    service, engines = runtime
-    late = service.execute_training_operation("s1", fb(2, 20))["operationId"]
-    deadline = time.monotonic() + 0.25
-    while time.monotonic() < deadline:
-        detail = service.describe_training_session({"TrainingSessionName": "s1"})
-        if detail["TrainingSessionDetail"]["TrainingSessionStatus"] == "Blocked":
-            break
-        time.sleep(0.005)
-    assert detail["TrainingSessionDetail"]["TrainingSessionStatus"] == "Blocked"
-    assert "sequence number 1" in detail["TrainingSessionDetail"]["ErrorDetails"]
-    first = service.execute_training_operation("s1", fb(1, 10))["operationId"]
-    assert result(service, late)["status"] == "Completed"
-    assert result(service, first)["status"] == "Completed"
-    assert engines[0].calls == ["fb10", "fb20"]
-    detail = service.describe_training_session({"TrainingSessionName": "s1"})[
-        "TrainingSessionDetail"
-    ]
-    assert (
-        detail["TrainingSessionStatus"] == "Running" and detail["LastReceivedSequenceNumber"] == 2
-    )
+def test_out_of_order_arrival_runs_in_sequence_order(tmp_path: Path) -> None:
+    # A gap timeout no loaded machine reaches: op 2 must still be Blocked when op 1 comes.
+    service, engines = stub_service(tmp_path, fail_loss="ppo", gap_timeout=600.0)
+    try:
+        late = service.execute_training_operation("s1", fb(2, 20))["operationId"]
+        deadline = time.monotonic() + 600.0
+        while time.monotonic() < deadline:
+            detail = service.describe_training_session({"TrainingSessionName": "s1"})
+            if detail["TrainingSessionDetail"]["TrainingSessionStatus"] == "Blocked":
+                break
+            time.sleep(0.005)
+        assert detail["TrainingSessionDetail"]["TrainingSessionStatus"] == "Blocked"
+        assert "sequence number 1" in detail["TrainingSessionDetail"]["ErrorDetails"]
+        first = service.execute_training_operation("s1", fb(1, 10))["operationId"]
+        assert result(service, late)["status"] == "Completed"
+        assert result(service, first)["status"] == "Completed"
+        assert engines[0].calls == ["fb10", "fb20"]
+        detail = service.describe_training_session({"TrainingSessionName": "s1"})[
+            "TrainingSessionDetail"
+        ]
+        assert detail["TrainingSessionStatus"] == "Running"
+        assert detail["LastReceivedSequenceNumber"] == 2
+    finally:
+        service.close()
 
 
 def test_retry_returns_the_original_id_and_reuse_is_refused(runtime: Any) -> None:

@@ -110,9 +110,7 @@ def _burst_is_one_batch(scheduler: SamplingScheduler) -> None:
         time.sleep(0.0005)  # submits arrive a little apart, as from a Python loop
     assert all(op.done.wait(5) for op in ops)
     assert [seeds for _, seeds in engine.batches] == [list(range(32))]
-    assert [op.result.sequences[0].tokens for op in ops if op.result] == [
-        [i] for i in range(32)
-    ]
+    assert [op.result.sequences[0].tokens for op in ops if op.result] == [[i] for i in range(32)]
 
 
 def test_batches_group_by_weights_and_queue_while_busy(scheduler: SamplingScheduler) -> None:

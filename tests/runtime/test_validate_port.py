@@ -32,7 +32,7 @@ def step_request(params: Any) -> dict[str, Any]:
 def refusal(request: dict[str, Any], strict: bool = True) -> str:
     with pytest.raises(ServiceError) as err:
         validate.training_request(request, strict)
-    assert err.value.code == vocab.VALIDATION
+    assert err.value.code == vocab.ErrorCode.VALIDATION
     return err.value.message
 
 

@@ -23,7 +23,7 @@ from localsession.port import EngineSpec, SampleRequest
 from localsession.port_results import SampledSequence, SampleResult
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import ServiceConfig
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.wiring import build_service
 
 from .common import ROLE

@@ -26,7 +26,7 @@ from localsession.runtime.service import Service, ServiceConfig
 from localsession.runtime.sessions.operations import TERMINAL
 from localsession.server.app import MAX_HELD_SAMPLING
 from localsession.server.endpoints import client_env
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.wiring import default_engine_factory
 
 from .common import GROUP, REGION, ROLE, S3

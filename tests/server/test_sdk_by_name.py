@@ -24,7 +24,7 @@ import pytest
 
 from localsession import ServiceClient as LocalServiceClient
 from localsession.engine.builtin import save_builtin
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.server.serve import ServeOptions, build_service, serve_exports
 
 from .common import ROLE

@@ -20,7 +20,7 @@ from localsession import ServiceClient as LocalServiceClient
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.server.auth import Credential
 from localsession.server.endpoints import client_env
-from localsession.server.runner import ServerThread
+from localsession.server.hosting import ServerThread
 from localsession.wiring import build_service
 
 from .common import GROUP, ROLE, S3, Running

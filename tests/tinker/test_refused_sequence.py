@@ -8,6 +8,7 @@ been reported would not finish within the test's wait: finishing at all is the c
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +29,8 @@ def server() -> Iterator[Any]:
     from localsession.mocking.tinker_server import TinkerServer
 
     served = TinkerServer("fake")
-    served.service.config.gap_timeout = GAP_S  # every session made from now on
+    # every session made from now on (the config is frozen: the service's is replaced)
+    served.service.config = dataclasses.replace(served.service.config, gap_timeout=GAP_S)
     try:
         with scoped_environ(served.environment()):
             yield served

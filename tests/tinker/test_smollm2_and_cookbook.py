@@ -74,11 +74,13 @@ def test_smollm2_sft_loss_falls_and_seeded_samples_repeat(localsession_tinker: A
 
 def _cookbook_python() -> str:
     chosen = os.environ.get("LOCALSESSION_COOKBOOK_PYTHON", sys.executable)
+    # the recipes' own imports too: a --no-deps install of the cookbook alone imports, but
+    # its recipes need chz and datasets (docs/tinker.md)
     probe = subprocess.run(
-        [chosen, "-c", "import tinker_cookbook"], capture_output=True, timeout=120
+        [chosen, "-c", "import tinker_cookbook, chz, datasets"], capture_output=True, timeout=120
     )
     if probe.returncode != 0:
-        pytest.skip(f"tinker_cookbook is not importable by {chosen}")
+        pytest.skip(f"tinker_cookbook with its recipes' dependencies is not importable by {chosen}")
     return chosen
 
 
@@ -139,6 +141,21 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
         TINY,
         ("tinker_cookbook.recipes.sl_loop", "batch_size=2", "lora_rank=8", "save_every=0"),
     ),
+    # Self-distillation: the teacher's top-K prompt logprobs as (N, K) cross-entropy targets.
+    "sdft": (
+        TINY,
+        (
+            "tinker_cookbook.recipes.sdft.train",
+            "dataset=sciknoweval",
+            "groups_per_batch=2",
+            "topk=4",
+            "lora_rank=8",
+            "max_tokens=8",
+            "eval_every=0",
+            "save_every=0",
+            "behavior_if_log_dir_exists=delete",
+        ),
+    ),
     # stable_reinforce, its default loss, is not implemented (docs/tinker.md).
     "rl_loop": (
         TINY,
@@ -168,6 +185,10 @@ def _check_metrics(recipe: str, rows: list[dict[str, Any]]) -> None:
         assert _per_step(rows, "num_sequences") == [2.0, 2.0]
         # Per-token NLL of a barely trained model: near ln(vocabulary 259) = 5.56.
         assert all(0.0 < nll < 2 * math.log(259) for nll in _per_step(rows, "train_mean_nll"))
+    elif recipe == "sdft":
+        # two datums a step, each trained on the teacher's top-4 as (N, 4) targets
+        assert _per_step(rows, "sdft/num_datums") == [2.0, 2.0]
+        assert _per_step(rows, "sdft/topk") == [4.0, 4.0]
     elif recipe == "rl_loop":
         # Its reward needs a \boxed{N} answer, which the tiny model never writes: every group
         # has zero advantages and the recipe skips its optimizer steps (it says so).

@@ -341,12 +341,12 @@ def sample_request(
 
 def openai_error(exc: errors.ServiceError) -> dict[str, Any]:
     """OpenAI's error body for a service refusal."""
-    kinds = {
-        vocab.VALIDATION: "invalid_request_error",
-        vocab.NOT_FOUND: "not_found_error",
-        vocab.CP_NOT_FOUND: "not_found_error",
-        vocab.CONFLICT: "conflict_error",
-        vocab.THROTTLING: "rate_limit_error",
+    kinds: dict[str, str] = {
+        vocab.ErrorCode.VALIDATION: "invalid_request_error",
+        vocab.ErrorCode.NOT_FOUND: "not_found_error",
+        vocab.ErrorCode.CP_NOT_FOUND: "not_found_error",
+        vocab.ErrorCode.CONFLICT: "conflict_error",
+        vocab.ErrorCode.THROTTLING: "rate_limit_error",
     }
     return {
         "error": {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import ModelCatalog, hub_content_name
 from localsession.runtime.packages.registry import Registry
@@ -38,7 +39,7 @@ class ModelPackages:
                 "ModelPackageVersion": p.version,
                 "CreationTime": p.created(),
                 "ModelPackageDescription": p.description,
-                "ModelPackageStatus": "Completed",
+                "ModelPackageStatus": vocab.PackageStatus.COMPLETED,
             },
         )
 
@@ -53,7 +54,7 @@ class ModelPackages:
             "ModelPackageArn": p.arn,
             "ModelPackageDescription": p.description,
             "CreationTime": p.created(),
-            "ModelPackageStatus": "Completed",
+            "ModelPackageStatus": vocab.PackageStatus.COMPLETED,
             "InferenceSpecification": {
                 "Containers": [
                     {

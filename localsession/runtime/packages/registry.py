@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime import errors
 
 _ARN_RE = re.compile(
@@ -165,7 +166,7 @@ class Registry:
                 "ModelPackageGroupArn": self.group_arn(group, region),
                 "ModelPackageGroupDescription": description,
                 "CreationTime": datetime.now(timezone.utc).isoformat(),
-                "ModelPackageGroupStatus": "Completed",
+                "ModelPackageGroupStatus": vocab.PackageStatus.COMPLETED,
             }
             (self.root / group).mkdir(parents=True, exist_ok=True)
             staging = index.with_name(f".{GROUP_FILE}.tmp")
@@ -183,7 +184,7 @@ class Registry:
             return {
                 "ModelPackageGroupName": group,
                 "ModelPackageGroupArn": self.group_arn(group),
-                "ModelPackageGroupStatus": "Completed",
+                "ModelPackageGroupStatus": vocab.PackageStatus.COMPLETED,
             }
         raise errors.not_found(f"Model package group {group} does not exist.", runtime=False)
 

@@ -102,7 +102,9 @@ class DataPlane:
             return {"operationId": session.submit_training(seq, token, kind, body)}
         except errors.ServiceError as exc:
             number = request.get("sequenceNumber")
-            refused = exc.http_status < 500 and exc.code != vocab.THROTTLING  # 429 is retried
+            refused = (
+                exc.http_status < 500 and exc.code != vocab.ErrorCode.THROTTLING
+            )  # 429 is retried
             if self.service.config.lenient_sequence and refused and type(number) is int:
                 session.consume(number)
             raise
@@ -124,7 +126,9 @@ class DataPlane:
                 faults.on_submit(kind)
             return session.submit_training(number, client_token, kind, body)
         except errors.ServiceError as exc:
-            refused = exc.http_status < 500 and exc.code != vocab.THROTTLING  # 429 is retried
+            refused = (
+                exc.http_status < 500 and exc.code != vocab.ErrorCode.THROTTLING
+            )  # 429 is retried
             if refused and type(seq) is int and seq >= 1:
                 session.consume(seq)
             raise
@@ -233,7 +237,7 @@ class DataPlane:
 
     def _awaited(self, name: str, operation_id: str, *, idles: bool) -> Operation:
         """An op someone starts to wait on. A training op's worker is woken if a submit left
-        it asleep: this waiter does not run the op (runtime/sessions/caller_runs.py). A caller
+        it asleep: this waiter does not run the op (runtime/sessions/runner.py). A caller
         whose thread ``idles`` until the op ends (blocked on it, or an event loop awaiting it)
         first hands back its OpenMP threads: meanwhile they would only slow the thread that
         runs the op (cpu_threads.py)."""

@@ -1,13 +1,13 @@
-"""One training session: its status machine, its engine and the worker that runs its ops.
+"""One training session: its status machine, its training queue and its describe.
 
-Training ops run one at a time, strictly in sequence-number order (docs/semantics.md#4), on
-the session's worker thread or on a caller waiting for them (``run_here``, the rules in
-runtime/sessions/caller_runs.py); ``running_op`` says which op runs, wherever it runs. The
-session's ``TrainingQueue`` (runtime/sessions/training_queue.py) decides which op is next,
-and the session waits, Blocked while a missing number holds later ops. What an op does is
-runtime/sessions/run_op.py's. A failed op changes no state and later ops still run. Stopping
-skips what is still queued; completed results stay readable until the session is deleted.
-What a session's on-disk record holds, and how one is restored, is runtime/sessions/persist.py's.
+Training ops run one at a time, strictly in sequence-number order (docs/semantics.md#4);
+``running_op`` says which op runs, wherever it runs. The session's ``TrainingQueue``
+(runtime/sessions/training_queue.py) decides which op is next; who runs it, on the session's
+worker thread or on a caller waiting for it, is runtime/sessions/runner.py's, and what an op
+does is runtime/sessions/run_op.py's. A failed op changes no state and later ops still run.
+Stopping skips what is still queued; completed results stay readable until the session is
+deleted. What a session's on-disk record holds, and how one is restored, is
+runtime/sessions/persist.py's.
 """
 
 from __future__ import annotations
@@ -20,33 +20,40 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from localsession import cpu_threads, vocab
 from localsession.port import Engine, EngineConfigError, EngineSpec, ResolvedModel
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
 from localsession.runtime.packages.registry import Registry
-from localsession.runtime.sessions.caller_runs import (
-    CALLERS_IN_A_ROW,
-    IDLE_S,
-    LOOKOUT_S,
-    QUICK_S,
-    interrupts_held,
-)
-from localsession.runtime.sessions.operations import FAILED, PENDING, TERMINAL, Operation
-from localsession.runtime.sessions.run_op import PackageMismatch, execute
+from localsession.runtime.sessions.operations import Operation
+from localsession.runtime.sessions.run_op import PackageMismatch
+from localsession.runtime.sessions.runner import Runner
 from localsession.runtime.sessions.training_queue import TrainingQueue
+from localsession.vocab import SessionStatus
 
 logger = logging.getLogger(__name__)
 
-CREATED, RUNNING = vocab.SESSION_CREATED, vocab.SESSION_RUNNING
-STOPPING, STOPPED = vocab.SESSION_STOPPING, vocab.SESSION_STOPPED
-BLOCKED, EXPIRED = vocab.SESSION_BLOCKED, vocab.SESSION_EXPIRED
-DELETING, DELETION_FAILED = vocab.SESSION_DELETING, vocab.SESSION_DELETION_FAILED
 #: Statuses that count against ``max_sessions`` and may still take work.
-ACTIVE = frozenset({CREATED, vocab.SESSION_SCHEDULED, RUNNING, BLOCKED})
+ACTIVE = frozenset(
+    {SessionStatus.CREATED, SessionStatus.SCHEDULED, SessionStatus.RUNNING, SessionStatus.BLOCKED}
+)
 #: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
-NOT_STOPPABLE = frozenset({STOPPING, STOPPED, vocab.SESSION_FAILED, DELETING, DELETION_FAILED})
-DELETABLE = frozenset({STOPPED, vocab.SESSION_FAILED, EXPIRED, DELETION_FAILED})
+NOT_STOPPABLE = frozenset(
+    {
+        SessionStatus.STOPPING,
+        SessionStatus.STOPPED,
+        SessionStatus.FAILED,
+        SessionStatus.DELETING,
+        SessionStatus.DELETION_FAILED,
+    }
+)
+DELETABLE = frozenset(
+    {
+        SessionStatus.STOPPED,
+        SessionStatus.FAILED,
+        SessionStatus.EXPIRED,
+        SessionStatus.DELETION_FAILED,
+    }
+)
 
 
 def _now() -> datetime:
@@ -79,7 +86,7 @@ class Session:
         #: Called (under ``lock``) after every status change: the service persists the record.
         self._on_change = on_change
         self.strict = strict
-        self.status = CREATED
+        self.status: SessionStatus = SessionStatus.CREATED
         self.error_details: str | None = None
         self.creation_time = self.last_modified_time = _now()
         self.end_time: datetime | None = None
@@ -92,11 +99,6 @@ class Session:
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.running_op: Operation | None = None
-        #: op kind -> whether it last ran within caller_runs.QUICK_S
-        self._quick: dict[str, bool] = {}
-        #: Training ops in a row that ran on their callers (caller_runs.py: from
-        #: CALLERS_IN_A_ROW on, a submit leaves the worker asleep).
-        self._caller_streak = 0
         self._engine_factory = engine_factory
         #: The service's catalog lookup, to tell whether a package's base model is this one.
         self._resolve_model = resolve_model
@@ -104,9 +106,10 @@ class Session:
         self.faults = faults
         #: The package ``loadWeightsForSampling`` pointed this session's samplers at.
         self.sampling_package: str | None = None
-        self._worker = threading.Thread(target=self._run, name=f"localsession-{name}", daemon=True)
+        #: Who runs the ops: the worker, or a caller waiting on one (runtime/sessions/runner.py).
+        self.runner = Runner(self)
         if start:
-            self._worker.start()
+            self.runner.start()
 
     @property
     def region(self) -> str:
@@ -121,12 +124,12 @@ class Session:
 
     # -- status --------------------------------------------------------------------------
 
-    def _set_status(self, status: str, error: str | None = None) -> None:
+    def set_status(self, status: SessionStatus, error: str | None = None) -> None:
         self.status = status
-        if error is not None or status in (RUNNING,):
+        if error is not None or status in (SessionStatus.RUNNING,):
             self.error_details = error
         self.last_modified_time = _now()
-        if status in (STOPPED, vocab.SESSION_FAILED, EXPIRED):
+        if status in (SessionStatus.STOPPED, SessionStatus.FAILED, SessionStatus.EXPIRED):
             self.end_time = self.last_modified_time
         self.cond.notify_all()
         if self._on_change is not None:
@@ -135,7 +138,7 @@ class Session:
     def wait_until_started(self, timeout: float | None = None) -> str:
         """Block until the engine is loaded (Running) or loading failed; return the status."""
         with self.lock:
-            self.cond.wait_for(lambda: self.status != CREATED, timeout)
+            self.cond.wait_for(lambda: self.status != SessionStatus.CREATED, timeout)
             return self.status
 
     def describe(self) -> dict[str, Any]:
@@ -164,24 +167,25 @@ class Session:
                     f"Training session {self.name} cannot be stopped: invalid session state "
                     f"transition from {self.status} to Stopping"
                 )
-            self._set_status(STOPPING)
+            self.set_status(SessionStatus.STOPPING)
             self.queue.skip_all("The session was stopped before this operation ran.")
-            self._set_status(STOPPED)
+            self.set_status(SessionStatus.STOPPED)
 
     def join(self, timeout: float) -> None:
         """Wait for the worker to finish its current op and release the engine."""
-        if self._worker.ident is not None:  # a restored session never started one
-            self._worker.join(timeout)
+        self.runner.join(timeout)
 
     def expire(self) -> None:
         with self.lock:
-            if self.status in (RUNNING, BLOCKED):
+            if self.status in (SessionStatus.RUNNING, SessionStatus.BLOCKED):
                 self.queue.skip_all("The session expired after inactivity.")
-                self._set_status(EXPIRED, "The session was idle longer than its idle timeout.")
+                self.set_status(
+                    SessionStatus.EXPIRED, "The session was idle longer than its idle timeout."
+                )
 
     def require_accepting(self) -> None:
         """Runtime calls are accepted only while Running or Blocked (409 otherwise)."""
-        if self.status not in (RUNNING, BLOCKED):
+        if self.status not in (SessionStatus.RUNNING, SessionStatus.BLOCKED):
             raise errors.conflict(
                 f"Training session {self.name} is {self.status}; runtime operations need a "
                 "Running session. Create a new session (or wait for this one to start)."
@@ -196,16 +200,17 @@ class Session:
             self.last_activity = time.monotonic()
             op = self.queue.admit(seq, token, kind, body)
             self.ops[op.id] = op
-            if self._caller_streak < CALLERS_IN_A_ROW or self.status != RUNNING:
-                self.cond.notify_all()  # else its caller most likely runs it (caller_runs.py)
+            self.runner.submitted()
             return op.id
 
     def wake_worker(self) -> None:
-        """For one about to wait on a training op: wake the worker if submits left it asleep,
-        as this waiter does not run the op itself (caller_runs.py)."""
-        with self.lock:
-            if self._caller_streak >= CALLERS_IN_A_ROW:
-                self.cond.notify_all()
+        """For one about to wait on a training op (runner.py: ``Runner.wake_worker``)."""
+        self.runner.wake_worker()
+
+    def run_here(self, operation_id: str) -> bool:
+        """Run the queued ops up to ``operation_id`` here, if they may run here (runner.py:
+        ``Runner.run_here``); True if it has finished."""
+        return self.runner.run_here(operation_id)
 
     def waits_for_earlier(self, operation_id: str) -> bool:
         """Whether this training op cannot run before a lower sequence number arrives (a gap
@@ -221,121 +226,26 @@ class Session:
             if self.queue.consume(seq):
                 self.cond.notify_all()
 
-    def _next_op(self) -> Operation | None:
-        """Wait for the op holding the next sequence number and mark it running; None once
-        the session ends."""
-        with self.lock:
-            while self.status in (RUNNING, BLOCKED):
-                if self.running_op is not None:  # a caller runs one (run_here)
-                    self._idle_wait()
-                    continue
-                step = self.queue.advance(time.monotonic())
-                if isinstance(step, Operation):
-                    if self.status == BLOCKED:
-                        self._set_status(RUNNING)
-                    self.running_op = step
-                    self._caller_streak = 0  # no caller came for it: submits wake the worker
-                    step.start()
-                    return step
-                if step is None:  # nothing queued
-                    self._idle_wait()
-                    continue
-                if self.status != BLOCKED:
-                    self._set_status(
-                        BLOCKED,
-                        f"Waiting for sequence number {step.missing}; later operations are "
-                        f"queued behind it (gap timeout {self.queue.gap_timeout:.0f}s).",
-                    )
-                self.cond.wait(step.remaining)
-            return None
-
-    def _idle_wait(self) -> None:
-        """The worker's wait while it has no op to run (under ``lock``). While submits leave
-        it asleep it looks again every LOOKOUT_S, until the session has been idle IDLE_S
-        (caller_runs.py). Waiting, it holds no OpenMP threads (cpu_threads.py)."""
-        cpu_threads.release()
-        if self._caller_streak < CALLERS_IN_A_ROW:
-            self.cond.wait()
-        elif not self.cond.wait(LOOKOUT_S) and time.monotonic() - self.last_activity > IDLE_S:
-            self._caller_streak = 0  # idle: sleep until a submit wakes it, not looking
-
-    def _run(self) -> None:
+    def load_engine(self) -> Engine | None:
+        """Make the session's engine (on its worker): Created -> Running, or Failed with
+        the reason (None)."""
         try:
             engine = self._engine_factory(self.spec)
         except EngineConfigError as exc:  # a setting to fix: its message says it all
             logger.error("session %s: the model failed to load: %s", self.name, exc)
             with self.lock:
-                self._set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
-            return
+                self.set_status(SessionStatus.FAILED, f"The base model failed to load: {exc}")
+            return None
         except Exception as exc:  # noqa: BLE001 - reported through the session status
             logger.exception("session %s: the model failed to load", self.name)
             with self.lock:
-                self._set_status(vocab.SESSION_FAILED, f"The base model failed to load: {exc}")
-            return
+                self.set_status(SessionStatus.FAILED, f"The base model failed to load: {exc}")
+            return None
         with self.lock:
             self.engine = engine
-            if self.status == CREATED:
-                self._set_status(RUNNING)
-        while (op := self._next_op()) is not None:
-            self._run_one(engine, op)
-        with self.lock:  # a caller may still be running an op (run_here)
-            self.cond.wait_for(lambda: self.running_op is None)
-        engine.close()
-
-    def run_here(self, operation_id: str) -> bool:
-        """Run the queued training ops up to ``operation_id`` on the calling thread, if
-        they may run there (runtime/sessions/caller_runs.py); else return at once and leave
-        them to the worker. True if ``operation_id`` has finished."""
-        engine = self.engine
-        runs_in_caller = getattr(engine, "runs_in_caller", None)
-        if engine is None or runs_in_caller is None or not runs_in_caller():
-            return False  # the worker runs it
-        with interrupts_held() as held:
-            while held and (op := self._take_quick(operation_id)) is not None:
-                self._run_one(engine, op)
-        mine = self.ops.get(operation_id)
-        return mine is not None and mine.status in TERMINAL
-
-    def _take_quick(self, operation_id: str) -> Operation | None:
-        """The next op, marked running, while ``operation_id`` has not run, nothing runs,
-        and the next op is queued and of a quick kind; else None."""
-        with self.lock:
-            mine = self.ops.get(operation_id)
-            if mine is None or mine.status != PENDING or mine.seq is None:
-                return None
-            if self.status != RUNNING or self.running_op is not None:
-                return None
-            step = self.queue.peek()
-            if step is None or not self._quick.get(step.kind, False):
-                return None
-            self.queue.advance(time.monotonic())
-            self.running_op = step
-            self._caller_streak += 1
-            if self._caller_streak == CALLERS_IN_A_ROW:  # from now on the worker looks
-                self.cond.notify_all()  # (LOOKOUT_S) rather than sleeping until woken
-            step.start()
-            return step
-
-    def _run_one(self, engine: Engine, op: Operation) -> None:
-        """Run ``op`` (marked running), then free the session for the next one."""
-        started = time.monotonic()
-        try:
-            execute(self, engine, op)
-        finally:
-            if op.status not in TERMINAL:  # interrupted (a second Ctrl-C in run_here)
-                op.finish(
-                    FAILED,
-                    error="The operation was interrupted (a second Ctrl-C) while it ran; part "
-                    "of it may have taken effect, such as part of a forward_backward's gradient.",
-                )
-            with self.lock:
-                self.running_op = None
-                self.last_activity = time.monotonic()
-                self._quick[op.kind] = self.last_activity - started <= QUICK_S
-                # the worker waits while an op runs: wake it only if it has work (an op
-                # queued) or must end; a caller's op otherwise woke it for nothing
-                if len(self.queue) or self.status not in (RUNNING, BLOCKED):
-                    self.cond.notify_all()
+            if self.status == SessionStatus.CREATED:
+                self.set_status(SessionStatus.RUNNING)
+        return engine
 
     def compatible_package(self, arn: str, *, training: bool = False) -> Path:
         """The directory of package ``arn`` if it fits this session: the same base model

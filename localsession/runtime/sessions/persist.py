@@ -52,7 +52,12 @@ logger = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 #: Statuses a session can only have while its server is alive.
 LIVE = frozenset(
-    {vocab.SESSION_CREATED, vocab.SESSION_SCHEDULED, vocab.SESSION_RUNNING, vocab.SESSION_BLOCKED}
+    {
+        vocab.SessionStatus.CREATED,
+        vocab.SessionStatus.SCHEDULED,
+        vocab.SessionStatus.RUNNING,
+        vocab.SessionStatus.BLOCKED,
+    }
 )
 RESTART_MESSAGE = (
     "The server restarted while this session was {status}; its in-memory model, optimizer "
@@ -113,13 +118,13 @@ def owner_alive(root: Path, token: str) -> bool:
     return False
 
 
-def restored_status(status: str, error: str | None) -> tuple[str, str | None]:
+def restored_status(status: str, error: str | None) -> tuple[vocab.SessionStatus, str | None]:
     """The (status, ErrorDetails) a session recorded as ``status`` has after a restart."""
     if status in LIVE:
-        return vocab.SESSION_FAILED, RESTART_MESSAGE.format(status=status)
-    if status == "Stopping":
-        return "Stopped", error
-    return status, error
+        return vocab.SessionStatus.FAILED, RESTART_MESSAGE.format(status=status)
+    if status == vocab.SessionStatus.STOPPING:
+        return vocab.SessionStatus.STOPPED, error
+    return vocab.SessionStatus(status), error
 
 
 def session_record(session: Session) -> dict[str, Any]:

@@ -139,8 +139,8 @@ class SamplingScheduler:
     @staticmethod
     def _start(job: _Job) -> bool:
         if job.session.engine is None or job.session.status not in (
-            vocab.SESSION_RUNNING,
-            vocab.SESSION_BLOCKED,
+            vocab.SessionStatus.RUNNING,
+            vocab.SessionStatus.BLOCKED,
         ):
             job.op.finish(FAILED, error=f"The session is {job.session.status}; nothing ran.")
             return False

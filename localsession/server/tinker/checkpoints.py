@@ -29,6 +29,7 @@ class Checkpoints:
     lock: threading.Lock
     paths: dict[str, str]
     ttl: dict[str, datetime]
+    metadata: dict[str, dict[str, Any]]
 
     def packages(self) -> list[dict[str, Any]]:
         """Every package this dialect saved (description = its tinker path), newest first."""
@@ -90,3 +91,4 @@ class Checkpoints:
         with self.lock:
             self.paths.pop(path, None)
             self.ttl.pop(path, None)
+            self.metadata.pop(path, None)

@@ -31,6 +31,10 @@ MAX_INFLATED_BYTES = 256 * 1024 * 1024
 MASK_LOGPROB = -99999.0
 
 
+#: A datum's loss input shapes, by key (``[N]``, or ``[N, K]`` for 2-D targets).
+Shapes = dict[str, list[int]]
+
+
 def _pb() -> Any:
     try:
         from tinker.proto import tinker_public_pb2
@@ -108,7 +112,7 @@ def _floats(raw: bytes, where: str) -> list[float]:
     return [v[0] for v in struct.iter_unpack("<f", raw)]
 
 
-def _datum(msg: Any, index: int) -> TrainingDatum:
+def _datum(msg: Any, index: int) -> tuple[TrainingDatum, Shapes]:
     if not msg.model_input:
         raise errors.validation(f"datum {index} has no model_input chunks; give it token ids")
     tokens: list[int] = []
@@ -120,11 +124,13 @@ def _datum(msg: Any, index: int) -> TrainingDatum:
                 "locally; image and audio inputs are not supported"
             )
         tokens += _ints(chunk.encoded_text.tokens, "i", f"datum {index} chunk {c}")
-    inputs = {
-        key: _tensor(value, f"datum {index} loss_fn_inputs[{key!r}]")["data"]
+    tensors = {
+        key: _tensor(value, f"datum {index} loss_fn_inputs[{key!r}]")
         for key, value in msg.loss_fn_inputs.items()
     }
-    return TrainingDatum(tokens, inputs)
+    inputs = {key: t["data"] for key, t in tensors.items()}
+    shapes = {key: list(t.get("shape") or [len(t["data"])]) for key, t in tensors.items()}
+    return TrainingDatum(tokens, inputs), shapes
 
 
 def _flat(data: list[Any]) -> list[Any]:
@@ -143,7 +149,7 @@ def _json_values(given: Any, where: str) -> list[Any]:
     return _flat(given["data"])
 
 
-def _json_datum(value: Any, index: int) -> TrainingDatum:
+def _json_datum(value: Any, index: int) -> tuple[TrainingDatum, Shapes]:
     if not isinstance(value, dict):
         raise errors.validation(f"forward_backward_input.data[{index}] must be an object")
     chunks = (value.get("model_input") or {}).get("chunks") or []
@@ -157,17 +163,29 @@ def _json_datum(value: Any, index: int) -> TrainingDatum:
         if not isinstance(ids, list):
             raise errors.validation(f"datum {index} chunk {c}: tokens must be a list of ids")
         tokens += ids
+    given = value.get("loss_fn_inputs") or {}
     inputs = {
-        key: _json_values(td, f"datum {index} loss_fn_inputs[{key!r}]")
-        for key, td in (value.get("loss_fn_inputs") or {}).items()
+        key: _json_values(td, f"datum {index} loss_fn_inputs[{key!r}]") for key, td in given.items()
     }
-    return TrainingDatum(tokens, inputs)
+    shapes = {key: _json_shape(given[key], len(values)) for key, values in inputs.items()}
+    return TrainingDatum(tokens, inputs), shapes
+
+
+def _json_shape(given: Any, count: int) -> list[int]:
+    """A JSON loss input's shape: its ``shape`` if given, else its nesting's (rows, width)."""
+    if isinstance(given, dict) and given.get("shape"):
+        return [int(n) for n in given["shape"]]
+    data = given.get("data") if isinstance(given, dict) else given
+    if isinstance(data, list) and data and isinstance(data[0], list):
+        return [len(data), len(data[0])]
+    return [count]
 
 
 def decode_forward_backward(
     body: bytes, content_type: str, encoding: str | None
-) -> tuple[str, int, str, dict[str, Any], bool, list[TrainingDatum]]:
-    """A forward_backward body -> (model_id, seq_id, loss_fn, config, forward_only, datums)."""
+) -> tuple[str, int, str, dict[str, Any], bool, list[TrainingDatum], list[Shapes]]:
+    """A forward_backward body -> (model_id, seq_id, loss_fn, config, forward_only, datums,
+    each datum's loss input shapes)."""
     raw = inflate(body, encoding)
     if "json" in content_type:
         from localsession.server import wire
@@ -183,7 +201,7 @@ def decode_forward_backward(
             str(fbi.get("loss_fn") or ""),
             dict(fbi.get("loss_fn_config") or {}),
             bool(request.get("forward_only", False)),
-            [_json_datum(d, i) for i, d in enumerate(data)],
+            *_split([_json_datum(d, i) for i, d in enumerate(data)]),
         )
     msg = _pb().ForwardBackwardRequest()
     try:
@@ -197,12 +215,19 @@ def decode_forward_backward(
     for key, value in msg.loss_fn_config_v2.items():
         kind = value.WhichOneof("value") if value.DESCRIPTOR.oneofs else "number"
         config[key] = value.text if kind == "text" else value.number
-    datums = [_datum(d, i) for i, d in enumerate(msg.data)]
-    return msg.model_id, msg.seq_id, msg.loss_fn, config, msg.forward_only, datums
+    datums, shapes = _split([_datum(d, i) for i, d in enumerate(msg.data)])
+    return msg.model_id, msg.seq_id, msg.loss_fn, config, msg.forward_only, datums, shapes
 
 
-def _batched(rows: list[list[float]]) -> Any:
-    """One float32 value list per datum -> one ``BatchedTensor``."""
+def _split(
+    parsed: list[tuple[TrainingDatum, Shapes]],
+) -> tuple[list[TrainingDatum], list[Shapes]]:
+    return [d for d, _ in parsed], [shape for _, shape in parsed]
+
+
+def _batched(rows: list[list[float]], width: int = 0) -> Any:
+    """One float32 value list per datum -> one ``BatchedTensor`` (rows of ``width`` values
+    each, ``(N, width)``, when ``width``)."""
     pb = _pb()
     parts = [struct.pack(f"<{len(row)}f", *row) for row in rows]
     offsets = [0]
@@ -212,23 +237,24 @@ def _batched(rows: list[list[float]]) -> Any:
         data=b"".join(parts),
         offsets=struct.pack(f"<{len(offsets)}q", *offsets),
         dtype=pb.DTYPE_FLOAT32,
-        trailing_shape=[],
+        trailing_shape=[width] if width else [],
     )
 
 
 def encode_forward_backward_output(
-    metrics: dict[str, float], outputs: Sequence[DatumOutput]
+    metrics: dict[str, float], outputs: Sequence[DatumOutput], width: int = 0
 ) -> bytes:
     """A forward/forwardBackward result -> ``ForwardBackwardOutput`` protobuf bytes: the
-    per-datum ``logprobs`` and ``elementwise_loss`` (other diagnostics stay out)."""
+    per-datum ``logprobs`` and ``elementwise_loss`` (other diagnostics stay out), each
+    ``(N, width)`` row-major when ``width`` (2-D targets, topk_targets.py)."""
     pb = _pb()
     msg = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", metrics=metrics)
     record = msg.loss_fn_outputs.add()
     record.num_datums = len(outputs)
     if outputs:
-        record.fields["logprobs"].CopyFrom(_batched([out.logprobs for out in outputs]))
+        record.fields["logprobs"].CopyFrom(_batched([out.logprobs for out in outputs], width))
         record.fields["elementwise_loss"].CopyFrom(
-            _batched([out.elementwise_loss for out in outputs])
+            _batched([out.elementwise_loss for out in outputs], width)
         )
     return bytes(msg.SerializeToString())
 
@@ -264,6 +290,9 @@ def encode_sample_response(
         out.stop_reason = pb.STOP_REASON_STOP if stopped else pb.STOP_REASON_LENGTH
         out.tokens = struct.pack(f"<{len(seq.tokens)}i", *seq.tokens)
         out.logprobs = struct.pack(f"<{len(seq.logprobs)}f", *seq.logprobs)
+        if (top := seq.topk_logprobs) is not None:
+            width = max((len(row) for row in top), default=0)
+            out.topk_sampled_logprobs.CopyFrom(_topk(top, width))
     prompt = result.prompt_logprobs
     if prompt is not None:
         cut = len(prompt) - int(prompt_last_n) if prompt_last_n else 0
@@ -272,4 +301,12 @@ def encode_sample_response(
     rows = result.topk_prompt_logprobs
     if rows is not None and topk > 0:
         msg.topk_prompt_logprobs.CopyFrom(_topk(rows, topk))
+    if (targets := result.target_prompt_logprobs) is not None:
+        from localsession.server.tinker.sample_options import target_tensor
+
+        msg.target_prompt_logprobs.CopyFrom(target_tensor(pb, targets))
+    if (alt := result.prompt_alt_tokens) is not None:
+        from localsession.server.tinker.sample_options import alt_tokens
+
+        msg.prompt_alt_tokens.CopyFrom(alt_tokens(pb, alt.tokens, alt.logprobs))
     return bytes(msg.SerializeToString())

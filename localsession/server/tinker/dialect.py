@@ -22,8 +22,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -36,15 +34,17 @@ from localsession.port_commands import (
     OptimCommand,
     SaveCommand,
     SessionCommand,
-    TrainingCommand,
 )
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
-from localsession.server.tinker import commands as parse
+from localsession.server.tinker import dro, topk_targets
+from localsession.server.tinker import tinker_commands as parse
 from localsession.server.tinker.checkpoints import Checkpoints
+from localsession.server.tinker.expiry import Reaper
+from localsession.server.tinker.numbering import Numbering
 from localsession.server.tinker.samplers import Sampler, Samplers
 
 #: The losses Tinker's SDK can name, and the ones the runtime computes.
@@ -58,7 +58,7 @@ TINKER_LOSSES = (
     "stable_reinforce",
     "custom",
 )
-IMPLEMENTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo")
+IMPLEMENTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
 #: LoRA alpha for every Tinker model (Tinker's API has no alpha; docs/tinker.md).
 LORA_ALPHA = 32
 #: What a sampling request without ``max_tokens`` generates.
@@ -96,7 +96,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Dialect(Checkpoints, Samplers):
+class Dialect(Checkpoints, Samplers, Numbering):
     """The Tinker dialect's state over one :class:`Service` (thread-safe)."""
 
     def __init__(self, service: Service) -> None:
@@ -108,8 +108,13 @@ class Dialect(Checkpoints, Samplers):
         self.futures: dict[str, Future] = {}
         self.samplers: dict[str, Sampler] = {}
         self.hidden: dict[str, str] = {}  # base model -> sampler session name
+        self.hidden_locks: dict[str, threading.Lock] = {}
+        self.hidden_used: dict[str, float] = {}
+        self.reaper = Reaper(self)
         self.paths: dict[str, str] = {}  # tinker:// path -> package ARN
         self.ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
+        self.recipients: dict[str, list[str]] = {}  # external export -> its age recipients
+        self.metadata: dict[str, dict[str, Any]] = {}  # tinker:// path -> its user_metadata
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -117,22 +122,35 @@ class Dialect(Checkpoints, Samplers):
         session_id = str(uuid.uuid4())
         with self.lock:
             self.sessions[session_id] = time.monotonic()
+        self.reaper.ensure()
         return session_id
 
     def heartbeat(self, session_id: str) -> bool:
+        """Note a heartbeat; False if the session has finished or expired (410). A session
+        this server does not know (it restarted) is adopted."""
         with self.lock:
-            alive = session_id in self.sessions
-            if alive:
-                self.sessions[session_id] = time.monotonic()
-        return alive
+            if session_id in self.finished:
+                return False
+            self.sessions[session_id] = time.monotonic()
+        self.reaper.ensure()
+        return True
 
     def finish(self, session_id: str) -> None:
         """End a session (``ServiceClient.close``): its heartbeats get 410 and its models'
         runtime sessions stop, freeing their engines."""
+        self.end_session(session_id)
+
+    def end_session(self, session_id: str) -> None:
+        """End a session (closed, or expired by expiry.py): later heartbeats get 410, its
+        samplers are forgotten and its models' runtime sessions stop."""
         with self.lock:
             self.sessions.pop(session_id, None)
             self.finished.add(session_id)
-            names = [m.session for m in self.models.values() if m.model_id.startswith(session_id)]
+            names = [
+                m.session for m in self.models.values() if m.model_id.startswith(session_id + ":")
+            ]
+            for sampler_id in [k for k, v in self.samplers.items() if v.session_id == session_id]:
+                del self.samplers[sampler_id]
         for name in names:
             try:
                 self.service.stop_training_session({"TrainingSessionName": name})
@@ -224,7 +242,14 @@ class Dialect(Checkpoints, Samplers):
                 runtime=True,
             )
         found.last_request = _now()
+        self.touch(found.model_id.partition(":")[0])
         return found
+
+    def touch(self, session_id: str | None) -> None:
+        """A request of a session counts as its heartbeat."""
+        with self.lock:
+            if session_id in self.sessions:
+                self.sessions[str(session_id)] = time.monotonic()
 
     def canonical(self, base_model: str) -> str:
         return self.service.catalog.canonical_name(base_model)
@@ -253,44 +278,6 @@ class Dialect(Checkpoints, Samplers):
 
     # -- training ops --------------------------------------------------------------------
 
-    def number(self, model: Model, seq_id: Any) -> int:
-        """The runtime sequence number of the SDK's ``seq_id`` on ``model``."""
-        number = int(seq_id or 0) + model.offset
-        if number < 1:
-            raise errors.validation(f"seq_id={seq_id} must be >= 1")
-        return number
-
-    @contextmanager
-    def numbered(self, model: Model, seq_id: Any) -> Iterator[int]:
-        """The request's runtime sequence number; a refusal raised inside (before or by the
-        submit) records the number used, so later requests do not wait for it."""
-        number = self.number(model, seq_id)
-        try:
-            yield number
-        except ServiceError as exc:
-            if exc.http_status < 500 and exc.code != vocab.THROTTLING:
-                self._refuse(model.session, number)
-            raise
-
-    def refuse(self, model_id: Any, seq_id: Any) -> None:
-        """A route refused a model's request before the dialect saw it: free its number
-        (nothing to do for an unknown model or a missing number)."""
-        with self.lock:
-            model = self.models.get(str(model_id))
-        if model is not None and seq_id is not None:
-            with suppress(ServiceError):  # a bad seq_id: nothing was numbered
-                self._refuse(model.session, self.number(model, seq_id))
-
-    def _refuse(self, session: str, number: int) -> None:
-        with suppress(ServiceError):  # the session is gone: nothing waits on it
-            self.service.refuse_sequence(session, number)
-
-    def submit(self, model: Model, number: int, command: TrainingCommand) -> str:
-        """Queue one typed runtime training command for ``model``; the runtime op id."""
-        return self.service.submit_training(
-            model.session, number, command, client_token=f"tinker-{number}"
-        )
-
     def forward_backward(
         self,
         model_id: str,
@@ -299,20 +286,29 @@ class Dialect(Checkpoints, Samplers):
         config: dict[str, Any],
         forward_only: bool,
         datums: list[TrainingDatum],
+        shapes: list[dict[str, list[int]]],
     ) -> str:
+        """Queue a Tinker forward / forward_backward; ``shapes``: each datum's input shapes."""
         model = self.model(model_id)
         with self.numbered(model, seq_id) as number:
+            if loss_fn == "dro":  # a forward, then a cross-entropy backward (dro.py)
+                future = Future("forward", model_id=model_id)
+                return self.add_future(
+                    dro.submit(self, model, number, config, forward_only, datums, shapes, future)
+                )
             if loss_fn not in IMPLEMENTED_LOSSES:
                 raise parse.unsupported_loss(loss_fn, IMPLEMENTED_LOSSES, TINKER_LOSSES)
-            command = ForwardCommand(
-                [parse.weighted(d) for d in datums],
-                loss_fn,
-                parse.loss_config(config),
-                not forward_only,
-            )
+            # (N, K) targets: K datums each (topk_targets.py)
+            expanded, groups = topk_targets.expand(loss_fn, datums, shapes)
+            weighted = [parse.weighted(d) for d in expanded]
+            config_ = parse.loss_config(config)
+            command = ForwardCommand(weighted, loss_fn, config_, not forward_only)
             op = self.submit(model, number, command)
         kind = command.kind
-        return self.add_future(Future(kind, session=model.session, op_id=op, model_id=model_id))
+        extra = {"groups": groups} if topk_targets.wide(groups) else {}
+        return self.add_future(
+            Future(kind, session=model.session, op_id=op, model_id=model_id, extra=extra)
+        )
 
     def optim_step(self, request: dict[str, Any]) -> str:
         model = self.model(request.get("model_id"))
@@ -335,7 +331,7 @@ class Dialect(Checkpoints, Samplers):
             Future("optimizerStep", session=model.session, op_id=op, model_id=model.model_id)
         )
 
-    def _path(self, model: Model, segment: str, name: Any) -> str:
+    def checkpoint_path(self, model: Model, segment: str, name: Any) -> str:
         label = str(name) if name else f"{segment}-{uuid.uuid4().hex[:12]}"
         if "/" in label or not label.strip():
             raise errors.validation(f"path {name!r} must be a plain name without '/'")
@@ -345,7 +341,7 @@ class Dialect(Checkpoints, Samplers):
         model = self.model(request.get("model_id"))
         with self.numbered(model, request.get("seq_id")) as number:
             segment = "sampler_weights" if sampler else "weights"
-            path = self._path(model, segment, request.get("path"))
+            path = self.checkpoint_path(model, segment, request.get("path"))
             if not request.get("overwrite") and self.package_of(path, required=False):
                 raise errors.conflict(
                     f"checkpoint {path} exists; pass overwrite=True or a new name"
@@ -353,6 +349,9 @@ class Dialect(Checkpoints, Samplers):
             command = SaveCommand(checkpoint=not sampler, description=path)
             op = self.submit(model, number, command)
         kind = command.kind
+        if isinstance(request.get("user_metadata"), dict):
+            with self.lock:
+                self.metadata[path] = dict(request["user_metadata"])
         extra: dict[str, Any] = {"path": path, "ttl": request.get("ttl_seconds")}
         if sampler and request.get("sampling_session_seq_id") is not None:
             extra["sampler_for"] = model.model_id

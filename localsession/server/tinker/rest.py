@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from localsession.runtime import errors
 from localsession.server import wire
+from localsession.server.tinker import external
 from localsession.server.tinker.dialect import Dialect
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -55,17 +56,25 @@ def checkpoints(dialect: Dialect, run: str | None = None) -> list[dict[str, Any]
         with dialect.lock:
             dialect.paths[path] = str(item["ModelPackageArn"])
             expires = dialect.ttl.get(path)
+            metadata = dialect.metadata.get(path)
         out.append(
             {
                 "checkpoint_id": checkpoint_id,
-                "checkpoint_type": "sampler" if checkpoint_id.startswith("sampler") else "training",
+                "checkpoint_type": _kind(checkpoint_id),
                 "time": created.isoformat() if hasattr(created, "isoformat") else str(created),
                 "tinker_path": path,
                 "public": False,
                 "expires_at": expires.isoformat() if expires else None,
+                "user_metadata": metadata,
             }
         )
     return out
+
+
+def _kind(checkpoint_id: str) -> str:
+    if checkpoint_id.startswith("sampler"):
+        return "sampler"
+    return "external" if checkpoint_id.startswith(external.SEGMENT) else "training"
 
 
 def training_run(dialect: Dialect, run: str, ckpts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -167,8 +176,26 @@ def table(dialect: Dialect) -> list[tuple[str, Handler, str]]:
             }
         )
 
+    async def external_urls(request: Request) -> Response:
+        path = _path(request).removesuffix("/external_weights_urls")
+        base = str(request.base_url)
+        return JSONResponse(await run_in_threadpool(external.urls, dialect, path, base))
+
+    async def external_file(request: Request) -> Response:
+        p = request.path_params
+        data = await run_in_threadpool(external.content, dialect, p["run"], p["name"], p["file"])
+        return Response(data, media_type="application/octet-stream")
+
+    async def save_external(request: Request) -> Response:
+        body = wire.parse_body(await request.body() or b"{}")
+        request_id = await run_in_threadpool(external.save, dialect, body)
+        return JSONResponse({"request_id": request_id})
+
     ckpt = "/training_runs/{run}/checkpoints/{checkpoint:path}"
     return [
+        ("/save_weights_external", save_external, "POST"),
+        (ckpt + "/external_weights_urls", external_urls, "GET"),
+        ("/external_weights_files/{run}/{name}/{file:path}", external_file, "GET"),
         ("/training_runs", list_runs, "GET"),
         ("/training_runs/{run}", get_run, "GET"),
         ("/training_runs/{run}/checkpoints", list_run_checkpoints, "GET"),

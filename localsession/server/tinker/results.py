@@ -21,7 +21,7 @@ from localsession.port_results import (
     SaveResult,
 )
 from localsession.runtime.errors import ServiceError
-from localsession.server.tinker import codec, rest
+from localsession.server.tinker import codec, dro, rest, topk_targets
 from localsession.server.tinker.dialect import Dialect, Future
 
 PROTOBUF = "application/x-protobuf"
@@ -48,7 +48,15 @@ def completed(dialect: Dialect, future: Future, result: OpResult) -> Response:
     """A completed runtime op's result, in the Tinker shape its request type reads."""
     kind = future.kind
     if isinstance(result, ForwardResult):
-        data = codec.encode_forward_backward_output(fwd_metrics(result), result.outputs)
+        outputs = result.outputs
+        width = 0
+        if future.extra.get("groups"):  # (N, K) targets ran as K datums each
+            outputs = topk_targets.regroup(outputs, future.extra["groups"])
+            width = topk_targets.width(future.extra["groups"])
+        if future.extra.get("dro"):  # a cross-entropy surrogate ran: report DRO's loss
+            outputs = dro.outputs(outputs, future.extra["dro"])
+            result = ForwardResult(result.metrics, outputs)
+        data = codec.encode_forward_backward_output(fwd_metrics(result), outputs, width)
         return Response(data, media_type=PROTOBUF)
     if isinstance(result, OptimResult):
         return JSONResponse({"metrics": result.metrics})
@@ -60,6 +68,8 @@ def completed(dialect: Dialect, future: Future, result: OpResult) -> Response:
             rest.set_ttl(dialect, path, int(future.extra["ttl"]))
         if kind == "saveState":
             return JSONResponse({"path": path, "type": "save_weights"})
+        if future.extra.get("external"):
+            return JSONResponse({"path": path, "type": "save_weights_external"})
         out: dict[str, Any] = {"path": path, "type": "save_weights_for_sampler"}
         if future.extra.get("sampler_for"):
             out["sampling_session_id"] = dialect.create_sampler(path, None)

@@ -11,6 +11,7 @@ runtime's HTTP status, the shape the SDK's ``APIStatusError`` carries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,8 +26,9 @@ from localsession.port_commands import SampleCommand
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
-from localsession.server.tinker import codec, completions, rest, results
+from localsession.server.tinker import codec, completions, dro, rest, results, sample_options
 from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
+from localsession.server.tinker.samplers import INFLIGHT
 
 #: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
 HOLD_SECONDS = 30.0
@@ -100,10 +102,8 @@ class TinkerRoutes:
     async def heartbeat(self, request: Request) -> Response:
         body = await body_json(request)
         session_id = str(body.get("session_id") or "")
-        if session_id in self.dialect.finished:
+        if not self.dialect.heartbeat(session_id):  # closed, or expired (expiry.py)
             raise ServiceError("SessionFinished", f"session {session_id} has finished", 410)
-        if not self.dialect.heartbeat(session_id):
-            self.dialect.sessions[session_id] = 0.0  # a restarted server adopts the client
         return JSONResponse({"type": "session_heartbeat"})
 
     async def finish(self, request: Request) -> Response:
@@ -146,11 +146,18 @@ class TinkerRoutes:
         decoded = await run_in_threadpool(
             codec.decode_forward_backward, raw, content_type, encoding
         )
-        model_id, seq_id, loss_fn, config, forward_only, datums = decoded
+        model_id, seq_id, loss_fn, config, forward_only, datums, shapes = decoded
         if request.url.path.endswith("/forward"):
             forward_only = True
         request_id = await run_in_threadpool(
-            self.dialect.forward_backward, model_id, seq_id, loss_fn, config, forward_only, datums
+            self.dialect.forward_backward,
+            model_id,
+            seq_id,
+            loss_fn,
+            config,
+            forward_only,
+            datums,
+            shapes,
         )
         return self._future(request_id, model_id)
 
@@ -161,9 +168,13 @@ class TinkerRoutes:
     async def save_weights(self, request: Request) -> Response:
         body = await body_json(request)
         sampler = request.url.path.endswith("/save_weights_for_sampler")
-        if body.get("kind", "snapshot") != "snapshot":
+        if sampler and body.get("kind") == "inflight":  # one shared target (samplers.py)
+            body = {**body, "path": INFLIGHT, "overwrite": True, "ttl_seconds": None}
+        elif body.get("kind", "snapshot") != "snapshot":
             self.dialect.refuse(body.get("model_id"), body.get("seq_id"))  # its number is used
-            raise errors.validation("only snapshot sampling clients are supported locally")
+            raise errors.validation(
+                f"kind={body.get('kind')!r}: a sampling client is 'snapshot' or 'inflight'"
+            )
         return self._future(await run_in_threadpool(self.dialect.save, body, sampler=sampler))
 
     async def load_weights(self, request: Request) -> Response:
@@ -175,7 +186,10 @@ class TinkerRoutes:
     async def create_sampler(self, request: Request) -> Response:
         body = await body_json(request)
         sampler_id = await run_in_threadpool(
-            self.dialect.create_sampler, body.get("model_path"), body.get("base_model")
+            self.dialect.create_sampler,
+            body.get("model_path"),
+            body.get("base_model"),
+            body.get("session_id"),
         )
         return JSONResponse({"type": "create_sampling_session", "sampling_session_id": sampler_id})
 
@@ -191,11 +205,8 @@ class TinkerRoutes:
 
     async def asample(self, request: Request) -> Response:
         body = await body_json(request)
-        for key in ("topk_sample_logprobs", "prompt_alt_tokens_k"):
-            if body.get(key):
-                raise errors.validation(f"{key} is not supported locally; leave it at 0")
-        if body.get("target_prompt_logprobs") is not None:
-            raise errors.validation("target_prompt_logprobs is not supported locally")
+        prompt_length = sum(len(c.get("tokens") or []) for c in body["prompt"]["chunks"])
+        options = sample_options.options(body, prompt_length)
         if body.get("sampling_session_id"):
             sampler = self.dialect.sampler(body["sampling_session_id"])
         else:
@@ -219,8 +230,11 @@ class TinkerRoutes:
             stop_token_ids=tuple(s for s in stops if not isinstance(s, str)),
             include_prompt_logprobs=bool(body.get("prompt_logprobs")),
             topk_prompt_logprobs=topk or None,
+            stop_at_eos=stop != [],  # SDK 0.38: stop=[] turns off EOS, None keeps it
         )
-        command = SampleCommand(request_, params.get("seed"), sampler.package)
+        if options:  # the Tinker-only fields (sample_options.py)
+            request_ = dataclasses.replace(request_, **options)
+        command = SampleCommand(request_, params.get("seed"), self.dialect.package_for(sampler))
         name = await run_in_threadpool(self.dialect.session_for, sampler)
         op_id = await run_in_threadpool(self.service.submit_sample, name, command)
         future = Future(
@@ -253,6 +267,12 @@ class TinkerRoutes:
             return JSONResponse(future.value)
         if future.kind == "create_model":
             return await self._created(request_id, future)
+        if future.op_id is None:  # a dro backward, queued once its forward ran (dro.py)
+            await run_in_threadpool(dro.wait_ready, future, HOLD_SECONDS)
+            if future.error is not None:
+                return JSONResponse({"error": future.error, "category": "user"})
+            if future.op_id is None:
+                return _try_again(request_id)
         assert future.session is not None and future.op_id is not None
         await self._hold(future.session, future.op_id)
         outcome = await run_in_threadpool(
@@ -260,7 +280,7 @@ class TinkerRoutes:
         )
         if outcome.status not in vocab.OP_TERMINAL:
             return _try_again(request_id)
-        if outcome.status != vocab.OP_COMPLETED or outcome.result is None:
+        if outcome.status != vocab.OpStatus.COMPLETED or outcome.result is None:
             message = outcome.error or f"operation {outcome.status}"
             return JSONResponse({"error": message, "category": "user"})
         return await run_in_threadpool(results.completed, self.dialect, future, outcome.result)

@@ -5,19 +5,26 @@ A sampler reads a checkpoint's package (``model_path``) or the base model. It ru
 runtime session of the model that saved the checkpoint while that model is alive, else on
 one hidden sampler session per base model and head (rank 1: sampling reads a package's own
 adapter, so the session's rank does not matter; but a package that adapts the output head,
-``train_unembed``, needs a session whose adapter covers the head too).
+``train_unembed``, needs a session whose adapter covers the head too). A hidden session is
+made under its key's own lock, so requests arriving together on a new base model share one;
+it is reclaimed once no live Tinker session holds a sampler on it (expiry.py).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
+
+#: The checkpoint name every inflight save of a model writes (``kind="inflight"``).
+INFLIGHT = "inflight"
 
 
 @dataclass
@@ -29,6 +36,13 @@ class Sampler:
     model_id: str | None
     #: the package adapts the output head (train_unembed): only a session that does reads it
     unembed: bool = False
+    #: the Tinker session that made it (None: a sample request that named no session)
+    session_id: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The hidden sampler session this sampler runs on when its model is gone."""
+        return self.base_model + (" +unembed" if self.unembed else "")
 
 
 class Samplers:
@@ -38,7 +52,12 @@ class Samplers:
     lock: threading.Lock
     samplers: dict[str, Sampler]
     hidden: dict[str, str]
+    #: one lock per hidden key, held while its session is made
+    hidden_locks: dict[str, threading.Lock]
+    #: hidden key -> when a request last ran on it (time.monotonic)
+    hidden_used: dict[str, float]
     models: dict[str, Any]
+    reaper: Any  # expiry.Reaper
 
     if TYPE_CHECKING:  # provided by Checkpoints and the Dialect
 
@@ -50,7 +69,9 @@ class Samplers:
             self, base_model: str, rank: int, seed: int | None, unembed: bool = False
         ) -> str: ...
 
-    def create_sampler(self, model_path: str | None, base_model: str | None) -> str:
+    def create_sampler(
+        self, model_path: str | None, base_model: str | None, session_id: str | None = None
+    ) -> str:
         package = self.package_of(model_path) if model_path else None
         model_id = None
         if model_path:
@@ -65,9 +86,18 @@ class Samplers:
         sampler_id = f"sampler-{uuid.uuid4().hex}"
         with self.lock:
             self.samplers[sampler_id] = Sampler(
-                sampler_id, base_model, model_path, package, model_id, unembed
+                sampler_id, base_model, model_path, package, model_id, unembed, session_id
             )
         return sampler_id
+
+    def package_for(self, sampler: Sampler) -> str | None:
+        """The package a sampler's next request reads. An inflight sampler (its model's
+        ``sampler_weights/inflight`` checkpoint, which every ``kind="inflight"`` save
+        overwrites) reads the newest save of that path: the weights saved when it was made,
+        or newer, as the SDK promises; a snapshot sampler the package it was made with."""
+        if sampler.model_path and sampler.model_path.endswith(f"/sampler_weights/{INFLIGHT}"):
+            return self.package_of(sampler.model_path, required=False) or sampler.package
+        return sampler.package
 
     def sampler(self, sampler_id: Any) -> Sampler:
         with self.lock:
@@ -88,16 +118,34 @@ class Samplers:
                         return model.session
                 except ServiceError:
                     pass
-            key = self.canonical(sampler.base_model) + (" +unembed" if sampler.unembed else "")
-            name = self.hidden.get(key)
-        if name is not None:
-            try:
-                if self.service.session(name).status == "Running":
-                    return name
-            except ServiceError:
-                pass
-        name = self._new_session(sampler.base_model, 1, None, sampler.unembed)
-        self.service.wait_for_session(name, 600)
-        with self.lock:
-            self.hidden[key] = name
-        return name
+            key = sampler.key
+            making = self.hidden_locks.setdefault(key, threading.Lock())
+        with making:  # one maker per key; the others wait here, then find its session
+            with self.lock:
+                name = self.hidden.get(key)
+                self.hidden_used[key] = time.monotonic()
+            if name is not None and self._running(name):
+                return name
+            name = self._new_session(sampler.base_model, 1, None, sampler.unembed)
+            with self.lock:
+                self.hidden[key] = name
+                self.hidden_used[key] = time.monotonic()
+            self.reaper.ensure()
+            status = self.service.wait_for_session(name, 600)
+            if status != "Running":  # a failed start is named, and the next request retries
+                with self.lock:
+                    if self.hidden.get(key) == name:
+                        del self.hidden[key]
+                detail = self.service.session(name).describe().get("ErrorDetails") or status
+                raise ServiceError(
+                    vocab.ErrorCode.INTERNAL,
+                    f"the sampling session for {sampler.base_model} did not start: {detail}",
+                    500,
+                )
+            return name
+
+    def _running(self, name: str) -> bool:
+        try:
+            return self.service.session(name).status == "Running"
+        except ServiceError:
+            return False

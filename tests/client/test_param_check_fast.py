@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from testkit import containers
 
 from localsession.client.backend import CONTROL_PLANE, RUNTIME, check_params, checked_copy
-from localsession.client.param_check import Unproven, conformer
+from localsession.client.param_check_fast import Unproven, conformer
 from localsession.runtime.members import service_model
 
 

@@ -34,6 +34,20 @@ def add_record(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--profile", help="the AWS profile to sign with (default: botocore's chain)"
     )
     record.add_argument(
+        "--home",
+        type=Path,
+        help="where the SDK's tokenizers are exported (<home>/hf-hub, printed as "
+        "HF_HUB_CACHE; default $LOCALSESSION_HOME, else ~/.localsession)",
+    )
+    record.add_argument(
+        "--model-map",
+        action="append",
+        default=[],
+        metavar="NAME=TARGET",
+        help="also export TARGET's tokenizer under NAME, a service model id, as serve does "
+        "(repeatable)",
+    )
+    record.add_argument(
         "--no-sign",
         action="store_true",
         help="forward unsigned (an upstream that checks no signature, e.g. a local serve)",

@@ -1,78 +1,25 @@
-"""A wire ``datumList`` checked and parsed once into the engine port's ``TrainingDatum`` values.
+"""A wire ``datumList`` checked and parsed into the engine port's ``TrainingDatum`` values.
 
-Every client sends the same plain shape: a ``modelInput`` of one chunk of token ids, and
-``lossFnInputs`` of flat ``TensorData``. :func:`plain_datum` reads that shape with checks
-that run in C over whole lists (``set(map(type, ...))``, ``min``), and no message is built
-for a datum that passes. Anything else takes :func:`checked_datum`, which checks member by
-member and names the first problem and its fix. The two agree on every datum the first
-accepts (tests/runtime/test_datums.py holds them to it).
+The exact path: :func:`checked_datum` checks a datum member by member and names the first
+problem and its fix. The usual datum is read faster by runtime/wire_datums_fast.py, which
+returns what this module returns, or hands the datum here.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, TypeGuard
 
+from localsession import vocab
 from localsession.port import TrainingDatum
 from localsession.runtime.errors import validation
-from localsession.runtime.members import MEMBERS, known_members
+from localsession.runtime.members import known_members
 
 
-def training_datums(datums: Any, op: str = "forwardBackward") -> list[TrainingDatum]:
+def training_datums(datums: Any, op: str = vocab.OpKind.FORWARD_BACKWARD) -> list[TrainingDatum]:
     """Check a wire ``datumList``'s structure; its datums as the engine port's values."""
     if not isinstance(datums, list) or not datums:
         raise validation(f"{op}.datumList must hold at least one datum")
-    plain = plain_shapes()
-    parsed: list[TrainingDatum] = []
-    for i, datum in enumerate(datums):
-        read = plain_datum(datum, *plain)
-        parsed.append(read if read is not None else checked_datum(datum, f"{op}.datumList[{i}]"))
-    return parsed
-
-
-@functools.cache
-def plain_shapes() -> tuple[frozenset[str], ...]:
-    """The members of Datum, EncodedTextChunk and TensorData (read from botocore once)."""
-    return tuple(MEMBERS[shape] for shape in ("Datum", "EncodedTextChunk", "TensorData"))
-
-
-def plain_datum(
-    datum: Any, datum_keys: frozenset[str], chunk_keys: frozenset[str], tensor_keys: frozenset[str]
-) -> TrainingDatum | None:
-    """The datum's port value if it has the plain shape (one chunk, flat tensors), else None:
-    :func:`checked_datum` then decides, and names any problem."""
-    if type(datum) is not dict or not datum.keys() <= datum_keys:
-        return None
-    model_input = datum.get("modelInput")
-    if type(model_input) is not dict or len(model_input) != 1:
-        return None
-    parts = model_input.get("chunks")
-    if type(parts) is not list or len(parts) != 1:
-        return None
-    chunk = parts[0]
-    if type(chunk) is not dict or not chunk.keys() <= chunk_keys:
-        return None
-    ids = chunk.get("tokens")
-    if type(ids) is not list or chunk.get("type", "encoded_text") != "encoded_text":
-        return None
-    if ids and not (set(map(type, ids)) <= {int} and min(ids) >= 0):
-        return None
-    inputs = datum.get("lossFnInputs", {})
-    if type(inputs) is not dict:
-        return None
-    for value in inputs.values():
-        if type(value) is not dict or not value.keys() <= tensor_keys:
-            return None
-        data, shape = value.get("data"), value.get("shape")
-        if type(data) is not list or (data and isinstance(data[0], list)):
-            return None  # nested rows: flattened on the checked path
-        if type(value.get("dtype", "")) is not str:
-            return None
-        if shape is not None and not (
-            type(shape) is list and set(map(type, shape)) <= {int} and min(shape, default=0) >= 0
-        ):
-            return None
-    return TrainingDatum([*ids], {key: value["data"] for key, value in inputs.items()})
+    return [checked_datum(datum, f"{op}.datumList[{i}]") for i, datum in enumerate(datums)]
 
 
 def checked_datum(datum: Any, where: str) -> TrainingDatum:

@@ -1,4 +1,5 @@
-"""The plain-shape reading of a datum against the member-by-member one, the reference: on
+"""The plain-shape reading of a datum (runtime/wire_datums_fast.py) against the
+member-by-member one (runtime/wire_datums.py), the reference: on
 every datum the plain reading accepts, both give the same ``TrainingDatum``; it accepts
 every datum of the shape clients send; and it never accepts what the checked reading
 refuses. Datums are drawn around the plain shape, with a wrong value at any member.
@@ -12,13 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localsession.runtime.datums import (
-    checked_datum,
-    plain_datum,
-    plain_shapes,
-    training_datums,
-)
+from localsession.runtime import wire_datums
 from localsession.runtime.errors import ServiceError
+from localsession.runtime.wire_datums import checked_datum
+from localsession.runtime.wire_datums_fast import plain_datum, plain_shapes, training_datums
 
 _ODD = st.sampled_from([None, 3, -1, 1.5, True, "x", [], [[1, 2]], {}, {"k": 1}, (1,)])
 _TOKENS = st.lists(st.integers(0, 300), max_size=6)
@@ -139,3 +137,15 @@ def test_a_datum_off_the_plain_shape_is_refused_with_its_field_named(
     with pytest.raises(ServiceError) as refused:
         training_datums([{"modelInput": {"chunks": [{"tokens": [5]}]}}, datum], "forward")
     assert "forward.datumList[1]" in refused.value.message and named in refused.value.message
+
+
+def test_a_list_with_one_datum_off_the_plain_shape_is_read_by_the_exact_path() -> None:
+    plain = {"modelInput": {"chunks": [{"tokens": [1, 2]}]}}
+    nested = {
+        "modelInput": {"chunks": [{"tokens": [3]}, {"tokens": [4]}]},  # two chunks
+        "lossFnInputs": {"weights": {"data": [[1.0], [0.0]]}},
+    }
+    both = training_datums([plain, nested], "forward")
+    assert both == wire_datums.training_datums([plain, nested], "forward")
+    assert [d.tokens for d in both] == [[1, 2], [3, 4]]
+    assert both[1].loss_fn_inputs == {"weights": [1.0, 0.0]}

@@ -3,7 +3,7 @@
 Everything a client observes (futures, sequence order, validation, limits, error codes,
 Skipped ops, session states) is the real runtime's: ``FakeService.runtime`` is a plain
 :class:`~localsession.runtime.service.Service`, built by the composition root
-(``wiring.build_service(..., engine="fake")``, as every service is) with
+(the wiring's ``fake_service`` profile, as every service is built by a profile) with
 
 - a fake engine factory: the light engine (:mod:`fakes.light`, pure Python, the default) or,
   with ``numerics=True``, the bigram engine on torch (:mod:`fakes.engine`);
@@ -44,13 +44,10 @@ from fakes.knobs import EngineKnobs
 from fakes.script import Script
 from localsession import vocab, wiring
 from localsession.port import EngineSpec
-from localsession.runtime.config import ServiceConfig
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.faults import Faults
 from localsession.runtime.models.catalog import ModelCatalog
 
-#: Attempts per submit before the SDK gives up on a transient refusal.
-SUBMIT_ATTEMPTS = vocab.SDK_SUBMIT_ATTEMPTS
 #: Real seconds :meth:`FakeService.advance` waits for one op before calling it stuck.
 SETTLE_TIMEOUT = 10.0
 DEFAULT_MODEL = "fakes/bigram"
@@ -79,16 +76,19 @@ class FakeService:
         manual: bool = False,
         base_models: list[str] | None = None,
         home: Path | None = None,
-        max_sessions: int = 64,
+        max_sessions: int | None = None,
         strict: bool = True,
         numerics: bool = False,
         torch_threads: int | None = 1,
         engine_factory: Callable[..., Any] | None = None,
         catalog: ModelCatalog | None = None,
+        region: str | None = None,
+        hub_cache: Path | None = None,
     ) -> None:
         """``engine_factory(spec, *, script, knobs, manual)`` replaces the fake engine class
         (the conformance self-check plants defects this way). ``catalog`` replaces the
-        hermetic default built from ``base_models`` (``localsession.mock`` lists its map)."""
+        hermetic default built from ``base_models`` (``localsession.mock`` lists its map).
+        ``region`` and ``hub_cache``: the service's (``localsession.mock`` passes its own)."""
         self._tmp = None if home is not None else tempfile.TemporaryDirectory(prefix="fakes-")
         self.script = Script()
         self.calls = CallLog()
@@ -107,23 +107,24 @@ class FakeService:
 
             self._restore_threads = torch.get_num_threads()
             torch.set_num_threads(torch_threads)
-        config = ServiceConfig(
-            max_sessions=max_sessions,
-            strict=strict,
-            gap_timeout=0.0,  # as the in-process default: a refused number is lost at once
-            home=home if home is not None else Path(self._tmp.name),  # type: ignore[union-attr]
-            engine_factory=self._make_engine,
-            gather_quiet_s=0.0,
-            # Requests come from the fake's own client: skip loading the sagemaker model.
-            check_create_members=numerics,
-        )
         if catalog is None:
             catalog = wiring.listed_catalog(
                 base_models or [DEFAULT_MODEL],
                 accept_any=base_models is None,
                 write_tokenizers=False,
             )
-        self.runtime = wiring.build_service(config, catalog=catalog, engine="fake")
+        self.runtime = wiring.fake_service(
+            self._make_engine,
+            catalog,
+            home=home if home is not None else Path(self._tmp.name),  # type: ignore[union-attr]
+            strict=strict,
+            max_sessions=max_sessions,
+            region=region,
+            hub_cache=hub_cache,
+            # The light fakes' requests come from their own client: skip loading botocore's
+            # sagemaker model; the numeric fake (conformance) checks as the service does.
+            check_create_members=numerics,
+        )
         self.runtime.add_observer(self._observe)
 
     def _default_engine_class(self) -> Callable[..., Any]:
@@ -202,11 +203,11 @@ class FakeService:
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         response = self.runtime.get_training_operation_result(name, operation_id)
-        return response if self._visible(operation_id) else {"status": vocab.OP_PENDING}
+        return response if self._visible(operation_id) else {"status": vocab.OpStatus.PENDING}
 
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         response = self.runtime.get_sampling_operation_result(name, operation_id)
-        return response if self._visible(operation_id) else {"status": vocab.OP_PENDING}
+        return response if self._visible(operation_id) else {"status": vocab.OpStatus.PENDING}
 
     # -- the in-process extension (client/backend.py): waits and callbacks follow the clock --
 
@@ -267,7 +268,7 @@ class FakeService:
         if isinstance(outcome, ServiceError):
             call.error_code, call.refusal = outcome.code, outcome.message
             if vocab.is_retryable(outcome.code, outcome.http_status):
-                if call.attempts < SUBMIT_ATTEMPTS:
+                if call.attempts < vocab.SDK_SUBMIT_ATTEMPTS:
                     self._retrying[key] = call  # the client sends it again
             return
         call.error_code = call.refusal = None

@@ -1,4 +1,5 @@
-"""``parse_datums``'s batched path (one tensor per column) against its datum-by-datum path:
+"""``batch_fast.parse_datums``'s batched path (one tensor per column) against the exact
+datum-by-datum path (``batch.parse_datums``):
 the same batch for well-formed datums of every loss, and for anything else the same error
 (the batched path declines it and the checked path names the datum and key). The batched
 path converts a small batch with Python's builtins and a large one through numpy; the
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-from localsession.numerics import datums as datums_module
-from localsession.numerics.datums import Batch, _batched, _checked, parse_datums
+from localsession.numerics import batch_fast
+from localsession.numerics.batch import Batch
+from localsession.numerics.batch import parse_datums as exact_parse
+from localsession.numerics.batch_fast import batched, parse_datums
 from localsession.port import EngineInputError, TrainingDatum
 
 CPU = torch.device("cpu")
@@ -26,7 +29,7 @@ FIELDS = ("tokens_BT", "targets_BT", "mask_BT", "weights_BT", "advantages_BT", "
 def converter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every batch small (checked in Python) or every batch large (through numpy)."""
     limit = 10**9 if request.param == "python" else 0
-    monkeypatch.setattr(datums_module, "SMALL_TOKENS", limit)
+    monkeypatch.setattr(batch_fast, "SMALL_TOKENS", limit)
     return str(request.param)
 
 
@@ -63,9 +66,9 @@ def test_the_batched_path_builds_what_the_checked_path_builds(
 ) -> None:
     rng = random.Random(len(keys))
     datums = [_datum(rng, n, keys) for n in (5, 12, 3, 12, 8)]
-    fast = _batched(datums, loss_fn, VOCAB, PAD, CPU, None)
+    fast = batched(datums, loss_fn, VOCAB, PAD, CPU, None)
     assert fast is not None
-    _same(fast, _checked(datums, loss_fn, VOCAB, PAD, CPU, None))
+    _same(fast, exact_parse(datums, loss_fn, VOCAB, PAD, CPU))
     _same(parse_datums(datums, loss_fn, VOCAB, PAD, CPU), fast)
 
 
@@ -145,8 +148,8 @@ def test_bad_datums_get_the_checked_paths_error(kind: str) -> None:
         for d in datums:
             d.loss_fn_inputs.setdefault("advantages", [0.0] * 6)
             d.loss_fn_inputs.update(logprobs=[0.0] * 6, ref_log_prob=[0.0] * 6)
-    assert _batched(datums, loss, VOCAB, PAD, CPU, None) is None
-    expected = _message(lambda: _checked(datums, loss, VOCAB, PAD, CPU, None))
+    assert batched(datums, loss, VOCAB, PAD, CPU, None) is None
+    expected = _message(lambda: exact_parse(datums, loss, VOCAB, PAD, CPU))
     assert _message(lambda: parse_datums(datums, loss, VOCAB, PAD, CPU)) == expected
     assert "datum" in expected
 

@@ -1,0 +1,240 @@
+"""``make conformance-peers``: install third-party Tinker servers in their own venvs, start
+each on this CPU and run ``conformance/suite_tinker`` against it (docs/peers.md).
+
+Peers:
+
+- **tuft** (TuFT 0.2.2, ``pip install tuft``): transformers + peft training in Ray actors.
+  Ray is started with one *logical* GPU (``ray start --num-gpus=1``; no CUDA is used) and
+  the model is declared ``capabilities: [training]``, so no vLLM sampler starts. TuFT
+  accepts tinker SDKs up to 0.28.1, so the suite runs from a second venv with
+  ``tinker==0.28.1`` (its run with the repo's 0.38 stops at the wire probe).
+- **skyrl-tx** (0.3.0): installed with its ``tinker`` extra and a CPU JAX (its ``jax``
+  extra wants ``jax[cuda12]`` on Linux); ``python -m tx.tinker.api`` serves the tiny
+  model's exported directory.
+
+Everything lives under ``--dir`` (default ``$LOCALSESSION_PEERS``, else
+``~/.cache/localsession-peers``): venvs, the exported model, logs and one JSON report per
+run (``<peer>-<sdk>.json``), rendered with ``localsession conformance-table``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = ROOT / "conformance" / "suite_tinker"
+MODEL = "localsession/tiny"
+KEY = "tml-conformance"
+OLD_SDK = "0.28.1"
+
+
+def sh(args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+    """Run ``args`` to completion, appending its output to ``log``; raise on failure."""
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(args)}\n")
+        out.flush()
+        subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, env=env, check=True)
+
+
+def venv(path: Path, packages: Sequence[str], log: Path) -> Path:
+    """``path``'s python, the venv created and ``packages`` installed the first time."""
+    python = path / "bin" / "python"
+    stamp = path / ".installed"
+    if not stamp.exists():
+        sh([sys.executable, "-m", "venv", str(path)], log)
+        sh([str(python), "-m", "pip", "install", "--quiet", *packages], log)
+        stamp.write_text(" ".join(packages))
+    return python
+
+
+def client_venv(base: Path, sdk: str, log: Path) -> Path:
+    """A venv with ``tinker==sdk``, pytest and hypothesis; the rest (torch, transformers,
+    this repo's deps) comes from the running interpreter's site-packages, after its own."""
+    python = venv(base / f"tinker-{sdk}", [f"tinker=={sdk}", "pytest", "hypothesis"], log)
+    import sysconfig
+
+    site = next((base / f"tinker-{sdk}" / "lib").glob("python*/site-packages"))
+    (site / "zz_localsession_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def wait_for(url: str, seconds: float, proc: subprocess.Popen[bytes]) -> None:
+    """Poll ``url`` until it answers 200 (or the server exits, or ``seconds`` pass)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(2)
+    raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
+
+
+@contextmanager
+def running(
+    args: Sequence[str], log: Path, env: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server process for the block; its whole process group is stopped after."""
+    with log.open("a") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_suite(python: Path, url: str, report: Path, log: Path, model: str = MODEL) -> int:
+    """The Tinker suite against ``url`` from ``python``; returns pytest's status."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TINKER_API_KEY": KEY}
+    args = [str(python), "-m", "pytest", "-p", "conformance.plugin", "-p", "no:cacheprovider",
+            "--backend=tinker", f"--base-url={url}", f"--base-model={model}", "-q",
+            f"--conformance-report={report}", str(SUITE)]  # fmt: skip
+    with log.open("a") as out:
+        return subprocess.run(
+            args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
+        ).returncode
+
+
+#: Loaded in TuFT's venv by a .pth file: with no GPU, the CUDA memory statistics its HF
+#: trainer reads around each micro-batch answer nothing instead of raising (docs/peers.md).
+CPU_SHIM = """import torch
+
+if not torch.cuda.is_available():
+    torch.cuda.reset_peak_memory_stats = lambda *args, **kwargs: None
+    for _name in ("max_memory_allocated", "memory_allocated", "memory_reserved"):
+        setattr(torch.cuda, _name, lambda *args, **kwargs: 0)
+"""
+
+
+def tiny_model(base: Path) -> Path:
+    """``localsession/tiny`` as a Hugging Face directory (weights and tokenizer)."""
+    model = base / "models" / "tiny"
+    if not (model / "config.json").exists():
+        from localsession import wiring
+
+        wiring.save_builtin_model(MODEL, model)
+        config = model / "tokenizer_config.json"  # older transformers (skyrl-tx's) lack the
+        settings = json.loads(config.read_text())  # class this transformers names it by
+        settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config.write_text(json.dumps(settings, indent=1))
+        shape = model / "config.json"  # skyrl-tx's Llama reads rope_theta at the top level
+        values = json.loads(shape.read_text())
+        values.setdefault("rope_theta", (values.get("rope_parameters") or {}).get("rope_theta"))
+        shape.write_text(json.dumps(values, indent=1))
+    return model
+
+
+def tuft(base: Path, port: int) -> list[Path]:
+    """TuFT on ``localsession/tiny`` (training only), checked with tinker 0.38 and 0.28.1."""
+    log = base / "tuft.log"
+    python = venv(base / "tuft", ["tuft"], log)
+    site = next((base / "tuft" / "lib").glob("python*/site-packages"))
+    (site / "localsession_cpu_shim.py").write_text(CPU_SHIM)
+    (site / "zz_localsession_cpu_shim.pth").write_text("import localsession_cpu_shim\n")
+    model = tiny_model(base)
+    config = base / "tuft.yaml"
+    config.write_text(json.dumps({  # YAML is a superset of JSON
+        "supported_models": [{"model_name": MODEL, "model_path": str(model),
+                              "max_model_len": 512, "capabilities": ["training"]}],
+        "checkpoint_dir": str(base / "tuft-checkpoints"),
+        "authorized_users": {KEY: "conformance"},
+    }))  # fmt: skip
+    bin_dir = python.parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": "auto", "CUDA_VISIBLE_DEVICES": ""}
+    sh([str(bin_dir / "ray"), "start", "--head", "--num-gpus=1", "--include-dashboard=false"],
+       log, env)  # fmt: skip
+    reports = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        launch = [str(bin_dir / "tuft"), "launch", "--port", str(port), "--config", str(config)]
+        with running(launch, log, env) as server:
+            wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
+            for sdk, client in (("0.38", Path(sys.executable)),
+                                (OLD_SDK, client_venv(base, OLD_SDK, log))):  # fmt: skip
+                report = base / f"tuft-{sdk}.json"
+                run_suite(client, url, report, log)
+                reports.append(report)
+    finally:
+        subprocess.run([str(bin_dir / "ray"), "stop", "--force"], env=env, check=False)
+    return reports
+
+
+def skyrl_tx(base: Path, port: int) -> list[Path]:
+    """skyrl-tx 0.3.0 with its tinker extra: its API server, when the install has one."""
+    log = base / "skyrl-tx.log"
+    python = venv(
+        base / "skyrl-tx", ["skyrl-tx[tinker]==0.3.0", "jax>=0.8,<1", "flax>=0.12.2"], log
+    )
+    probe = subprocess.run([str(python), "-c", "import jax, tx.tinker.api"], capture_output=True,
+                           text=True, check=False)  # fmt: skip
+    if probe.returncode != 0:
+        (base / "skyrl-tx.unavailable").write_text(probe.stderr[-4000:])
+        print(f"skyrl-tx: no API server importable here (see {base / 'skyrl-tx.unavailable'})")
+        return []
+    # tx/tinker/api.py starts its engine as `uv run --extra tinker --extra jax -m
+    # tx.tinker.engine ...`, which needs uv and a source checkout: run that module with the
+    # venv's python instead.
+    shim = base / "skyrl-tx-bin" / "uv"
+    shim.parent.mkdir(exist_ok=True)
+    shim.write_text(f'#!/bin/sh\nshift\nwhile [ "$1" = "--extra" ]; do shift 2; done\n'
+                    f'exec {python} "$@"\n')  # fmt: skip
+    shim.chmod(0o755)
+    url = f"http://127.0.0.1:{port}"
+    model = str(tiny_model(base))
+    launch = [str(python), "-m", "tx.tinker.api", "--base-model", model, "--port", str(port)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu",
+           "PATH": f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
+    with running(launch, log, env) as server:
+        wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
+        report = base / "skyrl-tx-0.38.json"
+        run_suite(Path(sys.executable), url, report, log, model=model)
+    return [report]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    default = os.environ.get("LOCALSESSION_PEERS") or str(
+        Path.home() / ".cache" / "localsession-peers"
+    )
+    parser.add_argument("--dir", type=Path, default=Path(default))
+    parser.add_argument("--peer", choices=("tuft", "skyrl-tx"), action="append")
+    parser.add_argument("--port", type=int, default=18472)
+    args = parser.parse_args(argv)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    reports: list[Path] = []
+    for peer in args.peer or ["tuft", "skyrl-tx"]:
+        try:
+            reports += (tuft if peer == "tuft" else skyrl_tx)(args.dir, args.port)
+        except (subprocess.CalledProcessError, RuntimeError) as exc:
+            print(f"{peer}: {exc} (log in {args.dir})")
+    done = [r for r in reports if r.exists()]
+    if done:
+        table = args.dir / "peers.md"
+        subprocess.run([sys.executable, "-m", "localsession.cli", "conformance-table",
+                        *map(str, done), "--output", str(table)], check=False)  # fmt: skip
+        print(f"reports: {', '.join(map(str, done))}; table: {table}")
+    return 0 if done else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

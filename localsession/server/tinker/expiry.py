@@ -1,0 +1,115 @@
+"""Tinker sessions as the service keeps them: expired when their heartbeats stop.
+
+The SDK heartbeats each session every 10 s and, after 120 s without an answer, warns that
+the session will be terminated. Here a session none of whose heartbeats or requests arrived
+for ``ServiceConfig.heartbeat_timeout`` seconds (``serve --heartbeat-timeout``, default 120;
+0 = never) is expired as ``close()`` would end it: its models' runtime sessions stop, its
+samplers are forgotten, and a late heartbeat gets 410. A hidden sampler session
+(samplers.py) that no live session holds a sampler on and that ran nothing for that long is
+stopped too.
+
+One daemon thread per dialect sweeps while there is something to expire, and ends when
+there is nothing left (the next session or hidden sampler starts it again), when the
+dialect is collected, or when the setting is 0.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any, Protocol
+
+from localsession.runtime.errors import ServiceError
+from localsession.runtime.service import Service
+
+
+class Dialect(Protocol):
+    """What expiry reads of the dialect (dialect.py, which imports this module)."""
+
+    service: Service
+    lock: threading.Lock
+    sessions: dict[str, float]
+    samplers: dict[str, Any]
+    hidden: dict[str, str]
+    hidden_used: dict[str, float]
+
+    def end_session(self, session_id: str) -> None: ...
+
+
+#: The longest wait between two sweeps (a short timeout sweeps at a quarter of it).
+MAX_PERIOD_S = 5.0
+
+
+def period(timeout: float) -> float:
+    """Seconds between sweeps for ``timeout``: an expiry is late by at most this."""
+    return max(0.05, min(MAX_PERIOD_S, timeout / 4))
+
+
+def sweep(dialect: Dialect, now: float) -> bool:
+    """Expire what is due at ``now`` (time.monotonic); whether anything is left to watch."""
+    timeout = dialect.service.config.heartbeat_timeout
+    if timeout <= 0:
+        return False
+    with dialect.lock:
+        due = [sid for sid, seen in dialect.sessions.items() if now - seen > timeout]
+    for session_id in due:
+        dialect.end_session(session_id)
+    with dialect.lock:
+        live = set(dialect.sessions)
+        held = {s.key for s in dialect.samplers.values() if s.session_id in live}
+        idle = [
+            (key, name)
+            for key, name in dialect.hidden.items()
+            if key not in held and now - dialect.hidden_used.get(key, 0.0) > timeout
+        ]
+        for key, _ in idle:
+            del dialect.hidden[key]
+        watching = bool(dialect.sessions) or len(dialect.hidden) > 0
+    for _, name in idle:
+        stop(dialect, name)
+    return watching
+
+
+def stop(dialect: Dialect, name: str) -> None:
+    """Stop one runtime session; one already stopping or gone is left as it is."""
+    try:
+        dialect.service.stop_training_session({"TrainingSessionName": name})
+    except ServiceError:
+        pass
+
+
+class Reaper:
+    """The sweeping thread of one dialect (held weakly, so the dialect can be collected)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = weakref.ref(dialect)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def ensure(self) -> None:
+        """Start the thread unless it runs (called when a session or hidden sampler appears)."""
+        dialect = self._dialect()
+        if dialect is None or dialect.service.config.heartbeat_timeout <= 0:
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(
+                target=self._run, name="localsession-tinker-expiry", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        pause = threading.Event()
+        while True:
+            dialect = self._dialect()
+            if dialect is None:
+                return
+            with self._lock:
+                if not sweep(dialect, time.monotonic()):
+                    self._thread = None
+                    return
+            wait = period(dialect.service.config.heartbeat_timeout)
+            del dialect  # not held across the wait
+            pause.wait(wait)
