@@ -22,6 +22,7 @@ from typing import Any
 from conformance.adapter import Backend
 from conformance.backends.fakes import fakes_backend
 from localsession.port import AdamHyperparams, TrainingDatum
+from localsession.port_results import OptimResult
 
 EXPECTED: dict[str, set[str]] = {
     "mean_loss": {
@@ -97,14 +98,16 @@ def _broken_service(defect: str) -> Any:
             finally:
                 fe.compute_loss = original
 
-        def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
+        def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
             if defect == "reordered":
                 self.pending_step = adam_params
-                return {
-                    "learning_rate": adam_params.learning_rate,
-                    "grad_norm": 1.0,
-                    "num_params_updated": 1.0,
-                }
+                return OptimResult(
+                    {
+                        "learning_rate": adam_params.learning_rate,
+                        "grad_norm": 1.0,
+                        "num_params_updated": 1.0,
+                    }
+                )
             return super().optim_step(adam_params)
 
         def _weights(self, weights: str | None) -> Any:

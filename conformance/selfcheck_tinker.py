@@ -28,6 +28,7 @@ import inspect
 import os
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -136,14 +137,15 @@ def _crash_as_validation() -> Any:
 
 def _negated_weights(self: Any, *args: Any) -> Any:
     *head, datums = args
+    flipped = []
     for datum in datums:
-        inputs = datum["lossFnInputs"]
+        inputs = dict(datum.loss_fn_inputs)
         if "weights" in inputs:
-            inputs["weights"]["data"] = [-float(w) for w in inputs["weights"]["data"]]
+            inputs["weights"] = [-float(w) for w in inputs["weights"]]
         elif "target_tokens" in inputs:
-            n = len(inputs["target_tokens"].get("data") or [])
-            inputs["weights"] = {"data": [-1.0] * n, "dtype": "float32"}
-    return _ORIGINAL["forward_backward"](self, *head, datums)
+            inputs["weights"] = [-1.0] * len(inputs["target_tokens"])
+        flipped.append(replace(datum, loss_fn_inputs=inputs))
+    return _ORIGINAL["forward_backward"](self, *head, flipped)
 
 
 def _frozen_step(self: Any, request: dict[str, Any]) -> Any:
@@ -156,10 +158,9 @@ def _weights_only(self: Any, request: dict[str, Any]) -> Any:
     return _ORIGINAL["load"](self, {**request, "optimizer": False})
 
 
-def _shifted(payload: dict[str, Any], topk: int) -> bytes:
-    for seq in payload.get("sequences", []):
-        seq["logprobs"] = [v + SHIFT for v in seq.get("logprobs") or []]
-    return _ORIGINAL["encode_sample_response"](payload, topk)
+def _shifted(result: Any, *args: Any) -> bytes:
+    sequences = [replace(s, logprobs=[v + SHIFT for v in s.logprobs]) for s in result.sequences]
+    return _ORIGINAL["encode_sample_response"](replace(result, sequences=sequences), *args)
 
 
 #: Fixtures run_test builds by hand (conftest.py's, and the modules' ``trainer``).

@@ -109,7 +109,7 @@ class Call:
     @property
     def result(self) -> dict[str, Any] | None:
         """The wire result of a completed op (e.g. ``{"modelPackageArn": ...}``)."""
-        return self.op.result if self.op is not None else None
+        return self.op.wire_result() if self.op is not None else None
 
     @property
     def started_at(self) -> float | None:

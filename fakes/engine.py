@@ -50,6 +50,7 @@ from localsession.port import (
     SampleRequest,
     TrainingDatum,
 )
+from localsession.port_results import ForwardResult, OptimResult, SampleResult
 
 FORMAT = "localsession-fakes-bigram/1"
 ADAPTER, META = "fake_adapter.safetensors", "fake_package.json"
@@ -100,7 +101,7 @@ class FakeEngine:
         loss_fn_config: LossConfig | None,
         *,
         backward: bool,
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         self.gate.pass_through()
         clip = clip_config(loss_fn, loss_fn_config)
         if not datums:
@@ -117,12 +118,12 @@ class FakeEngine:
                 total.backward()
         return fwd_result(batch, lp_BT, loss_BT, metrics)
 
-    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
         self.gate.pass_through()
         with self.lock:
             metrics = self.optimizer.step(adam_params)
             self.steps += 1
-        return metrics
+        return OptimResult(metrics)
 
     # -- sampling ------------------------------------------------------------------------
 
@@ -136,7 +137,7 @@ class FakeEngine:
             cached = self._snapshots[weights] = self.model.table(adapter)
         return cached
 
-    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[SampleResult]:
         table_VV = self._weights(weights)
         return [
             sample_request(table_VV, req, self.script, f"request {i}")

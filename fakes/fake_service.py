@@ -34,7 +34,7 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,13 +162,8 @@ class FakeService:
         *,
         strict: bool | None = None,
         region: str | None = None,
-        seed: int = 0,
-        train_unembed: bool = False,
     ) -> dict[str, Any]:
-        # the fake engines have no output-head adapter: train_unembed reaches the spec only
-        return self.runtime.create_training_session(
-            request, strict=strict, region=region, seed=seed, train_unembed=train_unembed
-        )
+        return self.runtime.create_training_session(request, strict=strict, region=region)
 
     def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         return self.runtime.describe_training_session(request)
@@ -196,14 +191,7 @@ class FakeService:
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         return self.runtime.execute_training_operation(name, request)
 
-    def execute_sampling_operation(
-        self,
-        name: str,
-        request: dict[str, Any],
-        stop_token_ids: Sequence[Any] = (),
-        stop_at_eos: bool = True,
-        options: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         kind, body = _kind_of(request)
         params = body.get("samplingParams") if isinstance(body, dict) else None
         if kind == "sample" and isinstance(params, dict) and params.get("seed") is None:
@@ -211,7 +199,7 @@ class FakeService:
             with self._clock:
                 self._seed += 1
                 request["operationConfig"]["sample"]["samplingParams"]["seed"] = self._seed
-        return self.runtime.execute_sampling_operation(name, request, stop_token_ids, stop_at_eos)
+        return self.runtime.execute_sampling_operation(name, request)
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         response = self.runtime.get_training_operation_result(name, operation_id)

@@ -57,6 +57,14 @@ from localsession.port import (
     SampleRequest,
     TrainingDatum,
 )
+from localsession.port_results import (
+    ForwardResult,
+    OptimResult,
+    SampledSequence,
+    SampleResult,
+    StopReason,
+    TopLogprob,
+)
 
 FORMAT = "localsession-fakes-light/1"
 PACKAGE, OPTIMIZER = "light_package.json", "light_optimizer.json"
@@ -117,7 +125,7 @@ class LightEngine:
         loss_fn_config: LossConfig | None,
         *,
         backward: bool,
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         self.gate.pass_through()
         clip = clip_config(loss_fn, loss_fn_config)
         if not datums:
@@ -169,7 +177,10 @@ class LightEngine:
         lengths = [len(d.tokens) for d in rows]
         return fwd_result_body(lengths, lp_rows, loss_rows, metrics, {"actor/pg_loss": per_datum})
 
-    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
+        return OptimResult(self._step(adam_params))
+
+    def _step(self, adam_params: AdamHyperparams) -> dict[str, float]:
         self.gate.pass_through()
         hp = adam_params
         hp.check()  # before any change
@@ -215,13 +226,13 @@ class LightEngine:
             cached = self._snapshots[weights] = self._read(Path(weights))["delta"]
         return cached
 
-    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[SampleResult]:
         delta = self._delta_of(weights)
         return [self._sample_one(delta, req, f"request {i}") for i, req in enumerate(requests)]
 
     def _sample_one(
         self, delta: dict[int, Row] | None, req: SampleRequest, what: str
-    ) -> dict[str, Any]:
+    ) -> SampleResult:
         prompt = _check_prompt(req.prompt, f"{what}: `prompt`")
         check_stop_ids(req, what)
         scripted = self.script.resolve_request(prompt, req, what)
@@ -230,31 +241,34 @@ class LightEngine:
                 self._generate(delta, req, i) if c is None else self._scripted(delta, req, c)
                 for i, c in enumerate(scripted)
             ]
-            response: dict[str, Any] = {"sequences": sequences}
             topk = req.topk_prompt_logprobs or 0
-            if req.include_prompt_logprobs or topk > 0:
-                values, top = self._prompt_logprobs(delta, prompt, topk)
-                if req.include_prompt_logprobs:
-                    response["promptLogprobs"] = values
-                if topk > 0:
-                    response["topkPromptLogprobs"] = top
-        return response
+            if not (req.include_prompt_logprobs or topk > 0):
+                return SampleResult(sequences)
+            values, top = self._prompt_logprobs(delta, prompt, topk)
+        return SampleResult(
+            sequences,
+            prompt_logprobs=values if req.include_prompt_logprobs else None,
+            topk_prompt_logprobs=top if topk > 0 else None,
+        )
 
-    def _generate(self, delta: dict[int, Row] | None, req: SampleRequest, i: int) -> dict[str, Any]:
+    def _generate(
+        self, delta: dict[int, Row] | None, req: SampleRequest, i: int
+    ) -> SampledSequence:
         rng = random.Random((req.seed + i) % 2**63)
         tokens: list[int] = []
         logprobs: list[float] = []
-        prev, reason = req.prompt[-1], None if req.max_tokens > 0 else "length"
+        reason: StopReason | None = None if req.max_tokens > 0 else "length"
+        prev = req.prompt[-1]
         while reason is None:
             token, lp = sample_row(self.row(prev, delta), req, rng)
             tokens.append(token)
             logprobs.append(lp)
             prev, reason = token, stop_reason(tokens, req.stop, req.max_tokens, req.stop_token_ids)
-        return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
+        return SampledSequence(tokens, logprobs, reason)
 
     def _scripted(
         self, delta: dict[int, Row] | None, req: SampleRequest, completion: Completion
-    ) -> dict[str, Any]:
+    ) -> SampledSequence:
         tokens, reason = scripted_tokens(completion, req.stop, req.max_tokens, req.stop_token_ids)
         if completion.logprobs is not None:
             logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
@@ -264,19 +278,19 @@ class LightEngine:
             logprobs = [
                 lp_row(self.row(p, delta), t, temp)[0] for p, t in zip(prevs, tokens, strict=True)
             ]
-        return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
+        return SampledSequence(tokens, logprobs, reason)
 
     def _prompt_logprobs(
         self, delta: dict[int, Row] | None, tokens: list[int], topk: int
-    ) -> tuple[list[float], list[list[dict[str, Any]]]]:
+    ) -> tuple[list[float], list[list[TopLogprob]]]:
         values: list[float] = [0.0]
-        top: list[list[dict[str, Any]]] = [[]] if topk > 0 else []
+        top: list[list[TopLogprob]] = [[]] if topk > 0 else []
         for prev, target in zip(tokens[:-1], tokens[1:], strict=True):
             lp, probs = lp_row(self.row(prev, delta), target, 1.0)
             values.append(lp)
             if topk > 0:
                 best = sorted(range(VOCAB_SIZE), key=lambda j: -probs[j])[:topk]
-                top.append([{"tokenId": j, "logprob": math.log(probs[j])} for j in best])
+                top.append([TopLogprob(j, math.log(probs[j])) for j in best])
         return values, (top if len(tokens) > 1 else [])
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:

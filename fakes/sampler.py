@@ -13,8 +13,6 @@ same logprobs.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -26,6 +24,7 @@ from localsession.numerics.filters import (
     top_p_filter,
 )
 from localsession.port import EngineInputError, SampleRequest
+from localsession.port_results import SampledSequence, SampleResult, StopReason, TopLogprob
 
 _TOKENIZER = ByteTokenizer()
 
@@ -52,10 +51,11 @@ def _tempered_logprobs(
     return rows_NV.gather(-1, torch.tensor(targets).unsqueeze(-1)).squeeze(-1).tolist()
 
 
-def _generate(table_VV: Tensor, req: SampleRequest, i: int) -> dict[str, Any]:
+def _generate(table_VV: Tensor, req: SampleRequest, i: int) -> SampledSequence:
     gen = torch.Generator().manual_seed((req.seed + i) % 2**63)
     tokens: list[int] = []
-    prev, reason = req.prompt[-1], None if req.max_tokens > 0 else "length"
+    reason: StopReason | None = None if req.max_tokens > 0 else "length"
+    prev = req.prompt[-1]
     while reason is None:
         if req.temperature <= 0:
             token = int(table_VV[prev].argmax())
@@ -69,34 +69,30 @@ def _generate(table_VV: Tensor, req: SampleRequest, i: int) -> dict[str, Any]:
         prev, reason = token, stop_reason(tokens, req.stop, req.max_tokens, req.stop_token_ids)
     prevs = [req.prompt[-1], *tokens[:-1]]
     logprobs = _tempered_logprobs(table_VV, prevs, tokens, req.temperature)
-    return {"stopReason": reason, "tokens": tokens, "logprobs": logprobs}
+    return SampledSequence(tokens, logprobs, reason)
 
 
-def _scripted(table_VV: Tensor, req: SampleRequest, completion: Completion) -> dict[str, Any]:
+def _scripted(table_VV: Tensor, req: SampleRequest, completion: Completion) -> SampledSequence:
     tokens, reason = scripted_tokens(completion, req.stop, req.max_tokens, req.stop_token_ids)
     if completion.logprobs is not None:
         logprobs = [float(x) for x in completion.logprobs[: len(tokens)]]
     else:
         prevs = [req.prompt[-1], *tokens[:-1]]
         logprobs = _tempered_logprobs(table_VV, prevs, tokens, req.temperature)
-    return {
-        "stopReason": reason,
-        "tokens": tokens,
-        "logprobs": logprobs,
-    }
+    return SampledSequence(tokens, logprobs, reason)
 
 
 def prompt_logprobs(
     table_VV: Tensor, tokens: list[int], topk: int = 0
-) -> tuple[list[float], list[list[dict[str, Any]]]]:
+) -> tuple[list[float], list[list[TopLogprob]]]:
     """log p(tokens[t] | tokens[t-1]) at T = 1 (entry 0 is 0.0), and top-``topk`` per position."""
     values = [0.0, *_tempered_logprobs(table_VV, tokens[:-1], tokens[1:], 1.0)]
-    top: list[list[dict[str, Any]]] = []
+    top: list[list[TopLogprob]] = []
     if topk > 0 and len(tokens) > 1:
         rows = torch.log_softmax(table_VV[torch.tensor(tokens[:-1])], dim=-1)  # [L-1, V]
         vals, ids = rows.topk(min(topk, VOCAB_SIZE), dim=-1)
         top = [[]] + [
-            [{"tokenId": t, "logprob": v} for t, v in zip(r_ids, r_vals, strict=True)]
+            [TopLogprob(t, v) for t, v in zip(r_ids, r_vals, strict=True)]
             for r_ids, r_vals in zip(ids.tolist(), vals.tolist(), strict=True)
         ]
     return values, top
@@ -108,10 +104,8 @@ def compute_logprobs(table_VV: Tensor, tokens: list[int]) -> list[float | None]:
     return [None, *values[1:]]
 
 
-def sample_request(
-    table_VV: Tensor, req: SampleRequest, script: Script, what: str
-) -> dict[str, Any]:
-    """The wire ``SampleResponse`` for one request: scripted where the script answers."""
+def sample_request(table_VV: Tensor, req: SampleRequest, script: Script, what: str) -> SampleResult:
+    """The result of one request: scripted where the script answers."""
     prompt = check_tokens(list(req.prompt), f"{what}: `prompt`")
     check_stop_ids(req, what)
     scripted = script.resolve_request(prompt, req, what)
@@ -119,12 +113,12 @@ def sample_request(
         _generate(table_VV, req, i) if c is None else _scripted(table_VV, req, c)
         for i, c in enumerate(scripted)
     ]
-    response: dict[str, Any] = {"sequences": sequences}
     topk = req.topk_prompt_logprobs or 0
-    if req.include_prompt_logprobs or topk > 0:
-        values, top = prompt_logprobs(table_VV, prompt, topk)
-        if req.include_prompt_logprobs:
-            response["promptLogprobs"] = values
-        if topk > 0:
-            response["topkPromptLogprobs"] = top
-    return response
+    if not (req.include_prompt_logprobs or topk > 0):
+        return SampleResult(sequences)
+    values, top = prompt_logprobs(table_VV, prompt, topk)
+    return SampleResult(
+        sequences,
+        prompt_logprobs=values if req.include_prompt_logprobs else None,
+        topk_prompt_logprobs=top if topk > 0 else None,
+    )

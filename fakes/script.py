@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from fakes.tokenizer import EOS_ID, VOCAB_SIZE, ByteTokenizer
 from localsession.port import EngineInputError, SampleRequest
+from localsession.port_results import StopReason
 
 _TOKENIZER = ByteTokenizer()
 
@@ -235,7 +236,7 @@ def check_stop_ids(req: SampleRequest, what: str) -> None:
 
 def stop_reason(
     tokens: list[int], stop: tuple[str, ...], max_tokens: int, stop_ids: Collection[int] = ()
-) -> str | None:
+) -> StopReason | None:
     """Why a fake engine's sample stream whose last token is ``tokens[-1]`` ends there, or
     None to go on (both fake engines stop the same way): EOS or one of ``stop_ids`` (the
     request's stop token ids) the step it is drawn, or a stop string, matched in the text
@@ -253,16 +254,16 @@ def stop_reason(
 
 def scripted_tokens(
     completion: Completion, stop: tuple[str, ...], max_tokens: int, stop_ids: Collection[int] = ()
-) -> tuple[list[int], str]:
+) -> tuple[list[int], StopReason]:
     """The tokens a request receives of a scripted completion, and its stop reason: cut
     where the request's stop strings, stop ids or ``max_tokens`` end the stream (as a sampled
     stream would be, :func:`stop_reason`), else the whole completion with the completion's
     own reason."""
     tokens: list[int] = []
-    reason = "length" if max_tokens <= 0 else None
+    reason: StopReason | None = "length" if max_tokens <= 0 else None
     for token in completion.token_ids():
         if reason is not None:
             break
         tokens.append(token)
         reason = stop_reason(tokens, stop, max_tokens, stop_ids)
-    return tokens, reason or completion.stop_reason
+    return tokens, reason or ("length" if completion.stop_reason == "length" else "stop")

@@ -6,7 +6,8 @@ A leaf: it imports nothing in the package but ``vocab`` and ``types``, so ``runt
 The runtime owns ordering, futures, sessions and limits; an engine owns tensors. Everything
 that crosses this seam is plain Python: typed values the runtime parsed once
 (:class:`TrainingDatum`, :class:`LossConfig`, :class:`AdamHyperparams`, :class:`SampleRequest`)
-going in, the service's wire shapes coming back, so the runtime never imports torch and a fake
+going in, typed results (:mod:`localsession.port_results`) coming back, never a wire key, so
+the runtime never imports torch, each dialect serialises results its own way, and a fake
 engine can stand in for the real one.
 
 Threading contract: the runtime calls ``forward_backward``/``optim_step`` from one training
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from localsession import vocab
+from localsession.port_results import ForwardResult, OptimResult, SampleResult
 
 
 class EngineConfigError(Exception):
@@ -231,20 +233,19 @@ class Engine(Protocol):
         loss_fn_config: LossConfig | None,
         *,
         backward: bool,
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         """Run the loss over parsed datums; accumulate gradients when ``backward``.
 
         ``loss_fn`` is one of ``vocab.LOSS_FUNCTIONS``; ``loss_fn_config`` ``None`` means the
         loss's default clip bounds.
 
-        Returns the wire ``FwdResult``: ``{"metrics": {name: float}, "lossFnOutputs":
-        [{"logprobs": TensorData, "elementwise_loss": TensorData}, ...]}`` (one per datum,
-        TensorData in wire form). Raises :class:`EngineInputError`, with no state change,
-        when the inputs cannot be run.
+        Returns the batch's metrics and one :class:`~localsession.port_results.DatumOutput`
+        per datum. Raises :class:`EngineInputError`, with no state change, when the inputs
+        cannot be run.
         """
         ...
 
-    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
         """Apply and zero the accumulated gradients with AdamW; return the step's metrics.
 
         Raises :class:`EngineInputError`, with no state change, when ``adam_params.check()``
@@ -252,14 +253,13 @@ class Engine(Protocol):
         """
         ...
 
-    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[SampleResult]:
         """Run several sample requests against one set of weights as one batch.
 
         ``weights`` is ``None`` for the base model, or the directory of a saved package: the
         engine samples that adapter snapshot (loaded lazily, cached), never the live training
-        weights. Returns one wire ``SampleResponse`` per
-        request: ``{"sequences": [{"stopReason", "tokens", "logprobs"}], "promptLogprobs"?,
-        "topkPromptLogprobs"?}``.
+        weights. Returns one :class:`~localsession.port_results.SampleResult` per request
+        (its ``prompt_tokens`` left 0: the runtime fills it in).
         """
         ...
 

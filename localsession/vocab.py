@@ -180,6 +180,12 @@ DEFAULT_CLIP: Final[dict[str, tuple[float, float]]] = {
     LossFunction.CISPO: (0.0, 4.0),
 }
 
+# -- LoRA ----------------------------------------------------------------------------------
+
+#: The LoRA ranks a session accepts (both dialects: ``LoraConfig.Rank``, ``lora_config.rank``).
+LORA_RANK_MIN: Final = 1
+LORA_RANK_MAX: Final = 256
+
 # -- AdamW ---------------------------------------------------------------------------------
 
 #: Wire keys of ``AdamParamsConfig`` -> the SDK's ``AdamParams`` field names.

@@ -139,8 +139,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared math", ("numerics",)),
     (
         "leaves",
-        ("port", "vocab", "types", "exceptions", "futures", "chat_format", "metrics", "sandbox",
-         "cli_parser", "_version", "ids", "cpu_threads"),
+        ("port", "port_results", "port_commands", "vocab", "types", "exceptions", "futures",
+         "chat_format", "metrics", "sandbox", "cli_parser", "_version", "ids", "cpu_threads"),
     ),
 )  # fmt: skip
 #: The one module allowed to name engine modules.
@@ -491,6 +491,173 @@ def test_the_service_rule_finds_a_planted_construction(tmp_path: Path) -> None:
     assert service_builders(tmp_path) == ["localsession.cli"]
 
 
+# -- dialects and the runtime (two adapters over one typed runtime API) ---------------------
+
+#: The dialects beside the runtime: each parses its own wire into the port's typed commands
+#: and serialises the typed results (the SageMaker dialect lives in the runtime itself).
+DIALECTS = ("localsession.server.tinker",)
+#: The runtime's public API, as a dialect may import it: the service (its methods take and
+#: return the port's values), its errors, and the model catalog's names.
+PUBLIC_RUNTIME = frozenset(
+    {
+        "localsession.runtime",
+        "localsession.runtime.service",
+        "localsession.runtime.errors",
+        "localsession.runtime.models",
+        "localsession.runtime.models.hub",
+        "localsession.runtime.models.catalog",
+    }
+)
+#: The SageMaker wire's result keys; only its serialiser, runtime/sagemaker_wire.py, writes
+#: them (engines return ``port_results`` values).
+WIRE_RESULT_KEYS = frozenset(
+    {
+        "lossFnOutputs",
+        "stopReason",
+        "promptLogprobs",
+        "topkPromptLogprobs",
+        "topkLogprobs",
+        "targetPromptLogprobs",
+        "promptAltTokens",
+        "tokenId",
+        "tokenUsage",
+        "modelPackageArn",
+        "operationResult",
+    }
+)
+#: The engines' sources: the torch engine, the shared math that builds their results, and
+#: the fakes' engines.
+ENGINE_SOURCES = (
+    "localsession/engine",
+    "localsession/numerics",
+    "fakes/engine.py",
+    "fakes/light.py",
+    "fakes/sampler.py",
+    "fakes/script.py",
+)
+
+
+def runtime_dialect_imports(root: Path) -> list[str]:
+    """How the runtime reaches a module under ``localsession.server`` (a dialect), if it does."""
+    closure = import_closure(root, package_modules(root, "localsession.runtime"), "localsession")
+    return [
+        chain(closure, name)
+        for name in sorted(closure)
+        if name == "localsession.server" or name.startswith("localsession.server.")
+    ]
+
+
+def wire_keys_written(root: Path, sources: tuple[str, ...] = ENGINE_SOURCES) -> list[str]:
+    """``file:line: 'key'`` for each string constant in ``sources`` that is a wire result key."""
+    found = []
+    for source in sources:
+        base = root / source
+        paths = sorted(base.rglob("*.py")) if base.is_dir() else [base] if base.is_file() else []
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and node.value in WIRE_RESULT_KEYS:
+                    found.append(
+                        f"{path.relative_to(root).as_posix()}:{node.lineno}: {node.value!r}"
+                    )
+    return found
+
+
+def _names_the_service(node: ast.expr) -> bool:
+    """``service`` or ``<anything>.service``: the runtime's ``Service`` as dialects hold it."""
+    return (isinstance(node, ast.Name) and node.id == "service") or (
+        isinstance(node, ast.Attribute) and node.attr == "service"
+    )
+
+
+def private_runtime_uses(root: Path, dialects: tuple[str, ...] = DIALECTS) -> list[str]:
+    """Where a dialect reaches past the runtime's public API: an import of a runtime module
+    outside PUBLIC_RUNTIME, or a private attribute of the service (``service._x``)."""
+    found = []
+    for dialect in dialects:
+        for module in package_modules(root, dialect):
+            path = module_file(root, module)
+            assert path is not None
+            for name in sorted(set(imported_modules(root, path))):
+                runtime = name == "localsession.runtime" or name.startswith("localsession.runtime.")
+                if runtime and name not in PUBLIC_RUNTIME:
+                    found.append(f"{module} imports {name}")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and _names_the_service(node.value)
+                ):
+                    found.append(f"{module}:{node.lineno} uses service.{node.attr}")
+    return found
+
+
+def test_the_runtime_imports_no_dialect() -> None:
+    assert runtime_dialect_imports(ROOT) == [], (
+        "the runtime knows no dialect: a dialect calls the runtime's typed API "
+        "(port_commands in, port_results out), never the other way round"
+    )
+
+
+def test_engines_write_no_wire_key() -> None:
+    assert wire_keys_written(ROOT) == [], (
+        "an engine returns port_results values; the SageMaker wire's keys are written only "
+        "by runtime/sagemaker_wire.py (and the Tinker shapes by server/tinker/results.py)"
+    )
+
+
+def test_dialects_use_only_the_runtimes_public_api() -> None:
+    assert private_runtime_uses(ROOT) == [], (
+        "a dialect touches the runtime only through Service's methods and the port's types: "
+        f"import only {sorted(PUBLIC_RUNTIME)} of the runtime, and no private attribute"
+    )
+
+
+def test_dialect_rules_find_planted_violations(tmp_path: Path) -> None:
+    clean = {
+        "localsession/__init__.py": "",
+        "localsession/runtime/__init__.py": "",
+        "localsession/runtime/service.py": "from localsession.runtime import helper\n",
+        "localsession/runtime/helper.py": "import math\n",
+        "localsession/runtime/sessions/__init__.py": "",
+        "localsession/runtime/sessions/queue.py": "",
+        "localsession/server/__init__.py": "",
+        "localsession/server/tinker/__init__.py": "",
+        "localsession/server/tinker/routes.py": (
+            "from localsession.runtime.service import Service\n"
+            "def f(service):\n    return service.submit_training\n"
+        ),
+        "localsession/engine/__init__.py": "",
+        "localsession/engine/sample.py": "def f():\n    return {'tokens': [], 'stop': 1}\n",
+    }
+    _tree(tmp_path, clean)
+    assert runtime_dialect_imports(tmp_path) == []
+    assert wire_keys_written(tmp_path) == []
+    assert private_runtime_uses(tmp_path) == []
+    # the runtime reaching a dialect (inside a function)
+    (tmp_path / "localsession/runtime/helper.py").write_text(
+        "def f():\n    from localsession.server.tinker import routes\n", encoding="utf-8"
+    )
+    assert runtime_dialect_imports(tmp_path) == [
+        "localsession.runtime.helper -> localsession.server.tinker.routes"
+    ]
+    # an engine writing a SageMaker wire key
+    (tmp_path / "localsession/engine/sample.py").write_text(
+        "def f():\n    return {'stopReason': 'stop'}\n", encoding="utf-8"
+    )
+    assert wire_keys_written(tmp_path) == ["localsession/engine/sample.py:2: 'stopReason'"]
+    # a dialect importing a runtime internal, and reading a private attribute of the service
+    (tmp_path / "localsession/server/tinker/routes.py").write_text(
+        "from localsession.runtime.sessions import queue\n"
+        "def f(self):\n    return self.service._registry\n",
+        encoding="utf-8",
+    )
+    assert private_runtime_uses(tmp_path) == [
+        "localsession.server.tinker.routes imports localsession.runtime.sessions.queue",
+        "localsession.server.tinker.routes:3 uses service._registry",
+    ]
+
+
 # -- the composition root's profiles ---------------------------------------------------------
 
 #: Modules that may build a ``ServiceConfig``: the root's profiles, and the config's own module.
@@ -733,7 +900,7 @@ NOT_YET_CONVERTED: dict[str, frozenset[str]] = {
     "localsession/runtime/sessions/dataplane.py": frozenset({"OpKind"}),
     "localsession/runtime/sessions/run_op.py": frozenset({"OpKind"}),
     "localsession/server/tinker/dialect.py": frozenset({"LossFunction", "OpKind"}),
-    "localsession/server/tinker/dro.py": frozenset({"LossFunction", "OpKind"}),
+    "localsession/server/tinker/dro.py": frozenset({"OpKind"}),
     "localsession/server/tinker/external.py": frozenset({"OpKind"}),
     "localsession/server/tinker/results.py": frozenset({"ErrorCode", "OpKind"}),
     "localsession/server/tinker/routes.py": frozenset({"OpKind", "SessionStatus"}),

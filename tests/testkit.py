@@ -21,6 +21,7 @@ from localsession.port import (
     SampleRequest,
     TrainingDatum,
 )
+from localsession.port_results import ForwardResult, OptimResult, SampleResult
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.wiring import build_service
@@ -48,21 +49,21 @@ class StubEngine:
         loss_fn_config: LossConfig | None,
         *,
         backward: bool,
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         if loss_fn == self.fail_loss:
             raise EngineInputError("datum 0: `advantages` is missing")
         self.calls.append(f"fb{datums[0].tokens[0]}")
         self.received.append(loss_fn_config)
-        return {"metrics": {"loss": 1.0, "global_token_num": 1.0}}
+        return ForwardResult({"loss": 1.0, "global_token_num": 1.0}, [])
 
-    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
         self.calls.append("step")
         self.received.append(adam_params)
-        return {"learning_rate": adam_params.learning_rate}
+        return OptimResult({"learning_rate": adam_params.learning_rate})
 
-    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[SampleResult]:
         self.calls.append("sample")
-        return [{"sequences": []} for _ in requests]
+        return [SampleResult([]) for _ in requests]
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
         return [None] + [0.0] * (len(tokens) - 1)

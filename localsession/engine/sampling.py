@@ -53,6 +53,7 @@ from localsession.numerics.filters import (  # noqa: F401 - re-exported for call
 )
 from localsession.numerics.losses import token_logprobs
 from localsession.port import SampleRequest, TokenCallback
+from localsession.port_results import TopLogprob
 
 _SEED_MOD = 2**63
 #: Finished streams stay in the batch (their outputs ignored) until this fraction of rows
@@ -446,22 +447,22 @@ def target_logprobs(
 @torch.no_grad()
 def prompt_logprobs(
     model: torch.nn.Module, tokens: list[int], device: torch.device, topk: int = 0
-) -> tuple[list[float], list[list[dict[str, Any]]]]:
+) -> tuple[list[float], list[list[TopLogprob]]]:
     """log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1 (entry 0 is 0.0), plus per-position
-    top-``topk`` alternatives as ``[{"tokenId", "logprob"}]`` (position 0: empty list)."""
+    top-``topk`` alternatives (position 0: empty list)."""
     ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
     logits_1LV = model(input_ids=ids_1L, use_cache=False)["logits"]
     # Position t predicts tokens[t + 1]; the same function the trainer uses (bit-identical
     # to ``forward`` on an unpadded datum).
     chosen_1L = token_logprobs(logits_1LV[:, :-1], ids_1L[:, 1:])
     values = [0.0, *chosen_1L[0].tolist()]
-    top: list[list[dict[str, Any]]] = []
+    top: list[list[TopLogprob]] = []
     if topk > 0:
         logprobs_LV = torch.log_softmax(logits_1LV[0, :-1].float(), dim=-1)
         k = min(topk, logprobs_LV.shape[-1])
         top_vals, top_ids = logprobs_LV.topk(k, dim=-1)
         top = [[]] + [
-            [{"tokenId": t, "logprob": v} for t, v in zip(ids, vals, strict=True)]
+            [TopLogprob(t, v) for t, v in zip(ids, vals, strict=True)]
             for ids, vals in zip(top_ids.tolist(), top_vals.tolist(), strict=True)
         ]
     return values, top

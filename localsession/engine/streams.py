@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from localsession.port_results import StopReason
+
 #: Uniforms drawn per generator call (see ``SampledStream.next_uniform``).
 DRAW_CHUNK = 32
 
@@ -36,7 +38,7 @@ class SampledStream:
     topk_rows: list[list[tuple[int, float]]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     _draws: list[float] = field(default_factory=list)
 
     def next_uniform(self) -> float:

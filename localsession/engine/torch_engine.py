@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,14 @@ from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import clip_config
 from localsession.numerics.optim import LoraAdamW
 from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
+from localsession.port_results import (
+    ForwardResult,
+    OptimResult,
+    PromptAltTokens,
+    SampledSequence,
+    SampleResult,
+    TopLogprob,
+)
 
 
 class TorchEngine:
@@ -176,7 +185,7 @@ class TorchEngine:
         loss_fn_config: port.LossConfig | None,
         *,
         backward: bool,
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         """Run the loss (docs/semantics.md#1) over parsed datums; accumulate gradients when
         ``backward``."""
         self._check_open()
@@ -202,20 +211,20 @@ class TorchEngine:
         run = list(plan.row_lengths) if plan else batch.lengths  # the rows computed
         flops = model_flops(*self._shape, run, backward=backward)
         peak = peak_flops(self._loaded.device, self._loaded.dtype)
-        result["metrics"].update(throughput_metrics(flops, seconds, peak))
+        result.metrics.update(throughput_metrics(flops, seconds, peak))
         return result
 
     def forward(
         self, datums: Sequence[TrainingDatum], loss_fn: str, loss_fn_config: port.LossConfig | None
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         """``forward_backward(..., backward=False)``."""
         return self.forward_backward(datums, loss_fn, loss_fn_config, backward=False)
 
-    def optim_step(self, adam_params: port.AdamHyperparams) -> dict[str, float]:
+    def optim_step(self, adam_params: port.AdamHyperparams) -> OptimResult:
         """Apply and zero the accumulated gradients with AdamW (docs/semantics.md#2)."""
         self._check_open()
         with self._mutex:
-            return self._optimizer.step(adam_params)
+            return OptimResult(self._optimizer.step(adam_params))
 
     def zero_grad(self) -> None:
         """Drop accumulated gradients (``load_state`` does this)."""
@@ -228,7 +237,7 @@ class TorchEngine:
 
     def sample(
         self, weights: str | None, requests: list[SampleRequest], admit: Admit | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[SampleResult]:
         """Run sample requests as one batch (docs/semantics.md#3), joined by ``admit`` s."""
         self._check_open()
         checked = [
@@ -242,12 +251,10 @@ class TorchEngine:
             decoder = self._decoder(key, snapshot)  # None: the peft model, snapshot swapped in
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
-            responses: list[dict[str, Any]] = [
-                {"sequences": [_sequence(s) for s in streams]} for streams in grouped
-            ]
+            responses = [SampleResult([_sequence(s) for s in streams]) for streams in grouped]
             wanted = [
-                (req, response)
-                for req, response in zip(checked, responses, strict=True)
+                i
+                for i, req in enumerate(checked)
                 if req.include_prompt_logprobs
                 or (req.topk_prompt_logprobs or 0) > 0
                 or req.target_prompt_logprobs is not None
@@ -255,22 +262,21 @@ class TorchEngine:
             ]
             if wanted:  # on the peft model: bit-identical to ``forward`` (prompt_logprobs)
                 with self._use_weights(snapshot):
-                    for req, response in wanted:
+                    for i in wanted:
+                        req = checked[i]
                         topk = req.topk_prompt_logprobs or 0
                         values, top = prompt_logprobs(
                             self._loaded.model, req.prompt, self._loaded.device, topk
                         )
-                        if req.include_prompt_logprobs:
-                            response["promptLogprobs"] = values
-                        if topk > 0:
-                            response["topkPromptLogprobs"] = top
+                        targets = None
                         if req.target_prompt_logprobs is not None:
-                            response["targetPromptLogprobs"] = target_logprobs(
+                            targets = target_logprobs(
                                 self._loaded.model,
                                 req.prompt,
                                 req.target_prompt_logprobs,
                                 self._loaded.device,
                             )
+                        alts = None
                         if req.prompt_alt_tokens_k > 0:
                             alt_ids, alt_lps = prompt_alt_tokens(
                                 self._loaded.model,
@@ -280,7 +286,14 @@ class TorchEngine:
                                 req.seed,
                                 self._loaded.device,
                             )
-                            response["promptAltTokens"] = {"tokens": alt_ids, "logprobs": alt_lps}
+                            alts = PromptAltTokens(alt_ids, alt_lps)
+                        responses[i] = replace(
+                            responses[i],
+                            prompt_logprobs=values if req.include_prompt_logprobs else None,
+                            topk_prompt_logprobs=top if topk > 0 else None,
+                            target_prompt_logprobs=targets,
+                            prompt_alt_tokens=alts,
+                        )
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
         self._trim(streams * self._token_bytes)
         return responses
@@ -422,15 +435,10 @@ class TorchEngine:
             torch.cuda.empty_cache()
 
 
-def _sequence(stream: SampledStream) -> dict[str, Any]:
-    """One sampled sequence as the engine reports it; ``topkLogprobs`` when it was asked."""
-    out: dict[str, Any] = {
-        "stopReason": stream.stop_reason,
-        "tokens": stream.tokens,
-        "logprobs": stream.logprobs,
-    }
+def _sequence(stream: SampledStream) -> SampledSequence:
+    """A finished decode stream as the port's sequence; ``topk_logprobs`` when asked."""
+    assert stream.stop_reason is not None  # ``BatchSampler.run`` finishes every stream
+    top = None
     if stream.topk:
-        out["topkLogprobs"] = [
-            [{"tokenId": t, "logprob": v} for t, v in row] for row in stream.topk_rows
-        ]
-    return out
+        top = [[TopLogprob(t, v) for t, v in row] for row in stream.topk_rows]
+    return SampledSequence(stream.tokens, stream.logprobs, stream.stop_reason, top)

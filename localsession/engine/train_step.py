@@ -28,6 +28,7 @@ from localsession.numerics.losses import (
 )
 from localsession.numerics.optim import LoraAdamW
 from localsession.numerics.prefix_groups import Group
+from localsession.port_results import ForwardResult
 
 #: Padded tokens per training micro-batch on a CPU (:func:`chunked_backward`).
 CHUNK_TOKENS = 4096
@@ -49,9 +50,9 @@ def loss_step(
     device: torch.device,
     vocab_size: int,
     plan: Plan | None = None,
-) -> dict[str, Any]:
+) -> ForwardResult:
     """Run the peft ``model`` over ``batch``; accumulate the loss's gradients into the
-    trainable parameters ``optimizer`` steps when ``backward``. Returns the wire result
+    trainable parameters ``optimizer`` steps when ``backward``. Returns the typed result
     (``fwd_result``) with ``actor/grad_norm``: the norm of all gradients accumulated so far.
     With a ``plan`` the batch runs packed (:func:`shared_backward`)."""
     rows = chunk_rows(batch, device, vocab_size)

@@ -33,6 +33,7 @@ from localsession.numerics.inputs import (
 )
 from localsession.numerics.losses import LossInputs
 from localsession.port import EngineInputError, TrainingDatum
+from localsession.port_results import ForwardResult
 
 __all__ = [
     "Batch",
@@ -207,10 +208,10 @@ def fwd_result(
     loss_BT: Tensor,
     metrics: dict[str, float],
     datum_values: Mapping[str, list[float]] | None = None,
-) -> dict[str, Any]:
-    """The wire ``FwdResult`` of a batch: its metrics (plus ``global_token_num``) and, per
-    datum, its unpadded ``logprobs`` and ``elementwise_loss`` as float32 TensorData, plus
-    each ``datum_values[key][i]`` (the ``actor/*`` diagnostics) as a one-value TensorData."""
+) -> ForwardResult:
+    """The :class:`ForwardResult` of a batch: its metrics (plus ``global_token_num``) and,
+    per datum, its unpadded ``logprobs`` and ``elementwise_loss``, plus each
+    ``datum_values[key][i]`` (the ``actor/*`` diagnostics)."""
     # tolist() reads any dtype and device, graph or not, as Python floats: no casts needed
     lp_rows, loss_rows = lp_BT.tolist(), loss_BT.tolist()  # [B, T] each
     return fwd_result_body(batch.lengths, lp_rows, loss_rows, metrics, datum_values)

@@ -13,8 +13,8 @@ whichever engine runs it, and always before any state changes:
   one value per token (:func:`column_data`) and, as plain lists, every value
   (:func:`read_datums`). The wire structure was checked once, by the runtime; what is left
   here are the checks only an engine can make, which fail the op (``datum 3: ...``);
-- the wire ``FwdResult`` built from per-datum rows (:func:`fwd_result_body`), or of no
-  datums at all (:func:`empty_fwd_result`).
+- the typed :class:`~localsession.port_results.ForwardResult` built from per-datum rows
+  (:func:`fwd_result_body`), or of no datums at all (:func:`empty_fwd_result`).
 
 Names and ranges come from :mod:`localsession.vocab`.
 """
@@ -28,6 +28,7 @@ from typing import Any
 
 from localsession import vocab
 from localsession.port import EngineInputError, LossConfig, TrainingDatum
+from localsession.port_results import DatumOutput, ForwardResult
 
 # -- losses ---------------------------------------------------------------------------------
 
@@ -184,35 +185,28 @@ def finite_or_raise(value: float, what: str) -> float:
     return value
 
 
-def tensor_data(values: list[float]) -> dict[str, Any]:
-    """A flat float32 ``TensorData`` in wire form."""
-    return {"data": values, "dtype": "float32", "shape": [len(values)]}
-
-
 def fwd_result_body(
     lengths: Sequence[int],
     lp_rows: Sequence[Sequence[float]],
     loss_rows: Sequence[Sequence[float]],
     metrics: dict[str, float],
     datum_values: Mapping[str, Sequence[float]] | None = None,
-) -> dict[str, Any]:
-    """The wire ``FwdResult``: the metrics (plus ``global_token_num``) and, per datum, its
-    unpadded ``logprobs`` and ``elementwise_loss`` (rows may be padded past ``lengths``), plus
-    each ``datum_values[key][i]`` (the ``actor/*`` diagnostics) as a one-value TensorData."""
+) -> ForwardResult:
+    """The op's :class:`ForwardResult`: the metrics (plus ``global_token_num``) and, per
+    datum, its unpadded ``logprobs`` and ``elementwise_loss`` (rows may be padded past
+    ``lengths``), plus each ``datum_values[key][i]`` (the ``actor/*`` diagnostics)."""
     metrics["global_token_num"] = float(sum(lengths))
+    extras: list[dict[str, float]] = [{} for _ in lengths]
+    for key, values in (datum_values or {}).items():
+        for extra, value in zip(extras, values, strict=True):
+            extra[key] = value
     outputs = [
-        {
-            "logprobs": tensor_data(list(lp_rows[i][:n])),
-            "elementwise_loss": tensor_data(list(loss_rows[i][:n])),
-        }
+        DatumOutput(list(lp_rows[i][:n]), list(loss_rows[i][:n]), extras[i])
         for i, n in enumerate(lengths)
     ]
-    for key, values in (datum_values or {}).items():
-        for output, value in zip(outputs, values, strict=True):
-            output[key] = tensor_data([value])
-    return {"metrics": metrics, "lossFnOutputs": outputs}
+    return ForwardResult(metrics, outputs)
 
 
-def empty_fwd_result() -> dict[str, Any]:
-    """The wire ``FwdResult`` of an op over no datums: zero loss, zero tokens, no outputs."""
+def empty_fwd_result() -> ForwardResult:
+    """The result of an op over no datums: zero loss, zero tokens, no outputs."""
     return fwd_result_body((), (), (), {"loss": 0.0})

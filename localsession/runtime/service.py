@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from localsession.port import Engine, EngineConfigError, EngineSpec
-from localsession.runtime import errors, validate
+from localsession.port_commands import SampleCommand, SessionCommand, TrainingCommand
+from localsession.port_results import OpOutcome
+from localsession.runtime import commands, errors, validate
 from localsession.runtime.chat.chat_completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
 from localsession.runtime.faults import Faults
@@ -135,51 +137,41 @@ class Service:
         *,
         strict: bool | None = None,
         region: str | None = None,
-        seed: int = 0,
-        train_unembed: bool = False,
     ) -> dict[str, Any]:
         """CreateTrainingSession. ``strict`` overrides the service default for this session;
         ``region`` (the caller's: the client's, or the request's SigV4 scope) is the one its
-        ARN and its packages' ARNs name (default: the service's); ``seed`` seeds the LoRA
-        initialisation and ``train_unembed`` adapts the output head too (the Tinker
-        dialect's ``lora_config``; the SageMaker wire has neither)."""
+        ARN and its packages' ARNs name (default: the service's)."""
         name = validate.session_name(request.get("TrainingSessionName"))
         validate.create_request(request, check_members=self.config.check_create_members)
         rank, alpha, base_model = validate.lora_and_base_model(request)
-        # Sessions and their packages name the model, not the ARN or alias it was asked by.
-        model = self.catalog.canonical_name(base_model)
-        if not self.config.local_model_paths and model not in {
-            self.catalog.canonical_name(listed) for listed in self.catalog.names()
-        }:
-            raise errors.validation(
-                f"ModelConfig.BaseModelArn {base_model[:300]!r} is not a model this server "
-                "serves; use a Hub content ARN or name from ListHubContents"
-            )
-        try:
-            resolved = self.catalog.resolve(base_model)
-        except ValueError as exc:
-            raise errors.validation(str(exc)) from None
-        arn = (
-            f"arn:aws:sagemaker:{region or self.config.region}:{self.config.account}:"
-            f"training-session/{name}"
-        )
-        details = validate.session_details(request)
-        spec = EngineSpec(
-            base_model=model,
+        command = SessionCommand(
+            name=name,
+            base_model=base_model,
             rank=rank,
             alpha=alpha,
-            seed=seed,
-            train_unembed=train_unembed,
-            model=resolved,
+            strict=strict,
+            region=region,
+            details=validate.session_details(request),
         )
+        return {"TrainingSessionArn": self.create_session(command)}
+
+    def create_session(self, command: SessionCommand) -> str:
+        """CreateTrainingSession from a typed command (a dialect's own wire); its ARN."""
+        name = validate.session_name(command.name)
+        spec = commands.engine_spec(command, self.catalog, self.config.local_model_paths)
+        arn = (
+            f"arn:aws:sagemaker:{command.region or self.config.region}:{self.config.account}:"
+            f"training-session/{name}"
+        )
+        strict = self.config.strict if command.strict is None else command.strict
         self.table.add(
             name,
             lambda: Session(
                 name,
                 arn,
                 spec,
-                details,
-                strict=self.config.strict if strict is None else strict,
+                dict(command.details),
+                strict=strict,
                 gap_timeout=self.config.gap_timeout,
                 engine_factory=self.config.engine_factory or unwired_engine,
                 registry=lambda: self.registry,
@@ -189,7 +181,7 @@ class Service:
                 resolve_model=self.catalog.resolve,
             ),
         )
-        return {"TrainingSessionArn": arn}
+        return arn
 
     def describe_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         validate.session_name(request.get("TrainingSessionName"))
@@ -279,23 +271,36 @@ class Service:
     def execute_training_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         return self.dataplane.execute_training_operation(name, request)
 
-    def execute_sampling_operation(
-        self,
-        name: str,
-        request: dict[str, Any],
-        stop_token_ids: Sequence[Any] = (),
-        stop_at_eos: bool = True,
-        options: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        return self.dataplane.execute_sampling_operation(
-            name, request, stop_token_ids, stop_at_eos, options
-        )
+    def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self.dataplane.execute_sampling_operation(name, request)
+
+    # -- the typed runtime calls (port_commands; a dialect with a wire of its own) -----------
+
+    def submit_training(
+        self, name: str, seq: int, command: TrainingCommand, client_token: str = ""
+    ) -> str:
+        """Queue a training command as op ``seq``; its id. A refusal still consumes ``seq``."""
+        return self.dataplane.submit_training(name, seq, command, client_token)
+
+    def refuse_sequence(self, name: str, seq: int) -> None:
+        """A dialect refused request ``seq`` before submitting it: record the number used,
+        so the ops after it run without waiting out the gap timeout."""
+        self.dataplane.refuse_sequence(name, seq)
+
+    def submit_sample(self, name: str, command: SampleCommand) -> str:
+        """Submit a typed ``sample`` command; its operation id."""
+        return self.dataplane.submit_sample(name, command)
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)
 
     def get_sampling_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         return self.dataplane.get_operation_result(name, operation_id)
+
+    def operation_outcome(self, name: str, operation_id: str) -> OpOutcome:
+        """A training or sampling op's status and typed result (``port_results``): the
+        runtime call for a dialect that serialises results to a wire of its own."""
+        return self.dataplane.operation_outcome(name, operation_id)
 
     # -- chat completions (runtime/chat/chat_completions.py) --------------------------------
 

@@ -79,8 +79,11 @@ def lora_and_base_model(request: dict[str, Any]) -> tuple[int, int, str]:
     """A CreateTrainingSession's LoRA rank and alpha and its ``BaseModelArn``, checked."""
     lora = request.get("LoraConfig") or {}
     rank, alpha = lora.get("Rank"), lora.get("Alpha")
-    if not isinstance(rank, int) or not 1 <= rank <= 256:
-        raise validation(f"LoraConfig.Rank={rank!r} must be an integer in [1, 256]")
+    if not isinstance(rank, int) or not vocab.LORA_RANK_MIN <= rank <= vocab.LORA_RANK_MAX:
+        raise validation(
+            f"LoraConfig.Rank={rank!r} must be an integer in "
+            f"[{vocab.LORA_RANK_MIN}, {vocab.LORA_RANK_MAX}]"
+        )
     if not isinstance(alpha, int) or alpha < 1:
         raise validation(f"LoraConfig.Alpha={alpha!r} must be an integer >= 1")
     base_model = (request.get("ModelConfig") or {}).get("BaseModelArn")

@@ -15,6 +15,7 @@ from botocore.exceptions import ParamValidationError
 from localsession import ServiceClient
 from localsession.exceptions import OperationError
 from localsession.port import AdamHyperparams, EngineSpec
+from localsession.port_results import OptimResult
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.types import SamplingParams
 from localsession.wiring import build_service
@@ -28,8 +29,8 @@ class StubEngine:
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec
 
-    def optim_step(self, params: AdamHyperparams) -> dict[str, float]:
-        return {}
+    def optim_step(self, params: AdamHyperparams) -> OptimResult:
+        return OptimResult({})
 
     def close(self) -> None:
         pass

@@ -119,9 +119,7 @@ def record_batches(service: Service, tc: TrainingClient, monkeypatch: Any) -> li
     original = engine.sample
     active = threading.Lock()
 
-    def sample(
-        weights: str | None, requests: list[Any], admit: Admit | None = None
-    ) -> list[dict[str, Any]]:
+    def sample(weights: str | None, requests: list[Any], admit: Admit | None = None) -> list[Any]:
         assert active.acquire(blocking=False), "two generations ran at once"
         batch = len(sizes)
         sizes.append(len(requests))

@@ -21,6 +21,7 @@ DROPPED = "grad_norm"
 def make_planted(options: dict[str, Any]) -> Backend:
     from fakes.engine import FakeEngine
     from localsession.port import AdamHyperparams
+    from localsession.port_results import OptimResult
     from localsession.runtime.errors import ServiceError
 
     init = ServiceError.__init__
@@ -35,8 +36,9 @@ def make_planted(options: dict[str, Any]) -> Backend:
 
     optim = FakeEngine.optim_step
 
-    def without(self: FakeEngine, adam_params: AdamHyperparams) -> dict[str, float]:
-        return {k: v for k, v in optim(self, adam_params).items() if k != DROPPED}
+    def without(self: FakeEngine, adam_params: AdamHyperparams) -> OptimResult:
+        metrics = optim(self, adam_params).metrics
+        return OptimResult({k: v for k, v in metrics.items() if k != DROPPED})
 
     ServiceError.__init__ = renamed  # type: ignore[method-assign]
     FakeEngine.compute_logprobs = shifted  # type: ignore[method-assign]

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from localsession.port import AdamHyperparams
+from localsession.port_results import OptimResult
 from localsession.runtime.service import ServiceConfig
 from localsession.server.app import SUBMIT_HOLD_SECONDS
 from localsession.server.endpoints import client_env
@@ -39,7 +40,7 @@ class _SlowOptimizer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
-    def optim_step(self, adam_params: AdamHyperparams) -> dict[str, float]:
+    def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
         self._release.wait(HOLD_S)
         return self._engine.optim_step(adam_params)  # type: ignore[no-any-return]
 

@@ -10,6 +10,7 @@ import torch
 
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import AdamHyperparams, SampleRequest, TrainingDatum
+from localsession.port_results import DatumOutput
 
 
 def tensor_data(values: list[Any], dtype: str = "float32") -> dict[str, Any]:
@@ -46,9 +47,21 @@ def untimed(metrics: dict[str, float], *drop: str) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k not in TIMED_METRICS and k not in drop}
 
 
-def outputs_without(outputs: list[dict[str, Any]], *drop: str) -> list[dict[str, Any]]:
-    """Per-datum loss outputs without the keys ``drop``."""
-    return [{k: v for k, v in o.items() if k not in drop} for o in outputs]
+def output_keys(output: DatumOutput) -> set[str]:
+    """The names of a datum's outputs: its per-token rows and its diagnostics."""
+    return {"logprobs", "elementwise_loss", *output.extra}
+
+
+def output_row(output: DatumOutput, key: str) -> list[float]:
+    """One named output of a datum as a list (a diagnostic is a one-value list)."""
+    if key in ("logprobs", "elementwise_loss"):
+        return list(getattr(output, key))
+    return [output.extra[key]]
+
+
+def outputs_without(outputs: list[DatumOutput], *drop: str) -> list[dict[str, list[float]]]:
+    """Per-datum loss outputs, by name, without the keys ``drop``."""
+    return [{k: output_row(o, k) for k in sorted(output_keys(o)) if k not in drop} for o in outputs]
 
 
 def random_tokens(n: int, length: int, seed: int, vary: bool = True) -> list[list[int]]:
@@ -74,7 +87,7 @@ def train(engine: TorchEngine, steps: int) -> tuple[list[float], list[dict[str, 
     losses, gradients = [], []
     for _ in range(steps):
         out = engine.forward_backward(datums, "cross_entropy", None, backward=True)
-        losses.append(float(out["metrics"]["loss"]))
+        losses.append(float(out.metrics["loss"]))
         gradients.append(grads(engine))
         engine.optim_step(ADAM)
     return losses, gradients
@@ -89,4 +102,4 @@ def greedy(
     tokens = prompt if prompt is not None else [257, 72, 101]
     request = SampleRequest(prompt=tokens, max_tokens=16, temperature=0.0, seed=0)
     (out,) = engine.sample(str(directory), [request])
-    return list(out["sequences"][0]["tokens"])
+    return list(out.sequences[0].tokens)

@@ -23,6 +23,7 @@ from localsession.engine.base_pool import POOL, load_private
 from localsession.engine.merged import MergedCache, merged_bytes
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import AdamHyperparams, EngineSpec, SampleRequest
+from localsession.port_results import ForwardResult, OptimResult
 
 from .helpers import make_datum, random_tokens
 
@@ -115,8 +116,8 @@ def test_shared_base_is_bit_identical_to_private_copies(
 def _untimed(results: list[Any]) -> list[Any]:
     """The results without ``mfu``, the one number that depends on the wall clock."""
     for result in results:
-        if isinstance(result, dict) and isinstance(result.get("metrics"), dict):
-            result["metrics"].pop("mfu", None)
+        if isinstance(result, (ForwardResult, OptimResult)):
+            result.metrics.pop("mfu", None)
     return results
 
 
@@ -148,7 +149,7 @@ def test_merged_cache_budget_and_lru(
     monkeypatch.setenv("LOCALSESSION_MERGED_CACHE_MB", "0")  # no copies: decode unmerged
     cache.drop_owner(a._cache_owner)
     unmerged = a.sample(str(tmp_path / "a"), [request])
-    assert unmerged[0]["sequences"][0]["tokens"] == first[0]["sequences"][0]["tokens"]
-    lp_merged = first[0]["sequences"][0]["logprobs"]
-    lp_unmerged = unmerged[0]["sequences"][0]["logprobs"]
+    assert unmerged[0].sequences[0].tokens == first[0].sequences[0].tokens
+    lp_merged = first[0].sequences[0].logprobs
+    lp_unmerged = unmerged[0].sequences[0].logprobs
     assert lp_unmerged == pytest.approx(lp_merged, abs=1e-5)

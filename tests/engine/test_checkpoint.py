@@ -70,7 +70,7 @@ def forward_logprobs(model: Any, tokens: list[int]) -> torch.Tensor:
 
 def engine_logprobs(engine: TorchEngine, tokens: list[int]) -> torch.Tensor:
     out = engine.forward([make_datum(tokens)], "cross_entropy", None)
-    return torch.tensor(out["lossFnOutputs"][0]["logprobs"]["data"])
+    return torch.tensor(out.outputs[0].logprobs)
 
 
 def test_resume_with_optimizer_is_bit_identical(
@@ -209,9 +209,9 @@ def test_sampling_from_a_snapshot_is_isolated(
         train(e, [AdamHyperparams(learning_rate=5e-2)] * 2, seed=40)
     live = adapter(engine)
     (out,) = engine.sample(pkg, requests)
-    assert out["sequences"][0]["tokens"] == ref.tokens
+    assert out.sequences[0].tokens == ref.tokens
     torch.testing.assert_close(
-        torch.tensor(out["sequences"][0]["logprobs"]), torch.tensor(ref.logprobs), atol=1e-5, rtol=0
+        torch.tensor(out.sequences[0].logprobs), torch.tensor(ref.logprobs), atol=1e-5, rtol=0
     )
     assert engine.compute_logprobs(pkg, PROMPT) == ref_lp
     assert_same(live, adapter(engine))  # restored bit for bit

@@ -18,7 +18,14 @@ from localsession.port import (
     TrainingDatum,
 )
 
-from .helpers import make_datum, outputs_without, random_tokens, untimed
+from .helpers import (
+    make_datum,
+    output_keys,
+    output_row,
+    outputs_without,
+    random_tokens,
+    untimed,
+)
 
 RL_LOSSES = ("importance_sampling", "ppo", "cispo")
 CONFIG = LossConfig(clip_low_threshold=0.9, clip_high_threshold=1.1)
@@ -59,24 +66,24 @@ def test_split_invariance(make_engine: Callable[..., TorchEngine], loss_fn: str)
     r_a = split.forward_backward(datums[:4], loss_fn, CONFIG, backward=True)
     r_b = split.forward_backward(datums[4:], loss_fn, CONFIG, backward=True)
     for key in ("loss", "actor/pg_loss"):
-        assert r_all["metrics"][key] == pytest.approx(
-            (r_a["metrics"][key] + r_b["metrics"][key]) / 2, rel=1e-5, abs=1e-6
+        assert r_all.metrics[key] == pytest.approx(
+            (r_a.metrics[key] + r_b.metrics[key]) / 2, rel=1e-5, abs=1e-6
         ), key
-    assert r_all["metrics"]["actor/pg_loss"] == r_all["metrics"]["loss"]
-    per_datum = [o["actor/pg_loss"]["data"][0] for o in r_all["lossFnOutputs"]]
-    sums = [sum(o["elementwise_loss"]["data"]) for o in r_all["lossFnOutputs"]]
+    assert r_all.metrics["actor/pg_loss"] == r_all.metrics["loss"]
+    per_datum = [o.extra["actor/pg_loss"] for o in r_all.outputs]
+    sums = [sum(o.elementwise_loss) for o in r_all.outputs]
     assert per_datum == pytest.approx(sums, rel=1e-5, abs=1e-6)
-    assert r_b["metrics"]["actor/grad_norm"] == pytest.approx(
-        r_all["metrics"]["actor/grad_norm"], rel=1e-5
+    assert r_b.metrics["actor/grad_norm"] == pytest.approx(
+        r_all.metrics["actor/grad_norm"], rel=1e-5
     )  # the norm of the gradient accumulated over both halves
     for key in ("logprobs", "elementwise_loss"):
-        joined = [o[key]["data"] for o in r_a["lossFnOutputs"] + r_b["lossFnOutputs"]]
+        joined = [output_row(o, key) for o in r_a.outputs + r_b.outputs]
         for row_all, row_split in zip(
-            [o[key]["data"] for o in r_all["lossFnOutputs"]], joined, strict=True
+            [output_row(o, key) for o in r_all.outputs], joined, strict=True
         ):
             # a few float32 ulps: the batch size changes the matmul's summation order
             assert row_all == pytest.approx(row_split, rel=1e-6, abs=1e-6)
-    assert 0 < r_all["metrics"]["actor/pg_clipfrac"] < 1 or loss_fn == "importance_sampling"
+    assert 0 < r_all.metrics["actor/pg_clipfrac"] < 1 or loss_fn == "importance_sampling"
     g_all, g_split = grads(whole), grads(split)
     assert g_all.keys() == g_split.keys() and g_all
     for name in g_all:
@@ -92,11 +99,11 @@ def test_forward_and_forward_backward_bit_identical(
     fwd = engine.forward(datums, loss_fn, CONFIG)
     fb = engine.forward_backward(datums, loss_fn, CONFIG, backward=True)
     # exact float equality, but for the accumulated gradient's norm
-    assert outputs_without(fwd["lossFnOutputs"], "actor/grad_norm") == outputs_without(
-        fb["lossFnOutputs"], "actor/grad_norm"
+    assert outputs_without(fwd.outputs, "actor/grad_norm") == outputs_without(
+        fb.outputs, "actor/grad_norm"
     )
-    assert untimed(fwd["metrics"], "actor/grad_norm") == untimed(fb["metrics"], "actor/grad_norm")
-    assert set(fwd["metrics"]) == {
+    assert untimed(fwd.metrics, "actor/grad_norm") == untimed(fb.metrics, "actor/grad_norm")
+    assert set(fwd.metrics) == {
         "loss",
         "global_token_num",
         "actor/pg_clipfrac",
@@ -107,9 +114,9 @@ def test_forward_and_forward_backward_bit_identical(
         "promised_flops",
         "mfu",
     }
-    assert set(fb["metrics"]) == set(fwd["metrics"])
-    assert fb["metrics"]["estimated_flops"] == 3 * fwd["metrics"]["estimated_flops"]
-    assert set(fb["lossFnOutputs"][0]) == {
+    assert set(fb.metrics) == set(fwd.metrics)
+    assert fb.metrics["estimated_flops"] == 3 * fwd.metrics["estimated_flops"]
+    assert output_keys(fb.outputs[0]) == {
         "logprobs",
         "elementwise_loss",
         "actor/pg_loss",
@@ -127,7 +134,7 @@ def test_temperature_input_matches_direct_computation(
     tokens = random_tokens(1, 30, seed=4)[0]
     temps = [0.3 + 0.1 * (t % 12) for t in range(len(tokens))]
     out = tiny_engine.forward([make_datum(tokens, temperature=temps)], "cross_entropy", None)
-    got = torch.tensor(out["lossFnOutputs"][0]["logprobs"]["data"])
+    got = torch.tensor(out.outputs[0].logprobs)
     with torch.no_grad():
         logits_TV = base(input_ids=torch.tensor([tokens])).logits[0].double()
     targets = torch.tensor(tokens[1:] + [0])
@@ -136,9 +143,7 @@ def test_temperature_input_matches_direct_computation(
     )
     torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=0)
     plain = tiny_engine.forward([make_datum(tokens)], "cross_entropy", None)
-    assert (
-        plain["lossFnOutputs"][0]["logprobs"]["data"] != out["lossFnOutputs"][0]["logprobs"]["data"]
-    )
+    assert plain.outputs[0].logprobs != out.outputs[0].logprobs
 
 
 def test_batch_invariance_with_31_others(tiny_engine: TorchEngine) -> None:
@@ -164,10 +169,10 @@ def test_batch_invariance_with_31_others(tiny_engine: TorchEngine) -> None:
     ]
     alone = tiny_engine.sample(None, [target])[0]
     batched = tiny_engine.sample(None, [*others[:13], target, *others[13:]])[13]
-    for a, b in zip(alone["sequences"], batched["sequences"], strict=True):
-        assert a["tokens"] == b["tokens"] and a["stopReason"] == b["stopReason"]
+    for a, b in zip(alone.sequences, batched.sequences, strict=True):
+        assert a.tokens == b.tokens and a.stop_reason == b.stop_reason
         torch.testing.assert_close(
-            torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-5, rtol=0
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
         )
 
 
@@ -207,14 +212,16 @@ def test_micro_batched_backward_reports_what_one_pass_reports(
     expected = whole.forward_backward(datums, loss_fn, CONFIG, backward=True)
     monkeypatch.setattr("localsession.engine.train_step.CHUNK_TOKENS", 1)
     got = chunked.forward_backward(datums, loss_fn, CONFIG, backward=True)
-    want, have = untimed(expected["metrics"]), untimed(got["metrics"])
+    want, have = untimed(expected.metrics), untimed(got.metrics)
     assert want.keys() == have.keys()
     for key, value in want.items():
         assert have[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-    for o_want, o_have in zip(expected["lossFnOutputs"], got["lossFnOutputs"], strict=True):
-        assert o_want.keys() == o_have.keys()
-        for key in o_want:
-            assert o_have[key]["data"] == pytest.approx(o_want[key]["data"], rel=1e-5, abs=1e-6)
+    for o_want, o_have in zip(expected.outputs, got.outputs, strict=True):
+        assert output_keys(o_want) == output_keys(o_have)
+        for key in output_keys(o_want):
+            assert output_row(o_have, key) == pytest.approx(
+                output_row(o_want, key), rel=1e-5, abs=1e-6
+            )
     g_want, g_have = grads(whole), grads(chunked)
     assert g_want.keys() == g_have.keys()
     for name, g in g_want.items():

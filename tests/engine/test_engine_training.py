@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from localsession.engine import create_engine
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import AdamHyperparams, EngineInputError, EngineSpec, TrainingDatum
+from localsession.runtime.sagemaker_wire import result_body
 
 from .helpers import make_datum, outputs_without, random_tokens, untimed
 
@@ -46,32 +47,31 @@ def test_forward_matches_forward_backward_bit_for_bit(
     fb = engine.forward_backward(datums, "cross_entropy", None, backward=True)
     assert engine.optimizer.has_grad()
     # the same but for the accumulated gradient's norm (none before, this pass's after)
-    assert fwd["metrics"]["actor/grad_norm"] == 0.0
-    assert outputs_without(fwd["lossFnOutputs"], "actor/grad_norm") == outputs_without(
-        fb["lossFnOutputs"], "actor/grad_norm"
+    assert fwd.metrics["actor/grad_norm"] == 0.0
+    assert outputs_without(fwd.outputs, "actor/grad_norm") == outputs_without(
+        fb.outputs, "actor/grad_norm"
     )
-    assert untimed(fwd["metrics"], "actor/grad_norm") == untimed(fb["metrics"], "actor/grad_norm")
+    assert untimed(fwd.metrics, "actor/grad_norm") == untimed(fb.metrics, "actor/grad_norm")
     norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads(engine).values()]))
-    assert fb["metrics"]["actor/grad_norm"] == pytest.approx(float(norm), rel=1e-6)
-    assert all(
-        o["actor/grad_norm"]["data"] == [fb["metrics"]["actor/grad_norm"]]
-        for o in fb["lossFnOutputs"]
-    )
+    assert fb.metrics["actor/grad_norm"] == pytest.approx(float(norm), rel=1e-6)
+    assert all(o.extra["actor/grad_norm"] == fb.metrics["actor/grad_norm"] for o in fb.outputs)
 
 
 def test_outputs_shape_and_dtype(tiny_engine: TorchEngine) -> None:
     token_lists = random_tokens(3, 20, seed=2)
     out = tiny_engine.forward([make_datum(t) for t in token_lists], "cross_entropy", None)
-    assert len(out["lossFnOutputs"]) == 3
-    for tokens, item in zip(token_lists, out["lossFnOutputs"], strict=True):
+    assert len(out.outputs) == 3
+    wire = result_body(out)["lossFnOutputs"]  # the SageMaker wire's TensorData
+    for tokens, item, sent in zip(token_lists, out.outputs, wire, strict=True):
         for key in ("logprobs", "elementwise_loss"):
-            assert item[key]["dtype"] == "float32"
-            assert item[key]["shape"] == [len(tokens)] == [len(item[key]["data"])]
+            assert sent[key]["dtype"] == "float32"
+            assert sent[key]["shape"] == [len(tokens)] == [len(sent[key]["data"])]
+            assert sent[key]["data"] == getattr(item, key)
         # cross_entropy with weights 1: elementwise loss is -lp
-        assert item["elementwise_loss"]["data"] == [-v for v in item["logprobs"]["data"]]
-    assert out["metrics"]["global_token_num"] == sum(len(t) for t in token_lists)
-    total = sum(sum(i["elementwise_loss"]["data"]) for i in out["lossFnOutputs"])
-    assert out["metrics"]["loss"] == pytest.approx(total / 3, rel=1e-5)  # a per-datum mean
+        assert item.elementwise_loss == [-v for v in item.logprobs]
+    assert out.metrics["global_token_num"] == sum(len(t) for t in token_lists)
+    total = sum(sum(i.elementwise_loss) for i in out.outputs)
+    assert out.metrics["loss"] == pytest.approx(total / 3, rel=1e-5)  # a per-datum mean
 
 
 def test_split_invariance(make_engine: Callable[..., TorchEngine]) -> None:
@@ -81,8 +81,8 @@ def test_split_invariance(make_engine: Callable[..., TorchEngine]) -> None:
     r_a = split.forward_backward(datums[:4], "cross_entropy", None, backward=True)
     r_b = split.forward_backward(datums[4:], "cross_entropy", None, backward=True)
     # per-datum means: the halves' mean is the whole's (the gradients add, below)
-    assert r_all["metrics"]["loss"] == pytest.approx(
-        (r_a["metrics"]["loss"] + r_b["metrics"]["loss"]) / 2, rel=1e-6
+    assert r_all.metrics["loss"] == pytest.approx(
+        (r_a.metrics["loss"] + r_b.metrics["loss"]) / 2, rel=1e-6
     )
     whole.optim_step(ADAM)
     split.optim_step(ADAM)
@@ -205,8 +205,8 @@ def test_json_booleans_are_zero_one(tiny_engine: TorchEngine) -> None:
     as_float = tiny_engine.forward(
         [make_datum(tokens, weights=[float(m) for m in mask])], "cross_entropy", None
     )
-    assert as_bool["lossFnOutputs"] == as_float["lossFnOutputs"]
-    assert untimed(as_bool["metrics"]) == untimed(as_float["metrics"])
+    assert as_bool.outputs == as_float.outputs
+    assert untimed(as_bool.metrics) == untimed(as_float.metrics)
 
 
 def test_rl_metrics_at_ratio_one(tiny_engine: TorchEngine) -> None:
@@ -215,20 +215,20 @@ def test_rl_metrics_at_ratio_one(tiny_engine: TorchEngine) -> None:
     datums = [
         make_datum(
             t,
-            logprobs=o["logprobs"]["data"],
+            logprobs=o.logprobs,
             advantages=[0.5] * len(t),
-            ref_log_prob=[v - 0.25 for v in o["logprobs"]["data"]],
+            ref_log_prob=[v - 0.25 for v in o.logprobs],
         )
-        for t, o in zip(token_lists, base["lossFnOutputs"], strict=True)
+        for t, o in zip(token_lists, base.outputs, strict=True)
     ]
     for loss_fn in ("importance_sampling", "ppo", "cispo"):
-        metrics = tiny_engine.forward(datums, loss_fn, None)["metrics"]
+        metrics = tiny_engine.forward(datums, loss_fn, None).metrics
         assert metrics["actor/pg_clipfrac"] == 0.0
         assert abs(metrics["actor/ppo_kl"]) < 1e-6
         assert metrics["actor/kl_ref"] == pytest.approx(0.25, abs=1e-5)
         assert all(math.isfinite(v) for v in metrics.values())
     n = sum(len(t) for t in token_lists)
-    is_loss = tiny_engine.forward(datums, "importance_sampling", None)["metrics"]["loss"]
+    is_loss = tiny_engine.forward(datums, "importance_sampling", None).metrics["loss"]
     assert is_loss == pytest.approx(-0.5 * n / 2, rel=1e-5)  # mean over 2 datums of Σ -w·r·A
 
 
@@ -250,9 +250,9 @@ def test_zero_lr_and_empty_step_keep_weights(make_engine: Callable[..., TorchEng
     engine = make_engine()
     before = engine.adapter_state_dict()
     empty = engine.optim_step(ADAM)
-    assert empty["num_params_updated"] == 0 and empty["grad_norm"] == 0
+    assert empty.metrics["num_params_updated"] == 0 and empty.metrics["grad_norm"] == 0
     engine.forward_backward([make_datum(list(range(1, 30)))], "cross_entropy", None, backward=True)
-    metrics = engine.optim_step(replace(ADAM, learning_rate=0.0))
+    metrics = engine.optim_step(replace(ADAM, learning_rate=0.0)).metrics
     assert metrics["grad_norm"] > 0 and metrics["learning_rate"] == 0.0
     after = engine.adapter_state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)

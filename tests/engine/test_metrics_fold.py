@@ -24,10 +24,12 @@ from localsession.port import (
     ResolvedModel,
     SampleRequest,
 )
+from localsession.port_results import ForwardResult
+from localsession.runtime.sagemaker_wire import result_body
 from localsession.runtime.validate import training_datums
 
 from .conftest import TINY
-from .helpers import make_datum, wire_datum
+from .helpers import make_datum, output_keys, output_row, wire_datum
 
 sdk_utils = pytest.importorskip("sagemaker.train.training_session._utils")
 sdk_types = pytest.importorskip("sagemaker.train.training_session.types")
@@ -54,8 +56,9 @@ def _datums(n: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def _sdk_output(result: dict[str, Any]) -> Any:
-    return sdk_types.ForwardBackwardOutput._from_api({"forwardBackward": result})
+def _sdk_output(result: ForwardResult) -> Any:
+    """The result as the SDK reads it off the SageMaker wire."""
+    return sdk_types.ForwardBackwardOutput._from_api({"forwardBackward": result_body(result)})
 
 
 @pytest.mark.parametrize("loss_fn", ["ppo", "cross_entropy"])
@@ -91,7 +94,7 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
         [_sdk_output(p) for p in parts], datum_counts=[len(c) for c in chunks]
     )
 
-    got = whole["metrics"]
+    got = whole.metrics
     assert set(folded.metrics) == set(got)
     for key in FOLDED:
         assert folded.metrics[key] == pytest.approx(got[key], rel=1e-5, abs=1e-6), key
@@ -100,22 +103,20 @@ def test_a_1100_datum_batch_reports_the_sdk_fold_of_its_chunks(
         len(d["modelInput"]["chunks"][0]["tokens"]) for d in datums
     )
     # loss is the per-datum mean of each datum's summed loss
-    sums = [sum(o["elementwise_loss"]["data"]) for o in whole["lossFnOutputs"]]
+    sums = [sum(o.elementwise_loss) for o in whole.outputs]
     assert got["loss"] == pytest.approx(sum(sums) / len(sums), rel=1e-5)
-    per_datum = [o["actor/pg_loss"]["data"][0] for o in whole["lossFnOutputs"]]
+    per_datum = [o.extra["actor/pg_loss"] for o in whole.outputs]
     assert per_datum == pytest.approx(sums, rel=1e-5, abs=1e-6)
     actor = {"actor/pg_loss", "actor/grad_norm"}
     if loss_fn == "ppo":
         actor |= {"actor/pg_clipfrac", "actor/ppo_kl", "actor/kl_ref"}
-    assert set(whole["lossFnOutputs"][0]) == {"logprobs", "elementwise_loss"} | actor
+    assert output_keys(whole.outputs[0]) == {"logprobs", "elementwise_loss"} | actor
     # per-datum outputs line up with the SDK's concatenation, actor/* keys included
-    assert len(folded.loss_fn_outputs) == len(whole["lossFnOutputs"]) == 1100
-    for mine, theirs in zip(
-        whole["lossFnOutputs"][::97], folded.loss_fn_outputs[::97], strict=True
-    ):
-        assert set(mine) == set(theirs)
-        for key in set(mine) - {"actor/grad_norm"}:  # a chunk's norm is its own, partial
-            assert mine[key]["data"] == pytest.approx(theirs[key]["data"], abs=1e-5), key
+    assert len(folded.loss_fn_outputs) == len(whole.outputs) == 1100
+    for mine, theirs in zip(whole.outputs[::97], folded.loss_fn_outputs[::97], strict=True):
+        assert output_keys(mine) == set(theirs)
+        for key in output_keys(mine) - {"actor/grad_norm"}:  # a chunk's norm: its own, partial
+            assert output_row(mine, key) == pytest.approx(theirs[key]["data"], abs=1e-5), key
 
     # throughput: the model FLOPs counted here, over a peak, in at most the wall time
     mfu, flops, peak = got["mfu"], got["estimated_flops"], got["promised_flops"]
@@ -153,7 +154,7 @@ def test_over_long_inputs_fail_naming_the_limit_and_the_length() -> None:
     done = tiny_engine.sample(
         None, [SampleRequest(prompt=[1] * (limit - 10), max_tokens=10, temperature=0.0)]
     )
-    assert len(done[0]["sequences"][0]["tokens"]) <= 10
+    assert len(done[0].sequences[0].tokens) <= 10
     with pytest.raises(EngineInputError, match=rf"{limit + 1} tokens.* {limit}"):
         tiny_engine.compute_logprobs(None, long)
     tiny_engine.close()

@@ -46,7 +46,7 @@ def test_dtype_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 def _step(engine: TorchEngine, data: list[dict[str, object]]) -> float:
     out = engine.forward_backward(data, "cross_entropy", None, backward=True)
     engine.optim_step(AdamHyperparams(learning_rate=1e-2))
-    return float(out["metrics"]["loss"])
+    return float(out.metrics["loss"])
 
 
 def test_bf16_keeps_fp32_master_adapter(
@@ -69,4 +69,4 @@ def test_bf16_keeps_fp32_master_adapter(
         assert abs(a - b) / abs(a) <= BF16_REL_BOUND, (losses32, losses16)
     assert losses16[-1] < losses16[0]  # it trains
     out = bf16.sample(None, [SampleRequest(prompt=[1, 2, 3], max_tokens=4, seed=0)])
-    assert len(out[0]["sequences"][0]["tokens"]) == 4
+    assert len(out[0].sequences[0].tokens) == 4

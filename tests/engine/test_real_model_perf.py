@@ -78,9 +78,9 @@ def test_bf16_within_bound_of_fp32(
         losses[dtype] = []
         for _ in range(3):
             out = engine.forward_backward(data, "cross_entropy", None, backward=True)
-            losses[dtype].append(float(out["metrics"]["loss"]))
+            losses[dtype].append(float(out.metrics["loss"]))
             engine.optim_step(adam)
-        lp = out["lossFnOutputs"][0]["logprobs"]["data"]
+        lp = out.outputs[0].logprobs
         logprobs[dtype] = torch.tensor(lp)
     for a, b in zip(losses["fp32"], losses["bf16"], strict=True):
         assert abs(a - b) / abs(a) <= BF16_REL_BOUND, losses
@@ -113,7 +113,7 @@ def test_disk_offload_matches_unplaced(
     for name, value in plain.adapter_state_dict().items():
         assert torch.equal(value, placed.adapter_state_dict()[name]), name
     got = placed.forward_backward(data, "cross_entropy", None, backward=True)
-    assert got["metrics"]["loss"] == expected["metrics"]["loss"]
+    assert got.metrics["loss"] == expected.metrics["loss"]
     got_grads = _grads(placed)
     assert got_grads.keys() == expected_grads.keys()
     for name, grad in expected_grads.items():

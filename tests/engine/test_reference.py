@@ -68,13 +68,13 @@ def test_cross_entropy_logprobs_grads_and_adamw_step(
         targets = torch.tensor(tokens[1:] + [0])
         logits = ref(input_ids=ids).logits[0]  # [T, V]
         lp = torch.log_softmax(logits, dim=-1)[torch.arange(len(tokens)), targets]
-        got = torch.tensor(result["lossFnOutputs"][i]["logprobs"]["data"])
+        got = torch.tensor(result.outputs[i].logprobs)
         torch.testing.assert_close(got, lp.detach(), atol=1e-5, rtol=0)
         total = total - (torch.tensor(weights[i]) * lp).sum()
     total.backward()
     mean = total.item() / len(token_lists)  # reported: the per-datum mean of Σ ℓ
-    assert abs(result["metrics"]["loss"] - mean) < 1e-4 * max(1.0, abs(mean))
-    assert result["metrics"]["global_token_num"] == sum(len(t) for t in token_lists)
+    assert abs(result.metrics["loss"] - mean) < 1e-4 * max(1.0, abs(mean))
+    assert result.metrics["global_token_num"] == sum(len(t) for t in token_lists)
 
     ref_params = {n: p for n, p in ref.named_parameters() if p.requires_grad}
     for name, p in engine.model.named_parameters():
@@ -82,10 +82,10 @@ def test_cross_entropy_logprobs_grads_and_adamw_step(
             assert p.grad is not None and ref_params[name].grad is not None
             torch.testing.assert_close(p.grad, ref_params[name].grad, atol=1e-5, rtol=1e-4)
     ref_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in ref_params.values()))
-    assert result["metrics"]["actor/grad_norm"] == pytest.approx(float(ref_norm), rel=1e-4)
+    assert result.metrics["actor/grad_norm"] == pytest.approx(float(ref_norm), rel=1e-4)
 
     adam = AdamHyperparams(learning_rate=1e-3, beta1=0.85, beta2=0.99, eps=1e-8, weight_decay=0.05)
-    metrics = engine.optim_step(adam)
+    metrics = engine.optim_step(adam).metrics
     ref_grads = [p.grad for p in ref_params.values() if p.grad is not None]
     expected_norm = torch.sqrt(sum((g.double() ** 2).sum() for g in ref_grads)).item()
     assert abs(metrics["grad_norm"] - expected_norm) < 1e-4 * expected_norm
@@ -112,4 +112,4 @@ def test_fresh_adapter_equals_base_model(
         logits = base(input_ids=torch.tensor([tokens])).logits.float()
     targets = torch.tensor([tokens[1:] + [0]])
     lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    assert out["lossFnOutputs"][0]["logprobs"]["data"] == lp[0].tolist()
+    assert out.outputs[0].logprobs == lp[0].tolist()

@@ -25,10 +25,10 @@ JOINERS = [
 
 
 def assert_same(alone: dict, joined: dict) -> None:
-    for a, b in zip(alone["sequences"], joined["sequences"], strict=True):
-        assert a["tokens"] == b["tokens"] and a["stopReason"] == b["stopReason"]
+    for a, b in zip(alone.sequences, joined.sequences, strict=True):
+        assert a.tokens == b.tokens and a.stop_reason == b.stop_reason
         torch.testing.assert_close(
-            torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-5, rtol=0
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
         )
 
 
@@ -49,7 +49,7 @@ def test_admitted_requests_decode_as_alone(tiny_engine: TorchEngine) -> None:
     assert calls > 15 and len(joined) == 4
     for a, b in zip(alone, joined, strict=True):
         assert_same(a, b)
-    assert joined[3]["sequences"][0]["tokens"] == []
+    assert joined[3].sequences[0].tokens == []
 
 
 def test_admission_check_is_the_engines(tiny_engine: TorchEngine) -> None:
@@ -66,5 +66,5 @@ def test_admission_check_is_the_engines(tiny_engine: TorchEngine) -> None:
         return []
 
     out = tiny_engine.sample(None, [SampleRequest(prompt=SHORT, max_tokens=3, seed=1)], admit=admit)
-    assert len(out) == 1 and len(out[0]["sequences"][0]["tokens"]) == 3
+    assert len(out) == 1 and len(out[0].sequences[0].tokens) == 3
     assert seen and "request 0" in seen[0]

@@ -68,9 +68,9 @@ def test_a_sampler_reads_a_package_of_any_rank_and_alpha(
     )
     mine = sampler.sample(package, [request])[0]
     theirs = saver.sample(package, [request])[0]
-    assert mine["sequences"][0]["tokens"] == theirs["sequences"][0]["tokens"]
+    assert mine.sequences[0].tokens == theirs.sequences[0].tokens
     torch.testing.assert_close(
-        torch.tensor(mine["promptLogprobs"][1:]),
+        torch.tensor(mine.prompt_logprobs[1:]),
         torch.tensor(expected[: len(PROMPT) - 1]),
         atol=2e-5,
         rtol=0,
@@ -81,8 +81,8 @@ def test_a_sampler_reads_a_package_of_any_rank_and_alpha(
     assert all(torch.equal(live_before[k], after[k]) for k in live_before)
     datum = make_datum(tokens)
     fresh = make_engine(rank=32, alpha=64, seed=0)
-    a = sampler.forward([datum], "cross_entropy", None)["lossFnOutputs"][0]["logprobs"]["data"]
-    b = fresh.forward([datum], "cross_entropy", None)["lossFnOutputs"][0]["logprobs"]["data"]
+    a = sampler.forward([datum], "cross_entropy", None).outputs[0].logprobs
+    b = fresh.forward([datum], "cross_entropy", None).outputs[0].logprobs
     assert a == b
 
 

@@ -27,6 +27,7 @@ from localsession.engine import sampling, shared_prefix, train_step
 from localsession.engine.flops import model_flops
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import EngineSpec, TrainingDatum
+from localsession.runtime.sagemaker_wire import result_body
 
 from .helpers import TIMED_METRICS
 
@@ -104,7 +105,8 @@ def run(
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(shared_prefix.SHARED_ENV, mode)
         engine.zero_grad()
-        out = engine.forward_backward(datums, loss_fn, None, backward=backward)
+        # the typed result in its SageMaker wire form: every per-datum field compared alike
+        out = result_body(engine.forward_backward(datums, loss_fn, None, backward=backward))
     grads = {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
     engine.zero_grad()
     return out, grads

@@ -27,14 +27,14 @@ def test_greedy_stops_at_the_id_after_k_steps(
     tiny_engine: TorchEngine, decode_steps: list[int]
 ) -> None:
     (free,) = tiny_engine.sample(None, [FREE])
-    tokens = free["sequences"][0]["tokens"]
-    assert free["sequences"][0]["stopReason"] == "length" and len(tokens) == 64
+    tokens = free.sequences[0].tokens
+    assert free.sequences[0].stop_reason == "length" and len(tokens) == 64
     assert decode_steps == [64]
     k = first_new_at(tokens, 5)
     (cut,) = tiny_engine.sample(None, [dataclasses.replace(FREE, stop_token_ids=(tokens[k],))])
-    seq = cut["sequences"][0]
-    assert seq["tokens"] == tokens[: k + 1] and seq["stopReason"] == "stop"
-    assert seq["logprobs"] == pytest.approx(free["sequences"][0]["logprobs"][: k + 1], abs=1e-5)
+    seq = cut.sequences[0]
+    assert seq.tokens == tokens[: k + 1] and seq.stop_reason == "stop"
+    assert seq.logprobs == pytest.approx(free.sequences[0].logprobs[: k + 1], abs=1e-5)
     assert decode_steps == [64, k + 1]  # the decoder stopped there: no step past the stop id
 
 
@@ -43,16 +43,16 @@ def test_sampled_streams_stop_at_their_first_stop_id(
 ) -> None:
     sampled = SampleRequest(prompt=PROMPT, max_tokens=40, seed=7, num_samples=3)
     (free,) = tiny_engine.sample(None, [sampled])
-    runs = [s["tokens"] for s in free["sequences"]]
+    runs = [s.tokens for s in free.sequences]
     assert all(len(r) == 40 for r in runs), runs
     stop = (runs[0][first_new_at(runs[0], 3)], runs[1][first_new_at(runs[1], 6)])
     (cut,) = tiny_engine.sample(None, [dataclasses.replace(sampled, stop_token_ids=stop)])
     lengths = []
-    for run, seq in zip(runs, cut["sequences"], strict=True):
+    for run, seq in zip(runs, cut.sequences, strict=True):
         at = next((i for i, t in enumerate(run) if t in stop), None)
         expected = run if at is None else run[: at + 1]
-        assert seq["tokens"] == expected
-        assert seq["stopReason"] == ("length" if at is None else "stop")
+        assert seq.tokens == expected
+        assert seq.stop_reason == ("length" if at is None else "stop")
         lengths.append(len(expected))
     assert decode_steps[-1] == max(lengths) < 40
 
@@ -60,18 +60,18 @@ def test_sampled_streams_stop_at_their_first_stop_id(
 def test_a_stopped_request_leaves_its_batch_mates_alone(tiny_engine: TorchEngine) -> None:
     other = SampleRequest(prompt=[257, 65], max_tokens=30, seed=3, temperature=0.8)
     (free,) = tiny_engine.sample(None, [FREE])
-    tokens = free["sequences"][0]["tokens"]
+    tokens = free.sequences[0].tokens
     k = first_new_at(tokens, 2)
     stopped = dataclasses.replace(FREE, stop_token_ids=(tokens[k],))
     together = tiny_engine.sample(None, [stopped, other])
-    assert together[0]["sequences"][0]["tokens"] == tokens[: k + 1]
-    alone = tiny_engine.sample(None, [other])[0]["sequences"][0]
-    assert together[1]["sequences"][0]["tokens"] == alone["tokens"]
+    assert together[0].sequences[0].tokens == tokens[: k + 1]
+    alone = tiny_engine.sample(None, [other])[0].sequences[0]
+    assert together[1].sequences[0].tokens == alone.tokens
 
 
 def test_an_admitted_request_stops_at_its_id(tiny_engine: TorchEngine) -> None:
     joiner = SampleRequest(prompt=[257, 66, 67], max_tokens=50, seed=2, temperature=0.0)
-    free = tiny_engine.sample(None, [joiner])[0]["sequences"][0]["tokens"]
+    free = tiny_engine.sample(None, [joiner])[0].sequences[0].tokens
     k = first_new_at(free, 4)
     calls = 0
 
@@ -82,8 +82,8 @@ def test_an_admitted_request_stops_at_its_id(tiny_engine: TorchEngine) -> None:
 
     running = SampleRequest(prompt=PROMPT, max_tokens=60, seed=1)
     out = tiny_engine.sample(None, [running], admit=admit)
-    joined = out[1]["sequences"][0]
-    assert joined["tokens"] == free[: k + 1] and joined["stopReason"] == "stop"
+    joined = out[1].sequences[0]
+    assert joined.tokens == free[: k + 1] and joined.stop_reason == "stop"
 
 
 def test_an_id_outside_the_vocabulary_is_refused(tiny_engine: TorchEngine) -> None:

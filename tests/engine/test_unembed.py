@@ -67,8 +67,8 @@ def test_the_head_adapter_trains_and_the_rest_is_seeded_as_without_it(
         assert torch.equal(before[key], value), key
 
     datum = make_datum(TOKENS)
-    a = plain.forward([datum], "cross_entropy", None)["lossFnOutputs"]
-    b = head.forward([datum], "cross_entropy", None)["lossFnOutputs"]
+    a = plain.forward([datum], "cross_entropy", None).outputs
+    b = head.forward([datum], "cross_entropy", None).outputs
     assert a == b  # B = 0: the same function as the base model
 
     head.forward_backward([datum], "cross_entropy", None, backward=True)

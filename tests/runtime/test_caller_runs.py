@@ -21,6 +21,7 @@ import pytest
 from testkit import StubEngine, create_request, forward_backward
 
 from localsession.port import EngineSpec, LossConfig, TrainingDatum
+from localsession.port_results import ForwardResult
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.runtime.sessions import runner
@@ -52,7 +53,7 @@ class ThreadEngine(StubEngine):
         loss_fn_config: LossConfig | None,
         *,
         backward: bool,
-    ) -> dict[str, Any]:
+    ) -> ForwardResult:
         self.running += 1
         try:
             self.threads.append(threading.current_thread().name)

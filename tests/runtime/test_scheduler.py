@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from localsession.port import EngineInputError, SampleRequest
+from localsession.port_results import LogprobsResult, SampledSequence, SampleResult
 from localsession.runtime.sessions.operations import COMPLETED, FAILED, Operation
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
@@ -25,7 +26,7 @@ class StubEngine:
         self.batches: list[tuple[str | None, list[int]]] = []
         self.delay = delay
 
-    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[SampleResult]:
         assert GENERATING.acquire(blocking=False), "two generations ran at once"
         try:
             self.batches.append((weights, [r.seed for r in requests]))
@@ -33,10 +34,7 @@ class StubEngine:
             if any(r.prompt[0] == -1 for r in requests):
                 raise EngineInputError("prompt holds token id -1")
             return [
-                {
-                    "sequences": [{"stopReason": "length", "tokens": [r.seed], "logprobs": [-1.0]}]
-                    * r.num_samples
-                }
+                SampleResult([SampledSequence([r.seed], [-1.0], "length")] * r.num_samples)
                 for r in requests
             ]
         finally:
@@ -89,7 +87,7 @@ def test_a_lone_request_runs_without_waiting_for_company() -> None:
             assert op.done.wait(10)
             assert time.monotonic() - started < 5.0
         assert op.status == COMPLETED and op.result is not None
-        assert op.result["sequences"][0]["tokens"] == [1]
+        assert op.result.sequences[0].tokens == [1]
     finally:
         scheduler.close()
 
@@ -112,9 +110,7 @@ def _burst_is_one_batch(scheduler: SamplingScheduler) -> None:
         time.sleep(0.0005)  # submits arrive a little apart, as from a Python loop
     assert all(op.done.wait(5) for op in ops)
     assert [seeds for _, seeds in engine.batches] == [list(range(32))]
-    assert [op.result["sequences"][0]["tokens"] for op in ops if op.result] == [
-        [i] for i in range(32)
-    ]
+    assert [op.result.sequences[0].tokens for op in ops if op.result] == [[i] for i in range(32)]
 
 
 def test_batches_group_by_weights_and_queue_while_busy(scheduler: SamplingScheduler) -> None:
@@ -182,7 +178,7 @@ class AdmittingStub(StubEngine):
 
     def sample(
         self, weights: str | None, requests: list[SampleRequest], admit: Any = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[SampleResult]:
         if admit is not None and not self.batches:
             self.running.set()
             assert self.queued.wait(10)
@@ -225,7 +221,7 @@ def test_jobs_queued_during_a_batch_join_it() -> None:
             COMPLETED,
         ]
         assert "token id -2" in str(joiners[1].error)
-        results = [op.result["sequences"][0]["tokens"] for op in ops if op.result]
+        results = [op.result.sequences[0].tokens for op in ops if op.result]
         assert results == [[1], [2], [4], [5], [6]]
         assert engine.batches[1:] == [(None, [6])]  # after the other session's job
     finally:
@@ -273,7 +269,7 @@ def test_concurrent_compute_logprobs_run_as_one_call_where_the_engine_batches() 
         other = submit_logprobs(scheduler, session, [1, 1], weights="pkg")
         assert all(op.done.wait(10) for op in [*ops, other])
         assert engine.logprob_calls == [prompts, [[1, 1]]]
-        assert [op.result["logprobs"] for op in ops if op.result] == [
+        assert [op.result.logprobs for op in ops if op.result] == [
             [None, -3.0, -3.0],
             [None, -5.0, -5.0, -5.0, -5.0],
             [None, -2.0],
@@ -299,6 +295,6 @@ def test_compute_logprobs_of_an_engine_without_the_batch_method_run_one_by_one()
         assert engine.batches == [(None, [-1])] * 3
         # gathering would wait a 0.5 s quiet period before each of the three: >= 1.5 s
         assert time.monotonic() - started < 1.2
-        assert all(op.result == {"logprobs": [None, -1.0, -1.0]} for op in ops)
+        assert all(op.result == LogprobsResult([None, -1.0, -1.0]) for op in ops)
     finally:
         scheduler.close()

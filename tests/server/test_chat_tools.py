@@ -20,6 +20,7 @@ import pytest
 from localsession import ServiceClient as LocalServiceClient
 from localsession.engine.builtin import build_tokenizer
 from localsession.port import EngineSpec, SampleRequest
+from localsession.port_results import SampledSequence, SampleResult
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import ServiceConfig
 from localsession.server.hosting import ServerThread
@@ -52,14 +53,14 @@ class ScriptedEngine:
     def __init__(self, replies: list[str], prompts: list[list[int]]) -> None:
         self.replies, self.prompts = replies, prompts
 
-    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[dict[str, Any]]:
+    def sample(self, weights: str | None, requests: list[SampleRequest]) -> list[SampleResult]:
         out = []
         for request in requests:
             self.prompts.append(list(request.prompt))
             tokens = TOKENIZER.encode(self.replies.pop(0), add_special_tokens=False)
             tokens.append(TOKENIZER.eos_token_id)
-            sequence = {"stopReason": "stop", "tokens": tokens, "logprobs": [-0.5] * len(tokens)}
-            out.append({"sequences": [sequence] * request.num_samples})
+            sequence = SampledSequence(tokens, [-0.5] * len(tokens), "stop")
+            out.append(SampleResult([sequence] * request.num_samples))
         return out
 
     def get_tokenizer(self) -> Any:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from localsession.port import SampleRequest
+from localsession.port_results import SampleResult
 from localsession.runtime import errors
 from localsession.runtime.chat import protocol, streaming
 from localsession.runtime.packages.registry import Registry
@@ -96,7 +97,7 @@ class Completions:
         tokenizer, prompt = prepared.tokenizer, prepared.prompt
         sample = protocol.sample_request(request, prompt, stop_token_ids=prepared.stop_ids)
         sampled = self._sample_now(session, weights, sample)
-        sequences = sampled["sequences"]
+        sequences = sampled.sequences
         tops: list[list[list[tuple[str, float]]] | None] = [None] * len(sequences)
         if request.top_logprobs:
             decode_one = lambda t: tokenizer.decode([t])  # noqa: E731
@@ -105,22 +106,22 @@ class Completions:
                     session,
                     weights,
                     SampleRequest(
-                        prompt=prompt + seq["tokens"],
+                        prompt=prompt + seq.tokens,
                         max_tokens=1,
                         temperature=0.0,
                         topk_prompt_logprobs=request.top_logprobs,
                     ),
-                )["topkPromptLogprobs"][len(prompt) :]
+                ).topk_prompt_logprobs
                 tops[i] = [
-                    [(decode_one(a["tokenId"]), float(a["logprob"])) for a in position]
-                    for position in scored
+                    [(decode_one(a.token_id), float(a.logprob)) for a in position]
+                    for position in (scored or [])[len(prompt) :]
                 ]
         choices = [
             protocol.Choice(
-                text=chat_text(tokenizer, seq["tokens"], request.stop),
-                finish_reason="stop" if seq["stopReason"] == "stop" else "length",
-                tokens=seq["tokens"],
-                logprobs=seq["logprobs"],
+                text=chat_text(tokenizer, seq.tokens, request.stop),
+                finish_reason=seq.stop_reason,
+                tokens=seq.tokens,
+                logprobs=seq.logprobs,
                 top=top,
             )
             for seq, top in zip(sequences, tops, strict=True)
@@ -192,11 +193,11 @@ class Completions:
 
     def _sample_now(
         self, session: Session, weights: str | None, request: SampleRequest
-    ) -> dict[str, Any]:
+    ) -> SampleResult:
         """Run one sample request through the scheduler and wait for its result."""
         op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
         self.service.scheduler.submit(make_job(session, op, weights, request, request.prompt))
         op.done.wait()
-        if op.status != COMPLETED or op.result is None:
+        if op.status != COMPLETED or not isinstance(op.result, SampleResult):
             raise errors.validation(f"sampling failed: {op.error}")
         return op.result

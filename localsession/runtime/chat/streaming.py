@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from localsession.port import SampleRequest
+from localsession.port_results import SampleResult
 from localsession.runtime import errors
 from localsession.runtime.chat import protocol
 from localsession.runtime.sessions.operations import COMPLETED, Operation
@@ -120,20 +121,20 @@ def stream_chat(
         logprobs = _logprobs(tokenizer, [token], [logprob]) if request.logprobs else None
         if new or logprobs is not None:
             yield chunk(i, {"content": new}, logprobs)
-    if op.status != COMPLETED or op.result is None:
+    if op.status != COMPLETED or not isinstance(op.result, SampleResult):
         raise errors.validation(f"sampling failed: {op.error}")
-    sequences = op.result["sequences"]
+    sequences = op.result.sequences
     for i, seq in enumerate(sequences):
-        tail = texts[i].delta(final_text(tokenizer, seq["tokens"], request.stop))
+        tail = texts[i].delta(final_text(tokenizer, seq.tokens, request.stop))
         unsent = len(texts[i].tokens)  # tokens an engine that cannot stream never reported
         logprobs = None
-        if request.logprobs and unsent < len(seq["tokens"]):
-            logprobs = _logprobs(tokenizer, seq["tokens"][unsent:], seq["logprobs"][unsent:])
+        if request.logprobs and unsent < len(seq.tokens):
+            logprobs = _logprobs(tokenizer, seq.tokens[unsent:], seq.logprobs[unsent:])
         if tail or logprobs is not None:
             yield chunk(i, {"content": tail}, logprobs)
-        yield chunk(i, {}, None, "stop" if seq["stopReason"] == "stop" else "length")
+        yield chunk(i, {}, None, seq.stop_reason)
     if request.include_usage:
-        completion_tokens = sum(len(s["tokens"]) for s in sequences)
+        completion_tokens = sum(len(s.tokens) for s in sequences)
         usage = {
             "prompt_tokens": len(prompt),
             "completion_tokens": completion_tokens,

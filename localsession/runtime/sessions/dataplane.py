@@ -9,15 +9,17 @@ imports nothing of the service module.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from localsession import cpu_threads, vocab
 from localsession.port import SampleRequest
-from localsession.runtime import errors, validate
+from localsession.port_commands import SampleCommand, TrainingCommand
+from localsession.port_results import LoadResult, OpOutcome
+from localsession.runtime import commands, errors, validate
 from localsession.runtime.config import ServiceConfig
 from localsession.runtime.faults import Faults
 from localsession.runtime.sessions import stops
@@ -30,16 +32,10 @@ from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 Observer = Callable[[str, dict[str, Any], "dict[str, Any] | errors.ServiceError"], None]
 
 
-def sample_request(
-    body: dict[str, Any],
-    tokens: list[int],
-    stop_ids: tuple[int, ...] = (),
-    stop_at_eos: bool = True,
-) -> SampleRequest:
-    """The engine's request for a checked ``sample`` op body (a random seed if none) and its
-    settled stop token ids (runtime/sessions/stops.py)."""
+def sample_request(body: dict[str, Any], tokens: list[int]) -> SampleRequest:
+    """The request a checked wire ``sample`` op body asks for, before the runtime settles its
+    seed and stop token ids (``DataPlane._settled``)."""
     params = body["samplingParams"]
-    seed = params.get("seed")
     return SampleRequest(
         prompt=tokens,
         num_samples=body["numSamples"],
@@ -47,10 +43,7 @@ def sample_request(
         temperature=params.get("temperature", 1.0),
         top_p=params.get("topP", 1.0),
         top_k=params.get("topK", -1),
-        seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
         stop=tuple(params.get("stop") or ()),
-        stop_token_ids=stop_ids,
-        stop_at_eos=stop_at_eos,
         include_prompt_logprobs=bool(body.get("includePromptLogprobs")),
         topk_prompt_logprobs=body.get("topkPromptLogprobs"),
     )
@@ -116,69 +109,121 @@ class DataPlane:
                 session.consume(number)
             raise
 
-    def execute_sampling_operation(
-        self,
-        name: str,
-        request: dict[str, Any],
-        stop_token_ids: Sequence[Any] = (),
-        stop_at_eos: bool = True,
-        options: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Submit a sampling op. ``stop_token_ids``: ids that end a sample;
-        ``stop_at_eos=False``: EOS does not (Tinker's ``stop=[]``); ``options``: more
-        :class:`SampleRequest` fields (Tinker's ``topk_sample_logprobs``,
-        ``target_prompt_logprobs``). From a dialect whose wire carries them (Tinker); the
-        SageMaker wire has none of them."""
-        return self._observed(
-            name,
-            request,
-            lambda: self._execute_sampling(name, request, stop_token_ids, stop_at_eos, options),
-        )
+    def submit_training(
+        self, name: str, seq: int, command: TrainingCommand, client_token: str = ""
+    ) -> str:
+        """Queue a typed training command under ``seq``; return its operation id. A refused
+        command (a 4xx other than throttling) still consumes its number, so no later op
+        waits for it: a typed caller's numbers are its own, never re-sent after a refusal."""
+        faults = self.service.faults
+        if faults.armed:
+            faults.on_request()
+        session = self.service.session(name)
+        try:
+            number = commands.sequence_number(seq)
+            kind, body = commands.training_body(command, session.strict)
+            if faults.armed:
+                faults.on_submit(kind)
+            return session.submit_training(number, client_token, kind, body)
+        except errors.ServiceError as exc:
+            refused = (
+                exc.http_status < 500 and exc.code != vocab.ErrorCode.THROTTLING
+            )  # 429 is retried
+            if refused and type(seq) is int and seq >= 1:
+                session.consume(seq)
+            raise
 
-    def _execute_sampling(
-        self,
-        name: str,
-        request: dict[str, Any],
-        stop_token_ids: Sequence[Any],
-        stop_at_eos: bool = True,
-        options: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    def refuse_sequence(self, name: str, seq: int) -> None:
+        """Record that a dialect refused request number ``seq`` before submitting it, so the
+        ops numbered after it do not wait for it (a number already used is left alone)."""
+        self.service.session(name).consume(commands.sequence_number(seq))
+
+    def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        """Submit a wire sampling op (ExecuteSamplingOperation)."""
+        return self._observed(name, request, lambda: self._execute_sampling(name, request))
+
+    def _execute_sampling(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         faults = self.service.faults
         if faults.armed:
             faults.on_request()
         session = self.service.session(name)
         session.require_accepting()
         kind, body, tokens = validate.sampling_request(request, session.strict)
-        stop_ids: tuple[int, ...] = ()
+        command = None
         if kind == "sample":
-            strings = body["samplingParams"].get("stop") or ()
-            engine = session.engine if strings else None
-            tokenizer = engine.get_tokenizer() if engine is not None else None
-            stop_ids = stops.stop_token_ids(stop_token_ids, strings, tokenizer)
+            command = SampleCommand(
+                sample_request(body, tokens), body["samplingParams"].get("seed"), None
+            )
+        arn = body.get("modelPackageArn")
+        return {"operationId": self._submit_sampling(session, kind, body, tokens, command, arn)}
+
+    def submit_sample(self, name: str, command: SampleCommand) -> str:
+        """Submit a typed ``sample`` command; return its operation id."""
+        faults = self.service.faults
+        if faults.armed:
+            faults.on_request()
+        session = self.service.session(name)
+        session.require_accepting()
+        commands.check_sample(command.request)
+        commands.seed(command.seed)
+        prompt = list(command.request.prompt)
+        return self._submit_sampling(session, "sample", {}, prompt, command, command.package_arn)
+
+    def _submit_sampling(
+        self,
+        session: Session,
+        kind: str,
+        body: dict[str, Any],
+        tokens: list[int],
+        command: SampleCommand | None,
+        arn: str | None,
+    ) -> str:
+        faults = self.service.faults
+        request: SampleRequest | None = None
+        if command is not None:
+            request = self._settled(session, command, tokens)
         if faults.armed:
             faults.on_submit(kind)
-        weights = self.service.sampling_weights(session, body.get("modelPackageArn"))
+        weights = self.service.sampling_weights(session, arn)
         op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
         with session.lock:
             session.ops[op.id] = op
         if faults.armed and (failure := faults.on_execute(kind)) is not None:
             op.finish(FAILED, error=failure)  # an injected fault: the op ran and failed
-            return {"operationId": op.id}
+            return op.id
         if kind == "loadWeightsForSampling":
             session.sampling_package = weights
-            op.finish(COMPLETED, result={})
-            return {"operationId": op.id}
-        request_ = sample_request(body, tokens, stop_ids, stop_at_eos) if kind == "sample" else None
-        if request_ is not None and options:
-            request_ = dataclasses.replace(request_, **options)
-        self.service.scheduler.submit(make_job(session, op, weights, request_, tokens))
-        return {"operationId": op.id}
+            op.finish(COMPLETED, result=LoadResult())
+            return op.id
+        self.service.scheduler.submit(make_job(session, op, weights, request, tokens))
+        return op.id
+
+    @staticmethod
+    def _settled(session: Session, command: SampleCommand, tokens: list[int]) -> SampleRequest:
+        """The engine's request: the seed drawn if none was given, the stop ids checked and
+        completed from the stop strings (runtime/sessions/stops.py)."""
+        request = command.request
+        engine = session.engine if request.stop else None
+        tokenizer = engine.get_tokenizer() if engine is not None else None
+        stop_ids = stops.stop_token_ids(request.stop_token_ids, request.stop, tokenizer)
+        seed = random.SystemRandom().randrange(2**31) if command.seed is None else command.seed
+        return replace(request, prompt=tokens, seed=seed, stop_token_ids=stop_ids)
 
     def get_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:
         """Get{Training,Sampling}OperationResult (both read the session's op table)."""
         if self.service.faults.armed:
             self.service.faults.on_request()
         return self.service.operation(name, operation_id).response()
+
+    def operation_outcome(self, name: str, operation_id: str) -> OpOutcome:
+        """An op's status and typed result: what ``get_operation_result`` reads, before the
+        SageMaker wire's shape (for a dialect that serialises results its own way)."""
+        if self.service.faults.armed:
+            self.service.faults.on_request()
+        op = self.service.operation(name, operation_id)
+        status = op.status  # read once: the result is set before the status moves
+        result = op.result if status == COMPLETED else None
+        return OpOutcome(status, result, op.error if status in TERMINAL else None)
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         """Block until an op is terminal or ``timeout`` passes; True if terminal."""

@@ -1,7 +1,8 @@
 """Operation records: one per accepted training or sampling op, with its status and result.
 
 An operation moves Pending → InProgress → Completed | Failed | Skipped exactly once; waiters
-block on its latch. Its ``response()`` is the body of ``Get*OperationResult``.
+block on its latch. Its ``result`` is typed (``port_results``); its ``response()`` is the body
+of ``Get*OperationResult``, the result in the SageMaker wire's shape (``sagemaker_wire``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 from localsession import vocab
 from localsession.ids import uuid4_text
+from localsession.port_results import OpResult
+from localsession.runtime import sagemaker_wire
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED, SKIPPED = vocab.OP_STATUSES
 TERMINAL = vocab.OP_TERMINAL
@@ -51,7 +54,7 @@ class Operation:
     client_token: str = ""
     id: str = field(default_factory=uuid4_text)
     status: str = PENDING
-    result: dict[str, Any] | None = None
+    result: OpResult | None = None
     error: str | None = None
     token_usage: dict[str, int] | None = None
     submitted_at: float = field(default_factory=time.monotonic)
@@ -60,6 +63,7 @@ class Operation:
     done: Latch = field(default_factory=Latch, repr=False)
     _callbacks: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _callbacks_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _wire: dict[str, Any] | None = field(default=None, repr=False)
 
     def start(self) -> None:
         self.status = IN_PROGRESS
@@ -69,7 +73,7 @@ class Operation:
         self,
         status: str,
         *,
-        result: dict[str, Any] | None = None,
+        result: OpResult | None = None,
         error: str | None = None,
         token_usage: dict[str, int] | None = None,
     ) -> None:
@@ -99,13 +103,22 @@ class Operation:
     def response(self) -> dict[str, Any]:
         """The ``Get*OperationResult`` body for this op's current state."""
         body: dict[str, Any] = {"status": self.status}
-        if self.status == COMPLETED and self.result is not None:
-            body["operationResult"] = {self.kind: self.result}
+        wire = self.wire_result()
+        if wire is not None:
+            body["operationResult"] = {self.kind: wire}
         if self.status in (FAILED, SKIPPED) and self.error:
             body["errorDetails"] = self.error
         if self.token_usage is not None and self.status == COMPLETED:
             body["tokenUsage"] = self.token_usage
         return body
+
+    def wire_result(self) -> dict[str, Any] | None:
+        """A completed op's result in the SageMaker wire's shape (made once), else None."""
+        if self.status != COMPLETED or self.result is None:
+            return None
+        if self._wire is None:
+            self._wire = sagemaker_wire.result_body(self.result)
+        return self._wire
 
     def same_request(self, kind: str, body: dict[str, Any]) -> bool:
         return self.kind == kind and self.body == body

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from localsession import vocab
 from localsession.port import Engine, EngineInputError, EngineSpec
+from localsession.port_results import LoadResult, SaveResult
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
 from localsession.runtime.packages.registry import CHECKPOINT, MODEL, Registry
@@ -60,20 +61,19 @@ def execute(session: Session, engine: Engine, op: Operation) -> None:
                 op.body.get("lossFnConfig"),
                 backward=op.kind == "forwardBackward",
             )
-            tokens = int(result.get("metrics", {}).get("global_token_num", 0))
+            tokens = result.token_count
             with session.lock:
                 session.usage["TrainingTokenCount"] += tokens
             op.finish(COMPLETED, result=result, token_usage={"trainingTokens": tokens})
         elif op.kind == "optimizerStep":
-            metrics = engine.optim_step(op.body["adamParamsConfig"])
-            op.finish(COMPLETED, result={"metrics": metrics})
+            op.finish(COMPLETED, result=engine.optim_step(op.body["adamParamsConfig"]))
         elif op.kind in ("saveState", "saveWeights"):
             arn = _save(session, engine, op.kind, op.body)
-            op.finish(COMPLETED, result={"modelPackageArn": arn})
+            op.finish(COMPLETED, result=SaveResult(arn))
         elif op.kind == "loadState":
             path = session.compatible_package(op.body["modelPackageArn"], training=True)
             engine.load_package(str(path), load_optimizer=bool(op.body["loadOptimizer"]))
-            op.finish(COMPLETED, result={})
+            op.finish(COMPLETED, result=LoadResult())
         else:  # pragma: no cover - validate.py admits only the kinds above
             op.finish(FAILED, error=f"Unsupported operation {op.kind}")
     except Exception as exc:  # noqa: BLE001 - an op failure must not kill the worker

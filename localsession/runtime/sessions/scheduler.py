@@ -31,10 +31,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from localsession import cpu_threads, vocab
 from localsession.port import Admit, EngineInputError, SampleRequest
+from localsession.port_results import LogprobsResult
 from localsession.runtime import errors
 from localsession.runtime.sessions.lifecycle import Session
 from localsession.runtime.sessions.operations import COMPLETED, FAILED, Operation
@@ -213,7 +214,7 @@ class SamplingScheduler:
                     results = run_many(batch[0].weights, [job.tokens for job in batch])
                 for job, logprobs in zip(batch, results, strict=True):
                     session.add_sample_usage(len(job.tokens), 0)
-                    job.op.finish(COMPLETED, result={"logprobs": logprobs})
+                    job.op.finish(COMPLETED, result=LogprobsResult(logprobs))
                 return True
             requests = [job.request for job in batch if job.request is not None]
             if isolate and getattr(engine, "admits_requests", False):
@@ -232,14 +233,10 @@ class SamplingScheduler:
                 job.op.finish(FAILED, error=details)
             return True
         for job, response in zip(batch, responses, strict=True):
-            decoded = sum(len(s["tokens"]) for s in response["sequences"])
-            prefill = len(job.tokens) * len(response["sequences"])
-            for seq in response["sequences"]:
-                seq.setdefault(
-                    "tokenUsage", {"prefill": len(job.tokens), "decode": len(seq["tokens"])}
-                )
+            decoded = sum(len(s.tokens) for s in response.sequences)
+            prefill = len(job.tokens) * len(response.sequences)
             session.add_sample_usage(prefill, decoded)
-            job.op.finish(COMPLETED, result=response)
+            job.op.finish(COMPLETED, result=replace(response, prompt_tokens=len(job.tokens)))
         return True
 
 

@@ -2,30 +2,37 @@
 
 The message classes are the installed ``tinker`` package's own (``tinker.proto``), imported
 on first use, so this tree holds no copy of the schema and ``import localsession`` stays
-light. Everything here turns Tinker's shapes into the runtime's wire dicts (camelCase, the
-shapes docs/wire.md#4 lists) and back; no behaviour lives here.
+light. Everything here turns Tinker's shapes into the port's typed values and back; no behaviour
+lives here.
 
 - :func:`decode_forward_backward`: a ``ForwardBackwardRequest`` body (protobuf, or its JSON
-  twin) -> ``(model_id, seq_id, loss_fn, loss_fn_config, forward_only, datums)``.
-- :func:`encode_forward_backward_output`: a runtime ``forward``/``forwardBackward`` result ->
-  ``ForwardBackwardOutput`` bytes (one batched ``ArrayRecord``).
-- :func:`encode_sample_response`: a runtime ``sample`` result -> ``SampleResponse`` bytes.
+  twin) -> ``(model_id, seq_id, loss_fn, loss_fn_config, forward_only, datums)``, the datums
+  as the port's :class:`~localsession.port.TrainingDatum` values (tokens concatenated, each
+  loss input flattened row by row).
+- :func:`encode_forward_backward_output`: a typed ``forward``/``forwardBackward`` result's
+  datum outputs -> ``ForwardBackwardOutput`` bytes (one batched ``ArrayRecord``).
+- :func:`encode_sample_response`: a typed ``sample`` result -> ``SampleResponse`` bytes.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from typing import Any
 
+from localsession.port import TrainingDatum
+from localsession.port_results import DatumOutput, SampleResult, TopLogprob
 from localsession.runtime import errors
 
 #: Bodies may arrive zstd-framed; a frame may not inflate past this (the body limit's twin).
 MAX_INFLATED_BYTES = 256 * 1024 * 1024
 #: The SDK's sentinel for an empty top-k cell (tinker.types.topk_logprobs.MASK_LOGPROB).
 MASK_LOGPROB = -99999.0
-#: The loss outputs Tinker's losses return per datum; other runtime diagnostics stay out.
-OUTPUT_FIELDS = ("logprobs", "elementwise_loss")
+
+
+#: A datum's loss input shapes, by key (``[N]``, or ``[N, K]`` for 2-D targets).
+Shapes = dict[str, list[int]]
 
 
 def _pb() -> Any:
@@ -105,8 +112,10 @@ def _floats(raw: bytes, where: str) -> list[float]:
     return [v[0] for v in struct.iter_unpack("<f", raw)]
 
 
-def _datum(msg: Any, index: int) -> dict[str, Any]:
-    chunks = []
+def _datum(msg: Any, index: int) -> tuple[TrainingDatum, Shapes]:
+    if not msg.model_input:
+        raise errors.validation(f"datum {index} has no model_input chunks; give it token ids")
+    tokens: list[int] = []
     for c, chunk in enumerate(msg.model_input):
         kind = chunk.WhichOneof("chunk") if chunk.DESCRIPTOR.oneofs else None
         if kind not in (None, "encoded_text"):
@@ -114,45 +123,69 @@ def _datum(msg: Any, index: int) -> dict[str, Any]:
                 f"datum {index} chunk {c} is {kind!r}: only encoded_text (token) chunks run "
                 "locally; image and audio inputs are not supported"
             )
-        tokens = _ints(chunk.encoded_text.tokens, "i", f"datum {index} chunk {c}")
-        chunks.append({"tokens": tokens, "type": "encoded_text"})
-    inputs = {
+        tokens += _ints(chunk.encoded_text.tokens, "i", f"datum {index} chunk {c}")
+    tensors = {
         key: _tensor(value, f"datum {index} loss_fn_inputs[{key!r}]")
         for key, value in msg.loss_fn_inputs.items()
     }
-    return {"modelInput": {"chunks": chunks}, "lossFnInputs": inputs}
+    inputs = {key: t["data"] for key, t in tensors.items()}
+    shapes = {key: list(t.get("shape") or [len(t["data"])]) for key, t in tensors.items()}
+    return TrainingDatum(tokens, inputs), shapes
 
 
-def _json_tensor(given: Any, where: str) -> dict[str, Any]:
+def _flat(data: list[Any]) -> list[Any]:
+    """A JSON tensor's nested rows flattened row by row (a flat list as it is)."""
+    if data and isinstance(data[0], list):
+        return [x for row in data for x in (_flat(row) if isinstance(row, list) else [row])]
+    return data
+
+
+def _json_values(given: Any, where: str) -> list[Any]:
+    """A JSON loss input (a ``TensorData`` object, or a bare list) -> its flat values."""
     if isinstance(given, list):
-        return {"data": given, "dtype": "float32"}
+        return _flat(given)
     if not isinstance(given, dict) or not isinstance(given.get("data"), list):
         raise errors.validation(f"{where} must be a TensorData object with a data list")
-    out = {"data": given["data"], "dtype": given.get("dtype") or "float32"}
-    if given.get("shape"):
-        out["shape"] = given["shape"]
-    return out
+    return _flat(given["data"])
 
 
-def _json_datum(value: Any, index: int) -> dict[str, Any]:
+def _json_datum(value: Any, index: int) -> tuple[TrainingDatum, Shapes]:
     if not isinstance(value, dict):
         raise errors.validation(f"forward_backward_input.data[{index}] must be an object")
-    chunks = []
-    for c, chunk in enumerate((value.get("model_input") or {}).get("chunks") or []):
+    chunks = (value.get("model_input") or {}).get("chunks") or []
+    if not chunks:
+        raise errors.validation(f"datum {index} has no model_input chunks; give it token ids")
+    tokens: list[Any] = []
+    for c, chunk in enumerate(chunks):
         if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
             raise errors.validation(f"datum {index} chunk {c}: only encoded_text chunks run")
-        chunks.append({"tokens": chunk.get("tokens"), "type": "encoded_text"})
+        ids = chunk.get("tokens")
+        if not isinstance(ids, list):
+            raise errors.validation(f"datum {index} chunk {c}: tokens must be a list of ids")
+        tokens += ids
+    given = value.get("loss_fn_inputs") or {}
     inputs = {
-        key: _json_tensor(td, f"datum {index} loss_fn_inputs[{key!r}]")
-        for key, td in (value.get("loss_fn_inputs") or {}).items()
+        key: _json_values(td, f"datum {index} loss_fn_inputs[{key!r}]") for key, td in given.items()
     }
-    return {"modelInput": {"chunks": chunks}, "lossFnInputs": inputs}
+    shapes = {key: _json_shape(given[key], len(values)) for key, values in inputs.items()}
+    return TrainingDatum(tokens, inputs), shapes
+
+
+def _json_shape(given: Any, count: int) -> list[int]:
+    """A JSON loss input's shape: its ``shape`` if given, else its nesting's (rows, width)."""
+    if isinstance(given, dict) and given.get("shape"):
+        return [int(n) for n in given["shape"]]
+    data = given.get("data") if isinstance(given, dict) else given
+    if isinstance(data, list) and data and isinstance(data[0], list):
+        return [len(data), len(data[0])]
+    return [count]
 
 
 def decode_forward_backward(
     body: bytes, content_type: str, encoding: str | None
-) -> tuple[str, int, str, dict[str, Any], bool, list[dict[str, Any]]]:
-    """A forward_backward body -> (model_id, seq_id, loss_fn, config, forward_only, datums)."""
+) -> tuple[str, int, str, dict[str, Any], bool, list[TrainingDatum], list[Shapes]]:
+    """A forward_backward body -> (model_id, seq_id, loss_fn, config, forward_only, datums,
+    each datum's loss input shapes)."""
     raw = inflate(body, encoding)
     if "json" in content_type:
         from localsession.server import wire
@@ -168,7 +201,7 @@ def decode_forward_backward(
             str(fbi.get("loss_fn") or ""),
             dict(fbi.get("loss_fn_config") or {}),
             bool(request.get("forward_only", False)),
-            [_json_datum(d, i) for i, d in enumerate(data)],
+            *_split([_json_datum(d, i) for i, d in enumerate(data)]),
         )
     msg = _pb().ForwardBackwardRequest()
     try:
@@ -182,51 +215,59 @@ def decode_forward_backward(
     for key, value in msg.loss_fn_config_v2.items():
         kind = value.WhichOneof("value") if value.DESCRIPTOR.oneofs else "number"
         config[key] = value.text if kind == "text" else value.number
-    datums = [_datum(d, i) for i, d in enumerate(msg.data)]
-    return msg.model_id, msg.seq_id, msg.loss_fn, config, msg.forward_only, datums
+    datums, shapes = _split([_datum(d, i) for i, d in enumerate(msg.data)])
+    return msg.model_id, msg.seq_id, msg.loss_fn, config, msg.forward_only, datums, shapes
 
 
-def _batched(values: list[dict[str, Any]]) -> Any:
-    """Per-datum wire TensorData (one dtype) -> one ``BatchedTensor``."""
+def _split(
+    parsed: list[tuple[TrainingDatum, Shapes]],
+) -> tuple[list[TrainingDatum], list[Shapes]]:
+    return [d for d, _ in parsed], [shape for _, shape in parsed]
+
+
+def _batched(rows: list[list[float]], width: int = 0) -> Any:
+    """One float32 value list per datum -> one ``BatchedTensor`` (rows of ``width`` values
+    each, ``(N, width)``, when ``width``)."""
     pb = _pb()
-    is_int = values[0].get("dtype") == "int64"
-    fmt = "<q" if is_int else "<f"
-    parts = [struct.pack(f"<{len(v['data'])}{fmt[1]}", *v["data"]) for v in values]
+    parts = [struct.pack(f"<{len(row)}f", *row) for row in rows]
     offsets = [0]
     for part in parts:
         offsets.append(offsets[-1] + len(part))
-    shape = values[0].get("shape") or [len(values[0]["data"])]
     return pb.BatchedTensor(
         data=b"".join(parts),
         offsets=struct.pack(f"<{len(offsets)}q", *offsets),
-        dtype=pb.DTYPE_INT64 if is_int else pb.DTYPE_FLOAT32,
-        trailing_shape=list(shape[1:]),
+        dtype=pb.DTYPE_FLOAT32,
+        trailing_shape=[width] if width else [],
     )
 
 
 def encode_forward_backward_output(
-    metrics: dict[str, float], outputs: list[dict[str, Any]]
+    metrics: dict[str, float], outputs: Sequence[DatumOutput], width: int = 0
 ) -> bytes:
-    """A forward/forwardBackward result -> ``ForwardBackwardOutput`` protobuf bytes."""
+    """A forward/forwardBackward result -> ``ForwardBackwardOutput`` protobuf bytes: the
+    per-datum ``logprobs`` and ``elementwise_loss`` (other diagnostics stay out), each
+    ``(N, width)`` row-major when ``width`` (2-D targets, topk_targets.py)."""
     pb = _pb()
     msg = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", metrics=metrics)
     record = msg.loss_fn_outputs.add()
     record.num_datums = len(outputs)
-    for name in OUTPUT_FIELDS:
-        if outputs and all(name in out for out in outputs):
-            record.fields[name].CopyFrom(_batched([out[name] for out in outputs]))
+    if outputs:
+        record.fields["logprobs"].CopyFrom(_batched([out.logprobs for out in outputs], width))
+        record.fields["elementwise_loss"].CopyFrom(
+            _batched([out.elementwise_loss for out in outputs], width)
+        )
     return bytes(msg.SerializeToString())
 
 
-def _topk(rows: list[list[dict[str, Any]]], k: int) -> Any:
-    """Rows of ``{tokenId, logprob}`` -> a dense ``TopkLogprobs`` (sentinel-padded)."""
+def _topk(rows: list[list[TopLogprob]], k: int) -> Any:
+    """Per-position top-k alternatives -> a dense ``TopkLogprobs`` (sentinel-padded)."""
     pb = _pb()
     ids: list[int] = []
     lps: list[float] = []
     for row in rows:
         cells = row[:k]
-        ids += [int(c["tokenId"]) for c in cells] + [0] * (k - len(cells))
-        lps += [float(c["logprob"]) for c in cells] + [MASK_LOGPROB] * (k - len(cells))
+        ids += [int(c.token_id) for c in cells] + [0] * (k - len(cells))
+        lps += [float(c.logprob) for c in cells] + [MASK_LOGPROB] * (k - len(cells))
     return pb.TopkLogprobs(
         token_ids=struct.pack(f"<{len(ids)}i", *ids),
         logprobs=struct.pack(f"<{len(lps)}f", *lps),
@@ -235,36 +276,37 @@ def _topk(rows: list[list[dict[str, Any]]], k: int) -> Any:
     )
 
 
-def encode_sample_response(result: dict[str, Any], topk: int) -> bytes:
-    """A runtime ``sample`` result -> ``SampleResponse`` protobuf bytes. The first prompt
-    logprob (no context) is sent as NaN, which the SDK reads as None."""
+def encode_sample_response(
+    result: SampleResult, topk: int, prompt_last_n: int | None = None
+) -> bytes:
+    """A typed ``sample`` result -> ``SampleResponse`` protobuf bytes. Prompt logprobs the
+    SDK reads as None (the first, which has no context, and any before the last
+    ``prompt_last_n`` when that is set) are sent as NaN."""
     pb = _pb()
     msg = pb.SampleResponse()
-    for seq in result.get("sequences", []):
+    for seq in result.sequences:
         out = msg.sequences.add()
-        out.stop_reason = (
-            pb.STOP_REASON_STOP if seq["stopReason"] == "stop" else (pb.STOP_REASON_LENGTH)
-        )
-        tokens = seq["tokens"]
-        out.tokens = struct.pack(f"<{len(tokens)}i", *tokens)
-        logprobs = seq.get("logprobs") or []
-        out.logprobs = struct.pack(f"<{len(logprobs)}f", *logprobs)
-        if (top := seq.get("topkLogprobs")) is not None:
+        stopped = seq.stop_reason == "stop"
+        out.stop_reason = pb.STOP_REASON_STOP if stopped else pb.STOP_REASON_LENGTH
+        out.tokens = struct.pack(f"<{len(seq.tokens)}i", *seq.tokens)
+        out.logprobs = struct.pack(f"<{len(seq.logprobs)}f", *seq.logprobs)
+        if (top := seq.topk_logprobs) is not None:
             width = max((len(row) for row in top), default=0)
             out.topk_sampled_logprobs.CopyFrom(_topk(top, width))
-    prompt = result.get("promptLogprobs")
+    prompt = result.prompt_logprobs
     if prompt is not None:
-        values = [math.nan if i == 0 or v is None else v for i, v in enumerate(prompt)]
+        cut = len(prompt) - int(prompt_last_n) if prompt_last_n else 0
+        values = [math.nan if i == 0 or i < cut else v for i, v in enumerate(prompt)]
         msg.prompt_logprobs = struct.pack(f"<{len(values)}f", *values)
-    rows = result.get("topkPromptLogprobs")
+    rows = result.topk_prompt_logprobs
     if rows is not None and topk > 0:
         msg.topk_prompt_logprobs.CopyFrom(_topk(rows, topk))
-    if (targets := result.get("targetPromptLogprobs")) is not None:
+    if (targets := result.target_prompt_logprobs) is not None:
         from localsession.server.tinker.sample_options import target_tensor
 
         msg.target_prompt_logprobs.CopyFrom(target_tensor(pb, targets))
-    if (alt := result.get("promptAltTokens")) is not None:
+    if (alt := result.prompt_alt_tokens) is not None:
         from localsession.server.tinker.sample_options import alt_tokens
 
-        msg.prompt_alt_tokens.CopyFrom(alt_tokens(pb, alt))
+        msg.prompt_alt_tokens.CopyFrom(alt_tokens(pb, alt.tokens, alt.logprobs))
     return bytes(msg.SerializeToString())

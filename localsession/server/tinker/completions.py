@@ -81,7 +81,7 @@ class Completions:
 
         def done() -> None:
             try:
-                status = service.get_sampling_operation_result(name, op).get("status")
+                status = service.operation_outcome(name, op).status
             except ServiceError:
                 status = None  # the fetch that follows reports what went wrong
             state = "finished" if status in (vocab.OpStatus.COMPLETED, None) else "failed"

@@ -2,15 +2,19 @@
 
 A Tinker *model* (``create_model``) is one runtime training session, created relaxed
 (``strict=False``, since Tinker has no 512-token floor) and named ``tinker-<hex>``. Each
-Tinker request that runs on a model becomes the runtime operation of the same meaning, with
-the SDK's ``seq_id`` as its sequence number, and the request id the SDK polls names that
-operation. A *checkpoint* is a model package whose description is its ``tinker://`` path,
-so ``localsession packages list`` shows it and a restarted server still resolves it. A
-*sampling session* names the weights it reads (a package, or the base model) and runs on
-the model's own session when it is alive, else on one hidden sampler session per base model.
+Tinker request that runs on a model becomes the typed runtime command of the same meaning
+(``port_commands``), with the SDK's ``seq_id`` as its sequence number, and the request id
+the SDK polls names that operation. A request refused here, before it reaches the runtime,
+still tells the runtime its number was used (``Service.refuse_sequence``), so the requests
+numbered after it run at once instead of waiting out the gap timeout. A *checkpoint* is a
+model package whose description is its ``tinker://`` path, so ``localsession packages list``
+shows it and a restarted server still resolves it. A *sampling session* names the weights it
+reads (a package, or the base model) and runs on the model's own session when it is alive,
+else on one hidden sampler session per base model.
 
 Nothing here imports torch or tinker: the HTTP layer (routes.py) parses and encodes, this
-module only holds the mapping and calls :class:`Service`'s public operations.
+module only holds the mapping and calls :class:`Service`'s public operations, never a
+SageMaker-shaped request.
 """
 
 from __future__ import annotations
@@ -22,14 +26,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from localsession import vocab
+from localsession.port import AdamHyperparams, TrainingDatum
+from localsession.port_commands import (
+    ForwardCommand,
+    LoadCommand,
+    OptimCommand,
+    SaveCommand,
+    SessionCommand,
+)
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
 from localsession.server.tinker import dro, topk_targets
+from localsession.server.tinker import tinker_commands as parse
 from localsession.server.tinker.checkpoints import Checkpoints
 from localsession.server.tinker.expiry import Reaper
+from localsession.server.tinker.numbering import Numbering
 from localsession.server.tinker.samplers import Sampler, Samplers
 
 #: The losses Tinker's SDK can name, and the ones the runtime computes.
@@ -81,7 +96,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Dialect(Checkpoints, Samplers):
+class Dialect(Checkpoints, Samplers, Numbering):
     """The Tinker dialect's state over one :class:`Service` (thread-safe)."""
 
     def __init__(self, service: Service) -> None:
@@ -168,15 +183,22 @@ class Dialect(Checkpoints, Samplers):
         self, base_model: str, rank: int, seed: int | None, unembed: bool = False
     ) -> str:
         name = f"tinker-{uuid.uuid4().hex[:16]}"
-        request: dict[str, Any] = {
-            "TrainingSessionName": name,
+        details: dict[str, Any] = {  # what DescribeTrainingSession shows of it
+            "RoleArn": f"arn:aws:iam::{self.service.config.account}:role/tinker",
             "LoraConfig": {"Rank": rank, "Alpha": LORA_ALPHA},
             "ModelConfig": {"BaseModelArn": base_model},
-            "RoleArn": f"arn:aws:iam::{self.service.config.account}:role/tinker",
         }
-        self.service.create_training_session(
-            request, strict=False, seed=int(seed or 0), train_unembed=unembed
+        command = SessionCommand(
+            name=name,
+            base_model=base_model,
+            rank=rank,
+            alpha=LORA_ALPHA,
+            seed=int(seed or 0),
+            train_unembed=unembed,
+            strict=False,
+            details=details,
         )
+        self.service.create_session(command)
         return name
 
     def create_model(self, request: dict[str, Any]) -> str:
@@ -187,8 +209,11 @@ class Dialect(Checkpoints, Samplers):
             raise errors.validation("base_model is required; see get_server_capabilities")
         lora = dict(request.get("lora_config") or {"rank": 32})
         rank = lora.get("rank")
-        if not isinstance(rank, int) or not 1 <= rank <= 256:
-            raise errors.validation(f"lora_config.rank={rank!r} must be an integer in [1, 256]")
+        low, high = vocab.LORA_RANK_MIN, vocab.LORA_RANK_MAX
+        if not isinstance(rank, int) or not low <= rank <= high:
+            raise errors.validation(
+                f"lora_config.rank={rank!r} must be an integer in [{low}, {high}]"
+            )
         for key in ("train_mlp", "train_attn"):
             if lora.get(key, True) is False:
                 raise errors.validation(
@@ -253,21 +278,6 @@ class Dialect(Checkpoints, Samplers):
 
     # -- training ops --------------------------------------------------------------------
 
-    def submit(self, model: Model, seq_id: int, kind: str, config: dict[str, Any]) -> str:
-        """Queue one runtime training op for ``model``; returns the runtime op id."""
-        number = int(seq_id) + model.offset
-        if number < 1:
-            raise errors.validation(f"seq_id={seq_id} must be >= 1")
-        answer = self.service.execute_training_operation(
-            model.session,
-            {
-                "sequenceNumber": number,
-                "clientToken": f"tinker-{number}",
-                "operationConfig": {kind: config},
-            },
-        )
-        return str(answer["operationId"])
-
     def forward_backward(
         self,
         model_id: str,
@@ -275,37 +285,26 @@ class Dialect(Checkpoints, Samplers):
         loss_fn: str,
         config: dict[str, Any],
         forward_only: bool,
-        datums: list[dict[str, Any]],
+        datums: list[TrainingDatum],
+        shapes: list[dict[str, list[int]]],
     ) -> str:
+        """Queue a Tinker forward / forward_backward; ``shapes``: each datum's input shapes."""
         model = self.model(model_id)
-        if loss_fn == "dro":  # a forward, then a cross-entropy backward (dro.py)
-            future = Future("forward", model_id=model_id)
-            return self.add_future(
-                dro.submit(self, model, seq_id, config, forward_only, datums, future)
-            )
-        if loss_fn not in IMPLEMENTED_LOSSES:
-            known = loss_fn in TINKER_LOSSES
-            raise errors.validation(
-                f"loss_fn {loss_fn!r} is "
-                + ("not implemented by localsession" if known else "not a Tinker loss")
-                + f"; implemented: {', '.join(IMPLEMENTED_LOSSES)}"
-                + (
-                    " (forward_backward_custom runs client-side on cross_entropy)"
-                    if loss_fn == "custom"
-                    else ""
+        with self.numbered(model, seq_id) as number:
+            if loss_fn == "dro":  # a forward, then a cross-entropy backward (dro.py)
+                future = Future("forward", model_id=model_id)
+                return self.add_future(
+                    dro.submit(self, model, number, config, forward_only, datums, shapes, future)
                 )
-            )
-        datums, groups = topk_targets.expand(loss_fn, datums)  # (N, K) targets: K datums
-        for datum in datums:  # Tinker's losses weigh every position 1 unless told otherwise
-            inputs = datum["lossFnInputs"]
-            if "weights" not in inputs and "target_tokens" in inputs:
-                n = len(inputs["target_tokens"].get("data") or [])
-                inputs["weights"] = {"data": [1.0] * n, "dtype": "float32"}
-        body: dict[str, Any] = {"lossFnName": loss_fn, "datumList": datums}
-        if config:
-            body["lossFnConfig"] = config
-        kind = "forward" if forward_only else "forwardBackward"
-        op = self.submit(model, seq_id, kind, body)
+            if loss_fn not in IMPLEMENTED_LOSSES:
+                raise parse.unsupported_loss(loss_fn, IMPLEMENTED_LOSSES, TINKER_LOSSES)
+            # (N, K) targets: K datums each (topk_targets.py)
+            expanded, groups = topk_targets.expand(loss_fn, datums, shapes)
+            weighted = [parse.weighted(d) for d in expanded]
+            config_ = parse.loss_config(config)
+            command = ForwardCommand(weighted, loss_fn, config_, not forward_only)
+            op = self.submit(model, number, command)
+        kind = command.kind
         extra = {"groups": groups} if topk_targets.wide(groups) else {}
         return self.add_future(
             Future(kind, session=model.session, op_id=op, model_id=model_id, extra=extra)
@@ -313,21 +312,21 @@ class Dialect(Checkpoints, Samplers):
 
     def optim_step(self, request: dict[str, Any]) -> str:
         model = self.model(request.get("model_id"))
-        params = request.get("adam_params") or request.get("optim_params")
-        if not isinstance(params, dict) or params.get("type", "adamw") not in ("adamw", "adam"):
-            raise errors.validation("optim_step takes adam_params; other optimizers are not run")
-        adam: dict[str, Any] = {
-            "learningRate": params.get("learning_rate", 1e-4),
-            "beta1": params.get("beta1", 0.9),
-            "beta2": params.get("beta2", 0.95),
-            "eps": params.get("eps", 1e-12),
-            "weightDecay": params.get("weight_decay", 0.0),
-        }
-        if params.get("grad_clip_norm"):
-            adam["gradClipNorm"] = params["grad_clip_norm"]
-        op = self.submit(
-            model, int(request.get("seq_id") or 0), "optimizerStep", {"adamParamsConfig": adam}
-        )
+        with self.numbered(model, request.get("seq_id")) as number:
+            params = request.get("adam_params") or request.get("optim_params")
+            if not isinstance(params, dict) or params.get("type", "adamw") not in ("adamw", "adam"):
+                raise errors.validation(
+                    "optim_step takes adam_params; other optimizers are not run"
+                )
+            adam = AdamHyperparams(
+                learning_rate=parse.number(params, "learning_rate", 1e-4),
+                beta1=parse.number(params, "beta1", 0.9),
+                beta2=parse.number(params, "beta2", 0.95),
+                eps=parse.number(params, "eps", 1e-12),
+                weight_decay=parse.number(params, "weight_decay", 0.0),
+                grad_clip_norm=parse.number(params, "grad_clip_norm", 0.0) or None,
+            )
+            op = self.submit(model, number, OptimCommand(adam))
         return self.add_future(
             Future("optimizerStep", session=model.session, op_id=op, model_id=model.model_id)
         )
@@ -340,15 +339,16 @@ class Dialect(Checkpoints, Samplers):
 
     def save(self, request: dict[str, Any], *, sampler: bool) -> str:
         model = self.model(request.get("model_id"))
-        segment = "sampler_weights" if sampler else "weights"
-        path = self.checkpoint_path(model, segment, request.get("path"))
-        if not request.get("overwrite") and self.package_of(path, required=False):
-            raise errors.conflict(f"checkpoint {path} exists; pass overwrite=True or a new name")
-        kind = "saveWeights" if sampler else "saveState"
-        config: dict[str, Any] = {"description": path}
-        if sampler:
-            config["mergeWeights"] = False
-        op = self.submit(model, int(request.get("seq_id") or 0), kind, config)
+        with self.numbered(model, request.get("seq_id")) as number:
+            segment = "sampler_weights" if sampler else "weights"
+            path = self.checkpoint_path(model, segment, request.get("path"))
+            if not request.get("overwrite") and self.package_of(path, required=False):
+                raise errors.conflict(
+                    f"checkpoint {path} exists; pass overwrite=True or a new name"
+                )
+            command = SaveCommand(checkpoint=not sampler, description=path)
+            op = self.submit(model, number, command)
+        kind = command.kind
         if isinstance(request.get("user_metadata"), dict):
             with self.lock:
                 self.metadata[path] = dict(request["user_metadata"])
@@ -361,9 +361,14 @@ class Dialect(Checkpoints, Samplers):
 
     def load(self, request: dict[str, Any]) -> str:
         path = str(request.get("path") or "")
-        arn = self.package_of(path)
         with_optimizer = bool(request.get("optimizer"))
-        if request.get("session_id") is not None:  # create-via-load: a new model
+        if request.get("session_id") is None:  # a load into a model: its number is used
+            model = self.model(request.get("model_id"))
+            with self.numbered(model, request.get("seq_id")) as number:
+                command = LoadCommand(self.package_of(path), with_optimizer)
+                op = self.submit(model, number, command)
+        else:  # create-via-load: a new model, whose first op is the load
+            arn = self.package_of(path)
             info = self.service.registry.get(arn)
             base, rank = str(request.get("base_model") or info.base_model), info.lora_rank
             unembed = self.adapts_head(arn)
@@ -382,13 +387,7 @@ class Dialect(Checkpoints, Samplers):
             )
             with self.lock:
                 self.models[model_id] = model
-            number = 0
-        else:
-            model = self.model(request.get("model_id"))
-            number = int(request.get("seq_id") or 0)
-        op = self.submit(
-            model, number, "loadState", {"modelPackageArn": arn, "loadOptimizer": with_optimizer}
-        )
+            op = self.submit(model, self.number(model, 0), LoadCommand(arn, with_optimizer))
         return self.add_future(
             Future(
                 "loadState",

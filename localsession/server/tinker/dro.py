@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from localsession import vocab
 from localsession.numerics.dro_loss import DEFAULT_BETA, dro_backward_weights, dro_loss
+from localsession.port import TrainingDatum
+from localsession.port_commands import ForwardCommand
+from localsession.port_results import DatumOutput, ForwardResult
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 
@@ -38,12 +41,13 @@ class DroInputs:
     weights: list[list[float]]
 
 
-def _column(inputs: dict[str, Any], key: str, n: int, where: str) -> list[float]:
-    tensor = inputs.get(key)
-    if not isinstance(tensor, dict):
+def _column(
+    inputs: dict[str, list[Any]], shapes: dict[str, list[int]], key: str, n: int, where: str
+) -> list[float]:
+    data = inputs.get(key)
+    if data is None:
         raise errors.validation(f"{where}: loss_fn 'dro' needs `{key}` (one value per target)")
-    data = tensor.get("data") or []
-    if len(data) != n or len(tensor.get("shape") or [n]) != 1:
+    if len(data) != n or len(shapes.get(key) or [n]) != 1:
         raise errors.validation(f"{where}: `{key}` has {len(data)} values, target_tokens {n}")
     values = [float(v) for v in data]
     if not all(math.isfinite(v) for v in values):
@@ -51,7 +55,9 @@ def _column(inputs: dict[str, Any], key: str, n: int, where: str) -> list[float]
     return values
 
 
-def parse(config: dict[str, Any], datums: list[dict[str, Any]]) -> tuple[DroInputs, list[Any]]:
+def parse(
+    config: dict[str, Any], datums: list[TrainingDatum], shapes: list[dict[str, list[int]]]
+) -> tuple[DroInputs, list[TrainingDatum]]:
     """The checked DRO inputs and the ``cross_entropy`` datums of the forward."""
     unknown = sorted(set(config) - {"beta"})
     if unknown:
@@ -60,101 +66,95 @@ def parse(config: dict[str, Any], datums: list[dict[str, Any]]) -> tuple[DroInpu
     if not math.isfinite(beta) or beta < 0:
         raise errors.validation(f"loss_fn_config beta={beta} must be a finite number >= 0")
     inputs = DroInputs(beta, [], [], [])
-    forward: list[dict[str, Any]] = []
-    for i, datum in enumerate(datums):
-        where, given = f"datum {i}", datum.get("lossFnInputs") or {}
+    forward: list[TrainingDatum] = []
+    for index, (datum, shape_of) in enumerate(zip(datums, shapes, strict=True)):
+        where, given = f"datum {index}", datum.loss_fn_inputs
         extra = sorted(set(given) - {"target_tokens", "logprobs", "advantages", "weights"})
         if extra:
             raise errors.validation(f"{where}: loss_fn 'dro' does not take {', '.join(extra)}")
         target = given.get("target_tokens")
-        if not isinstance(target, dict) or len(target.get("shape") or [0]) != 1:
+        if target is None or len(shape_of.get("target_tokens") or [0, 0]) != 1:
             raise errors.validation(f"{where}: loss_fn 'dro' needs 1-D `target_tokens`")
-        n = len(target.get("data") or [])
-        inputs.q.append(_column(given, "logprobs", n, where))
-        inputs.advantages.append(_column(given, "advantages", n, where))
-        w = _column(given, "weights", n, where) if "weights" in given else [1.0] * n
+        n = len(target)
+        inputs.q.append(_column(given, shape_of, "logprobs", n, where))
+        inputs.advantages.append(_column(given, shape_of, "advantages", n, where))
+        w = _column(given, shape_of, "weights", n, where) if "weights" in given else [1.0] * n
         inputs.weights.append(w)
-        forward.append(
-            {
-                **{k: v for k, v in datum.items() if k != "lossFnInputs"},
-                "lossFnInputs": {
-                    "target_tokens": target,
-                    "weights": {"data": w, "dtype": "float32", "shape": [n]},
-                },
-            }
-        )
+        forward.append(replace(datum, loss_fn_inputs={"target_tokens": target, "weights": w}))
     return inputs, forward
+
+
+def _command(datums: list[TrainingDatum], backward: bool) -> ForwardCommand:
+    return ForwardCommand(datums, vocab.LossFunction.CROSS_ENTROPY, None, backward)
 
 
 def submit(
     dialect: Dialect,
     model: Model,
-    seq_id: int,
+    number: int,
     config: dict[str, Any],
     forward_only: bool,
-    datums: list[dict[str, Any]],
-    pending: Future,
+    datums: list[TrainingDatum],
+    shapes: list[dict[str, list[int]]],
+    future: Future,
 ) -> Future:
-    """Queue a ``dro`` request into ``pending`` (a new dialect Future): its op is the forward
-    (``forward_only``) or, once that ran, the backward (``pending.op_id`` is None until then)."""
-    inputs, forward = parse(config, datums)
-    body = {"lossFnName": "cross_entropy", "datumList": forward}
-    first = dialect.submit(model, seq_id, "forward", body)
-    pending.session, pending.extra = model.session, {"dro": inputs}
+    """Queue a ``dro`` request numbered ``number`` into ``future`` (a new dialect Future):
+    its op is the forward (``forward_only``) or, once that ran, the backward on
+    ``number + 1`` (``future.op_id`` is None until then)."""
+    inputs, forward = parse(config, datums, shapes)
+    first = dialect.submit(model, number, _command(forward, False))
+    future.session, future.extra = model.session, {"dro": inputs}
     if forward_only:
-        pending.kind, pending.op_id = "forward", first
-        return pending
+        future.kind, future.op_id = "forward", first
+        return future
     with dialect.lock:
         model.offset += 1  # the backward takes the next number; later ops shift by one
-    pending.kind = "forwardBackward"
-    pending.extra["ready"] = threading.Event()
+    future.kind = "forwardBackward"
+    future.extra["ready"] = threading.Event()
     threading.Thread(
         target=_backward,
-        args=(dialect, model, seq_id, first, forward, pending),
+        args=(dialect, model, number + 1, first, forward, future),
         name="localsession-tinker-dro",
         daemon=True,
     ).start()
-    return pending
+    return future
 
 
 def _backward(
     dialect: Dialect,
     model: Model,
-    seq_id: int,
+    number: int,
     first: str,
-    forward: list[dict[str, Any]],
+    forward: list[TrainingDatum],
     future: Future,
 ) -> None:
-    """Wait for the forward, then queue the backward on the next sequence number."""
+    """Wait for the forward, then queue the backward as op ``number``."""
     service, inputs = dialect.service, future.extra["dro"]
     try:
         service.wait_operation(model.session, first, None)
-        result = service.get_training_operation_result(model.session, first)
-        if result.get("status") != vocab.OpStatus.COMPLETED:
-            detail = result.get("errorDetails") or {}
-            future.error = str(detail.get("message") if isinstance(detail, dict) else detail)
-            body = {"lossFnName": "cross_entropy", "datumList": forward}
-            dialect.submit(model, seq_id, "forward", body)  # uses up the number; changes nothing
+        outcome = service.operation_outcome(model.session, first)
+        if outcome.status != vocab.OpStatus.COMPLETED or not isinstance(
+            outcome.result, ForwardResult
+        ):
+            future.error = outcome.error or f"the dro forward ended {outcome.status}"
+            service.refuse_sequence(model.session, number)  # uses up the number
             return
-        outputs = (result.get("operationResult") or {}).get("forward", {}).get("lossFnOutputs")
         datums = []
-        for i, (datum, out) in enumerate(zip(forward, outputs or [], strict=True)):
-            lp = [float(v) for v in out["logprobs"]["data"]]
+        for i, (datum, out) in enumerate(zip(forward, outcome.result.outputs, strict=True)):
             w = dro_backward_weights(
-                lp, inputs.q[i], inputs.advantages[i], inputs.weights[i], inputs.beta
+                [float(v) for v in out.logprobs],
+                inputs.q[i],
+                inputs.advantages[i],
+                inputs.weights[i],
+                inputs.beta,
             )
-            given = datum["lossFnInputs"]
+            given = datum.loss_fn_inputs
             datums.append(
-                {
-                    **datum,
-                    "lossFnInputs": {
-                        "target_tokens": given["target_tokens"],
-                        "weights": {"data": w, "dtype": "float32", "shape": [len(w)]},
-                    },
-                }
+                replace(
+                    datum, loss_fn_inputs={"target_tokens": given["target_tokens"], "weights": w}
+                )
             )
-        body = {"lossFnName": "cross_entropy", "datumList": datums}
-        future.op_id = dialect.submit(model, seq_id, "forwardBackward", body)
+        future.op_id = dialect.submit(model, number, _command(datums, True))
     except (ServiceError, KeyError, TypeError, ValueError) as exc:
         future.error = f"the dro backward could not be queued: {exc}"
     finally:
@@ -168,14 +168,12 @@ def wait_ready(future: Future, timeout: float) -> None:
         ready.wait(timeout)
 
 
-def outputs(found: list[dict[str, Any]], inputs: DroInputs) -> list[dict[str, Any]]:
+def outputs(found: list[DatumOutput], inputs: DroInputs) -> list[DatumOutput]:
     """The runtime's per-datum outputs with DRO's elementwise loss in place of the
     surrogate cross entropy's."""
     out = []
     for i, item in enumerate(found):
-        lp = [float(v) for v in item["logprobs"]["data"]]
+        lp = [float(v) for v in item.logprobs]
         loss = dro_loss(lp, inputs.q[i], inputs.advantages[i], inputs.weights[i], inputs.beta)
-        out.append(
-            {**item, "elementwise_loss": {"data": loss, "dtype": "float32", "shape": [len(loss)]}}
-        )
+        out.append(replace(item, elementwise_loss=loss))
     return out

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from localsession.port_commands import SaveCommand
 from localsession.runtime import errors
 
 if TYPE_CHECKING:
@@ -66,11 +67,12 @@ def save(dialect: Dialect, request: dict[str, Any]) -> str:
 
     recipients = check_recipients(request.get("age_encryption_recipients"))
     model = dialect.model(request.get("model_id"))
-    path = dialect.checkpoint_path(model, SEGMENT, request.get("path"))
-    if dialect.package_of(path, required=False):
-        raise errors.conflict(f"checkpoint {path} exists; export under a new name")
-    config = {"description": path, "mergeWeights": False}
-    op = dialect.submit(model, int(request.get("seq_id") or 0), "saveWeights", config)
+    with dialect.numbered(model, request.get("seq_id")) as number:
+        path = dialect.checkpoint_path(model, SEGMENT, request.get("path"))
+        if dialect.package_of(path, required=False):
+            raise errors.conflict(f"checkpoint {path} exists; export under a new name")
+        command = SaveCommand(checkpoint=False, description=path)
+        op = dialect.submit(model, number, command)
     with dialect.lock:
         dialect.recipients[path] = recipients
     extra = {"path": path, "ttl": request.get("ttl_seconds"), "external": True}

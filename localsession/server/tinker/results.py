@@ -1,5 +1,7 @@
 """Completed runtime results in Tinker's shapes: metric names and result bodies.
 
+The Tinker dialect's one serialiser: it reads the runtime's typed results
+(``port_results``, from ``Service.operation_outcome``), never the SageMaker wire's.
 ``ForwardBackwardOutput`` and ``SampleResponse`` go back as protobuf (the 0.38 SDK reads
 them in no other form); the rest as JSON.
 """
@@ -11,6 +13,13 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from localsession.port_results import (
+    ForwardResult,
+    OpResult,
+    OptimResult,
+    SampleResult,
+    SaveResult,
+)
 from localsession.runtime.errors import ServiceError
 from localsession.server.tinker import codec, dro, rest, topk_targets
 from localsession.server.tinker.dialect import Dialect, Future
@@ -24,38 +33,37 @@ def _metric_name(name: str) -> str:
     return f"{name}:sum" if name.endswith(("num", "flops")) else f"{name}:mean"
 
 
-def fwd_metrics(result: dict[str, Any]) -> dict[str, float]:
+def fwd_metrics(result: ForwardResult) -> dict[str, float]:
     """Runtime forward metrics under Tinker's ``name:reduction`` names; ``loss:sum`` is the
     sum of every datum's elementwise loss (Tinker's reported loss)."""
-    outputs = result.get("lossFnOutputs") or []
-    total = math.fsum(
-        float(v) for out in outputs for v in (out.get("elementwise_loss") or {}).get("data", [])
-    )
+    total = math.fsum(float(v) for out in result.outputs for v in out.elementwise_loss)
     metrics = {"loss:sum": total}
-    for name, value in (result.get("metrics") or {}).items():
+    for name, value in result.metrics.items():
         if name not in ("loss", "actor/pg_loss"):
             metrics[_metric_name(name)] = float(value)
     return metrics
 
 
-def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Response:
+def completed(dialect: Dialect, future: Future, result: OpResult) -> Response:
     """A completed runtime op's result, in the Tinker shape its request type reads."""
     kind = future.kind
-    if kind in ("forward", "forwardBackward"):
-        outputs = payload.get("lossFnOutputs") or []
+    if isinstance(result, ForwardResult):
+        outputs = result.outputs
+        width = 0
         if future.extra.get("groups"):  # (N, K) targets ran as K datums each
             outputs = topk_targets.regroup(outputs, future.extra["groups"])
+            width = topk_targets.width(future.extra["groups"])
         if future.extra.get("dro"):  # a cross-entropy surrogate ran: report DRO's loss
             outputs = dro.outputs(outputs, future.extra["dro"])
-            payload = {**payload, "lossFnOutputs": outputs}
-        data = codec.encode_forward_backward_output(fwd_metrics(payload), outputs)
+            result = ForwardResult(result.metrics, outputs)
+        data = codec.encode_forward_backward_output(fwd_metrics(result), outputs, width)
         return Response(data, media_type=PROTOBUF)
-    if kind == "optimizerStep":
-        return JSONResponse({"metrics": payload.get("metrics") or {}})
-    if kind in ("saveState", "saveWeights"):
+    if isinstance(result, OptimResult):
+        return JSONResponse({"metrics": result.metrics})
+    if isinstance(result, SaveResult):
         path = future.extra["path"]
         with dialect.lock:
-            dialect.paths[path] = str(payload["modelPackageArn"])
+            dialect.paths[path] = result.package_arn
         if future.extra.get("ttl"):
             rest.set_ttl(dialect, path, int(future.extra["ttl"]))
         if kind == "saveState":
@@ -70,13 +78,9 @@ def completed(dialect: Dialect, future: Future, payload: dict[str, Any]) -> Resp
         return JSONResponse(
             {"path": future.extra["path"], "model_id": future.model_id, "type": "load_weights"}
         )
-    if kind == "sample":
-        last_n = future.extra.get("last_n")
-        prompt = payload.get("promptLogprobs")
-        if last_n and prompt is not None:
-            cut = len(prompt) - int(last_n)
-            payload["promptLogprobs"] = [None if i < cut else v for i, v in enumerate(prompt)]
-        return Response(
-            codec.encode_sample_response(payload, future.extra["topk"]), media_type=PROTOBUF
+    if isinstance(result, SampleResult):
+        data = codec.encode_sample_response(
+            result, future.extra["topk"], future.extra.get("last_n")
         )
+        return Response(data, media_type=PROTOBUF)
     raise ServiceError("InternalServerException", f"no Tinker result for a {kind} op", 500)

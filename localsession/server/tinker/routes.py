@@ -11,6 +11,7 @@ runtime's HTTP status, the shape the SDK's ``APIStatusError`` carries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localsession import vocab
+from localsession.port import SampleRequest
+from localsession.port_commands import SampleCommand
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
@@ -143,11 +146,18 @@ class TinkerRoutes:
         decoded = await run_in_threadpool(
             codec.decode_forward_backward, raw, content_type, encoding
         )
-        model_id, seq_id, loss_fn, config, forward_only, datums = decoded
+        model_id, seq_id, loss_fn, config, forward_only, datums, shapes = decoded
         if request.url.path.endswith("/forward"):
             forward_only = True
         request_id = await run_in_threadpool(
-            self.dialect.forward_backward, model_id, seq_id, loss_fn, config, forward_only, datums
+            self.dialect.forward_backward,
+            model_id,
+            seq_id,
+            loss_fn,
+            config,
+            forward_only,
+            datums,
+            shapes,
         )
         return self._future(request_id, model_id)
 
@@ -161,6 +171,7 @@ class TinkerRoutes:
         if sampler and body.get("kind") == "inflight":  # one shared target (samplers.py)
             body = {**body, "path": INFLIGHT, "overwrite": True, "ttl_seconds": None}
         elif body.get("kind", "snapshot") != "snapshot":
+            self.dialect.refuse(body.get("model_id"), body.get("seq_id"))  # its number is used
             raise errors.validation(
                 f"kind={body.get('kind')!r}: a sampling client is 'snapshot' or 'inflight'"
             )
@@ -206,41 +217,30 @@ class TinkerRoutes:
         params = body.get("sampling_params") or {}
         stop = params.get("stop")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        stop_ids = [s for s in stops if isinstance(s, int)]
-        wire_params: dict[str, Any] = {
-            "maxTokens": params.get("max_tokens") or DEFAULT_MAX_TOKENS,
-            "temperature": params.get("temperature", 1.0),
-            "topP": params.get("top_p", 1.0),
-            "topK": params.get("top_k", -1),
-        }
-        if params.get("seed") is not None:
-            wire_params["seed"] = params["seed"]
-        if strings := [s for s in stops if isinstance(s, str)]:
-            wire_params["stop"] = strings
         topk = int(body.get("topk_prompt_logprobs") or 0)
-        op: dict[str, Any] = {
-            "prompt": {"chunks": [_chunk(c) for c in body["prompt"]["chunks"]]},
-            "numSamples": int(body.get("num_samples") or 1),
-            "samplingParams": wire_params,
-            "includePromptLogprobs": bool(body.get("prompt_logprobs")),
-        }
-        if topk:
-            op["topkPromptLogprobs"] = topk
-        if package := self.dialect.package_for(sampler):
-            op["modelPackageArn"] = package
-        name = await run_in_threadpool(self.dialect.session_for, sampler)
-        answer = await run_in_threadpool(
-            self.service.execute_sampling_operation,
-            name,
-            {"operationConfig": {"sample": op}},
-            stop_ids,
-            stop != [],  # SDK 0.38: stop=[] turns off EOS, None keeps it
-            options,
+        prompt = [t for c in body["prompt"]["chunks"] for t in _chunk_tokens(c)]
+        request_ = SampleRequest(
+            prompt=prompt,
+            num_samples=int(body.get("num_samples") or 1),
+            max_tokens=params.get("max_tokens") or DEFAULT_MAX_TOKENS,
+            temperature=params.get("temperature", 1.0),
+            top_p=params.get("top_p", 1.0),
+            top_k=params.get("top_k", -1),
+            stop=tuple(s for s in stops if isinstance(s, str)),
+            stop_token_ids=tuple(s for s in stops if not isinstance(s, str)),
+            include_prompt_logprobs=bool(body.get("prompt_logprobs")),
+            topk_prompt_logprobs=topk or None,
+            stop_at_eos=stop != [],  # SDK 0.38: stop=[] turns off EOS, None keeps it
         )
+        if options:  # the Tinker-only fields (sample_options.py)
+            request_ = dataclasses.replace(request_, **options)
+        command = SampleCommand(request_, params.get("seed"), self.dialect.package_for(sampler))
+        name = await run_in_threadpool(self.dialect.session_for, sampler)
+        op_id = await run_in_threadpool(self.service.submit_sample, name, command)
         future = Future(
             "sample",
             session=name,
-            op_id=answer["operationId"],
+            op_id=op_id,
             sampling=True,
             extra={
                 "topk": topk,
@@ -252,7 +252,7 @@ class TinkerRoutes:
             self.completions.watch(
                 sampler.sampler_id, body.get("seq_id"), request_id, name, future.op_id or ""
             )
-        ids = [f"{request_id}-{i}" for i in range(op["numSamples"])]
+        ids = [f"{request_id}-{i}" for i in range(request_.num_samples)]
         return JSONResponse({"request_id": request_id, "sample_sequence_ids": ids})
 
     # -- futures -------------------------------------------------------------------------
@@ -275,21 +275,15 @@ class TinkerRoutes:
                 return _try_again(request_id)
         assert future.session is not None and future.op_id is not None
         await self._hold(future.session, future.op_id)
-        get = (
-            self.service.get_sampling_operation_result
-            if future.sampling
-            else self.service.get_training_operation_result
+        outcome = await run_in_threadpool(
+            self.service.operation_outcome, future.session, future.op_id
         )
-        result = await run_in_threadpool(get, future.session, future.op_id)
-        status = result.get("status")
-        if status not in vocab.OP_TERMINAL:
+        if outcome.status not in vocab.OP_TERMINAL:
             return _try_again(request_id)
-        if status != vocab.OpStatus.COMPLETED:
-            detail = result.get("errorDetails") or {}
-            message = detail.get("message") if isinstance(detail, dict) else str(detail)
-            return JSONResponse({"error": message or f"operation {status}", "category": "user"})
-        payload = (result.get("operationResult") or {}).get(future.kind) or {}
-        return await run_in_threadpool(results.completed, self.dialect, future, payload)
+        if outcome.status != vocab.OpStatus.COMPLETED or outcome.result is None:
+            message = outcome.error or f"operation {outcome.status}"
+            return JSONResponse({"error": message, "category": "user"})
+        return await run_in_threadpool(results.completed, self.dialect, future, outcome.result)
 
     async def _created(self, request_id: str, future: Future) -> Response:
         assert future.session is not None
@@ -330,10 +324,14 @@ def _try_again(request_id: str) -> Response:
     return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": "active"})
 
 
-def _chunk(chunk: Any) -> dict[str, Any]:
+def _chunk_tokens(chunk: Any) -> list[Any]:
+    """A prompt chunk's token ids (the runtime checks they are ints >= 0)."""
     if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
         raise errors.validation("only encoded_text (token) prompt chunks are supported locally")
-    return {"tokens": chunk.get("tokens"), "type": "encoded_text"}
+    tokens = chunk.get("tokens")
+    if not isinstance(tokens, list):
+        raise errors.validation("a prompt chunk's tokens must be a list of token ids")
+    return tokens
 
 
 def routes(dialect: Dialect) -> list[Route]:

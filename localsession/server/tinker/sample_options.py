@@ -67,11 +67,11 @@ def _table(given: Any, prompt_length: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(flat[r * width : (r + 1) * width]) for r in range(rows))
 
 
-def alt_tokens(pb: Any, alt: dict[str, list[list[Any]]]) -> Any:
+def alt_tokens(pb: Any, tokens: list[list[int]], logprobs: list[list[float]]) -> Any:
     """The ``PromptAltTokens`` message: int64 ids and float32 logprobs, ``[L - 1, k]``."""
-    ids = [int(v) for row in alt["tokens"] for v in row]
-    lps = [float(v) for row in alt["logprobs"] for v in row]
-    shape = [len(alt["tokens"]), len(alt["tokens"][0]) if alt["tokens"] else 0]
+    ids = [int(v) for row in tokens for v in row]
+    lps = [float(v) for row in logprobs for v in row]
+    shape = [len(tokens), len(tokens[0]) if tokens else 0]
     return pb.PromptAltTokens(
         tokens=pb.Tensor(
             dense=struct.pack(f"<{len(ids)}q", *ids), dtype=pb.DTYPE_INT64, shape=shape

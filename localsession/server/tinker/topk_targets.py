@@ -15,9 +15,11 @@ a cross-entropy backward with weights ``-dC/dlogprob``), so it takes the same pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from localsession.port import TrainingDatum
+from localsession.port_results import DatumOutput
 from localsession.runtime import errors
 
 #: The keys whose 2-D form means K candidates per position.
@@ -34,26 +36,23 @@ class Group:
     width: int
 
 
-def _shape(tensor: dict[str, Any]) -> list[int]:
-    shape = tensor.get("shape")
-    return list(shape) if shape else [len(tensor.get("data") or [])]
-
-
-def expand(loss_fn: str, datums: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Group]]:
-    """The runtime datums for the request's ``datums``, and where each one's went. Datums
-    without a 2-D target pass through untouched."""
-    out: list[dict[str, Any]] = []
+def expand(
+    loss_fn: str, datums: list[TrainingDatum], shapes: list[dict[str, list[int]]]
+) -> tuple[list[TrainingDatum], list[Group]]:
+    """The runtime datums for the request's ``datums`` (``shapes``: each one's loss input
+    shapes), and where each one's went. Datums without a 2-D target pass through."""
+    out: list[TrainingDatum] = []
     groups: list[Group] = []
     widths: set[int] = set()
-    for i, datum in enumerate(datums):
-        inputs = datum.get("lossFnInputs") or {}
-        target = inputs.get("target_tokens")
-        if not isinstance(target, dict) or len(_shape(target)) < 2:
+    for index, (datum, shape_of) in enumerate(zip(datums, shapes, strict=True)):
+        inputs = datum.loss_fn_inputs
+        shape = shape_of.get("target_tokens") or [0]
+        if "target_tokens" not in inputs or len(shape) < 2:
             groups.append(Group(len(out), 1, 0))
             out.append(datum)
             widths.add(0)
             continue
-        where, shape = f"datum {i}", _shape(target)
+        where = f"datum {index}"
         if loss_fn != "cross_entropy":
             raise errors.validation(
                 f"{where}: target_tokens has shape {shape}; 2-D (N, K) targets are "
@@ -65,11 +64,12 @@ def expand(loss_fn: str, datums: list[dict[str, Any]]) -> tuple[list[dict[str, A
             )
         n, k = shape
         weights = inputs.get("weights")
+        weight_shape = shape_of.get("weights") or [n, k]
         if weights is None:
-            weights = {"data": [1.0] * (n * k), "dtype": "float32", "shape": [n, k]}
-        if _shape(weights) != [n, k]:
+            weights = [1.0] * (n * k)
+        if weight_shape != [n, k]:
             raise errors.validation(
-                f"{where}: weights has shape {_shape(weights)}, target_tokens {shape}: "
+                f"{where}: weights has shape {weight_shape}, target_tokens {shape}: "
                 "give 2-D weights of the targets' shape"
             )
         extra = sorted(set(inputs) - set(WIDE_KEYS))
@@ -81,12 +81,11 @@ def expand(loss_fn: str, datums: list[dict[str, Any]]) -> tuple[list[dict[str, A
         groups.append(Group(len(out), k, k))
         widths.add(k)
         for column in range(k):
-            one = {key: value for key, value in datum.items() if key != "lossFnInputs"}
-            one["lossFnInputs"] = {
-                "target_tokens": _column(target, n, k, column, "int64"),
-                "weights": _column(weights, n, k, column, "float32"),
+            one = {
+                "target_tokens": _column(inputs["target_tokens"], n, k, column),
+                "weights": _column(weights, n, k, column),
             }
-            out.append(one)
+            out.append(replace(datum, loss_fn_inputs=one))
     if len(widths) > 1:
         raise errors.validation(
             "the datums' target_tokens mix shapes (N,) and (N, K), or several K: one request "
@@ -95,11 +94,10 @@ def expand(loss_fn: str, datums: list[dict[str, Any]]) -> tuple[list[dict[str, A
     return out, groups
 
 
-def _column(tensor: dict[str, Any], n: int, k: int, column: int, dtype: str) -> dict[str, Any]:
-    data = tensor.get("data") or []
+def _column(data: list[Any], n: int, k: int, column: int) -> list[Any]:
     if len(data) != n * k:
         raise errors.validation(f"a ({n}, {k}) tensor holds {len(data)} values, not {n * k}")
-    return {"data": data[column::k], "dtype": tensor.get("dtype") or dtype, "shape": [n]}
+    return data[column::k]
 
 
 def wide(groups: list[Group]) -> bool:
@@ -107,28 +105,32 @@ def wide(groups: list[Group]) -> bool:
     return any(g.width for g in groups)
 
 
-def regroup(outputs: list[dict[str, Any]], groups: list[Group]) -> list[dict[str, Any]]:
+def width(groups: list[Group]) -> int:
+    """K of the request's 2-D datums (``expand`` allows one K per request); 0 if none."""
+    return max((g.width for g in groups), default=0)
+
+
+def regroup(outputs: list[DatumOutput], groups: list[Group]) -> list[DatumOutput]:
     """The runtime's per-datum outputs folded back into one per request datum: a 2-D
-    datum's ``(N, K)`` ``logprobs`` and ``elementwise_loss`` (the keys all K carry)."""
-    folded: list[dict[str, Any]] = []
+    datum's ``logprobs`` and ``elementwise_loss`` as ``(N, K)``, row-major; its one-value
+    diagnostics are the first column's."""
+    folded: list[DatumOutput] = []
     for group in groups:
         parts = outputs[group.start : group.start + group.count]
         if not group.width:
             folded.append(parts[0])
             continue
-        keys = [key for key in parts[0] if all(key in p for p in parts)]
-        merged: dict[str, Any] = {}
-        for name in keys:
-            columns = [p[name].get("data") or [] for p in parts]
-            n = len(columns[0])
-            if any(len(c) != n for c in columns):  # a one-value diagnostic: keep the first
-                merged[name] = parts[0][name]
-                continue
-            data = [columns[k][t] for t in range(n) for k in range(group.width)]
-            merged[name] = {
-                "data": data,
-                "dtype": parts[0][name].get("dtype") or "float32",
-                "shape": [n, group.width],
-            }
-        folded.append(merged)
+        folded.append(
+            DatumOutput(
+                _interleave([p.logprobs for p in parts]),
+                _interleave([p.elementwise_loss for p in parts]),
+                dict(parts[0].extra),
+            )
+        )
     return folded
+
+
+def _interleave(columns: list[list[float]]) -> list[float]:
+    """K columns of N values -> N rows of K values, row-major."""
+    n = len(columns[0])
+    return [columns[k][t] for t in range(n) for k in range(len(columns))]

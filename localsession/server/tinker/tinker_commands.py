@@ -1,0 +1,67 @@
+"""Tinker's request values as the port's typed values (``port``, ``port_commands``).
+
+The Tinker dialect's parsing of what its requests carry into what the runtime's typed
+commands take: datums with Tinker's default weights, a ``loss_fn_config``, ``adam_params``
+numbers. The runtime checks the values' ranges; what is checked here is what only this
+wire can get wrong (an unknown key, a value that is not a number).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from localsession import vocab
+from localsession.port import LossConfig, TrainingDatum
+from localsession.runtime import errors
+
+
+def weighted(datum: TrainingDatum) -> TrainingDatum:
+    """Tinker's losses weigh every position 1 unless told otherwise."""
+    inputs = datum.loss_fn_inputs
+    if "weights" in inputs or "target_tokens" not in inputs:
+        return datum
+    weights = [1.0] * len(inputs["target_tokens"])
+    return replace(datum, loss_fn_inputs={**inputs, "weights": weights})
+
+
+def loss_config(config: dict[str, Any]) -> LossConfig | None:
+    """``loss_fn_config`` as the port's value (the runtime checks the bounds' ranges)."""
+    if not config:
+        return None
+    for key, value in config.items():
+        if key not in vocab.LOSS_CONFIG_KEYS:
+            raise errors.validation(
+                f"loss_fn_config has unknown key {key!r}; the keys are "
+                + " and ".join(vocab.LOSS_CONFIG_KEYS)
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise errors.validation(f"loss_fn_config.{key}={value!r} must be a number")
+    return LossConfig(**{key: float(value) for key, value in config.items()})
+
+
+def number(params: dict[str, Any], key: str, default: float) -> float:
+    """One ``adam_params`` value: a finite number (``default`` when left out)."""
+    value = params.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise errors.validation(f"adam_params.{key}={value!r} must be a finite number")
+    return float(value)
+
+
+def unsupported_loss(
+    loss_fn: str, implemented: tuple[str, ...], known: tuple[str, ...]
+) -> errors.ServiceError:
+    """The refusal of a ``loss_fn`` this server does not run (``known``: Tinker's names)."""
+    return errors.validation(
+        f"loss_fn {loss_fn!r} is "
+        + ("not implemented by localsession" if loss_fn in known else "not a Tinker loss")
+        + f"; implemented: {', '.join(implemented)}"
+        + (
+            " (forward_backward_custom runs client-side on cross_entropy)"
+            if loss_fn == "custom"
+            else ""
+        )
+    )
