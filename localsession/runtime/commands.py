@@ -177,8 +177,8 @@ def check_sample(request: SampleRequest) -> None:
         raise validation("topk_prompt_logprobs must be an integer >= 0")
 
 
-def seed(value: Any) -> int | None:
+def seed(given: Any) -> int | None:
     """A sample's seed: an integer, or None (the runtime draws one)."""
-    if value is not None and type(value) is not int:
-        raise validation(f"seed={value!r} must be an integer")
-    return value
+    if given is not None and type(given) is not int:
+        raise validation(f"seed={given!r} must be an integer")
+    return given

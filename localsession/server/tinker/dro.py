@@ -44,12 +44,12 @@ class DroInputs:
 def _column(
     inputs: dict[str, list[Any]], shapes: dict[str, list[int]], key: str, n: int, where: str
 ) -> list[float]:
-    data = inputs.get(key)
-    if data is None:
+    column = inputs.get(key)
+    if column is None:
         raise errors.validation(f"{where}: loss_fn 'dro' needs `{key}` (one value per target)")
-    if len(data) != n or len(shapes.get(key) or [n]) != 1:
-        raise errors.validation(f"{where}: `{key}` has {len(data)} values, target_tokens {n}")
-    values = [float(v) for v in data]
+    if len(column) != n or len(shapes.get(key) or [n]) != 1:
+        raise errors.validation(f"{where}: `{key}` has {len(column)} values, target_tokens {n}")
+    values = [float(v) for v in column]
     if not all(math.isfinite(v) for v in values):
         raise errors.validation(f"{where}: `{key}` holds a non-finite value")
     return values
@@ -96,28 +96,28 @@ def submit(
     forward_only: bool,
     datums: list[TrainingDatum],
     shapes: list[dict[str, list[int]]],
-    future: Future,
+    pending: Future,
 ) -> Future:
-    """Queue a ``dro`` request numbered ``number`` into ``future`` (a new dialect Future):
+    """Queue a ``dro`` request numbered ``number`` into ``pending`` (a new dialect Future):
     its op is the forward (``forward_only``) or, once that ran, the backward on
-    ``number + 1`` (``future.op_id`` is None until then)."""
+    ``number + 1`` (``pending.op_id`` is None until then)."""
     inputs, forward = parse(config, datums, shapes)
     first = dialect.submit(model, number, _command(forward, False))
-    future.session, future.extra = model.session, {"dro": inputs}
+    pending.session, pending.extra = model.session, {"dro": inputs}
     if forward_only:
-        future.kind, future.op_id = "forward", first
-        return future
+        pending.kind, pending.op_id = "forward", first
+        return pending
     with dialect.lock:
         model.offset += 1  # the backward takes the next number; later ops shift by one
-    future.kind = "forwardBackward"
-    future.extra["ready"] = threading.Event()
+    pending.kind = "forwardBackward"
+    pending.extra["ready"] = threading.Event()
     threading.Thread(
         target=_backward,
-        args=(dialect, model, number + 1, first, forward, future),
+        args=(dialect, model, number + 1, first, forward, pending),
         name="localsession-tinker-dro",
         daemon=True,
     ).start()
-    return future
+    return pending
 
 
 def _backward(

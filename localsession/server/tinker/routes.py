@@ -328,10 +328,10 @@ def _chunk_tokens(chunk: Any) -> list[Any]:
     """A prompt chunk's token ids (the runtime checks they are ints >= 0)."""
     if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
         raise errors.validation("only encoded_text (token) prompt chunks are supported locally")
-    tokens = chunk.get("tokens")
-    if not isinstance(tokens, list):
+    ids = chunk.get("tokens")
+    if not isinstance(ids, list):
         raise errors.validation("a prompt chunk's tokens must be a list of token ids")
-    return tokens
+    return ids
 
 
 def routes(dialect: Dialect) -> list[Route]:

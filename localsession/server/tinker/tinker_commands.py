@@ -17,13 +17,13 @@ from localsession.port import LossConfig, TrainingDatum
 from localsession.runtime import errors
 
 
-def weighted(datum: TrainingDatum) -> TrainingDatum:
+def weighted(given: TrainingDatum) -> TrainingDatum:
     """Tinker's losses weigh every position 1 unless told otherwise."""
-    inputs = datum.loss_fn_inputs
+    inputs = given.loss_fn_inputs
     if "weights" in inputs or "target_tokens" not in inputs:
-        return datum
+        return given
     weights = [1.0] * len(inputs["target_tokens"])
-    return replace(datum, loss_fn_inputs={**inputs, "weights": weights})
+    return replace(given, loss_fn_inputs={**inputs, "weights": weights})
 
 
 def loss_config(config: dict[str, Any]) -> LossConfig | None:
@@ -43,12 +43,12 @@ def loss_config(config: dict[str, Any]) -> LossConfig | None:
 
 def number(params: dict[str, Any], key: str, default: float) -> float:
     """One ``adam_params`` value: a finite number (``default`` when left out)."""
-    value = params.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise errors.validation(f"adam_params.{key}={value!r} must be a finite number")
-    return float(value)
+    given = params.get(key)
+    if given is None:
+        given = default
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not math.isfinite(given):
+        raise errors.validation(f"adam_params.{key}={given!r} must be a finite number")
+    return float(given)
 
 
 def unsupported_loss(
