@@ -35,9 +35,11 @@ $(SDK_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet sagemaker-core==2.27.0 "boto3>=1.44.8"
 	$(PY) -m pip install --quiet --no-deps sagemaker-train==1.27.0
 	# Thinking Machines' tinker SDK, for the Tinker dialect's tests (pyproject's [tinker] extra;
-	# tinker needs Python 3.11+, and on 3.10 its tests are skipped with a reason).
+	# tinker needs Python 3.11+, and on 3.10 its tests are skipped with a reason). The cookbook
+	# without its deps: its checkpoint-download helper, for the download tests.
 	if $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
-		$(PY) -m pip install --quiet -e '.[tinker]'; \
+		$(PY) -m pip install --quiet -e '.[tinker]' && \
+		$(PY) -m pip install --quiet --no-deps tinker-cookbook==0.6.1; \
 	else echo "(no tinker SDK: it needs Python 3.11+; the Tinker dialect tests skip)"; fi
 	touch $(SDK_STAMP)
 

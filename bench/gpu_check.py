@@ -146,14 +146,12 @@ def parity(
         }
         for e in engines.values():
             e.optim_step(AdamHyperparams(learning_rate=1e-3))
-        cpu_loss, gpu_loss = (out[d]["metrics"]["loss"] for d in ("cpu", "cuda"))
+        cpu_loss, gpu_loss = (out[d].metrics["loss"] for d in ("cpu", "cuda"))
         rel = abs(gpu_loss - cpu_loss) / abs(cpu_loss)
         diffs = [
             abs(a - b)
-            for oc, og in zip(
-                out["cpu"]["lossFnOutputs"], out["cuda"]["lossFnOutputs"], strict=True
-            )
-            for a, b in zip(oc["logprobs"]["data"], og["logprobs"]["data"], strict=True)
+            for oc, og in zip(out["cpu"].outputs, out["cuda"].outputs, strict=True)
+            for a, b in zip(oc.logprobs, og.logprobs, strict=True)
         ]
         mean_diff = sum(diffs) / len(diffs)
         good = rel <= LOSS_RTOL and mean_diff <= LOGPROB_ATOL
@@ -303,7 +301,7 @@ def throughput(
     out = engine.sample(None, requests)
     _sync()
     seconds = time.perf_counter() - started
-    generated = sum(len(s["tokens"]) for r in out for s in r["sequences"])
+    generated = sum(len(s.tokens) for r in out for s in r.sequences)
     print(
         f"sampling {prompts}×4 streams, ≤{new_tokens} new tokens: "
         f"{generated / seconds:,.0f} tok/s ({seconds:.2f} s)"

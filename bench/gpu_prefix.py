@@ -116,12 +116,12 @@ def prefix_check(accel: str, rows: list[Row], steps: int, shape: tuple[int, int,
             seconds = time.perf_counter() - started
         finally:
             os.environ.pop(SHARED_ENV, None)
-        return seconds, float(out["metrics"]["loss"]), float(out["metrics"]["mfu"])
+        return seconds, float(out.metrics["loss"]), float(out.metrics["mfu"])
 
     def forward_loss(mode: str) -> float:
         os.environ[SHARED_ENV] = mode
         try:
-            return float(engine.forward(datums, "cross_entropy", None)["metrics"]["loss"])
+            return float(engine.forward(datums, "cross_entropy", None).metrics["loss"])
         finally:
             os.environ.pop(SHARED_ENV, None)
 
