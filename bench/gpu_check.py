@@ -177,6 +177,14 @@ def parity(
 
 def half_billion_engine() -> Any:
     """A TorchEngine on a ~0.5B Llama-style model built from config, on CUDA in bf16."""
+    dry = ACCEL != "cuda"  # the dry run: the same code on a 2-layer model on the CPU
+    sizes = (128, 256, 2, 16, 8) if dry else (1024, 4096, 26, 16, 8)
+    return llama_engine("gpu-check/llama-0.5b", ACCEL, sizes)
+
+
+def llama_engine(name: str, accel: str, sizes: tuple[int, int, int, int, int]) -> Any:
+    """(TorchEngine, config): a Llama built from config with ``sizes`` (hidden, intermediate,
+    layers, heads, kv heads), random weights in bf16 on ``accel``, LoRA rank 32 on it."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -185,29 +193,27 @@ def half_billion_engine() -> Any:
     from localsession.engine.torch_engine import TorchEngine
     from localsession.port import EngineSpec, ResolvedModel
 
-    dry = ACCEL != "cuda"  # the dry run: the same code on a 2-layer model on the CPU
+    hidden, intermediate, layers, heads, kv_heads = sizes
     config = LlamaConfig(
         vocab_size=32000,
-        hidden_size=128 if dry else 1024,
-        intermediate_size=256 if dry else 4096,
-        num_hidden_layers=2 if dry else 26,
-        num_attention_heads=16,
-        num_key_value_heads=8,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=4096,
         tie_word_embeddings=False,
         pad_token_id=256,
         bos_token_id=257,
         eos_token_id=258,
     )
-    device = torch.device(ACCEL)
+    device = torch.device(accel)
     with torch.device(device):
         base: Any = LlamaForCausalLM(config)
-    base = base.to(dtype=torch.bfloat16)
-    base.eval()
-    spec = EngineSpec("gpu-check/llama-0.5b", rank=32, alpha=64)
-    model = apply_lora(base, spec.rank, spec.alpha, spec.seed)
+    base = base.to(dtype=torch.bfloat16).eval()
+    spec = EngineSpec(name, rank=32, alpha=64)
     loaded = LoadedModel(
-        model=model,
+        model=apply_lora(base, spec.rank, spec.alpha, spec.seed),
         tokenizer=build_tokenizer(),
         device=device,
         dtype=torch.bfloat16,

@@ -33,44 +33,11 @@ LOSS_RTOL = 2e-2
 
 def billion_engine(accel: str) -> tuple[Any, Any]:
     """A TorchEngine on the 1B-class model (a 2-layer one off CUDA), bf16 on ``accel``."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from bench.gpu_check import llama_engine  # gpu_check imports this module only in main()
 
-    from localsession.engine.builtin import build_tokenizer
-    from localsession.engine.loading import LoadedModel, apply_lora
-    from localsession.engine.torch_engine import TorchEngine
-    from localsession.port import EngineSpec, ResolvedModel
-
-    dry = accel != "cuda"
-    config = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=128 if dry else 2048,
-        intermediate_size=256 if dry else 8192,
-        num_hidden_layers=2 if dry else 16,
-        num_attention_heads=32 if not dry else 8,
-        num_key_value_heads=8 if not dry else 4,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-        pad_token_id=256,
-        bos_token_id=257,
-        eos_token_id=258,
-    )
-    device = torch.device(accel)
-    with torch.device(device):
-        base: Any = LlamaForCausalLM(config)
-    base = base.to(dtype=torch.bfloat16).eval()
-    spec = EngineSpec("gpu-check/llama-1b", rank=32, alpha=64)
-    loaded = LoadedModel(
-        model=apply_lora(base, spec.rank, spec.alpha, spec.seed),
-        tokenizer=build_tokenizer(),
-        device=device,
-        dtype=torch.bfloat16,
-        vocab_size=config.vocab_size,
-        eos_ids=frozenset({258}),
-        pad_id=256,
-        resolved=ResolvedModel(name=spec.base_model, kind="builtin", target=spec.base_model),
-    )
-    return TorchEngine(spec, loaded=loaded), config
+    sizes = (128, 256, 2, 8, 4) if accel != "cuda" else (2048, 8192, 16, 32, 8)
+    engine, config = llama_engine("gpu-check/llama-1b", accel, sizes)
+    return engine, config
 
 
 def grpo_datums(
