@@ -34,6 +34,9 @@ class Limits:
     max_sessions: int | None = None
     #: Seconds a missing sequence number blocks later ops (docs/semantics.md#4).
     gap_timeout_s: float = 60.0
+    #: Seconds without a heartbeat after which a Tinker server expires a session (None:
+    #: undeclared; the expiry test skips).
+    heartbeat_timeout_s: float | None = None
     #: Seconds any one ``result()`` may take before the test fails: a hang detector, sized
     #: for a loaded machine (a 512-token sample took over 120 s on 2 busy cores), not a
     #: speed check.

@@ -1,8 +1,9 @@
 """Command-line options that declare the server's limits, for a backend that cannot know them
-(``--backend=http=URL``, ``remote``, an ``import:`` factory): ``--max-sessions``,
-``--gap-timeout``, ``--op-timeout`` and ``--min-max-tokens``. Each overrides the
-backend's own :class:`~conformance.adapter.Limits` field; a test that needs a limit nobody
-declared skips, naming the option that declares it (:func:`undeclared`)."""
+(``--backend=http=URL``, ``remote``, an ``import:`` factory, a Tinker ``--base-url``):
+``--max-sessions``, ``--gap-timeout``, ``--heartbeat-timeout``, ``--op-timeout`` and
+``--min-max-tokens``. Each overrides the backend's own :class:`~conformance.adapter.Limits`
+field; a test that needs a limit nobody declared skips, naming the option that declares it
+(:func:`undeclared`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ OPTIONS: dict[str, tuple[str, type, str]] = {
         "gap_timeout_s",
         float,
         "seconds a missing sequence number blocks later ops on the server (default 60)",
+    ),
+    "--heartbeat-timeout": (
+        "heartbeat_timeout_s",
+        float,
+        "tinker backend: seconds without a heartbeat after which the server expires a session "
+        "(serve --heartbeat-timeout; unset: the expiry test skips). Without --base-url the "
+        "loopback server is started with it: keep it above the SDK's 10 s heartbeat period",
     ),
     "--op-timeout": (
         "op_timeout_s",

@@ -14,6 +14,9 @@ fail: localsession's own dialect with one planted defect.
 - ``lora_unseeded``: ``create_model`` replaces ``lora_config.seed`` with a random one;
 - ``crash_as_validation``: the datum length check is gone, and the engine's shape crash
   (a torch broadcasting message) comes back as a failed request of category ``User``.
+- ``never_expires``: the heartbeat-expiry sweep (server/tinker/expiry.py) expires nothing,
+  so a session whose heartbeats stopped lives on. Its test runs against a server started
+  with a short heartbeat timeout (:func:`short_expiry_backend`).
 
 Each patch is a context manager (:func:`planted`), so a test can plant and lift it around a
 call on a shared server; ``--backend=import:conformance.selfcheck_tinker:<name>`` starts the
@@ -69,7 +72,12 @@ EXPECTED: dict[str, set[str]] = {
     "crash_as_validation": {
         "test_tinker_errors.py::test_mismatched_target_tokens_are_refused_by_name"
     },
+    "never_expires": {"test_tinker_sessions.py::test_a_session_whose_heartbeats_stop_expires"},
 }
+#: Defects whose test needs a server that declares a short heartbeat timeout.
+SHORT_EXPIRY = {"never_expires"}
+#: That timeout, in seconds: the expiry test then waits 1.5 x this + 5 s.
+SHORT_EXPIRY_S = 2.0
 
 
 def _bodies(endpoint: str, edit: Callable[[dict[str, Any]], None]) -> Any:
@@ -135,6 +143,11 @@ def _crash_as_validation() -> Any:
     return stack
 
 
+def _expire_nothing(dialect: Any, now: float) -> bool:
+    """expiry.sweep that expires nothing and watches nothing (its thread ends)."""
+    return False
+
+
 def _negated_weights(self: Any, *args: Any) -> Any:
     *head, datums = args
     flipped = []
@@ -172,7 +185,7 @@ _HELD: list[Any] = []
 @contextlib.contextmanager
 def planted(defect: str) -> Iterator[None]:
     """Plant ``defect`` in the Tinker dialect (this process's servers) while inside."""
-    from localsession.server.tinker import codec
+    from localsession.server.tinker import codec, expiry
     from localsession.server.tinker.dialect import Dialect
 
     if not _ORIGINAL:  # the unbroken functions, whatever is planted later
@@ -195,6 +208,7 @@ def planted(defect: str) -> Iterator[None]:
         "empty_stop_ignored": lambda: _sampling_params(_empty_stop_as_none),
         "lora_unseeded": lambda: _bodies("/create_model", _random_lora_seed),
         "crash_as_validation": _crash_as_validation,
+        "never_expires": lambda: mock.patch.object(expiry, "sweep", _expire_nothing),
     }
     if defect not in patches:
         raise KeyError(f"no planted defect {defect!r}; known: {', '.join(sorted(patches))}")
@@ -296,6 +310,46 @@ def lora_unseeded(options: dict[str, Any]) -> Backend:
 
 def crash_as_validation(options: dict[str, Any]) -> Backend:
     return _make("crash_as_validation", options)
+
+
+def short_expiry_backend(options: dict[str, Any]) -> Backend:
+    """The loopback backend, its expiry test aimed at a second loopback server that expires
+    sessions after :data:`SHORT_EXPIRY_S` (declared as its heartbeat timeout). The probe's
+    model stays on the first server: its load can outlast so short a timeout, and no
+    request of a loading model's session counts as its heartbeat before the SDK's first
+    beat at 10 s."""
+    from conformance.backends.tinker import EXPIRY_ENV, make_tinker
+    from localsession.mocking.hooks import scoped_environ
+    from localsession.mocking.tinker_server import TinkerServer
+
+    with scoped_environ({EXPIRY_ENV: str(SHORT_EXPIRY_S)}):
+        expiring = TinkerServer(engine="torch")
+    try:
+        backend = make_tinker({**options, "base_url": None, "heartbeat_timeout": None})
+    except BaseException:
+        expiring.close()
+        raise
+    first_close = backend.close
+
+    def close() -> None:
+        first_close()
+        expiring.close()
+
+    backend.details = {**backend.details, "base_url": expiring.url}
+    backend.limits = replace(backend.limits, heartbeat_timeout_s=SHORT_EXPIRY_S)
+    backend.close = close
+    return backend
+
+
+def never_expires(options: dict[str, Any]) -> Backend:
+    held = planted("never_expires")
+    held.__enter__()
+    _HELD.append(held)
+    os.environ.pop("TINKER_BASE_URL", None)
+    backend = short_expiry_backend(options)
+    backend.name = "tinker-broken-never_expires"
+    backend.details["defect"] = "never_expires"
+    return backend
 
 
 #: What a pydantic server that predates ``optimizer_config`` answers tinker 0.38's

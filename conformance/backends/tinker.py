@@ -20,6 +20,8 @@ training client on ``--base-model``. That probe does two things:
 The releases tinker 0.16 to 0.38 are bridged by ``backends/tinker_compat.py``. Learning
 rate and rank come from ``--learning-rate`` / ``--rank`` or a model-scaled default
 (:func:`default_learning_rate`); tolerances from ``--numeric-stack`` (:data:`STACKS`).
+``--heartbeat-timeout S`` declares the server's session expiry (a URL's), or starts the
+loopback server with it; undeclared, the expiry test skips.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ LOCAL_CAPABILITIES = frozenset(
     }
 )
 LOCAL_MODEL = "localsession/tiny"
+#: The variable the loopback server reads its heartbeat timeout from (serve's flag's twin).
+EXPIRY_ENV = "LOCALSESSION_HEARTBEAT_TIMEOUT"
 #: The text the suite's inputs are made of, tokenized by the model's own tokenizer.
 PROMPT_TEXT = "The capital of France is"
 CONTINUATION_TEXT = " Paris, and the capital of Italy is Rome."
@@ -85,6 +89,7 @@ def make_tinker(options: dict[str, Any]) -> Backend:
     api_key = os.environ.get("TINKER_API_KEY")
     declared = options.get("capabilities")
     close: Callable[[], None] = lambda: None  # noqa: E731 - replaced when we own the server
+    heartbeat_timeout: float | None = None  # a URL's comes from --heartbeat-timeout (limits.py)
     if url:
         capabilities = declared if declared is not None else frozenset()
         base_model = options.get("base_model")
@@ -96,9 +101,13 @@ def make_tinker(options: dict[str, Any]) -> Backend:
         name, stack = "tinker", options.get("numeric_stack") or "split"
         known = xfail_file("tinker")
     else:
+        from localsession.mocking.hooks import scoped_environ
         from localsession.mocking.tinker_server import API_KEY, TinkerServer
 
-        server = TinkerServer(engine="torch")
+        expiry = options.get("heartbeat_timeout")  # the loopback server expires with it
+        with scoped_environ({EXPIRY_ENV: str(expiry)} if expiry else {}):
+            server = TinkerServer(engine="torch")
+        heartbeat_timeout = float(server.service.config.heartbeat_timeout) if expiry else None
         for key, value in server.environment().items():  # offline tokenizers for the SDK
             if key.startswith("HF_"):
                 os.environ[key] = value
@@ -159,6 +168,7 @@ def make_tinker(options: dict[str, Any]) -> Backend:
         logprob_atol=tolerances["logprob_atol"],
         logprob_mse=tolerances["logprob_mse"],
         loss_rtol=tolerances["loss_rtol"],
+        heartbeat_timeout_s=heartbeat_timeout,
     )
     details = {"base_url": str(url), "base_model": str(base_model), "numeric_stack": stack}
     details.update(sdk=version, tokenizer=model["tokenizer"])
@@ -217,7 +227,7 @@ def _probe_model(
         return _model_text(tc, base_model)
     finally:
         try:
-            compat.resolve(sc.close("success"), 60.0)
+            compat.end_session(sc, 60.0)
         except Exception:  # noqa: BLE001 - an older server without session close
             pass
 

@@ -8,7 +8,8 @@ differ go through here, so one test body runs under every release:
 - :func:`rest_client`: the checkpoint REST surface (``ServiceClient.create_rest_client``);
 - :func:`supports`: whether this SDK can express a feature at all (a keyword of
   ``SamplingClient.sample``, a ``LossFnType``, a ``TrainingClient`` method), so a test of a
-  feature the installed SDK cannot send is skipped naming the SDK version, not failed;
+  feature the installed SDK cannot send is skipped naming the installed release and the one
+  that added the feature (:data:`ADDED_IN`), not failed;
 - :func:`wire_refusal`: the field a server refused, read from an SDK error, for the one
   clear message a wire mismatch gets (backends/tinker.py).
 """
@@ -89,6 +90,41 @@ def _sample_keywords(tinker: ModuleType) -> set[str]:
 
 def _loss_names(tinker: ModuleType) -> set[str]:
     return set(typing.get_args(tinker.types.LossFnType))
+
+
+#: The first tinker release whose public clients can send each feature a suite test gates
+#: on (read from the published wheels' ``sampling_client.py`` / ``training_client.py``).
+ADDED_IN: dict[str, str] = {
+    "sample:topk_sample_logprobs": "0.29.0",
+    "sample:target_prompt_logprobs": "0.30.0",
+    "sample:prompt_logprobs_last_n": "0.33.0",
+    "param:TrainingClient.save_state.user_metadata": "0.27.1",
+    "training:save_weights_external": "0.28.0",
+    "service:close": "0.27.2",
+}
+
+
+def end_session(client: Any, timeout: float) -> None:
+    """End ``client``'s session: ``ServiceClient.close`` (0.27.2 and later); before it, stop
+    the SDK's heartbeats (``holder.close``), so the server expires the session after its
+    heartbeat timeout (tinker 0.16 has no call that ends one)."""
+    close = getattr(client, "close", None)
+    if close is not None:
+        resolve(close("success"), timeout)
+        return
+    holder = getattr(client, "holder", None)
+    if holder is not None:
+        holder.close()
+
+
+def missing_reason(version: str, features: list[str]) -> str:
+    """The skip reason of a test whose ``features`` the installed ``version`` cannot send:
+    each feature with the release that added it (tests/conformance checks the wording)."""
+    named = [
+        f"{feature} (added in tinker {ADDED_IN[feature]})" if feature in ADDED_IN else feature
+        for feature in features
+    ]
+    return f"tinker {version} cannot send {', '.join(named)}"
 
 
 def supports(tinker: ModuleType, feature: str) -> bool:

@@ -28,10 +28,11 @@ def wait(pending: Any, backend: Backend) -> Any:
 
 
 def needs_sdk(backend: Backend, *features: str) -> None:
-    """Skip, naming the SDK release, when it cannot send every feature (tinker_compat)."""
+    """Skip, naming the installed SDK release and the one that added each missing feature,
+    when it cannot send every feature (tinker_compat)."""
     missing = [f for f in features if not compat.supports(backend.ts, f)]
     if missing:
-        pytest.skip(f"tinker {compat.sdk_version()} cannot send {', '.join(missing)}")
+        pytest.skip(compat.missing_reason(compat.sdk_version(), missing))
 
 
 def text_tokens(backend: Backend) -> list[int]:

@@ -1,15 +1,19 @@
 """Sessions and models: the server's catalog, ``get_info`` and the tokenizer, LoRA seeds,
-heartbeats, and a session's end (``ServiceClient.close``)."""
+heartbeats, a session's end (``ServiceClient.close``) and its expiry when its heartbeats stop."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from conformance.adapter import Backend
 from conformance.backends import tinker_compat as compat
-from conformance.suite_tinker._kit import logprobs_of, loss_of, step, wait
+from conformance.limits import undeclared
+from conformance.suite_tinker._kit import logprobs_of, loss_of, needs_sdk, step, wait
 
 
 def _low_level(backend: Backend) -> Any:
@@ -71,20 +75,24 @@ def _near(a: list[float], b: list[float], backend: Backend) -> bool:
     return all(abs(x - y) <= atol for x, y in zip(a, b, strict=True))
 
 
+async def _create_session(backend: Backend, client: Any) -> str:
+    """A new session through the low-level client (no heartbeat loop of the SDK's)."""
+    request = backend.ts.types.CreateSessionRequest(
+        tags=["conformance"], user_metadata=None, sdk_version=compat.sdk_version()
+    )
+    created = await client.service.create_session(request=request)
+    assert created.session_id
+    return str(created.session_id)
+
+
 def test_heartbeats_keep_a_session_alive(backend: Backend) -> None:
     """resources/service.py ``create_session`` "Creates a new session" and
     ``session_heartbeat``: "Send a heartbeat for an active session to keep it alive"."""
-    types = backend.ts.types
 
     async def run() -> list[Any]:
         client = _low_level(backend)
-        created = await client.service.create_session(
-            request=types.CreateSessionRequest(
-                tags=["conformance"], user_metadata=None, sdk_version=compat.sdk_version()
-            )
-        )
-        assert created.session_id
-        return [await client.service.session_heartbeat(session_id=created.session_id)
+        session_id = await _create_session(backend, client)
+        return [await client.service.session_heartbeat(session_id=session_id)
                 for _ in range(3)]  # fmt: skip
 
     beats = asyncio.run(run())
@@ -95,6 +103,7 @@ def test_a_closed_session_refuses_heartbeats(backend: Backend) -> None:
     """service_client.py ``close``: "Marks the session terminal. Further operations against
     it will be rejected"; the SDK's heartbeat loop reads HTTP 410 as "Session ... has
     finished" (internal_client_holder.py)."""
+    needs_sdk(backend, "service:close")
     client = backend.service_client()
     wait(client.create_lora_training_client(backend.base_model, rank=backend.limits.rank), backend)
     session_id = client.holder.get_session_id()
@@ -129,4 +138,67 @@ def test_two_service_clients_have_their_own_sessions(backend: Backend) -> None:
         assert a.holder.get_session_id() != b.holder.get_session_id()
     finally:
         for c in (a, b):
-            wait(c.close("success"), backend)
+            compat.end_session(c, backend.limits.op_timeout_s)
+
+
+async def _beat(client: Any, session_id: str) -> int:
+    """The HTTP status of one heartbeat of ``session_id`` (no retry)."""
+    try:
+        await client.service.session_heartbeat(session_id=session_id, max_retries=0)
+    except Exception as exc:  # noqa: BLE001 - its status is the answer
+        status = compat.status_of(exc)
+        if status is None:
+            raise
+        return status
+    return 200
+
+
+def test_a_session_whose_heartbeats_stop_expires(backend: Backend) -> None:
+    """resources/service.py ``session_heartbeat``: "Send a heartbeat for an active session to
+    keep it alive"; internal_client_holder.py beats every 10 s, warns after 120 s without an
+    answer that "the session will be terminated", and reads HTTP 410 as "Session ... has
+    finished". Against the server's declared timeout T (``--heartbeat-timeout``): a session
+    beaten every T/4 stays alive, and one left silent for 1.5 T + 5 s (room for a server that
+    sweeps periodically) answers its next heartbeat with 410.
+
+    The silences are bounded from the client's clock on the safe side: the kept session's gap
+    is at most from one beat's send to the next beat's answer (asserted only when that stayed
+    under T, so a stalled machine cannot fail it), the dropped one's at least from its
+    creation's answer to the probe's send."""
+    timeout = backend.limits.heartbeat_timeout_s
+    if timeout is None:
+        pytest.skip(undeclared(backend.name, "heartbeat_timeout_s"))
+    silence = 1.5 * timeout + 5.0
+
+    async def run() -> tuple[list[tuple[float, int]], float, int]:
+        client = _low_level(backend)
+        sent = time.monotonic()  # before the kept session's creation: gaps err long
+        kept = await _create_session(backend, client)
+        dropped = await _create_session(backend, client)
+        quiet_since = time.monotonic()  # the dropped session's last answer
+        beats: list[tuple[float, int]] = []  # (longest possible server-side gap, status)
+        while time.monotonic() - quiet_since < silence:
+            await asyncio.sleep(timeout / 4)
+            before = time.monotonic()
+            status = await _beat(client, kept)
+            beats.append((time.monotonic() - sent, status))
+            sent = before
+            if status != 200:
+                break
+        while time.monotonic() - quiet_since < silence:  # a kept session that expired
+            await asyncio.sleep(timeout / 4)
+        probed = time.monotonic()
+        return beats, probed - quiet_since, await _beat(client, dropped)
+
+    beats, quiet, status = asyncio.run(run())
+    for gap, answer in beats:
+        if gap >= timeout:  # the machine stalled: the server may rightly have expired it
+            break
+        assert answer == 200, (
+            f"a session whose heartbeats were at most {gap:.1f} s apart answered HTTP {answer} "
+            f"(heartbeat timeout {timeout:g} s)"
+        )
+    assert status == 410, (
+        f"a session without heartbeats for {quiet:.0f} s answered its next one with HTTP "
+        f"{status}, not 410 (the declared heartbeat timeout is {timeout:g} s)"
+    )

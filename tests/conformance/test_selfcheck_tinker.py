@@ -11,9 +11,11 @@ defect, and reads the failures from its report.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from _runs import ROOT, run, suite_command
@@ -21,7 +23,14 @@ from _runs import ROOT, run, suite_command
 pytest.importorskip("tinker")
 
 from conformance.backends.tinker import LOCAL_CAPABILITIES, LOCAL_MODEL, make_tinker  # noqa: E402
-from conformance.selfcheck_tinker import EXPECTED, planted, run_test  # noqa: E402
+from conformance.selfcheck_tinker import (  # noqa: E402
+    EXPECTED,
+    SHORT_EXPIRY,
+    SHORT_EXPIRY_S,
+    planted,
+    run_test,
+    short_expiry_backend,
+)
 
 SUITE = ROOT / "conformance" / "suite_tinker"
 
@@ -41,11 +50,26 @@ def dialect() -> Iterator[tuple[Any, Any]]:
         client.close("success").result()
 
 
+@pytest.fixture(scope="module")
+def short_expiry() -> Iterator[tuple[Any, None]]:
+    """A backend whose expiry test meets a server that expires sessions after
+    SHORT_EXPIRY_S seconds without a heartbeat (that test needs no client)."""
+    with mock.patch.dict(os.environ):  # the backend points HF_* at its server's cache
+        backend = short_expiry_backend({"base_model": LOCAL_MODEL})
+        try:
+            assert backend.limits.heartbeat_timeout_s == SHORT_EXPIRY_S
+            yield backend, None
+        finally:
+            backend.close()
+
+
 @pytest.mark.parametrize("defect", sorted(EXPECTED))
 def test_each_defect_fails_a_named_test_that_passes_unbroken(
-    defect: str, dialect: tuple[Any, Any]
+    defect: str, request: pytest.FixtureRequest
 ) -> None:
-    backend, client = dialect
+    backend, client = request.getfixturevalue(
+        "short_expiry" if defect in SHORT_EXPIRY else "dialect"
+    )
     test_id = sorted(EXPECTED[defect])[0]
     run_test(test_id, backend, client)  # unbroken: passes
     # broken, the same test fails: an assertion, pytest.raises finding nothing, or the SDK

@@ -5,6 +5,7 @@ reach the backend; and collecting the SageMaker suite needs no hypothesis."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,19 @@ def test_features_follow_the_installed_sdk() -> None:
         compat.supports(tinker, "bogus:thing")
 
 
+def test_each_feature_gate_names_a_release_the_installed_sdk_is_not_older_than() -> None:
+    import tinker
+
+    installed = compat.version_tuple(compat.sdk_version())
+    for feature, added in compat.ADDED_IN.items():
+        assert compat.supports(tinker, feature), feature
+        assert compat.version_tuple(added) <= installed, (feature, added)
+    reason = compat.missing_reason("0.16.1", ["sample:topk_sample_logprobs", "loss:x"])
+    assert reason == (
+        "tinker 0.16.1 cannot send sample:topk_sample_logprobs (added in tinker 0.29.0), loss:x"
+    )
+
+
 def test_a_wire_mismatch_is_one_failure_naming_version_and_field(tmp_path: Path) -> None:
     report = tmp_path / "mismatch.json"
     done = run(
@@ -102,3 +116,16 @@ def test_an_old_sdks_failed_retrieve_carries_its_status() -> None:
     old = ValueError("Error retrieving result: Error code: 422 - {'detail': 'Future failed'}")
     assert compat.status_of(old) == 422
     assert compat.status_of(ValueError("rank must be positive")) is None
+
+
+def test_the_expiry_test_skips_naming_the_option_when_no_timeout_is_declared(
+    tmp_path: Path,
+) -> None:
+    report = tmp_path / "expiry.json"
+    test = "test_tinker_sessions.py::test_a_session_whose_heartbeats_stop_expires"
+    done = run(suite_command("tinker", f"--conformance-report={report}", "-rs",
+                             paths=[TINKER_SUITE / test]))  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    (outcome,) = json.loads(report.read_text())["tests"]
+    assert outcome["outcome"] == "skipped"
+    assert "declares no heartbeat timeout: pass --heartbeat-timeout" in outcome["reason"]

@@ -27,15 +27,21 @@ from conformance.backends.tinker import LOCAL_CAPABILITIES  # noqa: E402
 SUITE = ROOT / "conformance" / "suite_tinker"
 KNOWN = ROOT / "conformance" / "backends" / "tinker-localsession.xfail"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: serve's ``--heartbeat-timeout``, declared to the suite so that its expiry test runs (it
+#: waits 1.5 x this + 5 s): well above the SDK's 10 s heartbeat period plus its 10 s request
+#: timeout, so that no busy test's session expires while the SDK beats it.
+HEARTBEAT_S = 60
 
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """``localsession serve --port 0`` (8 sessions: a test holds up to three models and a
-    hidden sampler); yields its URL and home. Stopped, and waited for, at teardown."""
+    hidden sampler; sessions expire after HEARTBEAT_S); yields its URL and home. Stopped,
+    and waited for, at teardown."""
     home = tmp_path / "home"
     args = [sys.executable, "-m", "localsession.cli", "serve", "--port", "0", "--quiet",
-            "--max-sessions", "8", "--home", str(home)]  # fmt: skip
+            "--max-sessions", "8", "--heartbeat-timeout", str(HEARTBEAT_S),
+            "--home", str(home)]  # fmt: skip
     proc = subprocess.Popen(
         args, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
@@ -58,7 +64,8 @@ def _run(python: str, url: str, home: Path, model: str, report: Path) -> dict[st
     args = [python, "-m", "pytest", "-p", "conformance.plugin", "-p", "no:cacheprovider", "-q",
             "--backend=tinker", f"--base-url={url}", f"--base-model={model}",
             "--numeric-stack=shared", f"--capabilities={','.join(sorted(LOCAL_CAPABILITIES))}",
-            f"--xfail-file={KNOWN}", f"--conformance-report={report}", str(SUITE)]  # fmt: skip
+            f"--heartbeat-timeout={HEARTBEAT_S}", f"--xfail-file={KNOWN}",
+            f"--conformance-report={report}", str(SUITE)]  # fmt: skip
     child = {**env(), "PYTHONPATH": str(ROOT), "TINKER_API_KEY": "tml-localsession",
              "HF_HUB_CACHE": str(home / "hf-hub")}  # fmt: skip
     done = subprocess.run(
@@ -103,3 +110,4 @@ def test_the_suite_passes_with_an_older_sdk(serve: tuple[str, Path], tmp_path: P
     assert isinstance(backend, dict) and "tinker 0.38" not in str(backend["version"])
     skipped = [t for t in report["tests"] if t["outcome"] == "skipped"]  # type: ignore[attr-defined]
     assert all("cannot send" in t["reason"] for t in skipped), skipped
+    assert all("(added in tinker 0." in t["reason"] for t in skipped), skipped
