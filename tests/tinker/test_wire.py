@@ -1,8 +1,9 @@
-"""The Tinker wire under hostile bodies, and its JSON twin of the protobuf body.
+"""The Tinker wire under hostile bodies, and its JSON twins of the protobuf bodies.
 
 Malformed protobuf, a bad zstd frame, an unknown endpoint and an oversized body each get an
 HTTP error with a JSON ``detail`` naming the problem (the shape the SDK's ``APIStatusError``
-carries); afterwards the same model still trains through the unmodified SDK.
+carries); afterwards the same model still trains through the unmodified SDK. A result is
+protobuf to a caller that accepts it, JSON to one that does not (tinker 0.16).
 """
 
 from __future__ import annotations
@@ -106,6 +107,19 @@ def test_a_json_forward_backward_body_runs_like_the_protobuf_one(localsession_ti
         out.loss_fn_outputs[0]["logprobs"].tolist()
         == expected.loss_fn_outputs[0]["logprobs"].tolist()
     )
+    # without Accept: application/x-protobuf (tinker 0.16 sends none) the result is JSON
+    plain = httpx.post(
+        f"{url}/api/v1/retrieve_future", json={"request_id": request_id}, headers=HEADERS,
+        timeout=30,
+    )  # fmt: skip
+    assert plain.headers["content-type"].startswith("application/json"), plain.headers
+    twin = plain.json()  # the fields of tinker 0.16's ForwardBackwardOutput and TensorData
+    assert twin["metrics"]["loss:sum"] == pytest.approx(expected.metrics["loss:sum"], rel=1e-6)
+    (record,) = twin["loss_fn_outputs"]
+    assert record["logprobs"]["dtype"] == "float32" and record["logprobs"]["shape"] == [3]
+    assert record["logprobs"]["data"] == pytest.approx(
+        expected.loss_fn_outputs[0]["logprobs"].tolist(), rel=1e-6
+    )  # float32 on the protobuf side
     sc.close("success").result()
 
 

@@ -2,8 +2,9 @@
 
 The Tinker dialect's one serialiser: it reads the runtime's typed results
 (``port_results``, from ``Service.operation_outcome``), never the SageMaker wire's.
-``ForwardBackwardOutput`` and ``SampleResponse`` go back as protobuf (the 0.38 SDK reads
-them in no other form); the rest as JSON.
+``ForwardBackwardOutput`` and ``SampleResponse`` go back as protobuf to an SDK that asks for
+it (``Accept: application/x-protobuf``: tinker 0.28 and later), and as their JSON form
+(json_results.py) to one that does not (tinker 0.16 reads only JSON); the rest as JSON.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from localsession.port_results import (
     SaveResult,
 )
 from localsession.runtime.errors import ServiceError
-from localsession.server.tinker import codec, dro, rest, topk_targets
+from localsession.server.tinker import codec, dro, json_results, rest, topk_targets
 from localsession.server.tinker.dialect import Dialect, Future
 
 PROTOBUF = "application/x-protobuf"
@@ -44,8 +45,9 @@ def fwd_metrics(result: ForwardResult) -> dict[str, float]:
     return metrics
 
 
-def completed(dialect: Dialect, future: Future, result: OpResult) -> Response:
-    """A completed runtime op's result, in the Tinker shape its request type reads."""
+def completed(dialect: Dialect, future: Future, result: OpResult, proto: bool = True) -> Response:
+    """A completed runtime op's result, in the Tinker shape its request type reads
+    (``proto``: whether the caller accepts protobuf bodies)."""
     kind = future.kind
     if isinstance(result, ForwardResult):
         outputs = result.outputs
@@ -56,6 +58,10 @@ def completed(dialect: Dialect, future: Future, result: OpResult) -> Response:
         if future.extra.get("dro"):  # a cross-entropy surrogate ran: report DRO's loss
             outputs = dro.outputs(outputs, future.extra["dro"])
             result = ForwardResult(result.metrics, outputs)
+        if not proto:
+            return JSONResponse(
+                json_results.forward_backward_output(fwd_metrics(result), outputs, width)
+            )
         data = codec.encode_forward_backward_output(fwd_metrics(result), outputs, width)
         return Response(data, media_type=PROTOBUF)
     if isinstance(result, OptimResult):
@@ -79,8 +85,9 @@ def completed(dialect: Dialect, future: Future, result: OpResult) -> Response:
             {"path": future.extra["path"], "model_id": future.model_id, "type": "load_weights"}
         )
     if isinstance(result, SampleResult):
-        data = codec.encode_sample_response(
-            result, future.extra["topk"], future.extra.get("last_n")
-        )
+        topk, last_n = future.extra["topk"], future.extra.get("last_n")
+        if not proto:
+            return JSONResponse(json_results.sample_response(result, topk, last_n))
+        data = codec.encode_sample_response(result, topk, last_n)
         return Response(data, media_type=PROTOBUF)
     raise ServiceError("InternalServerException", f"no Tinker result for a {kind} op", 500)

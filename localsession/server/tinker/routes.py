@@ -283,7 +283,10 @@ class TinkerRoutes:
         if outcome.status != vocab.OpStatus.COMPLETED or outcome.result is None:
             message = outcome.error or f"operation {outcome.status}"
             return JSONResponse({"error": message, "category": "user"})
-        return await run_in_threadpool(results.completed, self.dialect, future, outcome.result)
+        proto = results.PROTOBUF in request.headers.get("accept", "")  # tinker 0.16: JSON
+        return await run_in_threadpool(
+            results.completed, self.dialect, future, outcome.result, proto
+        )
 
     async def _created(self, request_id: str, future: Future) -> Response:
         assert future.session is not None
