@@ -10,11 +10,15 @@ Peers:
   ``tinker==0.28.1`` (its run with the repo's 0.38 stops at the wire probe).
 - **skyrl-tx** (0.3.0): installed with its ``tinker`` extra and a CPU JAX (its ``jax``
   extra wants ``jax[cuda12]`` on Linux); ``python -m tx.tinker.api`` serves the tiny
-  model's exported directory.
+  model's exported directory. Its routes (``tx/tinker/api.py``) have no
+  ``/api/v1/client/config``, which tinker 0.28 and later call before any request, and no
+  ``/api/v1/sessions/{id}/finish``: the suite runs from a venv with ``tinker==0.16.1``
+  (:data:`SKYRL_SDK`), which calls neither.
 
 Everything lives under ``--dir`` (default ``$LOCALSESSION_PEERS``, else
 ``~/.cache/localsession-peers``): venvs, the exported model, logs and one JSON report per
-run (``<peer>-<sdk>.json``), rendered with ``localsession conformance-table``.
+run (``<peer>-<sdk>.json``), rendered with ``localsession conformance-table``. A venv that
+is already there with its packages installed is reused as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +41,8 @@ SUITE = ROOT / "conformance" / "suite_tinker"
 MODEL = "localsession/tiny"
 KEY = "tml-conformance"
 OLD_SDK = "0.28.1"
+#: The newest tinker SDK here that skyrl-tx 0.3.0 answers (see the module docstring).
+SKYRL_SDK = "0.16.1"
 
 
 def sh(args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
@@ -50,11 +57,22 @@ def venv(path: Path, packages: Sequence[str], log: Path) -> Path:
     """``path``'s python, the venv created and ``packages`` installed the first time."""
     python = path / "bin" / "python"
     stamp = path / ".installed"
+    if not stamp.exists() and python.exists() and installed(python, packages):
+        stamp.write_text(" ".join(packages))  # made by hand, or by a run that was stopped
     if not stamp.exists():
         sh([sys.executable, "-m", "venv", str(path)], log)
         sh([str(python), "-m", "pip", "install", "--quiet", *packages], log)
         stamp.write_text(" ".join(packages))
     return python
+
+
+def installed(python: Path, packages: Sequence[str]) -> bool:
+    """Whether ``python``'s environment has a distribution of each requirement (any
+    version: the stamp, not this check, pins what run_peers itself installs)."""
+    names = [re.split(r"[\[<>=!~ ;]", package, maxsplit=1)[0] for package in packages]
+    shown = subprocess.run([str(python), "-m", "pip", "show", "--quiet", *names],
+                           capture_output=True, check=False)  # fmt: skip
+    return shown.returncode == 0
 
 
 def client_venv(base: Path, sdk: str, log: Path) -> Path:
@@ -103,12 +121,20 @@ def running(
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+#: Seconds one ``result()`` may wait on a peer (the suite's ``--op-timeout``): the SDK
+#: retries a 5xx from ``retrieve_future`` until then, and skyrl-tx answers 500 forever to a
+#: result holding a NaN (docs/peers.md), which at the suite's 900 s default held each test
+#: for 15 minutes.
+OP_TIMEOUT_S = 120
+
+
 def run_suite(python: Path, url: str, report: Path, log: Path, model: str = MODEL) -> int:
     """The Tinker suite against ``url`` from ``python``; returns pytest's status."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TINKER_API_KEY": KEY}
     args = [str(python), "-m", "pytest", "-p", "conformance.plugin", "-p", "no:cacheprovider",
-            "--backend=tinker", f"--base-url={url}", f"--base-model={model}", "-q",
-            f"--conformance-report={report}", str(SUITE)]  # fmt: skip
+            "--backend=tinker", f"--base-url={url}", f"--base-model={model}", "-q", "-rfE",
+            f"--op-timeout={OP_TIMEOUT_S}", f"--conformance-report={report}",
+            str(SUITE)]  # fmt: skip
     with log.open("a") as out:
         return subprocess.run(
             args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
@@ -160,11 +186,13 @@ def tuft(base: Path, port: int) -> list[Path]:
         "authorized_users": {KEY: "conformance"},
     }))  # fmt: skip
     bin_dir = python.parent
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": "auto", "CUDA_VISIBLE_DEVICES": ""}
-    sh([str(bin_dir / "ray"), "start", "--head", "--num-gpus=1", "--include-dashboard=false"],
-       log, env)  # fmt: skip
+    # No CUDA_VISIBLE_DEVICES: Ray refuses one logical GPU when it names no device.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_ADDRESS": "auto"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
     reports = []
     try:
+        sh([str(bin_dir / "ray"), "start", "--head", "--num-gpus=1", "--include-dashboard=false"],
+           log, env)  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         launch = [str(bin_dir / "tuft"), "launch", "--port", str(port), "--config", str(config)]
         with running(launch, log, env) as server:
@@ -180,7 +208,8 @@ def tuft(base: Path, port: int) -> list[Path]:
 
 
 def skyrl_tx(base: Path, port: int) -> list[Path]:
-    """skyrl-tx 0.3.0 with its tinker extra: its API server, when the install has one."""
+    """skyrl-tx 0.3.0 with its tinker extra: its API server, when the install has one,
+    checked with tinker :data:`SKYRL_SDK`."""
     log = base / "skyrl-tx.log"
     python = venv(
         base / "skyrl-tx", ["skyrl-tx[tinker]==0.3.0", "jax>=0.8,<1", "flax>=0.12.2"], log
@@ -204,10 +233,11 @@ def skyrl_tx(base: Path, port: int) -> list[Path]:
     launch = [str(python), "-m", "tx.tinker.api", "--base-model", model, "--port", str(port)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu",
            "PATH": f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
+    client = client_venv(base, SKYRL_SDK, log)
     with running(launch, log, env) as server:
         wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
-        report = base / "skyrl-tx-0.38.json"
-        run_suite(Path(sys.executable), url, report, log, model=model)
+        report = base / f"skyrl-tx-{SKYRL_SDK}.json"
+        run_suite(client, url, report, log, model=model)
     return [report]
 
 
