@@ -23,7 +23,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localsession.engine import sampling, shared_prefix, train_step
+from localsession.engine import scoring, shared_prefix, train_step
 from localsession.engine.flops import model_flops
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import EngineSpec, TrainingDatum
@@ -283,8 +283,8 @@ def test_compute_logprobs_nothing_shared_runs_unshared(
     engine: TorchEngine, monkeypatch: pytest.MonkeyPatch, packed_calls: list[int]
 ) -> None:
     calls: list[int] = []
-    real = sampling.batch_logprobs
-    monkeypatch.setattr(sampling, "batch_logprobs", lambda *a: calls.append(1) or real(*a))
+    real = scoring.batch_logprobs
+    monkeypatch.setattr(scoring, "batch_logprobs", lambda *a: calls.append(1) or real(*a))
     monkeypatch.setenv(shared_prefix.SHARED_ENV, "on")
     engine.compute_logprobs_batch(None, [[i, 5, 6, 7] for i in range(4)])
     assert calls == [1] and not packed_calls
