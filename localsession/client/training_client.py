@@ -213,9 +213,8 @@ class TrainingClient:
         config: Dict[str, Any] = {"mergeWeights": True} if merge_weights else {}
         config.update({"description": description} if description else {})
         remember = self._remembers(ModelPackageKind.MODEL)
-        return self._submit(
-            {vocab.OpKind.SAVE_WEIGHTS.value: config}, SaveWeightsResponse, record_fn=remember
-        )
+        request = {vocab.OpKind.SAVE_WEIGHTS.value: config}
+        return self._submit(request, SaveWeightsResponse, record_fn=remember)
 
     async def save_weights_for_sampler_async(
         self,
@@ -242,9 +241,8 @@ class TrainingClient:
         _warn_ignored_save_args(ttl_seconds=ttl_seconds, overwrite=overwrite or None, name=name)
         config = {"description": description} if description else {}
         remember = self._remembers(ModelPackageKind.CHECKPOINT)
-        return self._submit(
-            {vocab.OpKind.SAVE_STATE.value: config}, SaveStateResponse, record_fn=remember
-        )
+        request = {vocab.OpKind.SAVE_STATE.value: config}
+        return self._submit(request, SaveStateResponse, record_fn=remember)
 
     async def save_state_async(
         self,
