@@ -43,7 +43,7 @@ from localsession.runtime.paging import page
 from localsession.runtime.sessions.dataplane import DataPlane, Observer
 from localsession.runtime.sessions.lifecycle import DELETABLE, Session
 from localsession.runtime.sessions.operations import Operation
-from localsession.runtime.sessions.run_op import PackageMismatch
+from localsession.runtime.sessions.package_fit import PackageMismatch, compatible_package
 from localsession.runtime.sessions.scheduler import SamplingScheduler
 from localsession.runtime.sessions.table import SessionTable
 
@@ -328,7 +328,7 @@ class Service:
         if not arn:
             return session.sampling_package
         try:
-            return str(session.compatible_package(arn))
+            return str(compatible_package(session, arn))
         except PackageMismatch as exc:
             raise errors.validation(str(exc)) from None
         except errors.ServiceError as exc:
@@ -370,7 +370,7 @@ class Service:
             session = self.session(name)
         except errors.ServiceError:
             return False  # the caller's read of the result reports it
-        return session.run_here(operation_id)
+        return session.runner.run_here(operation_id)
 
     def backoff(self, seconds: float) -> None:
         """How an in-process client waits before retrying a throttled request: real time."""

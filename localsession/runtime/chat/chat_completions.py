@@ -22,7 +22,7 @@ from localsession.runtime.packages.registry import Registry
 from localsession.runtime.sessions import stops
 from localsession.runtime.sessions.lifecycle import ACTIVE, Session
 from localsession.runtime.sessions.operations import Operation
-from localsession.runtime.sessions.run_op import PackageMismatch
+from localsession.runtime.sessions.package_fit import PackageMismatch, compatible_package
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
 
@@ -182,7 +182,7 @@ class Completions:
         problems = []
         for session in running:
             try:
-                return session, str(session.compatible_package(target))
+                return session, str(compatible_package(session, target))
             except (PackageMismatch, errors.ServiceError) as exc:
                 problems.append(str(exc))
         raise errors.not_found(

@@ -248,7 +248,7 @@ class DataPlane:
         op = self.service.operation(name, operation_id)
         if op.status not in vocab.OP_TERMINAL:
             if op.seq is not None:
-                self.service.session(name).wake_worker()
+                self.service.session(name).runner.wake_worker()
             if idles:
                 cpu_threads.release()
         return op

@@ -1,7 +1,7 @@
 """What each training op does: the engine call, its result and how a failure reads.
 
 ``execute`` runs one op that the session has marked running, on whichever thread runs it
-(the session's worker, or a caller in ``Session.run_here``), and always finishes it:
+(the session's worker, or a caller in ``Runner.run_here``), and always finishes it:
 Completed with the engine's result, or Failed with details that name the problem. An
 exception never escapes to the worker. Save ops write a model package through the registry.
 """
@@ -10,40 +10,29 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from localsession import vocab
-from localsession.port import Engine, EngineInputError, EngineSpec
+from localsession.port import Engine, EngineInputError
 from localsession.port_results import LoadResult, SaveResult
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
-from localsession.runtime.packages.registry import CHECKPOINT, MODEL, Registry
+from localsession.runtime.packages.registry import CHECKPOINT, MODEL
 from localsession.runtime.sessions.operations import Operation
+from localsession.runtime.sessions.package_fit import Fits, PackageMismatch, compatible_package
 
 _log = logging.getLogger(__name__)
 
 
-class Session(Protocol):
+class Session(Fits, Protocol):
     """What running an op reads and updates of its session (``lifecycle.Session``)."""
 
     name: str
-    spec: EngineSpec
+    arn: str
     details: dict[str, Any]
     faults: Faults | None
-    registry: Callable[[], Registry]
     lock: threading.RLock
     usage: dict[str, int]
-
-    @property
-    def region(self) -> str: ...
-    def s3_output_path(self) -> str | None: ...
-    def compatible_package(self, arn: str, *, training: bool = False) -> Path: ...
-
-
-class PackageMismatch(Exception):
-    """A package whose base model (or, for training, LoRA rank) does not fit the session."""
 
 
 def execute(session: Session, engine: Engine, op: Operation) -> None:
@@ -75,7 +64,7 @@ def execute(session: Session, engine: Engine, op: Operation) -> None:
             arn = _save(session, engine, op.kind, op.body)
             op.finish(vocab.OpStatus.COMPLETED, result=SaveResult(arn))
         elif op.kind == vocab.OpKind.LOAD_STATE:
-            path = session.compatible_package(op.body["modelPackageArn"], training=True)
+            path = compatible_package(session, op.body["modelPackageArn"], training=True)
             engine.load_package(str(path), load_optimizer=bool(op.body["loadOptimizer"]))
             op.finish(vocab.OpStatus.COMPLETED, result=LoadResult())
         else:  # pragma: no cover - validate.py admits only the kinds above
@@ -118,7 +107,14 @@ def _save(session: Session, engine: Engine, kind: str, body: dict[str, Any]) -> 
         write=lambda tmp: engine.save_package(
             str(tmp), include_optimizer=checkpoint, merge_weights=merged
         ),
-        region=session.region,
-        s3_output_path=session.s3_output_path(),
+        region=session.arn.split(":")[3],  # the session's region: its packages name it too
+        s3_output_path=_s3_output_path(session.details),
     )
     return info.arn
+
+
+def _s3_output_path(details: dict[str, Any]) -> str | None:
+    """``OutputConfig.S3Location.Path`` as the session was created with."""
+    location = (details.get("OutputConfig") or {}).get("S3Location") or {}
+    path = location.get("Path") if isinstance(location, dict) else None
+    return path if isinstance(path, str) else None

@@ -107,7 +107,7 @@ class SessionTable:
             if session.status in ACTIVE:
                 session.stop()
         for session in sessions:
-            session.join(timeout=10.0)
+            session.runner.join(timeout=10.0)
             if forget and self._store is not None:
                 self._store.remove(session.name)
         return len(sessions)
