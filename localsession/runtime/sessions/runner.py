@@ -52,9 +52,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
-from localsession import cpu_threads
+from localsession import cpu_threads, vocab
 from localsession.port import Engine, EngineConfigError, EngineSpec
-from localsession.runtime.sessions.operations import FAILED, PENDING, TERMINAL, Operation
+from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.run_op import Session as OpSession
 from localsession.runtime.sessions.run_op import execute
 from localsession.runtime.sessions.training_queue import TrainingQueue
@@ -212,7 +212,7 @@ class Runner:
             while held and (op := self._take_quick(operation_id)) is not None:
                 self.run_one(engine, op)
         mine = self.session.ops.get(operation_id)
-        return mine is not None and mine.status in TERMINAL
+        return mine is not None and mine.status in vocab.OP_TERMINAL
 
     def _take_quick(self, operation_id: str) -> Operation | None:
         """The next op, marked running, while ``operation_id`` has not run, nothing runs,
@@ -220,7 +220,7 @@ class Runner:
         session = self.session
         with session.lock:
             mine = session.ops.get(operation_id)
-            if mine is None or mine.status != PENDING or mine.seq is None:
+            if mine is None or mine.status != vocab.OpStatus.PENDING or mine.seq is None:
                 return None
             if session.status != SessionStatus.RUNNING or session.running_op is not None:
                 return None
@@ -244,9 +244,9 @@ class Runner:
         try:
             execute(session, engine, op)
         finally:
-            if op.status not in TERMINAL:  # interrupted (a second Ctrl-C in run_here)
+            if op.status not in vocab.OP_TERMINAL:  # interrupted (a second Ctrl-C in run_here)
                 op.finish(
-                    FAILED,
+                    vocab.OpStatus.FAILED,
                     error="The operation was interrupted (a second Ctrl-C) while it ran; part "
                     "of it may have taken effect, such as part of a forward_backward's gradient.",
                 )
