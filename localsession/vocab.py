@@ -55,6 +55,15 @@ class SessionStatus(Word):
 
 
 SESSION_STATUSES: Final[tuple[SessionStatus, ...]] = tuple(SessionStatus)
+_S = SessionStatus
+#: Statuses that count against ``max_sessions`` and may still take work.
+SESSION_ACTIVE: Final = frozenset({_S.CREATED, _S.SCHEDULED, _S.RUNNING, _S.BLOCKED})
+#: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
+SESSION_NOT_STOPPABLE: Final = frozenset(
+    {_S.STOPPING, _S.STOPPED, _S.FAILED, _S.DELETING, _S.DELETION_FAILED}
+)
+#: Statuses from which DeleteTrainingSession is accepted.
+SESSION_DELETABLE: Final = frozenset({_S.STOPPED, _S.FAILED, _S.EXPIRED, _S.DELETION_FAILED})
 
 
 class OpStatus(Word):

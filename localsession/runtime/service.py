@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from localsession import vocab
 from localsession.port import Engine, EngineConfigError, EngineSpec
 from localsession.port_commands import SampleCommand, SessionCommand, TrainingCommand
 from localsession.port_results import OpOutcome
@@ -41,7 +42,7 @@ from localsession.runtime.packages.listing import ModelPackages
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.paging import page
 from localsession.runtime.sessions.dataplane import DataPlane, Observer
-from localsession.runtime.sessions.lifecycle import DELETABLE, Session
+from localsession.runtime.sessions.lifecycle import Session
 from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.package_fit import PackageMismatch, compatible_package
 from localsession.runtime.sessions.scheduler import SamplingScheduler
@@ -225,7 +226,7 @@ class Service:
     def delete_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         validate.session_name(request.get("TrainingSessionName"))
         session = self.table.get(request.get("TrainingSessionName"), runtime=False)
-        if session.status not in DELETABLE:
+        if session.status not in vocab.SESSION_DELETABLE:
             raise errors.validation(
                 f"Training session {session.name} is {session.status}; stop it before deleting it."
             )

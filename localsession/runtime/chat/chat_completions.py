@@ -20,7 +20,7 @@ from localsession.runtime import errors
 from localsession.runtime.chat import protocol, streaming
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.sessions import stops
-from localsession.runtime.sessions.lifecycle import ACTIVE, Session
+from localsession.runtime.sessions.lifecycle import Session
 from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.package_fit import PackageMismatch, compatible_package
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
@@ -149,7 +149,7 @@ class Completions:
 
     def models(self) -> list[dict[str, Any]]:
         """``/v1/models``: the running sessions, then every model package, newest first."""
-        sessions = [s for s in self.service.sessions() if s.status in ACTIVE]
+        sessions = [s for s in self.service.sessions() if s.status in vocab.SESSION_ACTIVE]
         rows = [
             {
                 "id": s.name,
@@ -178,7 +178,7 @@ class Completions:
             session = self.service.session(target)
             session.require_accepting()
             return session, self.service.sampling_weights(session, model_package)
-        running = [s for s in self.service.sessions() if s.status in ACTIVE]
+        running = [s for s in self.service.sessions() if s.status in vocab.SESSION_ACTIVE]
         problems = []
         for session in running:
             try:

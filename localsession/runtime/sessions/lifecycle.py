@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from localsession import vocab
 from localsession.port import Engine, EngineSpec, ResolvedModel
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
@@ -27,29 +28,6 @@ from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.runner import Runner
 from localsession.runtime.sessions.training_queue import TrainingQueue
 from localsession.vocab import SessionStatus
-
-#: Statuses that count against ``max_sessions`` and may still take work.
-ACTIVE = frozenset(
-    {SessionStatus.CREATED, SessionStatus.SCHEDULED, SessionStatus.RUNNING, SessionStatus.BLOCKED}
-)
-#: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
-NOT_STOPPABLE = frozenset(
-    {
-        SessionStatus.STOPPING,
-        SessionStatus.STOPPED,
-        SessionStatus.FAILED,
-        SessionStatus.DELETING,
-        SessionStatus.DELETION_FAILED,
-    }
-)
-DELETABLE = frozenset(
-    {
-        SessionStatus.STOPPED,
-        SessionStatus.FAILED,
-        SessionStatus.EXPIRED,
-        SessionStatus.DELETION_FAILED,
-    }
-)
 
 
 def _now() -> datetime:
@@ -148,7 +126,7 @@ class Session:
     def stop(self) -> None:
         """Running/Blocked/Created → Stopping → Stopped; queued training ops are Skipped."""
         with self.lock:
-            if self.status in NOT_STOPPABLE:
+            if self.status in vocab.SESSION_NOT_STOPPABLE:
                 raise errors.validation(
                     f"Training session {self.name} cannot be stopped: invalid session state "
                     f"transition from {self.status} to Stopping"
