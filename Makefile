@@ -72,7 +72,7 @@ examples: $(STAMP)
 		HF_HUB_OFFLINE=1 $(PY) examples/$$script.py || exit 1; done
 
 test: $(SDK_STAMP) $(MODEL_STAMP) lint typecheck
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=25
 
 # The fast tier: everything but the tests marked `integration` (processes, servers, crashes,
 # load, soak, examples, real models, conformance runs): 633 tests, about 2 minutes on the

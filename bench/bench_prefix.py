@@ -90,8 +90,9 @@ def _row(metric: str, times: dict[str, list[float]], tokens: int, target: float 
     return Row(metric, ours, "tok/s", text, ok, base, ratio, rounds=ratios)
 
 
-def collect(smoke: bool = False, runs: int = ROUNDS) -> list[Row]:
-    """Every row (``smoke``: ``localsession/small``, 2 prompts × 2 completions, one round)."""
+def collect(smoke: bool = False, runs: int = ROUNDS, info: bool = True) -> list[Row]:
+    """Every row (``smoke``: ``localsession/small``, 2 prompts × 2 completions, one round);
+    ``info=False`` leaves out the shared-vs-unshared info row (``make bench`` does)."""
     if smoke:
         name, shape, runs = "localsession/small", (2, 2, 4), 1
     elif real_model.available():
@@ -125,16 +126,19 @@ def collect(smoke: bool = False, runs: int = ROUNDS) -> list[Row]:
         metric = f"prefix: GRPO step ({label}) vs raw peft loop, load {before:.1f}→{load1():.1f}"
         out.append(_row(metric, times, tokens, None if smoke else 2.5))
 
-        before = load1()
-        times = interleaved(
-            {
-                "ours": with_mode("auto", lambda: api_step(tc, rows)),
-                "raw": with_mode("off", lambda: api_step(tc, rows)),
-            },
-            runs,
-        )
-        metric = f"prefix: GRPO step, shared vs {SHARED_ENV}=off, load {before:.1f}→{load1():.1f}"
-        out.append(_row(metric, times, tokens, None))
+        if info:
+            before = load1()
+            times = interleaved(
+                {
+                    "ours": with_mode("auto", lambda: api_step(tc, rows)),
+                    "raw": with_mode("off", lambda: api_step(tc, rows)),
+                },
+                runs,
+            )
+            metric = (
+                f"prefix: GRPO step, shared vs {SHARED_ENV}=off, load {before:.1f}→{load1():.1f}"
+            )
+            out.append(_row(metric, times, tokens, None))
 
         sampler = tc.save_weights_and_get_sampling_client()
 

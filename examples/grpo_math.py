@@ -165,18 +165,22 @@ def accuracy_line(when: str, result: dict[str, Any]) -> str:
 def first_learned(
     problems: list[MathProblem], before: dict[str, Any], after: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """The first held-out question the trained model answers correctly (greedy), with its
-    replies before and after; None if it answers none. Chosen by position, not by merit."""
-    for index, problem in enumerate(problems):
-        if after["correct"][index]:
-            return {
-                "question": problem.question,
-                "expected": problem.answer,
-                "reply_after": after["replies"][index],
-                "reply_before": before["replies"][index],
-                "correct_before": before["correct"][index],
-            }
-    return None
+    """The first held-out question (greedy, by position) that training taught: wrong before,
+    right after; else the first one right after (it knew it already); None if it answers
+    none. With its replies before and after, and whether the one before was right."""
+    right_after = [i for i in range(len(problems)) if after["correct"][i]]
+    learned = [i for i in right_after if not before["correct"][i]]
+    picks = learned or right_after
+    if not picks:
+        return None
+    index = picks[0]
+    return {
+        "question": problems[index].question,
+        "expected": problems[index].answer,
+        "reply_after": after["replies"][index],
+        "reply_before": before["replies"][index],
+        "correct_before": before["correct"][index],
+    }
 
 
 def warm_start(
@@ -335,8 +339,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print("the trained model answers no held-out question correctly")
     else:
         was = "right" if learned["correct_before"] else "wrong"
+        what = "it answered right already" if learned["correct_before"] else "it learned"
         print(
-            "first held-out question the trained model answers correctly: "
+            f"first held-out question {what}: "
             f"{learned['question']!r} -> {learned['reply_after']!r} "
             f"(expected {learned['expected']}; before training: {learned['reply_before']!r}, {was})"
         )

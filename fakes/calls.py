@@ -18,8 +18,6 @@ from typing import Any
 from localsession import vocab
 from localsession.runtime.sessions.operations import Operation
 
-#: Wire op kind -> the SDK method that sends it.
-METHODS: dict[str, str] = dict(vocab.METHOD_OF_KIND)
 REFUSED = "Refused"
 
 
@@ -27,7 +25,7 @@ def summarise(kind: str, body: Any) -> dict[str, Any]:
     """The arguments worth asserting on, from one op's wire body."""
     if not isinstance(body, dict):
         return {}
-    if kind in ("forward", "forwardBackward"):
+    if kind in (vocab.OpKind.FORWARD, vocab.OpKind.FORWARD_BACKWARD):
         datums = body.get("datumList") or []
         chunks = [c for d in datums for c in (d.get("modelInput") or {}).get("chunks", [])]
         return {
@@ -36,16 +34,16 @@ def summarise(kind: str, body: Any) -> dict[str, Any]:
             "tokens": sum(len(c.get("tokens", [])) for c in chunks),
             "loss_fn_config": body.get("lossFnConfig"),
         }
-    if kind == "optimizerStep":
+    if kind == vocab.OpKind.OPTIMIZER_STEP:
         return {"learning_rate": (body.get("adamParamsConfig") or {}).get("learningRate")}
-    if kind in ("saveWeights", "saveState"):
+    if kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE):
         return {"description": body.get("description"), "merge": bool(body.get("mergeWeights"))}
-    if kind == "loadState":
+    if kind == vocab.OpKind.LOAD_STATE:
         return {
             "model_package_arn": body.get("modelPackageArn"),
             "optimizer": body.get("loadOptimizer"),
         }
-    if kind in ("sample", "computeLogprobs"):
+    if kind in (vocab.OpKind.SAMPLE, vocab.OpKind.COMPUTE_LOGPROBS):
         prompt = [
             t for c in (body.get("prompt") or {}).get("chunks", []) for t in c.get("tokens", [])
         ]
@@ -53,7 +51,7 @@ def summarise(kind: str, body: Any) -> dict[str, Any]:
             "prompt_tokens": prompt,
             "model_package_arn": body.get("modelPackageArn"),
         }
-        if kind == "sample":
+        if kind == vocab.OpKind.SAMPLE:
             params = body.get("samplingParams") or {}
             out.update(
                 num_samples=body.get("numSamples"),
@@ -62,7 +60,7 @@ def summarise(kind: str, body: Any) -> dict[str, Any]:
                 seed=params.get("seed"),
             )
         return out
-    if kind == "loadWeightsForSampling":
+    if kind == vocab.OpKind.LOAD_WEIGHTS_FOR_SAMPLING:
         return {"model_package_arn": body.get("modelPackageArn")}
     return {}
 
@@ -90,7 +88,7 @@ class Call:
     @property
     def method(self) -> str:
         """The SDK method that sent it (``forward_backward``, ``optim_step``, ``sample``, ...)."""
-        return METHODS.get(self.kind, self.kind)
+        return vocab.METHOD_OF_KIND.get(self.kind, self.kind)
 
     @property
     def accepted(self) -> bool:
@@ -171,7 +169,7 @@ class CallLog:
 
     def assert_all_succeeded(self) -> None:
         """Every call completed (none refused, failed, skipped or still running)."""
-        bad = [f"{c}: {c.error}" for c in self if c.status != "Completed"]
+        bad = [f"{c}: {c.error}" for c in self if c.status != vocab.OpStatus.COMPLETED]
         if bad:
             raise AssertionError("calls that did not complete:\n  " + "\n  ".join(bad))
 
@@ -182,9 +180,9 @@ class CallLog:
         for c in self:
             if not c.accepted:
                 continue
-            if c.kind == "forwardBackward":
+            if c.kind == vocab.OpKind.FORWARD_BACKWARD:
                 pending.setdefault(c.session, c)
-            elif c.kind == "optimizerStep":
+            elif c.kind == vocab.OpKind.OPTIMIZER_STEP:
                 pending.pop(c.session, None)
         if pending:
             lines = [f"{c} (session {s}) has no optim_step after it" for s, c in pending.items()]
@@ -200,15 +198,15 @@ class CallLog:
                 c
                 for c in self._calls[: call.index]
                 if c.session == call.session
-                and c.kind == "loadWeightsForSampling"
-                and c.status == "Completed"
+                and c.kind == vocab.OpKind.LOAD_WEIGHTS_FOR_SAMPLING
+                and c.status == vocab.OpStatus.COMPLETED
             ]
             arn = loads[-1].args["model_package_arn"] if loads else None
         if not arn:
             return 0
         for save in self._calls[: call.index]:
             if (
-                save.kind in ("saveWeights", "saveState")
+                save.kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE)
                 and (save.result or {}).get("modelPackageArn") == arn
             ):
                 return self._optim_steps(save.session, save.index)
@@ -218,7 +216,7 @@ class CallLog:
         return sum(
             1
             for c in self._calls[:before]
-            if c.session == session and c.kind == "optimizerStep" and c.accepted
+            if c.session == session and c.kind == vocab.OpKind.OPTIMIZER_STEP and c.accepted
         )
 
     def assert_no_stale_samples(self, max_lag: int = 0) -> None:
@@ -227,7 +225,7 @@ class CallLog:
         the sample's own session for the base model)."""
         stale = []
         for c in self:
-            if c.kind != "sample" or not c.accepted:
+            if c.kind != vocab.OpKind.SAMPLE or not c.accepted:
                 continue
             step = self.weights_step(c)
             if step is None:

@@ -26,6 +26,7 @@ from typing import Any
 from fakes.calls import Call, CallLog
 from fakes.fake_service import FakeService
 from fakes.script import Script
+from localsession import vocab
 from localsession.client.service_client import ServiceClient
 from localsession.runtime.faults import Faults
 
@@ -117,7 +118,9 @@ class FakeServiceClient(ServiceClient):
 
     def fail_saves(self, count: int = 1, *, message: str | None = None) -> None:
         """Make the next ``count`` ``save_state`` / ``save_weights_for_sampler`` ops fail."""
-        self.faults.fail_next(("saveWeights", "saveState"), count, message=message)
+        self.faults.fail_next(
+            (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE), count, message=message
+        )
 
     def expire_session(self, session: Any) -> None:
         """Expire a session now, as its idle timeout would (name, ARN or client)."""

@@ -194,11 +194,13 @@ class FakeService:
     def execute_sampling_operation(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         kind, body = _kind_of(request)
         params = body.get("samplingParams") if isinstance(body, dict) else None
-        if kind == "sample" and isinstance(params, dict) and params.get("seed") is None:
+        if kind == vocab.OpKind.SAMPLE and isinstance(params, dict) and params.get("seed") is None:
             request = copy.deepcopy(request)
             with self._clock:
                 self._seed += 1
-                request["operationConfig"]["sample"]["samplingParams"]["seed"] = self._seed
+                request["operationConfig"][vocab.OpKind.SAMPLE]["samplingParams"]["seed"] = (
+                    self._seed
+                )
         return self.runtime.execute_sampling_operation(name, request)
 
     def get_training_operation_result(self, name: str, operation_id: str) -> dict[str, Any]:

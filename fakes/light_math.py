@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 
+from localsession import vocab
 from localsession.numerics.inputs import ClipConfig
 from localsession.port import SampleRequest
 
@@ -52,16 +53,16 @@ def token_loss(
     """One token's ``(ℓ, dℓ/dlp, clipped)``; ``clipped`` is 1.0 where clipping changed the
     term (the ``actor/pg_clipfrac`` indicator), else 0.0."""
     w = inputs["weights"]
-    if loss_fn == "cross_entropy":
+    if loss_fn == vocab.LossFunction.CROSS_ENTROPY:
         return -w * lp, -w, 0.0
     adv, q_given = inputs["advantages"], inputs["logprobs"]
     q = q_given if w != 0.0 else lp  # weight 0: ratio 1, so a placeholder cannot overflow
     log_ratio = lp - q
     log_ratio_given = lp - q_given
-    if loss_fn == "importance_sampling":
+    if loss_fn == vocab.LossFunction.IMPORTANCE_SAMPLING:
         r = _exp(log_ratio)
         return -w * r * adv, -w * r * adv, 0.0
-    if loss_fn == "ppo":
+    if loss_fn == vocab.LossFunction.PPO:
         clipped = _ppo_clipped(log_ratio_given, adv, clip)
         if _ppo_clipped(log_ratio, adv, clip):
             bound = clip.high if adv > 0 else clip.low

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from localsession import vocab
 from localsession._version import __version__
 from localsession.cli_parser import SuggestingParser
 from localsession.runtime.home import ConfigError
@@ -205,7 +206,8 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--heartbeat-timeout",
         type=float,
         help="seconds without a heartbeat before a tinker session is expired and its models' "
-        "sessions stopped (default 120, as the SDK warns; 0 never)",
+        f"sessions stopped (default {vocab.TINKER_HEARTBEAT_TIMEOUT_S:g}, as the SDK warns; "
+        "0 never)",
     )
     serve.add_argument(
         "--lenient-sequence",

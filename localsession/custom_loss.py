@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
+from localsession import vocab
 from localsession.client._inputs import batch_to_datum_list
 
 if TYPE_CHECKING:
@@ -115,7 +116,9 @@ def forward_backward_custom(
     wire = batch_to_datum_list(list(datums), tokenizer_loader=training_client.get_tokenizer)
     lengths = _lengths(wire)
     ones = [[1.0] * n for n in lengths]
-    forward = training_client.forward(_pass_datums(wire, ones), "cross_entropy")
+    forward = training_client.forward(
+        _pass_datums(wire, ones), vocab.LossFunction.CROSS_ENTROPY.value
+    )
     outputs = forward.result(timeout=timeout).loss_fn_outputs or []
     if len(outputs) != len(wire):
         raise RuntimeError(f"forward returned {len(outputs)} outputs for {len(wire)} datums")
@@ -136,7 +139,9 @@ def forward_backward_custom(
         [0.0] * n if g is None else (-g.detach().to(torch.float32)).tolist()
         for g, n in zip(grads, lengths, strict=True)
     ]
-    surrogate = training_client.forward_backward(_pass_datums(wire, weights), "cross_entropy")
+    surrogate = training_client.forward_backward(
+        _pass_datums(wire, weights), vocab.LossFunction.CROSS_ENTROPY.value
+    )
     done = surrogate.result(timeout=timeout)
     metrics = {k: float(v) for k, v in dict(done.metrics).items()}
     metrics["surrogate_loss"] = metrics.get("loss", 0.0)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from localsession import AdamParams, Datum, ModelInput, ServiceClient, TensorData
+from localsession import AdamParams, Datum, ModelInput, ServiceClient, TensorData, vocab
 
 CHATS = [
     ("What is the capital of France?", "Paris is the capital of France."),
@@ -61,7 +61,7 @@ def chat_datum(tokenizer: object, question: str, answer: str) -> Datum:
 
 def per_token_loss(tc: object, batch: list[Datum]) -> float:
     """Mean loss per weighted token, from ``forward`` (no gradient)."""
-    out = tc.forward(batch, loss_fn="cross_entropy").result()  # type: ignore[attr-defined]
+    out = tc.forward(batch, loss_fn=vocab.LossFunction.CROSS_ENTROPY.value).result()  # type: ignore[attr-defined]
     return float(out.metrics["loss"]) * len(batch) / answer_tokens(batch)  # a per-datum mean
 
 
@@ -91,7 +91,7 @@ def run(
         started = time.perf_counter()
         bar = tqdm(range(steps), desc="SFT", unit="step")
         for _ in bar:
-            fb = tc.forward_backward(train, loss_fn="cross_entropy")
+            fb = tc.forward_backward(train, loss_fn=vocab.LossFunction.CROSS_ENTROPY.value)
             tc.optim_step(AdamParams(learning_rate=learning_rate))
             loss = fb.result().metrics["loss"] * len(train) / answer_tokens(train)
             bar.set_postfix(loss=f"{loss:.3f}")

@@ -1,12 +1,15 @@
-"""The service's vocabulary, spelled out once: statuses, op kinds, losses, Adam, error codes.
+"""The service's vocabulary, spelled out once: statuses, op kinds, losses, Adam, error codes,
+and the Tinker dialect's own defaults.
 
 Every other module imports these names instead of writing the strings again: session, op
-and package statuses, op kinds, loss functions and error codes are ``str`` enums (:class:`Word`),
-and ``tests/test_layout.py`` fails on their values written as literals anywhere else. Nothing here
+and package statuses, op kinds, loss functions and error codes are ``str`` enums
+(:class:`Word`), and ``tests/test_layout.py`` fails on their values written as literals
+anywhere else, and on a module binding one of these names to a second name. Nothing here
 imports torch or any other heavy package: the runtime, the engines, the fakes and the server
 all read it. ``tests/test_vocab.py`` checks each table against botocore's model of the
-service (``sagemakertrainingsessionruntime`` and ``sagemaker``), so a drift from the real
-service fails a test instead of a user's loop.
+service (``sagemakertrainingsessionruntime`` and ``sagemaker``) and the Tinker defaults
+against the ``tinker`` SDK, so a drift from the real service fails a test instead of a
+user's loop.
 """
 
 from __future__ import annotations
@@ -52,6 +55,15 @@ class SessionStatus(Word):
 
 
 SESSION_STATUSES: Final[tuple[SessionStatus, ...]] = tuple(SessionStatus)
+_S = SessionStatus
+#: Statuses that count against ``max_sessions`` and may still take work.
+SESSION_ACTIVE: Final = frozenset({_S.CREATED, _S.SCHEDULED, _S.RUNNING, _S.BLOCKED})
+#: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
+SESSION_NOT_STOPPABLE: Final = frozenset(
+    {_S.STOPPING, _S.STOPPED, _S.FAILED, _S.DELETING, _S.DELETION_FAILED}
+)
+#: Statuses from which DeleteTrainingSession is accepted.
+SESSION_DELETABLE: Final = frozenset({_S.STOPPED, _S.FAILED, _S.EXPIRED, _S.DELETION_FAILED})
 
 
 class OpStatus(Word):
@@ -270,3 +282,50 @@ def is_retryable(code: str | None, http_status: int | None) -> bool:
 
 #: The model-package group a session saves into when none is given.
 DEFAULT_GROUP: Final = "sagemaker-default"
+
+# -- the Tinker dialect's defaults ---------------------------------------------------------
+
+
+class TinkerLoss(Word):
+    """The ``LossFnType`` values the Tinker SDK names beyond the runtime's losses."""
+
+    DRO = "dro"
+    GSPO = "gspo"
+    STABLE_REINFORCE = "stable_reinforce"
+    CUSTOM = "custom"
+
+
+#: Every loss the Tinker SDK can name (its ``LossFnType``, in its order).
+TINKER_LOSSES: Final[tuple[str, ...]] = (*LOSS_FUNCTIONS, *TinkerLoss)
+#: The Tinker losses the dialect runs: the runtime's, and ``dro`` over them (tinker/dro.py).
+TINKER_RUN_LOSSES: Final[tuple[str, ...]] = (*LOSS_FUNCTIONS, TinkerLoss.DRO)
+#: ``dro``'s penalty when ``loss_fn_config`` has no ``beta`` (numerics/dro_loss.py; the
+#: value of the SDK docs' example, which give no default).
+TINKER_DRO_BETA: Final = 0.05
+#: LoRA rank of a model whose ``lora_config`` gives none (the SDK's default rank).
+TINKER_LORA_RANK: Final = 32
+#: LoRA alpha of every Tinker model (Tinker's API has no alpha; docs/tinker.md).
+TINKER_LORA_ALPHA: Final = 32
+#: What a sampling request without ``max_tokens`` generates.
+TINKER_MAX_TOKENS: Final = 512
+#: The SDK's ``SamplingParams`` defaults for a request that leaves them out (top_k -1: no cut).
+TINKER_TEMPERATURE: Final = 1.0
+TINKER_TOP_P: Final = 1.0
+TINKER_TOP_K: Final = -1
+#: The SDK's ``AdamParams`` defaults, by its field names (``grad_clip_norm`` 0: no clipping).
+TINKER_ADAM_DEFAULTS: Final[dict[str, float]] = {
+    "learning_rate": 1e-4,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "eps": 1e-12,
+    "weight_decay": 0.0,
+    "grad_clip_norm": 0.0,
+}
+#: The rows a list request (training runs, checkpoints) without ``limit`` answers.
+TINKER_PAGE_LIMIT: Final = 20
+#: Seconds without a heartbeat or request before a Tinker session expires (the SDK beats
+#: every 10 s and warns after 120 s without an answer; ``serve --heartbeat-timeout``).
+TINKER_HEARTBEAT_TIMEOUT_S: Final = 120.0
+#: Seconds a request that needs a fresh session's engine (a create-via-load, a hidden
+#: sampler) waits for it to come up.
+TINKER_START_WAIT_S: Final = 600.0

@@ -17,6 +17,10 @@
 - Only the composition root writes a service's settings: no other module of ``localsession``,
   ``fakes`` or ``conformance`` builds a ``ServiceConfig`` (the doors choose a named profile:
   ``server_service``, ``inprocess_service``, ``fake_service``).
+- One vocabulary: no file of ``localsession`` or ``fakes`` but ``vocab.py`` (and the
+  SDK-forced ``types.py``) writes a word of a ``vocab.Word`` enum as a string literal, and
+  none binds a module-level name to a vocab name (or a copy of one) unless the SDK exports
+  that name (``SDK_NAMES``).
 - No ``.py`` file in ``localsession/``, ``fakes/`` or ``conformance/`` is longer than
   ``MAX_LINES`` unless its module docstring has a line starting with ``LENGTH_MARKER``
   followed by the reason.
@@ -879,43 +883,24 @@ def test_the_outside_rule_finds_planted_imports(tmp_path: Path) -> None:
 #: The only files that write the vocabulary's words: vocab.py, and types.py, whose literals
 #: the SDK's signatures force.
 VOCAB_FILES = frozenset({"localsession/vocab.py", "localsession/types.py"})
-#: The packages the vocabulary rule reads.
+#: The packages the vocabulary rules read.
 VOCAB_ROOTS = ("localsession", "fakes")
-#: Files that still write words of these kinds, each until it is converted (issue 49 item 3:
-#: the Tinker dialect and the op result paths follow the typed runtime API of issue 46; the
-#: op kinds and losses of the clients and the fakes follow them). The rule holds every other
-#: file, and every other kind of word in these files, to vocab.py.
-NOT_YET_CONVERTED: dict[str, frozenset[str]] = {
-    "fakes/calls.py": frozenset({"OpKind", "OpStatus", "PackageStatus"}),
-    "fakes/client.py": frozenset({"OpKind"}),
-    "fakes/fake_service.py": frozenset({"OpKind"}),
-    "fakes/light_math.py": frozenset({"LossFunction"}),
-    "localsession/client/_inputs.py": frozenset({"OpKind"}),
-    "localsession/client/_submit.py": frozenset({"OpKind"}),
-    "localsession/client/sampling_client.py": frozenset({"OpKind"}),
-    "localsession/client/training_client.py": frozenset({"LossFunction", "OpKind"}),
-    "localsession/custom_loss.py": frozenset({"LossFunction"}),
-    "localsession/demo.py": frozenset({"LossFunction"}),
-    "localsession/runtime/chat/chat_completions.py": frozenset({"OpKind"}),
-    "localsession/runtime/sessions/dataplane.py": frozenset({"OpKind"}),
-    "localsession/runtime/sessions/run_op.py": frozenset({"OpKind"}),
-    "localsession/server/tinker/dialect.py": frozenset({"LossFunction", "OpKind"}),
-    "localsession/server/tinker/dro.py": frozenset({"OpKind"}),
-    "localsession/server/tinker/external.py": frozenset({"OpKind"}),
-    "localsession/server/tinker/results.py": frozenset({"ErrorCode", "OpKind"}),
-    "localsession/server/tinker/routes.py": frozenset({"OpKind", "SessionStatus"}),
-    "localsession/server/tinker/samplers.py": frozenset({"SessionStatus"}),
-    "localsession/server/tinker/topk_targets.py": frozenset({"LossFunction"}),
+#: Module-level names bound to a vocab name that stay, each with the reason the SDK gives.
+SDK_NAMES: dict[str, dict[str, str]] = {
+    "localsession/client/service_client.py": {
+        "DEFAULT_MODEL_PACKAGE_GROUP_NAME": "sagemaker.train.training_session exports it",
+    },
 }
+#: Calls that copy a vocab table under a new name (``dict(vocab.RUNTIME_ERRORS)``).
+COPIES = frozenset({"dict", "tuple", "list", "set", "frozenset"})
 
 
 def vocabulary_words() -> dict[str, frozenset[str]]:
-    """Each kind of word (the ``vocab.Word`` enums) -> its values."""
+    """Each kind of word (every ``vocab.Word`` enum) -> its values."""
     from localsession import vocab
 
-    kinds = (vocab.SessionStatus, vocab.OpStatus, vocab.PackageStatus, vocab.OpKind,
-             vocab.LossFunction, vocab.ErrorCode)  # fmt: skip
-    return {kind.__name__: frozenset(word.value for word in kind) for kind in kinds}
+    kinds = vocab.Word.__subclasses__()
+    return {kind.__name__: frozenset(str(word.value) for word in kind) for kind in kinds}
 
 
 def _not_code(tree: ast.AST) -> set[int]:
@@ -935,55 +920,94 @@ def _not_code(tree: ast.AST) -> set[int]:
     return skipped
 
 
-def vocabulary_literals(
-    root: Path,
-    words: dict[str, frozenset[str]],
-    not_yet: dict[str, frozenset[str]],
-) -> list[str]:
-    """``file:line 'word' (Kind)`` for each word written as a string literal in code outside
-    ``VOCAB_FILES``, unless ``not_yet`` still allows that kind in that file."""
-    found = []
+def _sources(root: Path) -> Iterator[tuple[str, ast.Module]]:
+    """``(relative path, parsed module)`` of each file the vocabulary rules read."""
     for top in VOCAB_ROOTS:
         for path in sorted((root / top).rglob("*.py")):
             where = path.relative_to(root).as_posix()
-            if where in VOCAB_FILES:
+            if where not in VOCAB_FILES:
+                yield where, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def vocabulary_literals(root: Path, words: dict[str, frozenset[str]]) -> list[str]:
+    """``file:line 'word' (Kind)`` for each word written as a string literal in code outside
+    ``VOCAB_FILES``."""
+    found = []
+    for where, tree in _sources(root):
+        skipped = _not_code(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
                 continue
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            skipped = _not_code(tree)
-            for node in ast.walk(tree):
-                if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
-                    continue
-                if id(node) in skipped:
-                    continue
-                kinds = sorted(k for k, values in words.items() if node.value in values)
-                if kinds and not set(kinds) <= not_yet.get(where, frozenset()):
-                    found.append(f"{where}:{node.lineno} {node.value!r} ({', '.join(kinds)})")
+            if id(node) in skipped:
+                continue
+            kinds = sorted(k for k, values in words.items() if node.value in values)
+            if kinds:
+                found.append(f"{where}:{node.lineno} {node.value!r} ({', '.join(kinds)})")
+    return sorted(found)
+
+
+def _vocab_name(value: ast.expr | None) -> str | None:
+    """``vocab.X`` (or ``vocab.X.Y``) when ``value`` is that attribute, or a copy of it
+    (``dict(vocab.X)``), else None."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        if value.func.id in COPIES and len(value.args) == 1 and not value.keywords:
+            value = value.args[0]
+    parts = []
+    while isinstance(value, ast.Attribute):
+        parts.append(value.attr)
+        value = value.value
+    if isinstance(value, ast.Name) and value.id == "vocab" and parts:
+        return ".".join(["vocab", *reversed(parts)])
+    return None
+
+
+def vocabulary_aliases(root: Path, allowed: dict[str, dict[str, str]]) -> list[str]:
+    """``file:line NAME = vocab.X`` for each module-level name outside ``VOCAB_FILES`` bound
+    to a vocab name (or a copy of one), or imported from vocab under another name, unless
+    ``allowed`` lists it for that file."""
+    found = []
+    for where, tree in _sources(root):
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "localsession.vocab":
+                bound = [(a.asname, f"vocab.{a.name}") for a in node.names if a.asname]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                source = _vocab_name(node.value)
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+                bound = [(name, source) for name in names] if source else []
+            else:
+                continue
+            for name, source in bound:
+                if name not in allowed.get(where, {}):
+                    found.append(f"{where}:{node.lineno} {name} = {source}")
     return sorted(found)
 
 
 def test_the_vocabulary_is_written_only_in_vocab() -> None:
-    assert vocabulary_literals(ROOT, vocabulary_words(), NOT_YET_CONVERTED) == [], (
+    assert vocabulary_literals(ROOT, vocabulary_words()) == [], (
         "write the word as its vocab enum member (vocab.SessionStatus.RUNNING, ...), not a "
-        "string literal"
+        "string literal; where a plain str must leave (a request the client builds), "
+        "write the member's .value"
     )
 
 
-def test_files_not_yet_converted_still_need_their_allowance() -> None:
-    """An allowance a converted file no longer needs is dropped, so the list only shrinks."""
-    words = vocabulary_words()
-    written = {
-        (where, kind)
-        for kind, values in words.items()
-        for line in vocabulary_literals(ROOT, {kind: values}, {})
-        for where in [line.split(":", 1)[0]]
-    }
-    unneeded = [
-        f"{where}: {kind}"
-        for where, kinds in sorted(NOT_YET_CONVERTED.items())
-        for kind in sorted(kinds)
-        if (where, kind) not in written
-    ]
-    assert unneeded == [], "drop these from NOT_YET_CONVERTED: the files are converted"
+def test_no_module_renames_a_vocab_name() -> None:
+    assert vocabulary_aliases(ROOT, SDK_NAMES) == [], (
+        "use the vocab name itself (vocab.OpStatus.COMPLETED, vocab.OP_TERMINAL) instead of "
+        "binding it to a second name; a name the SDK itself exports goes in SDK_NAMES"
+    )
+
+
+def test_every_sdk_name_is_still_bound_and_exported_by_the_sdk() -> None:
+    """An SDK_NAMES entry that nothing binds any more is dropped, and each is a name the
+    SDK's package really exports."""
+    from sagemaker.train import training_session
+
+    bound = vocabulary_aliases(ROOT, {})
+    for where, names in SDK_NAMES.items():
+        for name in names:
+            assert any(line.startswith(f"{where}:") and f" {name} = " in line for line in bound)
+            assert hasattr(training_session, name), f"{name}: not exported by the SDK"
 
 
 def test_the_vocabulary_rule_finds_a_planted_literal(tmp_path: Path) -> None:
@@ -992,16 +1016,62 @@ def test_the_vocabulary_rule_finds_a_planted_literal(tmp_path: Path) -> None:
         tmp_path,
         {
             "localsession/vocab.py": 'RUNNING = "Running"\n',
+            "localsession/types.py": 'Status = Literal["Running"]\n',
             "localsession/runtime/a.py": (
                 '"""Running: a docstring says it freely."""\n__all__ = ["Running"]\n'
                 "x = vocab.SessionStatus.RUNNING\n"
+                'y = f"the session is {x}: Running"\n'
             ),
+        },
+    )
+    assert vocabulary_literals(tmp_path, words) == []
+    _tree(
+        tmp_path,
+        {
+            "localsession/runtime/a.py": 'if status == "Running":\n    pass\n',
             "fakes/b.py": 'y = "Failed"\n',
         },
     )
-    assert vocabulary_literals(tmp_path, words, {"fakes/b.py": frozenset(words)}) == []
-    _tree(tmp_path, {"localsession/runtime/a.py": 'if status == "Running":\n    pass\n'})
-    assert vocabulary_literals(tmp_path, words, {"fakes/b.py": frozenset({"OpStatus"})}) == [
+    assert vocabulary_literals(tmp_path, words) == [
         "fakes/b.py:1 'Failed' (OpStatus, SessionStatus)",
         "localsession/runtime/a.py:1 'Running' (SessionStatus)",
+    ]
+
+
+def test_the_alias_rule_finds_planted_aliases(tmp_path: Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "localsession/vocab.py": "TERMINAL = OP_TERMINAL\n",
+            "localsession/runtime/a.py": (
+                "from localsession import vocab\n"
+                "from localsession.vocab import OpStatus\n"
+                "DONE = frozenset({vocab.OpStatus.COMPLETED, vocab.OpStatus.FAILED})\n"
+                "x = vocab.OP_KINDS[0]\n"
+                "def f():\n    local = vocab.OP_TERMINAL\n"
+            ),
+            "localsession/client/c.py": "DEFAULT_GROUP_NAME = vocab.DEFAULT_GROUP\n",
+        },
+    )
+    allowed = {"localsession/client/c.py": {"DEFAULT_GROUP_NAME": "the SDK exports it"}}
+    assert vocabulary_aliases(tmp_path, allowed) == []
+    _tree(
+        tmp_path,
+        {
+            "localsession/runtime/a.py": (
+                "PENDING, FAILED = vocab.OP_STATUSES\n"
+                "TERMINAL: frozenset[str] = vocab.OP_TERMINAL\n"
+                "CODES = dict(vocab.RUNTIME_ERRORS)\n"
+                "from localsession.vocab import OpStatus as Status\n"
+            ),
+            "fakes/b.py": "RUNNING = vocab.SessionStatus.RUNNING\n",
+        },
+    )
+    assert vocabulary_aliases(tmp_path, allowed) == [
+        "fakes/b.py:1 RUNNING = vocab.SessionStatus.RUNNING",
+        "localsession/runtime/a.py:1 FAILED = vocab.OP_STATUSES",
+        "localsession/runtime/a.py:1 PENDING = vocab.OP_STATUSES",
+        "localsession/runtime/a.py:2 TERMINAL = vocab.OP_TERMINAL",
+        "localsession/runtime/a.py:3 CODES = vocab.RUNTIME_ERRORS",
+        "localsession/runtime/a.py:4 Status = vocab.OpStatus",
     ]

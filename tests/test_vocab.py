@@ -145,3 +145,30 @@ def test_words_read_as_their_values() -> None:
     )
     assert json.dumps({"s": word, word: 1}) == '{"s": "DeletionFailed", "DeletionFailed": 1}'
     assert vocab.ErrorCode("ThrottlingException") is vocab.ErrorCode.THROTTLING
+
+
+def test_tinker_defaults_are_the_tinker_sdks() -> None:
+    """The Tinker dialect's words and defaults against the ``tinker`` SDK's own."""
+    import inspect
+    import typing
+
+    from tinker import types
+    from tinker.lib.public_interfaces.rest_client import RestClient
+    from tinker.lib.public_interfaces.service_client import ServiceClient
+
+    assert vocab.TINKER_LOSSES == typing.get_args(types.LossFnType)
+    assert set(vocab.TINKER_RUN_LOSSES) == {*vocab.LOSS_FUNCTIONS, "dro"}
+    adam = types.AdamParams()
+    given = {key: getattr(adam, key) for key in vocab.TINKER_ADAM_DEFAULTS}
+    assert vocab.TINKER_ADAM_DEFAULTS == given
+    assert set(vocab.TINKER_ADAM_DEFAULTS) == set(types.AdamParams.model_fields) - {"type"}
+    sampling = types.SamplingParams()
+    assert (sampling.temperature, sampling.top_p, sampling.top_k) == (
+        vocab.TINKER_TEMPERATURE,
+        vocab.TINKER_TOP_P,
+        vocab.TINKER_TOP_K,
+    )
+    rank = inspect.signature(ServiceClient.create_lora_training_client).parameters["rank"]
+    assert rank.default == vocab.TINKER_LORA_RANK
+    limit = inspect.signature(RestClient.list_training_runs).parameters["limit"]
+    assert limit.default == vocab.TINKER_PAGE_LIMIT

@@ -365,4 +365,4 @@ def combine_forward_backward_results(
     outputs = [entry for r in results for entry in (r.loss_fn_outputs or [])]
     if outputs:
         section["lossFnOutputs"] = outputs
-    return ForwardBackwardOutput._from_api({"forwardBackward": section})
+    return ForwardBackwardOutput._from_api({vocab.OpKind.FORWARD_BACKWARD.value: section})

@@ -22,6 +22,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from localsession import vocab
 from localsession.client._handle import BackgroundSubmitter
 from localsession.client._staged import PendingAPIFuture
 from localsession.client.backend import Backend, call, checked_copy
@@ -38,7 +39,7 @@ _READS = {
 
 
 def _label(operation: str) -> str:
-    return "training" if operation == _TRAINING else "sample"
+    return "training" if operation == _TRAINING else vocab.OpKind.SAMPLE.value
 
 
 class RuntimeFuture(APIFuture[_Value]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, List, Optional, TypeVar
 
+from localsession import vocab
 from localsession.client._handle import CLOSED_MESSAGE, BackgroundSubmitter, _SessionHandle
 from localsession.client._inputs import model_input_token_count, prompt_to_model_input
 from localsession.client._submit import submit
@@ -24,7 +25,7 @@ _Out = TypeVar("_Out")
 
 
 def _sample_of(body: Dict[str, Any]) -> SampleResponse:
-    section = (body.get("operationResult") or {}).get("sample")
+    section = (body.get("operationResult") or {}).get(vocab.OpKind.SAMPLE.value)
     return SampleResponse._from_api(section or {})
 
 
@@ -32,10 +33,10 @@ def _logprobs_reader(tokens: Optional[int]) -> Callable[[Dict[str, Any]], List[O
     """Reads a computeLogprobs result, refusing one whose length is not the prompt's."""
 
     def read(body: Dict[str, Any]) -> List[Optional[float]]:
-        section = (body.get("operationResult") or {}).get("computeLogprobs") or {}
+        section = (body.get("operationResult") or {}).get(vocab.OpKind.COMPUTE_LOGPROBS.value) or {}
         values: List[Optional[float]] = section.get("logprobs", [])
         if tokens is not None and tokens != len(values):
-            raise ResultMismatchError("computeLogprobs", tokens, len(values))
+            raise ResultMismatchError(vocab.OpKind.COMPUTE_LOGPROBS.value, tokens, len(values))
         return values
 
     return read
@@ -110,7 +111,7 @@ class SamplingClient:
             "topkPromptLogprobs": topk_prompt_logprobs,
         }
         config.update((k, v) for k, v in extras.items() if v is not None)
-        return self._send({"sample": config}, _sample_of)
+        return self._send({vocab.OpKind.SAMPLE.value: config}, _sample_of)
 
     async def sample_async(
         self,
@@ -138,7 +139,7 @@ class SamplingClient:
         if self.model_package_arn:  # score with the package's weights
             config["modelPackageArn"] = self.model_package_arn
         reader = _logprobs_reader(model_input_token_count(wire_prompt))
-        return self._send({"computeLogprobs": config}, reader)
+        return self._send({vocab.OpKind.COMPUTE_LOGPROBS.value: config}, reader)
 
     async def compute_logprobs_async(self, prompt: Any) -> List[Optional[float]]:
         pending = self.compute_logprobs(prompt)

@@ -20,6 +20,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
+from localsession import vocab
 from localsession.client._handle import BackgroundSubmitter, _SessionHandle
 from localsession.client._inputs import (
     _RETRY_CONFIG_CONSEQUENCE,
@@ -111,17 +112,19 @@ class TrainingClient:
     def forward_backward(
         self,
         batch: Any,
-        loss_fn: "LossFunction | str" = "cross_entropy",
+        loss_fn: "LossFunction | str" = vocab.LossFunction.CROSS_ENTROPY.value,
         loss_fn_inputs: Optional[Dict[str, Any]] = None,
         loss_fn_config: Optional[Dict[str, float]] = None,
     ) -> APIFuture[ForwardBackwardOutput]:
         """Compute the loss and accumulate gradients; returns a future at once."""
-        return self._run_loss("forwardBackward", batch, loss_fn, loss_fn_inputs, loss_fn_config)
+        return self._run_loss(
+            vocab.OpKind.FORWARD_BACKWARD.value, batch, loss_fn, loss_fn_inputs, loss_fn_config
+        )
 
     async def forward_backward_async(
         self,
         batch: Any,
-        loss_fn: "LossFunction | str" = "cross_entropy",
+        loss_fn: "LossFunction | str" = vocab.LossFunction.CROSS_ENTROPY.value,
         loss_fn_inputs: Optional[Dict[str, Any]] = None,
         loss_fn_config: Optional[Dict[str, float]] = None,
     ) -> APIFuture[ForwardBackwardOutput]:
@@ -131,17 +134,19 @@ class TrainingClient:
     def forward(
         self,
         batch: Any,
-        loss_fn: "LossFunction | str" = "cross_entropy",
+        loss_fn: "LossFunction | str" = vocab.LossFunction.CROSS_ENTROPY.value,
         loss_fn_inputs: Optional[Dict[str, Any]] = None,
         loss_fn_config: Optional[Dict[str, float]] = None,
     ) -> APIFuture[ForwardBackwardOutput]:
         """Compute the loss and per-token outputs without touching gradients."""
-        return self._run_loss("forward", batch, loss_fn, loss_fn_inputs, loss_fn_config)
+        return self._run_loss(
+            vocab.OpKind.FORWARD.value, batch, loss_fn, loss_fn_inputs, loss_fn_config
+        )
 
     async def forward_async(
         self,
         batch: Any,
-        loss_fn: "LossFunction | str" = "cross_entropy",
+        loss_fn: "LossFunction | str" = vocab.LossFunction.CROSS_ENTROPY.value,
         loss_fn_inputs: Optional[Dict[str, Any]] = None,
         loss_fn_config: Optional[Dict[str, float]] = None,
     ) -> APIFuture[ForwardBackwardOutput]:
@@ -184,7 +189,7 @@ class TrainingClient:
         """Apply the accumulated gradients with AdamW and zero them."""
         chosen = AdamParams() if adam_params is None else AdamParams.from_any(adam_params)
         body = {"adamParamsConfig": chosen._to_api()}
-        return self._submit({"optimizerStep": body}, OptimStepResponse)
+        return self._submit({vocab.OpKind.OPTIMIZER_STEP.value: body}, OptimStepResponse)
 
     async def optim_step_async(
         self,
@@ -208,7 +213,8 @@ class TrainingClient:
         config: Dict[str, Any] = {"mergeWeights": True} if merge_weights else {}
         config.update({"description": description} if description else {})
         remember = self._remembers(ModelPackageKind.MODEL)
-        return self._submit({"saveWeights": config}, SaveWeightsResponse, record_fn=remember)
+        request = {vocab.OpKind.SAVE_WEIGHTS.value: config}
+        return self._submit(request, SaveWeightsResponse, record_fn=remember)
 
     async def save_weights_for_sampler_async(
         self,
@@ -235,7 +241,8 @@ class TrainingClient:
         _warn_ignored_save_args(ttl_seconds=ttl_seconds, overwrite=overwrite or None, name=name)
         config = {"description": description} if description else {}
         remember = self._remembers(ModelPackageKind.CHECKPOINT)
-        return self._submit({"saveState": config}, SaveStateResponse, record_fn=remember)
+        request = {vocab.OpKind.SAVE_STATE.value: config}
+        return self._submit(request, SaveStateResponse, record_fn=remember)
 
     async def save_state_async(
         self,
@@ -268,7 +275,7 @@ class TrainingClient:
 
     def _load(self, arn: str, with_optimizer: bool) -> APIFuture[LoadStateResponse]:
         config = {"modelPackageArn": arn, "loadOptimizer": with_optimizer}
-        return self._submit({"loadState": config}, LoadStateResponse)
+        return self._submit({vocab.OpKind.LOAD_STATE.value: config}, LoadStateResponse)
 
     def list_model_packages(
         self,
@@ -399,7 +406,9 @@ class TrainingClient:
 
     def _load_weights_for_sampling(self, model_package_arn: str) -> LoadStateResponse:
         """ExecuteSamplingOperation{loadWeightsForSampling}, sent from the caller's thread."""
-        config = {"loadWeightsForSampling": {"modelPackageArn": model_package_arn}}
+        config = {
+            vocab.OpKind.LOAD_WEIGHTS_FOR_SAMPLING.value: {"modelPackageArn": model_package_arn}
+        }
         response = call(
             "ExecuteSamplingOperation",
             lambda: self._runtime.execute_sampling_operation(

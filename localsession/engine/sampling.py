@@ -25,10 +25,8 @@ its tokens is chosen, between decode steps of the whole batch, so other requests
 decoded alongside. :func:`add_step_hook` registers a function run after every decode step
 (tests use it to slow decoding down deterministically).
 
-Length: the batched decoder (prefill, fan-out, step, compaction, admission) is one class whose
-steps share its stream state; the teacher-forced scorers below it (prompt, target and
-alternative-token logprobs) read the same model outputs and are due to move out with the
-typed sample results.
+Scoring given tokens (prompt, target and alternative-token logprobs, ``compute_logprobs``)
+needs no decoding: :mod:`localsession.engine.scoring`.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ from torch import Tensor
 from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable, pad_left
 from localsession.engine.kv_room import make_roomy
-from localsession.engine.streams import SampledStream
+from localsession.engine.streams import SampledStream, seeded_generator
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
     apply_temperature,
     filter_logits,
@@ -51,11 +49,8 @@ from localsession.numerics.filters import (  # noqa: F401 - re-exported for call
     top_k_filter,
     top_p_filter,
 )
-from localsession.numerics.losses import token_logprobs
 from localsession.port import SampleRequest, TokenCallback
-from localsession.port_results import TopLogprob
 
-_SEED_MOD = 2**63
 #: Finished streams stay in the batch (their outputs ignored) until this fraction of rows
 #: is finished; then the KV cache is compacted once, instead of once per finished stream.
 COMPACT_FRACTION = 0.25
@@ -150,8 +145,7 @@ class BatchSampler:
             for i in range(req.num_samples):
                 # CPU generators: the same stream on every device, and no per-stream kernel
                 # launch on a GPU (the draws move to the device in one copy per step).
-                gen = torch.Generator(device="cpu")
-                gen.manual_seed((req.seed + i) % _SEED_MOD)
+                gen = seeded_generator(req.seed + i)
                 streams.append(
                     SampledStream(
                         r,
@@ -357,112 +351,3 @@ class BatchSampler:
                 chosen_S = torch.where(greedy_S, logits_SV.argmax(dim=-1), chosen_S)
         lp_S = logprobs_SV.gather(-1, chosen_S.unsqueeze(-1)).squeeze(-1)
         return chosen_S, lp_S, logprobs_SV
-
-
-#: Float32 logits one ``batch_logprobs`` forward may produce: prompts are grouped under it
-#: (SmolLM2-135M: 8 prompts of 256 tokens, 404 MB, in one forward).
-LOGPROB_LOGIT_BYTES = 512 * 2**20
-
-
-@torch.no_grad()
-def batch_logprobs(
-    model: torch.nn.Module,
-    prompts: Sequence[list[int]],
-    pad_id: int,
-    vocab_size: int,
-    device: torch.device,
-) -> list[list[float]]:
-    """Each prompt's log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1, several prompts per
-    forward: right-padded with ``pad_id`` (causal attention: no position sees the padding
-    after it), in groups of at most ``LOGPROB_LOGIT_BYTES`` of float32 logits. One prompt
-    alone runs exactly as ``forward`` runs an unpadded datum. Eight prompts of 256 tokens on
-    SmolLM2-135M: 3.8 s in one forward, 4.3 s one at a time."""
-    out: list[list[float]] = []
-    start = 0
-    while start < len(prompts):
-        stop, width = start + 1, len(prompts[start])
-        while stop < len(prompts):
-            wider = max(width, len(prompts[stop]))
-            if (stop + 1 - start) * wider * vocab_size * 4 > LOGPROB_LOGIT_BYTES:
-                break
-            stop, width = stop + 1, wider
-        group = prompts[start:stop]
-        ids_BL = torch.tensor([p + [pad_id] * (width - len(p)) for p in group], device=device)
-        logits_BLV = model(input_ids=ids_BL, use_cache=False)["logits"]
-        lp_rows = token_logprobs(logits_BLV[:, :-1], ids_BL[:, 1:]).tolist()  # [B, L-1]
-        del logits_BLV
-        out.extend(row[: len(p) - 1] for row, p in zip(lp_rows, group, strict=True))
-        start = stop
-    return out
-
-
-@torch.no_grad()
-def prompt_alt_tokens(
-    model: torch.nn.Module,
-    tokens: list[int],
-    k: int,
-    temperature: float,
-    seed: int,
-    device: torch.device,
-) -> tuple[list[list[int]], list[list[float]]]:
-    """``k`` draws with replacement from the distribution over each prompt token ``i + 1``
-    (rows ``len(tokens) - 1``) at ``temperature`` (0: the argmax, k times), from a CPU
-    generator seeded ``seed``. -> (ids [L-1][k], their log-softmax(logits / T) [L-1][k])."""
-    ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
-    logits_LV = model(input_ids=ids_1L, use_cache=False)["logits"][0, :-1].float()
-    temp_L = torch.full((logits_LV.shape[0],), float(temperature), device=logits_LV.device)
-    logprobs_LV = torch.log_softmax(apply_temperature(logits_LV, temp_L), dim=-1)
-    if temperature <= 0:
-        drawn_LK = logits_LV.argmax(dim=-1, keepdim=True).expand(-1, k)
-    else:
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(seed % _SEED_MOD)
-        probs_LV = logprobs_LV.exp().cpu()
-        drawn_LK = torch.multinomial(probs_LV, k, replacement=True, generator=gen)
-        drawn_LK = drawn_LK.to(logprobs_LV.device)
-    picked_LK = logprobs_LV.gather(-1, drawn_LK)
-    return drawn_LK.tolist(), picked_LK.tolist()
-
-
-@torch.no_grad()
-def target_logprobs(
-    model: torch.nn.Module,
-    tokens: list[int],
-    targets: Sequence[Sequence[int]],
-    device: torch.device,
-) -> list[list[float | None]]:
-    """log p(targets[i][j] | tokens[: i + 1]) at T = 1 for each prompt position i + 1 (rows
-    ``len(tokens) - 1``); a -1 cell gets None."""
-    ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
-    logits_LV = model(input_ids=ids_1L, use_cache=False)["logits"][0, :-1].float()
-    logprobs_LV = torch.log_softmax(logits_LV, dim=-1)
-    wanted_LK = torch.tensor([list(row) for row in targets], dtype=torch.long, device=device)
-    picked_LK = logprobs_LV.gather(-1, wanted_LK.clamp(min=0))
-    return [
-        [None if t < 0 else v for t, v in zip(ids, vals, strict=True)]
-        for ids, vals in zip(wanted_LK.tolist(), picked_LK.tolist(), strict=True)
-    ]
-
-
-@torch.no_grad()
-def prompt_logprobs(
-    model: torch.nn.Module, tokens: list[int], device: torch.device, topk: int = 0
-) -> tuple[list[float], list[list[TopLogprob]]]:
-    """log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1 (entry 0 is 0.0), plus per-position
-    top-``topk`` alternatives (position 0: empty list)."""
-    ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
-    logits_1LV = model(input_ids=ids_1L, use_cache=False)["logits"]
-    # Position t predicts tokens[t + 1]; the same function the trainer uses (bit-identical
-    # to ``forward`` on an unpadded datum).
-    chosen_1L = token_logprobs(logits_1LV[:, :-1], ids_1L[:, 1:])
-    values = [0.0, *chosen_1L[0].tolist()]
-    top: list[list[TopLogprob]] = []
-    if topk > 0:
-        logprobs_LV = torch.log_softmax(logits_1LV[0, :-1].float(), dim=-1)
-        k = min(topk, logprobs_LV.shape[-1])
-        top_vals, top_ids = logprobs_LV.topk(k, dim=-1)
-        top = [[]] + [
-            [TopLogprob(t, v) for t, v in zip(ids, vals, strict=True)]
-            for ids, vals in zip(top_ids.tolist(), top_vals.tolist(), strict=True)
-        ]
-    return values, top

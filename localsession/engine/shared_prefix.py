@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from localsession.engine import sampling
+from localsession.engine import scoring
 from localsession.engine.loading import LoadedModel
 from localsession.numerics import prefix_groups
 from localsession.numerics.batch import Batch
@@ -315,7 +315,7 @@ def chunked(
 def batch_logprobs(
     model: Any, prompts: Sequence[list[int]], loaded: LoadedModel, shape: tuple[int, int, int]
 ) -> list[list[float]]:
-    """``sampling.batch_logprobs`` (log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1) of
+    """``scoring.batch_logprobs`` (log p(tokens[i] | tokens[:i]) at T = 1 for i >= 1) of
     ``model`` (``loaded``'s, or a plain copy of it), with prompts that share a prefix packed
     (module docstring) in runs of at most ``LOGPROB_LOGIT_BYTES`` of float32 logits;
     unshared when :func:`plan` says so. ``shape``: as for :func:`plan`."""
@@ -327,11 +327,11 @@ def batch_logprobs(
     if mode() != "off" and supported(model):
         found = plan([inputs[i] for i in index], device, dtype, shape)
     if found is None:
-        return sampling.batch_logprobs(model, prompts, pad_id, vocab_size, device)
+        return scoring.batch_logprobs(model, prompts, pad_id, vocab_size, device)
     out: list[list[float]] = [[] for _ in prompts]
 
     def fits(rows: int, width: int) -> bool:
-        return rows * width * vocab_size * 4 <= sampling.LOGPROB_LOGIT_BYTES
+        return rows * width * vocab_size * 4 <= scoring.LOGPROB_LOGIT_BYTES
 
     for run in chunked(found.groups, found.lengths, fits):
         members = [index[i] for g in run for i in g.members]  # prompt indices

@@ -1,7 +1,9 @@
 """One decode stream of the batched sampler: a (request, sample i) pair and its result so far.
 
 Shared by the sampler (:mod:`localsession.engine.sampling`) and the continuous-batching
-helpers (:mod:`localsession.engine.batch_join`), so neither imports the other's module.
+helpers (:mod:`localsession.engine.batch_join`), so neither imports the other's module;
+also the seeded CPU generator every seeded draw uses (the scorers' too) and a finished
+stream as the port's ``SampledSequence``.
 """
 
 from __future__ import annotations
@@ -10,10 +12,21 @@ from dataclasses import dataclass, field
 
 import torch
 
-from localsession.port_results import StopReason
+from localsession.port_results import SampledSequence, StopReason, TopLogprob
 
 #: Uniforms drawn per generator call (see ``SampledStream.next_uniform``).
 DRAW_CHUNK = 32
+#: Seeds are taken modulo this (a CPU generator takes a seed below 2**64; a request's
+#: ``seed + i`` may be any int).
+_SEED_MOD = 2**63
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A CPU generator seeded ``seed`` (mod 2**63): the same draws on every device, and no
+    per-stream kernel launch on a GPU."""
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(seed % _SEED_MOD)
+    return gen
 
 
 @dataclass
@@ -47,3 +60,12 @@ class SampledStream:
         if not self._draws:
             self._draws = torch.rand(DRAW_CHUNK, generator=self.generator).tolist()[::-1]
         return self._draws.pop()
+
+
+def as_sequence(stream: SampledStream) -> SampledSequence:
+    """A finished decode stream as the port's sequence; ``topk_logprobs`` when asked."""
+    assert stream.stop_reason is not None  # ``BatchSampler.run`` finishes every stream
+    top = None
+    if stream.topk:
+        top = [[TopLogprob(t, v) for t, v in row] for row in stream.topk_rows]
+    return SampledSequence(stream.tokens, stream.logprobs, stream.stop_reason, top)

@@ -14,7 +14,9 @@ The choice (:func:`choose_threads`, a pure function) rests on:
   least of the three;
 - how many cores' worth of CPU time *other* processes used over the last window: the busy
   time ``/proc/stat`` reports for those CPUs less this process's own CPU time
-  (:class:`CpuMonitor`; before a first window, the 1-minute load average stands in);
+  (:class:`CpuMonitor`, whose first window opens when the engine is imported, so the first
+  op already has one; the 1-minute load average, which counts this process too, stands in
+  only where no window is open yet);
 - how many threads of this process run ops at once (a sampler beside a training op): the
   free cores are shared between them.
 
@@ -122,8 +124,8 @@ class CpuMonitor:
         self._window_lock = threading.Lock()
         self._cpus = sorted(affinity())
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self._last: _Reading | None = None
         self._estimate: float | None = None
+        self._last: _Reading | None = self._read()  # the first window opens now
 
     def _read(self) -> _Reading | None:
         try:
@@ -142,13 +144,12 @@ class CpuMonitor:
 
     def others_busy(self) -> float:
         """Other processes' CPU use over the window since the last look, in cores (the last
-        estimate while that window is under ``MIN_WINDOW_S``; before any window, the
+        estimate while that window is under ``MIN_WINDOW_S``; before any such estimate, the
         1-minute load average)."""
         with self._window_lock:
             now = time.monotonic()
             if self._last is not None and now - self._last.at < MIN_WINDOW_S:
-                if self._estimate is not None:
-                    return self._estimate
+                return self._fallback() if self._estimate is None else self._estimate
             reading = self._read()
             if reading is None:
                 return self._fallback()

@@ -12,9 +12,10 @@ batch never sees a half-applied update (localsession.port threading contract).
 - ``sample`` / ``compute_logprobs`` with ``weights=None`` read the *base* model (adapter
   disabled); with a package directory they read that package's adapter snapshot, never the
   live training weights (docs/semantics.md#3). Snapshots are loaded lazily and cached (LRU);
-  decoding runs on a plain copy of the model (``merged``): the base layers themselves for
-  the base, else the snapshot merged in float32, held in ``MERGED_CACHE`` under its budget
-  (a larger copy is never made: that snapshot decodes through the peft model instead).
+  decoding runs on a plain copy of the model (``decoders``, ``merged``): the base layers
+  themselves for the base, else the snapshot merged in float32, held in ``MERGED_CACHE``
+  under its budget (a larger copy is never made: that snapshot decodes through the peft
+  model instead).
   ``compute_logprobs`` reads that model too, concurrent prompts in one right-padded forward
   (a lone prompt agrees with ``forward`` exactly for the base, to ~1e-6 for a merged
   snapshot). Prompt logprobs of a ``sample`` request swap the snapshot into the peft adapter
@@ -27,10 +28,9 @@ batch never sees a half-applied update (localsession.port threading contract).
 
 Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`` (a shared
 prefix runs once), ``compiled`` (the opt-in ``torch.compile`` training forward),
-``snapshots`` (package adapters), ``request_checks``.
-
-Length: one class, the ``Engine`` protocol's methods over one lock; each method is a short
-sequence of calls into the modules above, and splitting the class would split that lock.
+``snapshots`` (package adapters), ``decoders`` (which plain model decodes), ``sampling``
+(the decoder), ``scoring`` (prompt, target and alternative-token logprobs),
+``request_checks``.
 """
 
 from __future__ import annotations
@@ -40,14 +40,13 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from localsession import port
-from localsession.engine import memory, shared_prefix, thread_policy
+from localsession.engine import memory, scoring, shared_prefix, thread_policy
 from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
     adapter_config_dict,
@@ -61,18 +60,13 @@ from localsession.engine.checkpoint import (
     write_optimizer,
 )
 from localsession.engine.compiled import TrainingForward
+from localsession.engine.decoders import Decoders
 from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
 from localsession.engine.loading import LoadedModel
-from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
-from localsession.engine.sampling import (
-    BatchSampler,
-    prompt_alt_tokens,
-    prompt_logprobs,
-    target_logprobs,
-)
-from localsession.engine.snapshots import SnapshotCache, SnapshotKey, use_weights
-from localsession.engine.streams import SampledStream
+from localsession.engine.sampling import BatchSampler
+from localsession.engine.snapshots import SnapshotCache, use_weights
+from localsession.engine.streams import as_sequence
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.train_step import loss_step
 from localsession.numerics.batch_fast import parse_datums
@@ -80,14 +74,7 @@ from localsession.numerics.inputs import empty_fwd_result
 from localsession.numerics.losses import clip_config
 from localsession.numerics.optim import LoraAdamW
 from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
-from localsession.port_results import (
-    ForwardResult,
-    OptimResult,
-    PromptAltTokens,
-    SampledSequence,
-    SampleResult,
-    TopLogprob,
-)
+from localsession.port_results import ForwardResult, OptimResult, SampleResult
 
 
 class TorchEngine:
@@ -118,18 +105,17 @@ class TorchEngine:
         }
         #: package adapters loaded for sampling (snapshots.py)
         self._snapshots = SnapshotCache(self._layout, self._adapter)
-        #: Decoding models (merged.py): the plain base model (shares every tensor), and
-        #: merged snapshot copies in the process-wide ``MERGED_CACHE`` under this owner.
-        self._can_merge = can_merge(self._loaded.model, self._loaded.dtype)
+        #: Decoding models (decoders.py): the plain base model (shares every tensor), and
+        #: merged snapshot copies in the process-wide ``MERGED_CACHE`` under its owner.
+        self._decoders = Decoders(
+            self._loaded.model, self._adapter, self._loaded.dtype, self._loaded.device
+        )
         #: Most positions taken: a map entry's ``max_context``, else the model's (None: unknown)
         self.max_positions: int | None = (spec.model and spec.model.max_context) or (
             int(getattr(self._loaded.model.config, "max_position_embeddings", 0) or 0) or None
         )
         #: (non-embedding parameters, layers, width) for the FLOP count (flops.py)
         self._shape = count_params(self._loaded.model)
-        self._merged_bytes = merged_bytes(self._loaded.model) if self._can_merge else 0
-        self._plain_base: torch.nn.Module | None = None
-        self._cache_owner = object()
         #: rough bytes of activations (or KV cache) per token, for ``memory.after_op``
         config = getattr(self._loaded.model.get_base_model(), "config", None)
         layers = int(getattr(config, "num_hidden_layers", 1) or 1)
@@ -248,51 +234,16 @@ class TorchEngine:
         joiner = admit and admitter(admit, checked, self.vocab_size, self.max_positions)
         key, snapshot = self._snapshots.get(weights)
         with self._mutex, torch.no_grad(), thread_policy.scope():
-            decoder = self._decoder(key, snapshot)  # None: the peft model, snapshot swapped in
+            decoder = self._decoders.get(key, snapshot)  # None: the peft model, snapshot in
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
-            responses = [SampleResult([_sequence(s) for s in streams]) for streams in grouped]
-            wanted = [
-                i
-                for i, req in enumerate(checked)
-                if req.include_prompt_logprobs
-                or (req.topk_prompt_logprobs or 0) > 0
-                or req.target_prompt_logprobs is not None
-                or req.prompt_alt_tokens_k > 0
-            ]
+            responses = [SampleResult([as_sequence(s) for s in streams]) for streams in grouped]
+            wanted = [i for i, req in enumerate(checked) if scoring.asks_prompt_scores(req)]
             if wanted:  # on the peft model: bit-identical to ``forward`` (prompt_logprobs)
                 with self._use_weights(snapshot):
                     for i in wanted:
-                        req = checked[i]
-                        topk = req.topk_prompt_logprobs or 0
-                        values, top = prompt_logprobs(
-                            self._loaded.model, req.prompt, self._loaded.device, topk
-                        )
-                        targets = None
-                        if req.target_prompt_logprobs is not None:
-                            targets = target_logprobs(
-                                self._loaded.model,
-                                req.prompt,
-                                req.target_prompt_logprobs,
-                                self._loaded.device,
-                            )
-                        alts = None
-                        if req.prompt_alt_tokens_k > 0:
-                            alt_ids, alt_lps = prompt_alt_tokens(
-                                self._loaded.model,
-                                req.prompt,
-                                req.prompt_alt_tokens_k,
-                                req.temperature,
-                                req.seed,
-                                self._loaded.device,
-                            )
-                            alts = PromptAltTokens(alt_ids, alt_lps)
-                        responses[i] = replace(
-                            responses[i],
-                            prompt_logprobs=values if req.include_prompt_logprobs else None,
-                            topk_prompt_logprobs=top if topk > 0 else None,
-                            target_prompt_logprobs=targets,
-                            prompt_alt_tokens=alts,
+                        responses[i] = scoring.with_prompt_scores(
+                            responses[i], self._loaded.model, checked[i], self._loaded.device
                         )
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in checked)
         self._trim(streams * self._token_bytes)
@@ -303,34 +254,6 @@ class TorchEngine:
     ) -> AbstractContextManager[None]:
         """``snapshots.use_weights`` on this session's model (caller holds the lock)."""
         return use_weights(self._loaded.model, self._adapter, snapshot)
-
-    def _decoder(
-        self, key: SnapshotKey | None, snapshot: dict[str, torch.Tensor] | None
-    ) -> torch.nn.Module | None:
-        """The plain model that decodes for ``snapshot`` (merged.py), or ``None`` to decode
-        with the peft model over the shared base (half precision, no cache key, or a merged
-        copy larger than the cache budget). Caller holds the lock."""
-        if snapshot is None:
-            if self._plain_base is None:
-                self._plain_base = plain_model(self._loaded.model, merge=False)
-            return self._plain_base
-        if not self._can_merge or key is None or self._merged_bytes > MERGED_CACHE.budget:
-            return None
-        owner = self._cache_owner
-        cached = MERGED_CACHE.get(owner, key)
-        if cached is not None:
-            return cached
-        reused = MERGED_CACHE.make_room(owner, self._merged_bytes)
-        with self._use_weights(snapshot):
-            if reused is not None:
-                remerge_(reused, self._loaded.model)
-                merged = reused
-            else:
-                merged = plain_model(self._loaded.model, merge=True)
-        MERGED_CACHE.put(owner, key, merged, self._merged_bytes)
-        if self._loaded.device.type == "cpu":  # the merge's temporaries (deltas, stashed
-            memory.trim()  # adapter) are garbage now: once per snapshot, not per step
-        return merged
 
     def compute_logprobs(self, weights: str | None, tokens: list[int]) -> list[float | None]:
         """Per-token log p(tokens[i] | tokens[:i]) at T = 1; entry 0 is ``None``."""
@@ -345,7 +268,7 @@ class TorchEngine:
         checked = [check_logprobs_prompt(t, self.vocab_size, self.max_positions) for t in prompts]
         key, snapshot = self._snapshots.get(weights)
         with self._mutex, torch.no_grad(), thread_policy.scope():
-            decoder = self._decoder(key, snapshot)  # the sampler's model, when there is one
+            decoder = self._decoders.get(key, snapshot)  # the sampler's model, if one
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 model = decoder if decoder is not None else m.model
                 rows = shared_prefix.batch_logprobs(model, checked, m, self._shape)
@@ -423,9 +346,9 @@ class TorchEngine:
             device = self._loaded.device
             self._optimizer.zero_grad()
             self._snapshots.clear()
-            self._plain_base = None
-            MERGED_CACHE.drop_owner(self._cache_owner)
+            self._decoders.drop()
             del self._sampler, self._optimizer, self._loaded, self._adapter, self._snapshots
+            del self._decoders  # holds the model
             del self._train_forward  # holds the model (and a compiled graph)
             if self._shared is not None:
                 POOL.release(self._shared)
@@ -433,12 +356,3 @@ class TorchEngine:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-def _sequence(stream: SampledStream) -> SampledSequence:
-    """A finished decode stream as the port's sequence; ``topk_logprobs`` when asked."""
-    assert stream.stop_reason is not None  # ``BatchSampler.run`` finishes every stream
-    top = None
-    if stream.topk:
-        top = [[TopLogprob(t, v) for t, v in row] for row in stream.topk_rows]
-    return SampledSequence(stream.tokens, stream.logprobs, stream.stop_reason, top)

@@ -3,7 +3,7 @@ pure, torch-free functions over one datum's per-token values.
 
 Per token, with ``lp`` the trained model's log-probability of the target, ``q`` the
 sampler's (``logprobs``), ``A`` the advantage, ``w`` the weight (1 unless given) and
-``beta`` the penalty (``loss_fn_config["beta"]``, default :data:`DEFAULT_BETA`)::
+``beta`` the penalty (``loss_fn_config["beta"]``, default ``vocab.TINKER_DRO_BETA``)::
 
     loss = -w * (lp * A - beta / 2 * (lp - q) ** 2)
     d loss / d lp = -w * (A - beta * (lp - q))
@@ -17,9 +17,6 @@ The Tinker dialect runs ``dro`` that way: a forward for ``lp``, then that backwa
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-#: ``beta`` when ``loss_fn_config`` does not give one (the value of the SDK docs' example).
-DEFAULT_BETA = 0.05
 
 
 def dro_loss(

@@ -9,8 +9,9 @@ the row layout from plain lists:
   pairs: a shared position must also share its temperature), runs of neighbours merged while
   the run's common prefix times its size does not shrink, a run cut where its packed row would
   pass ``max_row`` or where the next datum shares more with the one after it than with the
-  run; a group that saves less than :data:`MIN_GROUP_SAVING` of its tokens is
-  split back into single datums.
+  run (any more, if joining would shorten the run's prefix; twice as much otherwise); a group
+  that saves less than :data:`MIN_GROUP_SAVING` of its tokens is split back into single
+  datums.
 - :func:`packed_length` and :func:`suffix_starts`: the packed row's length and where each
   member's suffix begins in it.
 - :func:`sharing_pays`: the per-batch rule. The padded cost of the packed rows (one forward
@@ -81,10 +82,13 @@ def group_by_prefix(keys: Sequence[Sequence[Hashable]], max_row: int) -> list[Gr
             shared = common_prefix(keys[members[0]], keys[i], prefix)
             grown = packed_length(shared, [lengths[j] for j in members]) + lengths[i] - shared
             nxt = order[at + 1] if at + 1 < len(order) else None
-            # a datum that shares more with the next one than with this run starts its own
-            ahead = 0 if nxt is None else common_prefix(keys[i], keys[nxt], shared + 1)
+            # a datum that shares more with the next one than with this run starts its own:
+            # when joining would shorten the run's prefix, or when the next one shares at least
+            # twice as much (a run of one short datum [9] must not hold the prompt [9, 1, ...])
+            ahead = 0 if nxt is None else common_prefix(keys[i], keys[nxt], 2 * shared)
+            leaves = ahead > shared and (shared < prefix or ahead >= 2 * shared)
             if shared > 0 and len(members) * shared >= (len(members) - 1) * prefix:
-                if grown <= max_row and not (shared < prefix and ahead > shared):
+                if grown <= max_row and not leaves:
                     members.append(i)
                     prefix = shared
                     continue

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localsession import vocab
 from localsession.port import Engine, EngineSpec
 from localsession.runtime.models.catalog import localsession_home
 
@@ -45,9 +46,9 @@ class ServiceConfig:
     #: Seconds of inactivity before a session becomes Expired; None = never.
     idle_timeout: float | None = None
     #: Seconds without a heartbeat before a Tinker session is expired, its models' sessions
-    #: and unused hidden samplers stopped (the SDK beats every 10 s and warns after 120 s
-    #: that the session will be terminated); 0 = never (``--heartbeat-timeout``).
-    heartbeat_timeout: float = 120.0
+    #: and unused hidden samplers stopped (``vocab.TINKER_HEARTBEAT_TIMEOUT_S``); 0 = never
+    #: (``--heartbeat-timeout``).
+    heartbeat_timeout: float = vocab.TINKER_HEARTBEAT_TIMEOUT_S
     #: State directory: the model-package registry lives under it (docs/semantics.md#5).
     home: Path = field(default_factory=localsession_home)
     #: Makes a session's engine. ``None``: the service was built without one, and a session
@@ -87,6 +88,9 @@ class ServiceConfig:
             max_sessions=int(os.environ.get("LOCALSESSION_MAX_SESSIONS", "4")),
             gap_timeout=_env_float("LOCALSESSION_GAP_TIMEOUT", 60.0) or 0.0,
             idle_timeout=_env_float("LOCALSESSION_IDLE_TIMEOUT", None),
-            heartbeat_timeout=_env_float("LOCALSESSION_HEARTBEAT_TIMEOUT", 120.0) or 0.0,
+            heartbeat_timeout=_env_float(
+                "LOCALSESSION_HEARTBEAT_TIMEOUT", vocab.TINKER_HEARTBEAT_TIMEOUT_S
+            )
+            or 0.0,
         )
         return dataclasses.replace(config, **overrides)

@@ -29,12 +29,8 @@ from typing import Any
 from localsession import vocab
 from localsession.runtime.errors import ServiceError
 
-#: Wire op kinds a fault can name (``"*"`` names them all).
-KINDS: tuple[str, ...] = vocab.OP_KINDS
 #: SDK method names accepted in place of wire kinds.
 ALIASES: dict[str, str] = {m: k for m, k in vocab.KIND_OF_METHOD.items() if m != k}
-#: Error codes a submit fault may answer with, and their HTTP statuses (docs/wire.md#4).
-SUBMIT_CODES: dict[str, int] = dict(vocab.RUNTIME_ERRORS)
 AT = ("submit", "execution")
 
 
@@ -48,10 +44,10 @@ def normalise_kinds(kind: str | Collection[str]) -> frozenset[str] | None:
         if name == "*":
             return None
         wire = ALIASES.get(name, name)
-        if wire not in KINDS:
+        if wire not in vocab.OP_KINDS:
             raise ValueError(
                 f"fault kind {name!r} is not an operation kind; use one of "
-                f"{', '.join(KINDS)}, an SDK method name ({', '.join(ALIASES)}) or '*'"
+                f"{', '.join(vocab.OP_KINDS)}, an SDK method name ({', '.join(ALIASES)}) or '*'"
             )
         kinds.add(wire)
     return frozenset(kinds)
@@ -111,7 +107,7 @@ class Faults:
         ``"sample"``, ...), an SDK method name (``"optim_step"``), ``"*"`` for any, or a
         collection of these. ``at="execution"``: the op is accepted, then finishes ``Failed``
         with ``message`` when it runs (``code`` must be None). ``at="submit"``: the request is
-        refused with ``code`` (default ``ValidationException``; see :data:`SUBMIT_CODES`) and
+        refused with ``code`` (default ``ValidationException``; see ``vocab.RUNTIME_ERRORS``) and
         ``message``. Faults fire in the order they were armed.
         """
         kinds = normalise_kinds(kind)
@@ -124,8 +120,8 @@ class Faults:
                 f"code; drop code={code!r} or use at='submit'"
             )
         code = code or vocab.ErrorCode.VALIDATION
-        if code not in SUBMIT_CODES:
-            raise ValueError(f"fault code {code!r}: use one of {', '.join(SUBMIT_CODES)}")
+        if code not in vocab.RUNTIME_ERRORS:
+            raise ValueError(f"fault code {code!r}: use one of {', '.join(vocab.RUNTIME_ERRORS)}")
         if message is not None and not isinstance(message, str):
             raise ValueError(f"fault message must be a string, got {type(message).__name__}")
         with self._mutex:
@@ -177,7 +173,7 @@ class Faults:
         message = rule.message or (
             f"The service refused this {kind} request (injected fault: fail_next at submit)."
         )
-        raise ServiceError(rule.code, message, SUBMIT_CODES[rule.code])
+        raise ServiceError(rule.code, message, vocab.RUNTIME_ERRORS[rule.code])
 
     def on_execute(self, kind: str) -> str | None:
         """The failure message of a pending ``at="execution"`` fault for ``kind``, else None."""

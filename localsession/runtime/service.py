@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from localsession import vocab
 from localsession.port import Engine, EngineConfigError, EngineSpec
 from localsession.port_commands import SampleCommand, SessionCommand, TrainingCommand
 from localsession.port_results import OpOutcome
@@ -41,9 +42,9 @@ from localsession.runtime.packages.listing import ModelPackages
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.paging import page
 from localsession.runtime.sessions.dataplane import DataPlane, Observer
-from localsession.runtime.sessions.lifecycle import DELETABLE, Session
+from localsession.runtime.sessions.lifecycle import Session
 from localsession.runtime.sessions.operations import Operation
-from localsession.runtime.sessions.run_op import PackageMismatch
+from localsession.runtime.sessions.package_fit import PackageMismatch, compatible_package
 from localsession.runtime.sessions.scheduler import SamplingScheduler
 from localsession.runtime.sessions.table import SessionTable
 
@@ -225,7 +226,7 @@ class Service:
     def delete_training_session(self, request: dict[str, Any]) -> dict[str, Any]:
         validate.session_name(request.get("TrainingSessionName"))
         session = self.table.get(request.get("TrainingSessionName"), runtime=False)
-        if session.status not in DELETABLE:
+        if session.status not in vocab.SESSION_DELETABLE:
             raise errors.validation(
                 f"Training session {session.name} is {session.status}; stop it before deleting it."
             )
@@ -328,7 +329,7 @@ class Service:
         if not arn:
             return session.sampling_package
         try:
-            return str(session.compatible_package(arn))
+            return str(compatible_package(session, arn))
         except PackageMismatch as exc:
             raise errors.validation(str(exc)) from None
         except errors.ServiceError as exc:
@@ -370,7 +371,7 @@ class Service:
             session = self.session(name)
         except errors.ServiceError:
             return False  # the caller's read of the result reports it
-        return session.run_here(operation_id)
+        return session.runner.run_here(operation_id)
 
     def backoff(self, seconds: float) -> None:
         """How an in-process client waits before retrying a throttled request: real time."""

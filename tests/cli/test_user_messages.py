@@ -99,7 +99,7 @@ def test_a_bad_device_setting_is_one_log_line(
     monkeypatch.setenv("LOCALSESSION_DEVICE", "gpu")
     service = build_service(ServiceConfig(home=tmp_path))
     try:
-        with caplog.at_level(logging.ERROR, logger="localsession.runtime.sessions.lifecycle"):
+        with caplog.at_level(logging.ERROR, logger="localsession.runtime.sessions.runner"):
             _session(service, "wrong-device")
             assert service.wait_for_session("wrong-device", 60) == "Failed"
         (record,) = [r for r in caplog.records if "failed to load" in r.getMessage()]

@@ -3,7 +3,8 @@
 - The shipped reference set (conformance/reference/, localsession recorded in-process) is
   matched by all three carriers: in-process, HTTP (``serve`` + the SDK) and ``mock()``. The
   HTTP carrier is the http run the folder's other tests share (conftest ``suite_runs``, with
-  ``--snapshot-check``); the other two run here, at the same time as each other.
+  ``--snapshot-check``); the other two are two more full runs, at the same time as each
+  other, in the slow tier.
 - Three divergences planted in a backend (planted.py) are reported as diffs for exactly the
   tests whose recorded events they touch, found from the recording itself; every other
   test agrees.
@@ -33,13 +34,31 @@ def _report(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def test_the_three_carriers_match_the_reference_snapshots(
-    tmp_path: Path, suite_runs: dict[str, Finished]
+def _recorded() -> int:
+    """How many tests the shipped reference set recorded."""
+    return sum(len(json.loads(p.read_text())) for p in REFERENCE.glob("*.snapshot.json"))
+
+
+def _assert_all_agree(name: str, returncode: int, output: str, report: Path) -> None:
+    """A carrier's run passed and its parity report lists every recorded test as agreeing."""
+    assert returncode == 0, f"{name}:\n{output[-6000:]}"
+    verdicts = {t: v["status"] for t, v in _report(report)["tests"].items()}
+    assert set(verdicts.values()) == {"agree"}, (name, verdicts)
+    assert len(verdicts) == _recorded() >= 100, name
+
+
+def test_the_http_carrier_matches_the_reference_snapshots(
+    suite_runs: dict[str, Finished],
 ) -> None:
-    recorded = sum(len(json.loads(p.read_text())) for p in REFERENCE.glob("*.snapshot.json"))
     shared = suite_runs[SNAPSHOT_BACKEND]
     assert shared.snapshots is not None
-    runs = {SNAPSHOT_BACKEND: (shared.returncode, shared.output, shared.snapshots)}
+    _assert_all_agree(SNAPSHOT_BACKEND, shared.returncode, shared.output, shared.snapshots)
+
+
+@pytest.mark.slow
+def test_the_inprocess_and_mock_carriers_match_the_reference_snapshots(tmp_path: Path) -> None:
+    """Two more full suite runs (the default tier checks the http carrier's, which it shares
+    with the folder's other tests)."""
     with contextlib.ExitStack() as stack:  # each run a process group, stopped on the way out
         procs = {}
         for name, backend in CARRIERS.items():
@@ -55,14 +74,7 @@ def test_the_three_carriers_match_the_reference_snapshots(
         for name, (proc, report, log) in procs.items():
             proc.wait(timeout=TIMEOUT)
             log.seek(0)
-            runs[name] = (proc.returncode, log.read(), report)
-    assert set(runs) == {"inprocess", "http", "mock"}
-    for name, (returncode, output, report) in runs.items():
-        assert returncode == 0, f"{name}:\n{output[-6000:]}"
-        tests = _report(report)["tests"]
-        verdicts = {t: v["status"] for t, v in tests.items()}
-        assert set(verdicts.values()) == {"agree"}, (name, verdicts)
-        assert len(verdicts) == recorded >= 100, name
+            _assert_all_agree(name, proc.returncode, log.read(), report)
 
 
 def _touched(events: list[dict[str, Any]]) -> set[str]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from localsession.engine import torch_engine
+from localsession.engine import decoders
 from localsession.engine.base_pool import POOL, load_private
 from localsession.engine.merged import MergedCache, merged_bytes
 from localsession.engine.torch_engine import TorchEngine
@@ -125,7 +125,7 @@ def test_merged_cache_budget_and_lru(
     make_engine: Callable[..., TorchEngine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = MergedCache()  # private, so other tests' sessions do not count
-    monkeypatch.setattr(torch_engine, "MERGED_CACHE", cache)
+    monkeypatch.setattr(decoders, "MERGED_CACHE", cache)
     a, b = make_engine(seed=0), make_engine(seed=1)
     size = merged_bytes(a.model)
     monkeypatch.setenv("LOCALSESSION_MERGED_CACHE_MB", str(2.5 * size / 2**20))  # two fit
@@ -147,7 +147,7 @@ def test_merged_cache_budget_and_lru(
     assert a.sample(str(tmp_path / "a"), [request]) == first  # rebuilt: same tokens
     assert cache.used <= 2.5 * size
     monkeypatch.setenv("LOCALSESSION_MERGED_CACHE_MB", "0")  # no copies: decode unmerged
-    cache.drop_owner(a._cache_owner)
+    cache.drop_owner(a._decoders.owner)
     unmerged = a.sample(str(tmp_path / "a"), [request])
     assert unmerged[0].sequences[0].tokens == first[0].sequences[0].tokens
     lp_merged = first[0].sequences[0].logprobs

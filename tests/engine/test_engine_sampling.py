@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from localsession.engine import sampling
+from localsession.engine import scoring
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import AdamHyperparams, EngineInputError, SampleRequest
@@ -180,7 +180,7 @@ def test_compute_logprobs_batch_agrees_with_the_base_model_prompt_by_prompt(
     prompts = [[257, *b"a longer prompt here"], [257, *b"hi"], [257], [257, *b"mid size"]]
     got_all = tiny_engine.compute_logprobs_batch(None, prompts)
     width, vocab = max(map(len, prompts)), tiny_engine.vocab_size
-    monkeypatch.setattr(sampling, "LOGPROB_LOGIT_BYTES", 2 * width * vocab * 4)  # 2 a forward
+    monkeypatch.setattr(scoring, "LOGPROB_LOGIT_BYTES", 2 * width * vocab * 4)  # 2 a forward
     for got in (got_all, tiny_engine.compute_logprobs_batch(None, prompts)):
         assert [len(g) for g in got] == [len(p) for p in prompts]
         for prompt, values in zip(prompts, got, strict=True):

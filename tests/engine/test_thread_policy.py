@@ -110,6 +110,27 @@ def test_monitor_counts_other_processes_busy_time(
     assert monitor.others_busy() == pytest.approx(2.0)
 
 
+def test_the_first_window_opens_when_the_monitor_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first op after the engine's import reads a real window, not the load average
+    (which counts this process's own work, e.g. loading the model, as other processes')."""
+    clock = SimpleNamespace(now=50.0, own=2.0)
+    fake_time = SimpleNamespace(monotonic=lambda: clock.now, process_time=lambda: clock.own)
+    monkeypatch.setattr(thread_policy, "time", fake_time)
+    monkeypatch.setattr(thread_policy, "affinity", lambda: {0, 1})
+    monkeypatch.setattr(thread_policy.os, "getloadavg", lambda: (1.9, 1.0, 0.5))
+    stat = tmp_path / "stat"
+    stat.write_text(stat_text((100, 0, 0, 1000, 0, 0, 0, 0), (100, 0, 0, 1000, 0, 0, 0, 0)))
+    monitor = CpuMonitor(stat)
+    monitor._tick = 100
+    # 4 s later: 7.6 s busy on the two CPUs, 7.2 s of them this process's (loading a model)
+    clock.now, clock.own = 54.0, 9.2
+    stat.write_text(stat_text((480, 0, 0, 1010, 0, 0, 0, 0), (480, 0, 0, 1010, 0, 0, 0, 0)))
+    assert monitor.others_busy() == pytest.approx(0.1)
+    assert choose_threads(2, monitor.others_busy(), current=2) == 2
+
+
 @pytest.fixture
 def policy(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
     """Two CPUs, torch's count before any op 2, and other processes' load as stated."""

@@ -161,8 +161,8 @@ def test_grpo_step_trains_on_groups_with_signal(relaxed: object) -> None:
 
 def test_grpo_demo_reports_accuracy_lines_and_the_first_question_it_learned() -> None:
     """The demo's lines: accuracy before and after on lines of their own, and the first
-    held-out question (by position) that the trained model answers correctly, with its reply
-    before training; never a reply that is wrong."""
+    held-out question (by position) that training taught (wrong before, right after), else
+    the first one it answers right, with its reply before training; never a wrong reply."""
     grpo_math = pytest.importorskip("grpo_math")
     problems = make_split(0, 50, 3, style="chat")[1]
     right = [str(p.answer) for p in problems]
@@ -180,6 +180,12 @@ def test_grpo_demo_reports_accuracy_lines_and_the_first_question_it_learned() ->
     assert learned["reply_after"] == right[2] and learned["reply_before"] == "y"
     assert learned["correct_before"] is False
     assert grpo_math.first_learned(problems, after, before)["question"] == problems[1].question
+    # right before at 1, right after at 1 and 2: question 2 is the one it learned
+    both = {**after, "correct": [False, True, True], "replies": ["z", right[1], right[2]]}
+    assert grpo_math.first_learned(problems, before, both)["question"] == problems[2].question
+    # nothing learned, one known: that one, marked as right before
+    known = grpo_math.first_learned(problems, before, {**both, "correct": [False, True, False]})
+    assert known["question"] == problems[1].question and known["correct_before"] is True
     nothing = {**after, "correct": [False, False, False]}
     assert grpo_math.first_learned(problems, before, nothing) is None
 

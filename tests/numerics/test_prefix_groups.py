@@ -66,6 +66,19 @@ def test_a_datum_sharing_one_token_does_not_swallow_a_group() -> None:
     assert [g.prefix for g in groups if len(g.members) > 1] == [7]
 
 
+def test_a_datum_that_starts_the_prompt_does_not_hold_its_group() -> None:
+    """[9] sorts first and shares its one token with every datum after it; two copies of it
+    are a group of their own, and the eight that share [9, 1, ..., 6] still group."""
+    prompt = [9, 1, 2, 3, 4, 5, 6]
+    for short in ([[9]], [[9], [9]]):
+        keys = short + [prompt + [50 + i] for i in range(8)]
+        groups = pg.group_by_prefix(keys, max_row=4096)
+        first = tuple(range(len(short)))
+        rest = tuple(range(len(short), len(keys)))
+        assert sorted(g.members for g in groups) == [first, rest]
+        assert {g.members: g.prefix for g in groups}[rest] == 7
+
+
 def test_long_rows_split_at_max_row() -> None:
     keys = grpo_keys(prompts=1, group=10, prompt_len=30, seed=1)
     groups = pg.group_by_prefix(keys, max_row=60)

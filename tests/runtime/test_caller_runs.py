@@ -193,11 +193,11 @@ def test_the_worker_and_a_stop_wait_for_the_callers_op(runtime: Any) -> None:
     assert engine.running == 1 and service.operation("s1", queued).status == "Pending"
     service.stop_training_session({"TrainingSessionName": "s1"})
     session = service.session("s1")
-    session.join(0.2)  # the worker waits for the caller's op
+    session.runner.join(0.2)  # the worker waits for the caller's op
     assert session.runner.worker.is_alive()
     engine.gate.set()
     caller.join(5)
-    session.join(5)
+    session.runner.join(5)
     assert not session.runner.worker.is_alive() and not engine.closed_while_running
     assert service.operation("s1", op_id).status == "Completed"
     assert service.operation("s1", queued).status == "Skipped"

@@ -13,7 +13,7 @@ import pytest
 
 from localsession.port import EngineInputError, SampleRequest
 from localsession.port_results import LogprobsResult, SampledSequence, SampleResult
-from localsession.runtime.sessions.operations import COMPLETED, FAILED, Operation
+from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
 GENERATING = threading.Lock()  # shared by every stub engine: held while one "generates"
@@ -86,7 +86,7 @@ def test_a_lone_request_runs_without_waiting_for_company() -> None:
             op = submit(scheduler, session, seed=1)
             assert op.done.wait(10)
             assert time.monotonic() - started < 5.0
-        assert op.status == COMPLETED and op.result is not None
+        assert op.status == "Completed" and op.result is not None
         assert op.result.sequences[0].tokens == [1]
     finally:
         scheduler.close()
@@ -131,7 +131,7 @@ def test_a_failing_request_does_not_fail_its_batch(scheduler: SamplingScheduler)
     session = StubSession(engine)
     ops = [submit(scheduler, session, seed=i, prompt=[-1] if i == 2 else None) for i in range(4)]
     assert all(op.done.wait(5) for op in ops)
-    assert [op.status for op in ops] == [COMPLETED, COMPLETED, FAILED, COMPLETED]
+    assert [op.status for op in ops] == ["Completed", "Completed", "Failed", "Completed"]
     assert "-1" in (ops[2].error or "")
     assert engine.batches[0][1] == [0, 1, 2, 3]  # tried together first, then one by one
 
@@ -150,7 +150,7 @@ def test_sessions_never_generate_at_once(scheduler: SamplingScheduler) -> None:
     for t in threads:
         t.join()
     assert len(ops) == 15 and all(op.done.wait(10) for op in ops)
-    assert all(op.status == COMPLETED for op in ops)  # a concurrent run would have failed
+    assert all(op.status == "Completed" for op in ops)  # a concurrent run would have failed
 
 
 def test_close_waits_for_the_running_batch_and_ends_the_thread() -> None:
@@ -163,7 +163,7 @@ def test_close_waits_for_the_running_batch_and_ends_the_thread() -> None:
     time.sleep(0.1)  # generating now
     sched.close()
     assert not thread.is_alive()
-    assert op.done.wait(0) and op.status == COMPLETED
+    assert op.done.wait(0) and op.status == "Completed"
 
 
 class AdmittingStub(StubEngine):
@@ -213,12 +213,12 @@ def test_jobs_queued_during_a_batch_join_it() -> None:
         assert all(op.done.wait(10) for op in ops)
         assert engine.batches[0] == (None, [1, 2, 4])  # one call: the first and two joiners
         assert [op.status for op in ops] == [
-            COMPLETED,
-            COMPLETED,
-            FAILED,
-            COMPLETED,
-            COMPLETED,
-            COMPLETED,
+            "Completed",
+            "Completed",
+            "Failed",
+            "Completed",
+            "Completed",
+            "Completed",
         ]
         assert "token id -2" in str(joiners[1].error)
         results = [op.result.sequences[0].tokens for op in ops if op.result]
@@ -277,7 +277,7 @@ def test_concurrent_compute_logprobs_run_as_one_call_where_the_engine_batches() 
         engine.logprob_calls.clear()
         mixed = [submit_logprobs(scheduler, session, p) for p in ([1, 1], [-1, 1], [1, 1, 1])]
         assert all(op.done.wait(10) for op in mixed)
-        assert [op.status for op in mixed] == [COMPLETED, FAILED, COMPLETED]
+        assert [op.status for op in mixed] == ["Completed", "Failed", "Completed"]
         assert engine.logprob_calls[0] == [[1, 1], [-1, 1], [1, 1, 1]]  # together first
         assert len(engine.logprob_calls) == 4  # then one by one
     finally:

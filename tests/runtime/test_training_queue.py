@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.sessions.operations import PENDING, SKIPPED, Operation
+from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.training_queue import Gap, TrainingQueue
 
 STEP: dict[str, Any] = {"adamParamsConfig": {"learningRate": 1e-3}}
@@ -129,9 +129,9 @@ def test_skip_all_ends_every_queued_op_skipped() -> None:
     assert released(queue) == [1]
     waiting = [admit(queue, 3), admit(queue, 4)]
     queue.skip_all("The session was stopped before this operation ran.")
-    assert [op.status for op in waiting] == [SKIPPED, SKIPPED]
+    assert [op.status for op in waiting] == ["Skipped", "Skipped"]
     assert {op.error for op in waiting} == {"The session was stopped before this operation ran."}
-    assert ran.status == PENDING  # released ops are the worker's, not the queue's
+    assert ran.status == "Pending"  # released ops are the worker's, not the queue's
     assert len(queue) == 0 and queue.advance(0.0) is None
 
 

@@ -20,10 +20,10 @@ import pytest
 from botocore.config import Config
 from testkit import StubEngine, create_request
 
+from localsession import vocab
 from localsession.port import EngineSpec, SampleRequest
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
-from localsession.runtime.sessions.operations import TERMINAL
 from localsession.server.app import MAX_HELD_SAMPLING
 from localsession.server.endpoints import client_env
 from localsession.server.hosting import ServerThread
@@ -156,7 +156,7 @@ def test_a_held_poll_answers_when_the_op_completes(tmp_path: Path, runtime: Any)
             rt = runtime(url)
             op_id = rt.execute_training_operation(trainingSessionName="s1", **_fb(1))
             op = service.operation("s1", op_id["operationId"])
-            assert op.status not in TERMINAL  # the submit was not held
+            assert op.status not in vocab.OP_TERMINAL  # the submit was not held
             answer = rt.get_training_operation_result(trainingSessionName="s1", operationId=op.id)
             returned = time.monotonic()
     finally:
@@ -176,10 +176,10 @@ def test_a_submit_behind_a_sequence_gap_is_answered_at_once(tmp_path: Path, runt
             second = rt.execute_training_operation(trainingSessionName="s1", **_fb(2))
             assert time.monotonic() - started < 10.0  # not held to the 30 s cap
             op2 = service.operation("s1", second["operationId"])
-            assert op2.status not in TERMINAL
+            assert op2.status not in vocab.OP_TERMINAL
             first = rt.execute_training_operation(trainingSessionName="s1", **_fb(1))
             op1 = service.operation("s1", first["operationId"])
-            assert op1.status in TERMINAL  # op 1 had nothing before it: held until done
+            assert op1.status in vocab.OP_TERMINAL  # op 1 had nothing before it: held until done
             assert service.wait_operation("s1", op2.id, 30)
     finally:
         service.close()
@@ -209,7 +209,7 @@ def test_at_most_a_few_sampling_submits_of_a_session_are_held(tmp_path: Path, ru
                         }
                     },
                 )
-                return service.operation("s1", answer["operationId"]).status in TERMINAL
+                return service.operation("s1", answer["operationId"]).status in vocab.OP_TERMINAL
 
             with ThreadPoolExecutor(5) as pool:
                 done_when_answered = list(pool.map(submit, range(5)))

@@ -13,15 +13,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from localsession import vocab
 from localsession.port import SampleRequest
 from localsession.port_results import SampleResult
 from localsession.runtime import errors
 from localsession.runtime.chat import protocol, streaming
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.sessions import stops
-from localsession.runtime.sessions.lifecycle import ACTIVE, Session
-from localsession.runtime.sessions.operations import COMPLETED, Operation
-from localsession.runtime.sessions.run_op import PackageMismatch
+from localsession.runtime.sessions.lifecycle import Session
+from localsession.runtime.sessions.operations import Operation
+from localsession.runtime.sessions.package_fit import PackageMismatch, compatible_package
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
 
@@ -139,7 +140,7 @@ class Completions:
             return
 
         def submit(request: SampleRequest) -> Operation:
-            op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+            op = Operation(kind=vocab.OpKind.SAMPLE, body={}, id=str(uuid.uuid4()))
             job = make_job(prepared.session, op, prepared.weights, request, request.prompt)
             self.service.scheduler.submit(job)
             return op
@@ -148,7 +149,7 @@ class Completions:
 
     def models(self) -> list[dict[str, Any]]:
         """``/v1/models``: the running sessions, then every model package, newest first."""
-        sessions = [s for s in self.service.sessions() if s.status in ACTIVE]
+        sessions = [s for s in self.service.sessions() if s.status in vocab.SESSION_ACTIVE]
         rows = [
             {
                 "id": s.name,
@@ -177,11 +178,11 @@ class Completions:
             session = self.service.session(target)
             session.require_accepting()
             return session, self.service.sampling_weights(session, model_package)
-        running = [s for s in self.service.sessions() if s.status in ACTIVE]
+        running = [s for s in self.service.sessions() if s.status in vocab.SESSION_ACTIVE]
         problems = []
         for session in running:
             try:
-                return session, str(session.compatible_package(target))
+                return session, str(compatible_package(session, target))
             except (PackageMismatch, errors.ServiceError) as exc:
                 problems.append(str(exc))
         raise errors.not_found(
@@ -195,9 +196,9 @@ class Completions:
         self, session: Session, weights: str | None, request: SampleRequest
     ) -> SampleResult:
         """Run one sample request through the scheduler and wait for its result."""
-        op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+        op = Operation(kind=vocab.OpKind.SAMPLE, body={}, id=str(uuid.uuid4()))
         self.service.scheduler.submit(make_job(session, op, weights, request, request.prompt))
         op.done.wait()
-        if op.status != COMPLETED or not isinstance(op.result, SampleResult):
+        if op.status != vocab.OpStatus.COMPLETED or not isinstance(op.result, SampleResult):
             raise errors.validation(f"sampling failed: {op.error}")
         return op.result

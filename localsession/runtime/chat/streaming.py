@@ -23,11 +23,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from localsession import vocab
 from localsession.port import SampleRequest
 from localsession.port_results import SampleResult
 from localsession.runtime import errors
 from localsession.runtime.chat import protocol
-from localsession.runtime.sessions.operations import COMPLETED, Operation
+from localsession.runtime.sessions.operations import Operation
 
 #: (choice index, token, logprob), or ``None`` once the operation finished
 _Event = tuple[int, int, float] | None
@@ -121,7 +122,7 @@ def stream_chat(
         logprobs = _logprobs(tokenizer, [token], [logprob]) if request.logprobs else None
         if new or logprobs is not None:
             yield chunk(i, {"content": new}, logprobs)
-    if op.status != COMPLETED or not isinstance(op.result, SampleResult):
+    if op.status != vocab.OpStatus.COMPLETED or not isinstance(op.result, SampleResult):
         raise errors.validation(f"sampling failed: {op.error}")
     sequences = op.result.sequences
     for i, seq in enumerate(sequences):

@@ -24,7 +24,7 @@ from localsession.runtime.config import ServiceConfig
 from localsession.runtime.faults import Faults
 from localsession.runtime.sessions import stops
 from localsession.runtime.sessions.lifecycle import Session
-from localsession.runtime.sessions.operations import COMPLETED, FAILED, TERMINAL, Operation
+from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 
 #: A runtime submit as an observer sees it: the session name, the wire request, and the
@@ -150,7 +150,7 @@ class DataPlane:
         session.require_accepting()
         kind, body, tokens = validate.sampling_request(request, session.strict)
         command = None
-        if kind == "sample":
+        if kind == vocab.OpKind.SAMPLE:
             command = SampleCommand(
                 sample_request(body, tokens), body["samplingParams"].get("seed"), None
             )
@@ -167,7 +167,9 @@ class DataPlane:
         commands.check_sample(command.request)
         commands.seed(command.seed)
         prompt = list(command.request.prompt)
-        return self._submit_sampling(session, "sample", {}, prompt, command, command.package_arn)
+        return self._submit_sampling(
+            session, vocab.OpKind.SAMPLE, {}, prompt, command, command.package_arn
+        )
 
     def _submit_sampling(
         self,
@@ -189,11 +191,13 @@ class DataPlane:
         with session.lock:
             session.ops[op.id] = op
         if faults.armed and (failure := faults.on_execute(kind)) is not None:
-            op.finish(FAILED, error=failure)  # an injected fault: the op ran and failed
+            op.finish(
+                vocab.OpStatus.FAILED, error=failure
+            )  # an injected fault: the op ran and failed
             return op.id
-        if kind == "loadWeightsForSampling":
+        if kind == vocab.OpKind.LOAD_WEIGHTS_FOR_SAMPLING:
             session.sampling_package = weights
-            op.finish(COMPLETED, result=LoadResult())
+            op.finish(vocab.OpStatus.COMPLETED, result=LoadResult())
             return op.id
         self.service.scheduler.submit(make_job(session, op, weights, request, tokens))
         return op.id
@@ -222,13 +226,13 @@ class DataPlane:
             self.service.faults.on_request()
         op = self.service.operation(name, operation_id)
         status = op.status  # read once: the result is set before the status moves
-        result = op.result if status == COMPLETED else None
-        return OpOutcome(status, result, op.error if status in TERMINAL else None)
+        result = op.result if status == vocab.OpStatus.COMPLETED else None
+        return OpOutcome(status, result, op.error if status in vocab.OP_TERMINAL else None)
 
     def wait_operation(self, name: str, operation_id: str, timeout: float | None) -> bool:
         """Block until an op is terminal or ``timeout`` passes; True if terminal."""
         op = self._awaited(name, operation_id, idles=timeout != 0)
-        return op.status in TERMINAL or op.done.wait(timeout)
+        return op.status in vocab.OP_TERMINAL or op.done.wait(timeout)
 
     def on_operation_done(self, name: str, operation_id: str, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the op is terminal (at once if it is), from the finishing
@@ -242,9 +246,9 @@ class DataPlane:
         first hands back its OpenMP threads: meanwhile they would only slow the thread that
         runs the op (cpu_threads.py)."""
         op = self.service.operation(name, operation_id)
-        if op.status not in TERMINAL:
+        if op.status not in vocab.OP_TERMINAL:
             if op.seq is not None:
-                self.service.session(name).wake_worker()
+                self.service.session(name).runner.wake_worker()
             if idles:
                 cpu_threads.release()
         return op

@@ -3,57 +3,31 @@
 Training ops run one at a time, strictly in sequence-number order (docs/semantics.md#4);
 ``running_op`` says which op runs, wherever it runs. The session's ``TrainingQueue``
 (runtime/sessions/training_queue.py) decides which op is next; who runs it, on the session's
-worker thread or on a caller waiting for it, is runtime/sessions/runner.py's, and what an op
-does is runtime/sessions/run_op.py's. A failed op changes no state and later ops still run.
+worker thread (which first loads the engine) or on a caller waiting for it, is
+runtime/sessions/runner.py's (``session.runner``), and what an op does is
+runtime/sessions/run_op.py's. A failed op changes no state and later ops still run.
 Stopping skips what is still queued; completed results stay readable until the session is
-deleted. What a session's on-disk record holds, and how one is restored, is
-runtime/sessions/persist.py's.
+deleted. Which packages a session may load is runtime/sessions/package_fit.py's; what its
+on-disk record holds, and how one is restored, is runtime/sessions/persist.py's.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from localsession.port import Engine, EngineConfigError, EngineSpec, ResolvedModel
+from localsession import vocab
+from localsession.port import Engine, EngineSpec, ResolvedModel
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.sessions.operations import Operation
-from localsession.runtime.sessions.run_op import PackageMismatch
 from localsession.runtime.sessions.runner import Runner
 from localsession.runtime.sessions.training_queue import TrainingQueue
 from localsession.vocab import SessionStatus
-
-logger = logging.getLogger(__name__)
-
-#: Statuses that count against ``max_sessions`` and may still take work.
-ACTIVE = frozenset(
-    {SessionStatus.CREATED, SessionStatus.SCHEDULED, SessionStatus.RUNNING, SessionStatus.BLOCKED}
-)
-#: Statuses from which StopTrainingSession is refused (the SDK absorbs that refusal).
-NOT_STOPPABLE = frozenset(
-    {
-        SessionStatus.STOPPING,
-        SessionStatus.STOPPED,
-        SessionStatus.FAILED,
-        SessionStatus.DELETING,
-        SessionStatus.DELETION_FAILED,
-    }
-)
-DELETABLE = frozenset(
-    {
-        SessionStatus.STOPPED,
-        SessionStatus.FAILED,
-        SessionStatus.EXPIRED,
-        SessionStatus.DELETION_FAILED,
-    }
-)
 
 
 def _now() -> datetime:
@@ -99,28 +73,18 @@ class Session:
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.running_op: Operation | None = None
-        self._engine_factory = engine_factory
-        #: The service's catalog lookup, to tell whether a package's base model is this one.
-        self._resolve_model = resolve_model
+        #: The service's catalog lookup, to tell whether a package's base model is this one
+        #: (package_fit.py).
+        self.resolve_model = resolve_model
         self.registry = registry
         self.faults = faults
         #: The package ``loadWeightsForSampling`` pointed this session's samplers at.
         self.sampling_package: str | None = None
-        #: Who runs the ops: the worker, or a caller waiting on one (runtime/sessions/runner.py).
-        self.runner = Runner(self)
+        #: Who runs the ops: the worker (which makes the engine with ``engine_factory``), or
+        #: a caller waiting on one (runtime/sessions/runner.py).
+        self.runner = Runner(self, engine_factory)
         if start:
             self.runner.start()
-
-    @property
-    def region(self) -> str:
-        """The region the session's ARN names (its packages' ARNs name it too)."""
-        return self.arn.split(":")[3]
-
-    def s3_output_path(self) -> str | None:
-        """``OutputConfig.S3Location.Path`` as the session was created with."""
-        location = (self.details.get("OutputConfig") or {}).get("S3Location") or {}
-        path = location.get("Path") if isinstance(location, dict) else None
-        return path if isinstance(path, str) else None
 
     # -- status --------------------------------------------------------------------------
 
@@ -162,7 +126,7 @@ class Session:
     def stop(self) -> None:
         """Running/Blocked/Created → Stopping → Stopped; queued training ops are Skipped."""
         with self.lock:
-            if self.status in NOT_STOPPABLE:
+            if self.status in vocab.SESSION_NOT_STOPPABLE:
                 raise errors.validation(
                     f"Training session {self.name} cannot be stopped: invalid session state "
                     f"transition from {self.status} to Stopping"
@@ -170,10 +134,6 @@ class Session:
             self.set_status(SessionStatus.STOPPING)
             self.queue.skip_all("The session was stopped before this operation ran.")
             self.set_status(SessionStatus.STOPPED)
-
-    def join(self, timeout: float) -> None:
-        """Wait for the worker to finish its current op and release the engine."""
-        self.runner.join(timeout)
 
     def expire(self) -> None:
         with self.lock:
@@ -203,15 +163,6 @@ class Session:
             self.runner.submitted()
             return op.id
 
-    def wake_worker(self) -> None:
-        """For one about to wait on a training op (runner.py: ``Runner.wake_worker``)."""
-        self.runner.wake_worker()
-
-    def run_here(self, operation_id: str) -> bool:
-        """Run the queued ops up to ``operation_id`` here, if they may run here (runner.py:
-        ``Runner.run_here``); True if it has finished."""
-        return self.runner.run_here(operation_id)
-
     def waits_for_earlier(self, operation_id: str) -> bool:
         """Whether this training op cannot run before a lower sequence number arrives (a gap
         before it); False for sampling ops and unknown ids."""
@@ -225,56 +176,6 @@ class Session:
         with self.lock:
             if self.queue.consume(seq):
                 self.cond.notify_all()
-
-    def load_engine(self) -> Engine | None:
-        """Make the session's engine (on its worker): Created -> Running, or Failed with
-        the reason (None)."""
-        try:
-            engine = self._engine_factory(self.spec)
-        except EngineConfigError as exc:  # a setting to fix: its message says it all
-            logger.error("session %s: the model failed to load: %s", self.name, exc)
-            with self.lock:
-                self.set_status(SessionStatus.FAILED, f"The base model failed to load: {exc}")
-            return None
-        except Exception as exc:  # noqa: BLE001 - reported through the session status
-            logger.exception("session %s: the model failed to load", self.name)
-            with self.lock:
-                self.set_status(SessionStatus.FAILED, f"The base model failed to load: {exc}")
-            return None
-        with self.lock:
-            self.engine = engine
-            if self.status == SessionStatus.CREATED:
-                self.set_status(SessionStatus.RUNNING)
-        return engine
-
-    def compatible_package(self, arn: str, *, training: bool = False) -> Path:
-        """The directory of package ``arn`` if it fits this session: the same base model
-        always; for ``training`` (loadState, which restores the adapter and its optimizer in
-        place) also the same LoRA rank. Samplers read any rank and alpha: the engine uses the
-        package's own adapter config."""
-        info = self.registry().get(arn)
-        # Equal names need no resolution (which reads the model map and the HF cache); this
-        # runs on every sampling request that names a package.
-        same_base = info.base_model == self.spec.base_model
-        if not same_base and self._resolve_model is not None:
-            try:
-                mine = self.spec.model or self._resolve_model(self.spec.base_model)
-                same_base = self._resolve_model(info.base_model).target == mine.target
-            except ValueError:
-                same_base = False
-        if not same_base:
-            raise PackageMismatch(
-                f"Model package {arn} was trained on base model {info.base_model!r}, but this "
-                f"session runs {self.spec.base_model!r}. Load it into a session created on "
-                f"{info.base_model!r}."
-            )
-        if training and info.lora_rank != self.spec.rank:
-            raise PackageMismatch(
-                f"Model package {arn} holds a rank-{info.lora_rank} LoRA adapter, but this "
-                f"session's adapter has rank {self.spec.rank}. Create the session with "
-                f"rank={info.lora_rank} (create_training_client_from_state defaults to 32)."
-            )
-        return self.registry().path(arn)
 
     def add_sample_usage(self, prefill: int, decode: int) -> None:
         with self.lock:

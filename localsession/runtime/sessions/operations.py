@@ -18,9 +18,6 @@ from localsession.ids import uuid4_text
 from localsession.port_results import OpResult
 from localsession.runtime import sagemaker_wire
 
-PENDING, IN_PROGRESS, COMPLETED, FAILED, SKIPPED = vocab.OP_STATUSES
-TERMINAL = vocab.OP_TERMINAL
-
 
 class Latch:
     """Set once; ``wait`` blocks until then. A ``threading.Event`` without its Python-level
@@ -53,7 +50,7 @@ class Operation:
     seq: int | None = None
     client_token: str = ""
     id: str = field(default_factory=uuid4_text)
-    status: str = PENDING
+    status: str = vocab.OpStatus.PENDING
     result: OpResult | None = None
     error: str | None = None
     token_usage: dict[str, int] | None = None
@@ -66,7 +63,7 @@ class Operation:
     _wire: dict[str, Any] | None = field(default=None, repr=False)
 
     def start(self) -> None:
-        self.status = IN_PROGRESS
+        self.status = vocab.OpStatus.IN_PROGRESS
         self.started_at = time.monotonic()
 
     def finish(
@@ -79,7 +76,7 @@ class Operation:
     ) -> None:
         """Move to a terminal status once; later calls are ignored."""
         with self._callbacks_lock:  # one finish only, even from two threads: the latch opens once
-            if self.status in TERMINAL:
+            if self.status in vocab.OP_TERMINAL:
                 return
             self.result = result
             self.error = error
@@ -95,7 +92,7 @@ class Operation:
         """Call ``callback()`` once the op is terminal: now if it is, else from the thread
         that finishes it (so it must be quick and thread-safe)."""
         with self._callbacks_lock:  # finish() sets the status under this lock
-            if self.status not in TERMINAL:
+            if self.status not in vocab.OP_TERMINAL:
                 self._callbacks.append(callback)
                 return
         callback()
@@ -106,15 +103,15 @@ class Operation:
         wire = self.wire_result()
         if wire is not None:
             body["operationResult"] = {self.kind: wire}
-        if self.status in (FAILED, SKIPPED) and self.error:
+        if self.status in (vocab.OpStatus.FAILED, vocab.OpStatus.SKIPPED) and self.error:
             body["errorDetails"] = self.error
-        if self.token_usage is not None and self.status == COMPLETED:
+        if self.token_usage is not None and self.status == vocab.OpStatus.COMPLETED:
             body["tokenUsage"] = self.token_usage
         return body
 
     def wire_result(self) -> dict[str, Any] | None:
         """A completed op's result in the SageMaker wire's shape (made once), else None."""
-        if self.status != COMPLETED or self.result is None:
+        if self.status != vocab.OpStatus.COMPLETED or self.result is None:
             return None
         if self._wire is None:
             self._wire = sagemaker_wire.result_body(self.result)

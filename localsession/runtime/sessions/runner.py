@@ -4,10 +4,10 @@ Training ops run one at a time, strictly in sequence-number order (docs/semantic
 always through :meth:`Runner.run_one`; what an op does is runtime/sessions/run_op.py's, and
 which op is next is the session's ``TrainingQueue``'s. This module decides the rest:
 
-**The worker.** Each session has one thread (:meth:`Runner.start`). It loads the engine
-(``Session.load_engine``), then takes the op holding the next sequence number, waiting
-Blocked while a missing number holds later ops, until the session ends; it closes the
-engine once no caller is still running an op.
+**The worker.** Each session has one thread (:meth:`Runner.start`). It makes the engine
+(Created -> Running, or Failed with the reason), then takes the op holding the next sequence
+number, waiting Blocked while a missing number holds later ops, until the session ends; it
+closes the engine once no caller is still running an op.
 
 **A caller runs its own op.** An in-process ``result()`` with no timeout would otherwise hand
 the op to the worker and sleep until the worker hands the result back: two thread wake-ups,
@@ -43,16 +43,18 @@ While it waits it holds no OpenMP threads (cpu_threads.py).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
-from localsession import cpu_threads
-from localsession.port import Engine
-from localsession.runtime.sessions.operations import FAILED, PENDING, TERMINAL, Operation
+from localsession import cpu_threads, vocab
+from localsession.port import Engine, EngineConfigError, EngineSpec
+from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.run_op import Session as OpSession
 from localsession.runtime.sessions.run_op import execute
 from localsession.runtime.sessions.training_queue import TrainingQueue
@@ -66,6 +68,8 @@ CALLERS_IN_A_ROW = 2
 LOOKOUT_S = 0.1
 #: ...until the session has been idle this long: submits wake it again from then on.
 IDLE_S = 1.0
+
+logger = logging.getLogger(__name__)
 
 
 class Session(OpSession, Protocol):
@@ -81,14 +85,14 @@ class Session(OpSession, Protocol):
     last_activity: float
 
     def set_status(self, status: SessionStatus, error: str | None = None) -> None: ...
-    def load_engine(self) -> Engine | None: ...
 
 
 class Runner:
     """The worker and the caller-runs rules of one session (see the module doc)."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, engine_factory: Callable[[EngineSpec], Engine]) -> None:
         self.session = session
+        self._engine_factory = engine_factory
         #: op kind -> whether it last ran within QUICK_S
         self._quick: dict[str, bool] = {}
         #: Training ops in a row that ran on their callers (from CALLERS_IN_A_ROW on, a
@@ -125,7 +129,7 @@ class Runner:
 
     def _work(self) -> None:
         session = self.session
-        engine = session.load_engine()
+        engine = self._load_engine()
         if engine is None:
             return
         while (op := self._next_op()) is not None:
@@ -133,6 +137,27 @@ class Runner:
         with session.lock:  # a caller may still be running an op (run_here)
             session.cond.wait_for(lambda: session.running_op is None)
         engine.close()
+
+    def _load_engine(self) -> Engine | None:
+        """Make the session's engine: Created -> Running, or Failed with the reason (None)."""
+        session = self.session
+        try:
+            engine = self._engine_factory(session.spec)
+        except EngineConfigError as exc:  # a setting to fix: its message says it all
+            logger.error("session %s: the model failed to load: %s", session.name, exc)
+            with session.lock:
+                session.set_status(SessionStatus.FAILED, f"The base model failed to load: {exc}")
+            return None
+        except Exception as exc:  # noqa: BLE001 - reported through the session status
+            logger.exception("session %s: the model failed to load", session.name)
+            with session.lock:
+                session.set_status(SessionStatus.FAILED, f"The base model failed to load: {exc}")
+            return None
+        with session.lock:
+            session.engine = engine
+            if session.status == SessionStatus.CREATED:
+                session.set_status(SessionStatus.RUNNING)
+        return engine
 
     def _next_op(self) -> Operation | None:
         """Wait for the op holding the next sequence number and mark it running; None once
@@ -187,7 +212,7 @@ class Runner:
             while held and (op := self._take_quick(operation_id)) is not None:
                 self.run_one(engine, op)
         mine = self.session.ops.get(operation_id)
-        return mine is not None and mine.status in TERMINAL
+        return mine is not None and mine.status in vocab.OP_TERMINAL
 
     def _take_quick(self, operation_id: str) -> Operation | None:
         """The next op, marked running, while ``operation_id`` has not run, nothing runs,
@@ -195,7 +220,7 @@ class Runner:
         session = self.session
         with session.lock:
             mine = session.ops.get(operation_id)
-            if mine is None or mine.status != PENDING or mine.seq is None:
+            if mine is None or mine.status != vocab.OpStatus.PENDING or mine.seq is None:
                 return None
             if session.status != SessionStatus.RUNNING or session.running_op is not None:
                 return None
@@ -219,9 +244,9 @@ class Runner:
         try:
             execute(session, engine, op)
         finally:
-            if op.status not in TERMINAL:  # interrupted (a second Ctrl-C in run_here)
+            if op.status not in vocab.OP_TERMINAL:  # interrupted (a second Ctrl-C in run_here)
                 op.finish(
-                    FAILED,
+                    vocab.OpStatus.FAILED,
                     error="The operation was interrupted (a second Ctrl-C) while it ran; part "
                     "of it may have taken effect, such as part of a forward_backward's gradient.",
                 )

@@ -38,7 +38,7 @@ from localsession.port import Admit, EngineInputError, SampleRequest
 from localsession.port_results import LogprobsResult
 from localsession.runtime import errors
 from localsession.runtime.sessions.lifecycle import Session
-from localsession.runtime.sessions.operations import COMPLETED, FAILED, Operation
+from localsession.runtime.sessions.operations import Operation
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,9 @@ class SamplingScheduler:
             vocab.SessionStatus.RUNNING,
             vocab.SessionStatus.BLOCKED,
         ):
-            job.op.finish(FAILED, error=f"The session is {job.session.status}; nothing ran.")
+            job.op.finish(
+                vocab.OpStatus.FAILED, error=f"The session is {job.session.status}; nothing ran."
+            )
             return False
         job.op.start()
         return True
@@ -190,7 +192,7 @@ class SamplingScheduler:
                     request = check(job.request)
                 except EngineInputError as exc:
                     details = errors.op_error_details(exc, "sampling", (EngineInputError,))
-                    job.op.finish(FAILED, error=details)
+                    job.op.finish(vocab.OpStatus.FAILED, error=details)
                     continue
                 batch.append(job)
                 admitted.append(request)
@@ -214,7 +216,7 @@ class SamplingScheduler:
                     results = run_many(batch[0].weights, [job.tokens for job in batch])
                 for job, logprobs in zip(batch, results, strict=True):
                     session.add_sample_usage(len(job.tokens), 0)
-                    job.op.finish(COMPLETED, result=LogprobsResult(logprobs))
+                    job.op.finish(vocab.OpStatus.COMPLETED, result=LogprobsResult(logprobs))
                 return True
             requests = [job.request for job in batch if job.request is not None]
             if isolate and getattr(engine, "admits_requests", False):
@@ -230,13 +232,15 @@ class SamplingScheduler:
                 logger.exception("sampling batch of %d requests crashed", len(batch))
             details = errors.op_error_details(exc, "sampling", (EngineInputError,))
             for job in batch:
-                job.op.finish(FAILED, error=details)
+                job.op.finish(vocab.OpStatus.FAILED, error=details)
             return True
         for job, response in zip(batch, responses, strict=True):
             decoded = sum(len(s.tokens) for s in response.sequences)
             prefill = len(job.tokens) * len(response.sequences)
             session.add_sample_usage(prefill, decoded)
-            job.op.finish(COMPLETED, result=replace(response, prompt_tokens=len(job.tokens)))
+            job.op.finish(
+                vocab.OpStatus.COMPLETED, result=replace(response, prompt_tokens=len(job.tokens))
+            )
         return True
 
 

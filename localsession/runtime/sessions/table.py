@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.config import ServiceConfig
 from localsession.runtime.packages.registry import Registry
-from localsession.runtime.sessions.lifecycle import ACTIVE, Session
+from localsession.runtime.sessions.lifecycle import Session
 from localsession.runtime.sessions.persist import SessionStore, restore_session, session_record
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class SessionTable:
         with self._mutex:
             if name in self._sessions:
                 raise errors.resource_in_use(f"Training session {name} already exists.")
-            active = sum(s.status in ACTIVE for s in self._sessions.values())
+            active = sum(s.status in vocab.SESSION_ACTIVE for s in self._sessions.values())
             if active >= self.config.max_sessions:
                 raise errors.limit_exceeded(
                     f"{active} sessions are active, the limit is {self.config.max_sessions}. "
@@ -104,10 +105,10 @@ class SessionTable:
         with self._mutex:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
-            if session.status in ACTIVE:
+            if session.status in vocab.SESSION_ACTIVE:
                 session.stop()
         for session in sessions:
-            session.join(timeout=10.0)
+            session.runner.join(timeout=10.0)
             if forget and self._store is not None:
                 self._store.remove(session.name)
         return len(sessions)

@@ -19,8 +19,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime import errors
-from localsession.runtime.sessions.operations import SKIPPED, Operation
+from localsession.runtime.sessions.operations import Operation
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class TrainingQueue:
     def skip_all(self, reason: str) -> None:
         """End every queued op Skipped with ``reason`` (the session stopped or expired)."""
         for op in self._waiting.values():
-            op.finish(SKIPPED, error=reason)
+            op.finish(vocab.OpStatus.SKIPPED, error=reason)
         self._waiting.clear()
 
     def _warn_lost(self, last: int) -> None:

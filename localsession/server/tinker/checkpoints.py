@@ -12,12 +12,13 @@ import threading
 from datetime import datetime
 from typing import Any
 
+from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
 
-#: The group runtime sessions save into when created without one (the SDK's default too).
-GROUP = "sagemaker-default"
+#: The most rows one ``ListModelPackages`` page holds (runtime/paging.py).
+PAGE_SIZE = 100
 #: The output head's module name in the catalog's (Llama-family) models.
 HEAD = "lm_head"
 
@@ -37,8 +38,8 @@ class Checkpoints:
         token: str | None = None
         while True:
             request: dict[str, Any] = {
-                "ModelPackageGroupName": GROUP,
-                "MaxResults": 100,
+                "ModelPackageGroupName": vocab.DEFAULT_GROUP,
+                "MaxResults": PAGE_SIZE,
             }
             if token:
                 request["NextToken"] = token

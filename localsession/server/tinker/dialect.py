@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from localsession import vocab
-from localsession.port import AdamHyperparams, TrainingDatum
+from localsession.port import TrainingDatum
 from localsession.port_commands import (
     ForwardCommand,
     LoadCommand,
@@ -46,23 +46,6 @@ from localsession.server.tinker.checkpoints import Checkpoints
 from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.numbering import Numbering
 from localsession.server.tinker.samplers import Sampler, Samplers
-
-#: The losses Tinker's SDK can name, and the ones the runtime computes.
-TINKER_LOSSES = (
-    "cross_entropy",
-    "importance_sampling",
-    "ppo",
-    "cispo",
-    "dro",
-    "gspo",
-    "stable_reinforce",
-    "custom",
-)
-IMPLEMENTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
-#: LoRA alpha for every Tinker model (Tinker's API has no alpha; docs/tinker.md).
-LORA_ALPHA = 32
-#: What a sampling request without ``max_tokens`` generates.
-DEFAULT_MAX_TOKENS = 512
 
 
 @dataclass
@@ -185,14 +168,14 @@ class Dialect(Checkpoints, Samplers, Numbering):
         name = f"tinker-{uuid.uuid4().hex[:16]}"
         details: dict[str, Any] = {  # what DescribeTrainingSession shows of it
             "RoleArn": f"arn:aws:iam::{self.service.config.account}:role/tinker",
-            "LoraConfig": {"Rank": rank, "Alpha": LORA_ALPHA},
+            "LoraConfig": {"Rank": rank, "Alpha": vocab.TINKER_LORA_ALPHA},
             "ModelConfig": {"BaseModelArn": base_model},
         }
         command = SessionCommand(
             name=name,
             base_model=base_model,
             rank=rank,
-            alpha=LORA_ALPHA,
+            alpha=vocab.TINKER_LORA_ALPHA,
             seed=int(seed or 0),
             train_unembed=unembed,
             strict=False,
@@ -207,7 +190,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
         base_model = request.get("base_model")
         if not isinstance(base_model, str) or not base_model:
             raise errors.validation("base_model is required; see get_server_capabilities")
-        lora = dict(request.get("lora_config") or {"rank": 32})
+        lora = dict(request.get("lora_config") or {"rank": vocab.TINKER_LORA_RANK})
         rank = lora.get("rank")
         low, high = vocab.LORA_RANK_MIN, vocab.LORA_RANK_MAX
         if not isinstance(rank, int) or not low <= rank <= high:
@@ -291,13 +274,13 @@ class Dialect(Checkpoints, Samplers, Numbering):
         """Queue a Tinker forward / forward_backward; ``shapes``: each datum's input shapes."""
         model = self.model(model_id)
         with self.numbered(model, seq_id) as number:
-            if loss_fn == "dro":  # a forward, then a cross-entropy backward (dro.py)
-                future = Future("forward", model_id=model_id)
+            if loss_fn == vocab.TinkerLoss.DRO:  # a forward, then a cross-entropy backward
+                future = Future(vocab.OpKind.FORWARD, model_id=model_id)
                 return self.add_future(
                     dro.submit(self, model, number, config, forward_only, datums, shapes, future)
                 )
-            if loss_fn not in IMPLEMENTED_LOSSES:
-                raise parse.unsupported_loss(loss_fn, IMPLEMENTED_LOSSES, TINKER_LOSSES)
+            if loss_fn not in vocab.TINKER_RUN_LOSSES:
+                raise parse.unsupported_loss(loss_fn)
             # (N, K) targets: K datums each (topk_targets.py)
             expanded, groups = topk_targets.expand(loss_fn, datums, shapes)
             weighted = [parse.weighted(d) for d in expanded]
@@ -318,17 +301,14 @@ class Dialect(Checkpoints, Samplers, Numbering):
                 raise errors.validation(
                     "optim_step takes adam_params; other optimizers are not run"
                 )
-            adam = AdamHyperparams(
-                learning_rate=parse.number(params, "learning_rate", 1e-4),
-                beta1=parse.number(params, "beta1", 0.9),
-                beta2=parse.number(params, "beta2", 0.95),
-                eps=parse.number(params, "eps", 1e-12),
-                weight_decay=parse.number(params, "weight_decay", 0.0),
-                grad_clip_norm=parse.number(params, "grad_clip_norm", 0.0) or None,
-            )
-            op = self.submit(model, number, OptimCommand(adam))
+            op = self.submit(model, number, OptimCommand(parse.adam_params(params)))
         return self.add_future(
-            Future("optimizerStep", session=model.session, op_id=op, model_id=model.model_id)
+            Future(
+                vocab.OpKind.OPTIMIZER_STEP,
+                session=model.session,
+                op_id=op,
+                model_id=model.model_id,
+            )
         )
 
     def checkpoint_path(self, model: Model, segment: str, name: Any) -> str:
@@ -374,7 +354,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             unembed = self.adapts_head(arn)
             name = self._new_session(base, rank, None, unembed)
             # the load is the model's first op: it needs the engine up (a few seconds)
-            self.service.wait_for_session(name, 600)
+            self.service.wait_for_session(name, vocab.TINKER_START_WAIT_S)
             model_id = f"{request['session_id']}:train:{int(request.get('model_seq_id') or 0)}"
             model = Model(
                 model_id,
@@ -390,7 +370,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             op = self.submit(model, self.number(model, 0), LoadCommand(arn, with_optimizer))
         return self.add_future(
             Future(
-                "loadState",
+                vocab.OpKind.LOAD_STATE,
                 session=model.session,
                 op_id=op,
                 model_id=model.model_id,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from localsession import vocab
-from localsession.numerics.dro_loss import DEFAULT_BETA, dro_backward_weights, dro_loss
+from localsession.numerics.dro_loss import dro_backward_weights, dro_loss
 from localsession.port import TrainingDatum
 from localsession.port_commands import ForwardCommand
 from localsession.port_results import DatumOutput, ForwardResult
@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # the dialect's types, named without importing it (dialect.py
     Dialect = Any
     Future = Any
     Model = Any
+
+#: The key of a dro future's ``extra`` that holds its :class:`DroInputs`.
+INPUTS = "dro_inputs"
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,9 @@ def _column(
 ) -> list[float]:
     column = inputs.get(key)
     if column is None:
-        raise errors.validation(f"{where}: loss_fn 'dro' needs `{key}` (one value per target)")
+        raise errors.validation(
+            f"{where}: loss_fn {vocab.TinkerLoss.DRO!r} needs `{key}` (one value per target)"
+        )
     if len(column) != n or len(shapes.get(key) or [n]) != 1:
         raise errors.validation(f"{where}: `{key}` has {len(column)} values, target_tokens {n}")
     values = [float(v) for v in column]
@@ -61,8 +66,10 @@ def parse(
     """The checked DRO inputs and the ``cross_entropy`` datums of the forward."""
     unknown = sorted(set(config) - {"beta"})
     if unknown:
-        raise errors.validation(f"loss_fn 'dro' takes loss_fn_config beta only, not {unknown}")
-    beta = float(config.get("beta", DEFAULT_BETA))
+        raise errors.validation(
+            f"loss_fn {vocab.TinkerLoss.DRO!r} takes loss_fn_config beta only, not {unknown}"
+        )
+    beta = float(config.get("beta", vocab.TINKER_DRO_BETA))
     if not math.isfinite(beta) or beta < 0:
         raise errors.validation(f"loss_fn_config beta={beta} must be a finite number >= 0")
     inputs = DroInputs(beta, [], [], [])
@@ -71,10 +78,14 @@ def parse(
         where, given = f"datum {index}", datum.loss_fn_inputs
         extra = sorted(set(given) - {"target_tokens", "logprobs", "advantages", "weights"})
         if extra:
-            raise errors.validation(f"{where}: loss_fn 'dro' does not take {', '.join(extra)}")
+            raise errors.validation(
+                f"{where}: loss_fn {vocab.TinkerLoss.DRO!r} does not take {', '.join(extra)}"
+            )
         target = given.get("target_tokens")
         if target is None or len(shape_of.get("target_tokens") or [0, 0]) != 1:
-            raise errors.validation(f"{where}: loss_fn 'dro' needs 1-D `target_tokens`")
+            raise errors.validation(
+                f"{where}: loss_fn {vocab.TinkerLoss.DRO!r} needs 1-D `target_tokens`"
+            )
         n = len(target)
         inputs.q.append(_column(given, shape_of, "logprobs", n, where))
         inputs.advantages.append(_column(given, shape_of, "advantages", n, where))
@@ -103,13 +114,13 @@ def submit(
     ``number + 1`` (``pending.op_id`` is None until then)."""
     inputs, forward = parse(config, datums, shapes)
     first = dialect.submit(model, number, _command(forward, False))
-    pending.session, pending.extra = model.session, {"dro": inputs}
+    pending.session, pending.extra = model.session, {INPUTS: inputs}
     if forward_only:
-        pending.kind, pending.op_id = "forward", first
+        pending.kind, pending.op_id = vocab.OpKind.FORWARD, first
         return pending
     with dialect.lock:
         model.offset += 1  # the backward takes the next number; later ops shift by one
-    pending.kind = "forwardBackward"
+    pending.kind = vocab.OpKind.FORWARD_BACKWARD
     pending.extra["ready"] = threading.Event()
     threading.Thread(
         target=_backward,
@@ -129,14 +140,16 @@ def _backward(
     future: Future,
 ) -> None:
     """Wait for the forward, then queue the backward as op ``number``."""
-    service, inputs = dialect.service, future.extra["dro"]
+    service, inputs = dialect.service, future.extra[INPUTS]
     try:
         service.wait_operation(model.session, first, None)
         outcome = service.operation_outcome(model.session, first)
         if outcome.status != vocab.OpStatus.COMPLETED or not isinstance(
             outcome.result, ForwardResult
         ):
-            future.error = outcome.error or f"the dro forward ended {outcome.status}"
+            future.error = (
+                outcome.error or f"the {vocab.TinkerLoss.DRO} forward ended {outcome.status}"
+            )
             service.refuse_sequence(model.session, number)  # uses up the number
             return
         datums = []
@@ -156,7 +169,7 @@ def _backward(
             )
         future.op_id = dialect.submit(model, number, _command(datums, True))
     except (ServiceError, KeyError, TypeError, ValueError) as exc:
-        future.error = f"the dro backward could not be queued: {exc}"
+        future.error = f"the {vocab.TinkerLoss.DRO} backward could not be queued: {exc}"
     finally:
         future.extra["ready"].set()
 

@@ -37,13 +37,15 @@ class Dialect(Protocol):
     def end_session(self, session_id: str) -> None: ...
 
 
-#: The longest wait between two sweeps (a short timeout sweeps at a quarter of it).
+#: The longest and the shortest wait between two sweeps (a short timeout sweeps at a
+#: quarter of it).
 MAX_PERIOD_S = 5.0
+MIN_PERIOD_S = 0.05
 
 
 def period(timeout: float) -> float:
     """Seconds between sweeps for ``timeout``: an expiry is late by at most this."""
-    return max(0.05, min(MAX_PERIOD_S, timeout / 4))
+    return max(MIN_PERIOD_S, min(MAX_PERIOD_S, timeout / 4))
 
 
 def sweep(dialect: Dialect, now: float) -> bool:

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from localsession import vocab
 from localsession.port_commands import SaveCommand
 from localsession.runtime import errors
 
@@ -76,7 +77,9 @@ def save(dialect: Dialect, request: dict[str, Any]) -> str:
     with dialect.lock:
         dialect.recipients[path] = recipients
     extra = {"path": path, "ttl": request.get("ttl_seconds"), "external": True}
-    future = Future("saveWeights", session=model.session, op_id=op, model_id=model.model_id)
+    future = Future(
+        vocab.OpKind.SAVE_WEIGHTS, session=model.session, op_id=op, model_id=model.model_id
+    )
     future.extra = extra
     return dialect.add_future(future)
 

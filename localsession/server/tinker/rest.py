@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from localsession import vocab
 from localsession.runtime import errors
 from localsession.server import wire
 from localsession.server.tinker import external
@@ -105,7 +106,7 @@ def training_run(dialect: Dialect, run: str, ckpts: list[dict[str, Any]]) -> dic
 
 
 def _page(request: Request, items: list[Any]) -> tuple[list[Any], dict[str, int]]:
-    limit = int(request.query_params.get("limit") or 20)
+    limit = int(request.query_params.get("limit") or vocab.TINKER_PAGE_LIMIT)
     offset = int(request.query_params.get("offset") or 0)
     cursor = {"offset": offset, "limit": limit, "total_count": len(items)}
     return items[offset : offset + limit], cursor

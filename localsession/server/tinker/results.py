@@ -14,6 +14,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from localsession import vocab
 from localsession.port_results import (
     ForwardResult,
     OpResult,
@@ -55,8 +56,8 @@ def completed(dialect: Dialect, future: Future, result: OpResult, proto: bool = 
         if future.extra.get("groups"):  # (N, K) targets ran as K datums each
             outputs = topk_targets.regroup(outputs, future.extra["groups"])
             width = topk_targets.width(future.extra["groups"])
-        if future.extra.get("dro"):  # a cross-entropy surrogate ran: report DRO's loss
-            outputs = dro.outputs(outputs, future.extra["dro"])
+        if future.extra.get(dro.INPUTS):  # a cross-entropy surrogate ran: report DRO's loss
+            outputs = dro.outputs(outputs, future.extra[dro.INPUTS])
             result = ForwardResult(result.metrics, outputs)
         if not proto:
             return JSONResponse(
@@ -72,7 +73,7 @@ def completed(dialect: Dialect, future: Future, result: OpResult, proto: bool = 
             dialect.paths[path] = result.package_arn
         if future.extra.get("ttl"):
             rest.set_ttl(dialect, path, int(future.extra["ttl"]))
-        if kind == "saveState":
+        if kind == vocab.OpKind.SAVE_STATE:
             return JSONResponse({"path": path, "type": "save_weights"})
         if future.extra.get("external"):
             return JSONResponse({"path": path, "type": "save_weights_external"})
@@ -80,7 +81,7 @@ def completed(dialect: Dialect, future: Future, result: OpResult, proto: bool = 
         if future.extra.get("sampler_for"):
             out["sampling_session_id"] = dialect.create_sampler(path, None)
         return JSONResponse(out)
-    if kind == "loadState":
+    if kind == vocab.OpKind.LOAD_STATE:
         return JSONResponse(
             {"path": future.extra["path"], "model_id": future.model_id, "type": "load_weights"}
         )
@@ -90,4 +91,4 @@ def completed(dialect: Dialect, future: Future, result: OpResult, proto: bool = 
             return JSONResponse(json_results.sample_response(result, topk, last_n))
         data = codec.encode_sample_response(result, topk, last_n)
         return Response(data, media_type=PROTOBUF)
-    raise ServiceError("InternalServerException", f"no Tinker result for a {kind} op", 500)
+    raise ServiceError(vocab.ErrorCode.INTERNAL, f"no Tinker result for a {kind} op", 500)

@@ -27,7 +27,7 @@ from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
 from localsession.server.tinker import codec, completions, dro, rest, results, sample_options
-from localsession.server.tinker.dialect import DEFAULT_MAX_TOKENS, Dialect, Future
+from localsession.server.tinker.dialect import Dialect, Future
 from localsession.server.tinker.samplers import INFLIGHT
 
 #: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
@@ -119,7 +119,7 @@ class TinkerRoutes:
         raise errors.validation(
             "create_custom_loss uploads are not run server-side here "
             "(custom_loss_server_side is off): forward_backward_custom runs your loss in "
-            "your process on forward logprobs, then a cross_entropy backward"
+            f"your process on forward logprobs, then a {vocab.LossFunction.CROSS_ENTROPY} backward"
         )
 
     # -- models and training -------------------------------------------------------------
@@ -222,10 +222,10 @@ class TinkerRoutes:
         request_ = SampleRequest(
             prompt=prompt,
             num_samples=int(body.get("num_samples") or 1),
-            max_tokens=params.get("max_tokens") or DEFAULT_MAX_TOKENS,
-            temperature=params.get("temperature", 1.0),
-            top_p=params.get("top_p", 1.0),
-            top_k=params.get("top_k", -1),
+            max_tokens=params.get("max_tokens") or vocab.TINKER_MAX_TOKENS,
+            temperature=params.get("temperature", vocab.TINKER_TEMPERATURE),
+            top_p=params.get("top_p", vocab.TINKER_TOP_P),
+            top_k=params.get("top_k", vocab.TINKER_TOP_K),
             stop=tuple(s for s in stops if isinstance(s, str)),
             stop_token_ids=tuple(s for s in stops if not isinstance(s, str)),
             include_prompt_logprobs=bool(body.get("prompt_logprobs")),
@@ -238,7 +238,7 @@ class TinkerRoutes:
         name = await run_in_threadpool(self.dialect.session_for, sampler)
         op_id = await run_in_threadpool(self.service.submit_sample, name, command)
         future = Future(
-            "sample",
+            vocab.OpKind.SAMPLE,
             session=name,
             op_id=op_id,
             sampling=True,
@@ -293,9 +293,9 @@ class TinkerRoutes:
         status = await run_in_threadpool(
             self.service.wait_for_session, future.session, HOLD_SECONDS
         )
-        if status == "Running":
+        if status == vocab.SessionStatus.RUNNING:
             return JSONResponse({"type": "create_model", "model_id": future.model_id})
-        if status in ("Created", "Scheduled"):
+        if status in (vocab.SessionStatus.CREATED, vocab.SessionStatus.SCHEDULED):
             return _try_again(request_id)
         detail = self.service.session(future.session).describe().get("ErrorDetails")
         return JSONResponse(

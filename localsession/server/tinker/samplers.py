@@ -114,7 +114,7 @@ class Samplers:
                 sampler.base_model
             ):
                 try:
-                    if self.service.session(model.session).status == "Running":
+                    if self.service.session(model.session).status == vocab.SessionStatus.RUNNING:
                         return model.session
                 except ServiceError:
                     pass
@@ -131,8 +131,10 @@ class Samplers:
                 self.hidden[key] = name
                 self.hidden_used[key] = time.monotonic()
             self.reaper.ensure()
-            status = self.service.wait_for_session(name, 600)
-            if status != "Running":  # a failed start is named, and the next request retries
+            status = self.service.wait_for_session(name, vocab.TINKER_START_WAIT_S)
+            if (
+                status != vocab.SessionStatus.RUNNING
+            ):  # a failed start is named, and the next request retries
                 with self.lock:
                     if self.hidden.get(key) == name:
                         del self.hidden[key]
@@ -146,6 +148,6 @@ class Samplers:
 
     def _running(self, name: str) -> bool:
         try:
-            return self.service.session(name).status == "Running"
+            return self.service.session(name).status == vocab.SessionStatus.RUNNING
         except ServiceError:
             return False

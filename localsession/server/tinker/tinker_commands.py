@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from localsession import vocab
-from localsession.port import LossConfig, TrainingDatum
+from localsession.port import AdamHyperparams, LossConfig, TrainingDatum
 from localsession.runtime import errors
 
 
@@ -51,17 +51,26 @@ def number(params: dict[str, Any], key: str, default: float) -> float:
     return float(given)
 
 
-def unsupported_loss(
-    loss_fn: str, implemented: tuple[str, ...], known: tuple[str, ...]
-) -> errors.ServiceError:
-    """The refusal of a ``loss_fn`` this server does not run (``known``: Tinker's names)."""
+def adam_params(params: dict[str, Any]) -> AdamHyperparams:
+    """``adam_params`` as the port's value: the SDK's default for each key left out
+    (``vocab.TINKER_ADAM_DEFAULTS``); a ``grad_clip_norm`` of 0 turns clipping off."""
+    given = {
+        key: number(params, key, fallback) for key, fallback in vocab.TINKER_ADAM_DEFAULTS.items()
+    }
+    clip = given.pop("grad_clip_norm")
+    return AdamHyperparams(**given, grad_clip_norm=clip or None)
+
+
+def unsupported_loss(loss_fn: str) -> errors.ServiceError:
+    """The refusal of a ``loss_fn`` this server does not run."""
+    known = loss_fn in vocab.TINKER_LOSSES
     return errors.validation(
         f"loss_fn {loss_fn!r} is "
-        + ("not implemented by localsession" if loss_fn in known else "not a Tinker loss")
-        + f"; implemented: {', '.join(implemented)}"
+        + ("not implemented by localsession" if known else "not a Tinker loss")
+        + f"; implemented: {', '.join(vocab.TINKER_RUN_LOSSES)}"
         + (
-            " (forward_backward_custom runs client-side on cross_entropy)"
-            if loss_fn == "custom"
+            f" (forward_backward_custom runs client-side on {vocab.LossFunction.CROSS_ENTROPY})"
+            if loss_fn == vocab.TinkerLoss.CUSTOM
             else ""
         )
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from localsession import vocab
 from localsession.port import TrainingDatum
 from localsession.port_results import DatumOutput
 from localsession.runtime import errors
@@ -53,10 +54,11 @@ def expand(
             widths.add(0)
             continue
         where = f"datum {index}"
-        if loss_fn != "cross_entropy":
+        if loss_fn != vocab.LossFunction.CROSS_ENTROPY:
             raise errors.validation(
                 f"{where}: target_tokens has shape {shape}; 2-D (N, K) targets are "
-                f"cross_entropy's top-K form, loss_fn {loss_fn!r} takes shape (N,)"
+                f"{vocab.LossFunction.CROSS_ENTROPY}'s top-K form, loss_fn {loss_fn!r} takes "
+                "shape (N,)"
             )
         if len(shape) != 2:
             raise errors.validation(
@@ -75,8 +77,8 @@ def expand(
         extra = sorted(set(inputs) - set(WIDE_KEYS))
         if extra:
             raise errors.validation(
-                f"{where}: 2-D cross_entropy takes target_tokens and weights only, not "
-                + ", ".join(extra)
+                f"{where}: 2-D {vocab.LossFunction.CROSS_ENTROPY} takes target_tokens and "
+                "weights only, not " + ", ".join(extra)
             )
         groups.append(Group(len(out), k, k))
         widths.add(k)

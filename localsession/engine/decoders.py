@@ -1,0 +1,70 @@
+"""Which plain model decodes one engine's samples (merged.py): the base, or a snapshot merged.
+
+For the base weights the decoder is the plain base model, made once (it shares every tensor
+with the live model). For a package snapshot it is a merged copy in the process-wide
+``MERGED_CACHE``, kept under this engine's owner token: reused when cached, else merged in
+place into a copy the cache hands back (``remerge_``) or newly made. ``None`` means decode
+with the peft model over the shared base, the snapshot swapped in: half precision, no cache
+key, or a merged copy larger than the whole budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from localsession.engine import memory
+from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
+from localsession.engine.snapshots import SnapshotKey, use_weights
+
+
+class Decoders:
+    """One engine's decoding models. Every call is made under the engine's lock."""
+
+    def __init__(
+        self,
+        model: Any,
+        adapter: dict[str, torch.nn.Parameter],
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        #: the peft model and its live trainable parameters (snapshots swap into these)
+        self._model, self._adapter, self._device = model, adapter, device
+        self._can_merge = can_merge(model, dtype)
+        self._merged_bytes = merged_bytes(model) if self._can_merge else 0
+        self._plain_base: torch.nn.Module | None = None
+        #: this engine's key in ``MERGED_CACHE``
+        self.owner = object()
+
+    def get(
+        self, key: SnapshotKey | None, snapshot: dict[str, torch.Tensor] | None
+    ) -> torch.nn.Module | None:
+        """The plain model that decodes for ``snapshot`` (None: the base), or ``None`` to
+        decode with the peft model (module doc)."""
+        if snapshot is None:
+            if self._plain_base is None:
+                self._plain_base = plain_model(self._model, merge=False)
+            return self._plain_base
+        if not self._can_merge or key is None or self._merged_bytes > MERGED_CACHE.budget:
+            return None
+        owner = self.owner
+        cached = MERGED_CACHE.get(owner, key)
+        if cached is not None:
+            return cached
+        reused = MERGED_CACHE.make_room(owner, self._merged_bytes)
+        with use_weights(self._model, self._adapter, snapshot):
+            if reused is not None:
+                remerge_(reused, self._model)
+                merged = reused
+            else:
+                merged = plain_model(self._model, merge=True)
+        MERGED_CACHE.put(owner, key, merged, self._merged_bytes)
+        if self._device.type == "cpu":  # the merge's temporaries (deltas, stashed
+            memory.trim()  # adapter) are garbage now: once per snapshot, not per step
+        return merged
+
+    def drop(self) -> None:
+        """Forget the plain base and every merged copy this engine holds in the cache."""
+        self._plain_base = None
+        MERGED_CACHE.drop_owner(self.owner)
