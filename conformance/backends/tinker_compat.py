@@ -101,6 +101,8 @@ ADDED_IN: dict[str, str] = {
     "param:TrainingClient.save_state.user_metadata": "0.27.1",
     "training:save_weights_external": "0.28.0",
     "service:close": "0.27.2",
+    "field:SampledSequence.sequence_id": "0.26.0",
+    "unchecked:ForwardBackwardInput": "0.20.0",
 }
 
 
@@ -130,7 +132,10 @@ def missing_reason(version: str, features: list[str]) -> str:
 def supports(tinker: ModuleType, feature: str) -> bool:
     """Whether the installed SDK can send ``feature``: ``sample:<keyword>``,
     ``loss:<name>``, ``training:<method>``, ``service:<method>``, ``rest:<method>``,
-    ``lora:<field>`` (a ``LoraConfig`` field) or ``param:<Class>.<method>.<keyword>``."""
+    ``lora:<field>`` (a ``LoraConfig`` field), ``field:<Type>.<field>`` (a field of a
+    ``tinker.types`` class), ``unchecked:<Type>`` (the SDK builds that type without
+    validating its values, so it can send a value the server must refuse) or
+    ``param:<Class>.<method>.<keyword>``."""
     kind, _, name = feature.partition(":")
     if kind == "sample":
         return name in _sample_keywords(tinker)
@@ -150,6 +155,14 @@ def supports(tinker: ModuleType, feature: str) -> bool:
     if kind == "lora":
         fields = getattr(tinker.types.LoraConfig, "model_fields", {})
         return name in fields
+    if kind == "field":
+        owner, field = name.split(".")
+        cls = getattr(tinker.types, owner)
+        return field in getattr(cls, "model_fields", {}) or field in getattr(
+            cls, "__dataclass_fields__", {}
+        )
+    if kind == "unchecked":  # a dataclass type sends any value; a pydantic one validates it
+        return not hasattr(getattr(tinker.types, name), "model_fields")
     raise ValueError(f"unknown SDK feature kind {kind!r} in {feature!r}")
 
 

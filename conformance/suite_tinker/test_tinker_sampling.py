@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from conformance.adapter import Backend
-from conformance.suite_tinker._kit import wait
+from conformance.suite_tinker._kit import needs_sdk, wait
 
 MAX_TOKENS = 10
 
@@ -62,6 +62,7 @@ def test_max_tokens_bounds_every_sequence(backend: Backend, sampler: Any, max_to
 def test_sequence_ids_are_distinct(backend: Backend, sampler: Any) -> None:
     """sampled_sequence.py ``sequence_id``: "Session-scoped identifier, distinct per
     sequence"."""
+    needs_sdk(backend, "field:SampledSequence.sequence_id")
     a, b = draw(backend, sampler, seed=4, n=3), draw(backend, sampler, seed=5, n=2)
     ids = [s.sequence_id for s in [*a.sequences, *b.sequences]]
     assert all(isinstance(i, str) and i for i in ids)

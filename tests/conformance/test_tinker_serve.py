@@ -35,12 +35,13 @@ HEARTBEAT_S = 60
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """``localsession serve --port 0`` (8 sessions: a test holds up to three models and a
-    hidden sampler; sessions expire after HEARTBEAT_S); yields its URL and home. Stopped,
-    and waited for, at teardown."""
+    """``localsession serve --port 0`` (64 sessions: a test holds up to three models and a
+    hidden sampler, and an SDK before 0.27.2 cannot close its sessions, which then last until
+    they expire after HEARTBEAT_S); yields its URL and home. Stopped, and waited for, at
+    teardown."""
     home = tmp_path / "home"
     args = [sys.executable, "-m", "localsession.cli", "serve", "--port", "0", "--quiet",
-            "--max-sessions", "8", "--heartbeat-timeout", str(HEARTBEAT_S),
+            "--max-sessions", "64", "--heartbeat-timeout", str(HEARTBEAT_S),
             "--home", str(home)]  # fmt: skip
     proc = subprocess.Popen(
         args, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True

@@ -131,3 +131,28 @@ def test_unknown_futures_and_models_are_not_found(localsession_tinker: Any) -> N
     assert info.status_code == 404 and "create_lora_training_client" in info.json()["detail"]
     telemetry = httpx.post(f"{url}/api/v1/telemetry", json={"events": []}, headers=HEADERS)
     assert telemetry.json() == {"status": "accepted"}
+
+
+def test_an_unnamed_sampler_save_answers_its_sampler_and_no_path(localsession_tinker: Any) -> None:
+    """save_weights_and_get_sampling_client's save names no checkpoint: the answer carries the
+    sampling session and ``path: null`` (tinker 0.16 asserts there is no path)."""
+    url = localsession_tinker.url
+    sc = tinker.ServiceClient()
+    tc = sc.create_lora_training_client(base_model="localsession/tiny", rank=4).result()
+    answers = {}
+    for name, body in (("unnamed", {}), ("named", {"path": "kept"})):
+        sent = httpx.post(
+            f"{url}/api/v1/save_weights_for_sampler",
+            json={"model_id": tc.model_id, "seq_id": len(answers) + 1,
+                  "sampling_session_seq_id": len(answers), **body},
+            headers=HEADERS, timeout=30,
+        )  # fmt: skip
+        assert sent.status_code == 200, sent.text
+        got = httpx.post(
+            f"{url}/api/v1/retrieve_future", json={"request_id": sent.json()["request_id"]},
+            headers=HEADERS, timeout=60,
+        )  # fmt: skip
+        answers[name] = got.json()
+    assert answers["unnamed"]["path"] is None and answers["unnamed"]["sampling_session_id"]
+    assert answers["named"]["path"].endswith("/sampler_weights/kept")
+    sc.close("success").result()

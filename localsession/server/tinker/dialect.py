@@ -335,6 +335,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
         extra: dict[str, Any] = {"path": path, "ttl": request.get("ttl_seconds")}
         if sampler and request.get("sampling_session_seq_id") is not None:
             extra["sampler_for"] = model.model_id
+            extra["unnamed"] = not request.get("path")  # its answer has no path (tinker 0.16)
         return self.add_future(
             Future(kind, session=model.session, op_id=op, model_id=model.model_id, extra=extra)
         )

@@ -80,6 +80,8 @@ def completed(dialect: Dialect, future: Future, result: OpResult, proto: bool = 
         out: dict[str, Any] = {"path": path, "type": "save_weights_for_sampler"}
         if future.extra.get("sampler_for"):
             out["sampling_session_id"] = dialect.create_sampler(path, None)
+            if future.extra.get("unnamed"):  # save_weights_and_get_sampling_client: the SDK
+                out["path"] = None  # reads the sampler only (0.16 asserts there is no path)
         return JSONResponse(out)
     if kind == vocab.OpKind.LOAD_STATE:
         return JSONResponse(
