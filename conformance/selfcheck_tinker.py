@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -38,6 +39,8 @@ from unittest import mock
 from conformance.adapter import Backend
 
 SHIFT = 0.1
+#: The inputs a (N, K) cross-entropy datum carries per target (``flattened_targets``).
+TARGET_KEYS = ("target_tokens", "weights")
 TRAINING = "test_tinker_training.py::"
 SAMPLING = "test_tinker_sampling.py::"
 LOSSES = "test_tinker_losses.py::"
@@ -109,21 +112,24 @@ def _random_lora_seed(body: dict[str, Any]) -> None:
     body.setdefault("lora_config", {})["seed"] = random.randrange(2**31)
 
 
-def _flatten(nested: Any) -> list[Any]:
-    if isinstance(nested, list):
-        return [leaf for item in nested for leaf in _flatten(item)]
-    return [nested]
-
-
-def _flattened_targets(self: Any, *args: Any) -> Any:
-    *head, datums = args
-    for datum in datums:
-        for key in ("target_tokens", "weights"):
-            tensor = datum["lossFnInputs"].get(key)
-            if isinstance(tensor, dict) and len(tensor.get("shape") or []) > 1:
-                tensor["data"] = _flatten(tensor["data"])
-                tensor["shape"] = [len(tensor["data"])]
-    return _ORIGINAL["forward_backward"](self, *head, datums)
+def _flattened_targets(
+    self: Any,
+    model_id: str,
+    seq_id: int,
+    loss_fn: str,
+    config: Any,
+    forward_only: bool,
+    datums: list[Any],
+    shapes: list[dict[str, list[int]]],
+) -> Any:
+    """``Dialect.forward_backward`` reading (N, K) targets and weights as N*K flat values,
+    as a server that ignores ``TensorData.shape`` would."""
+    flat = [
+        {k: [math.prod(v)] if k in TARGET_KEYS and len(v) > 1 else v for k, v in shape.items()}
+        for shape in shapes
+    ]
+    original = _ORIGINAL["forward_backward"]
+    return original(self, model_id, seq_id, loss_fn, config, forward_only, datums, flat)
 
 
 def _crashing_column(index: int, key: str, data: list[Any], length: int) -> list[Any]:
@@ -148,17 +154,29 @@ def _expire_nothing(dialect: Any, now: float) -> bool:
     return False
 
 
-def _negated_weights(self: Any, *args: Any) -> Any:
-    *head, datums = args
-    flipped = []
-    for datum in datums:
-        inputs = dict(datum.loss_fn_inputs)
+def _negated_weights(
+    self: Any,
+    model_id: str,
+    seq_id: int,
+    loss_fn: str,
+    config: Any,
+    forward_only: bool,
+    datums: list[Any],
+    shapes: list[dict[str, list[int]]],
+) -> Any:
+    """``Dialect.forward_backward`` with every weight negated (absent weights: all -1)."""
+    flipped, flipped_shapes = [], []
+    for datum, shape in zip(datums, shapes, strict=True):
+        inputs, shape = dict(datum.loss_fn_inputs), dict(shape)
         if "weights" in inputs:
             inputs["weights"] = [-float(w) for w in inputs["weights"]]
         elif "target_tokens" in inputs:
             inputs["weights"] = [-1.0] * len(inputs["target_tokens"])
+            shape["weights"] = shape["target_tokens"]
         flipped.append(replace(datum, loss_fn_inputs=inputs))
-    return _ORIGINAL["forward_backward"](self, *head, flipped)
+        flipped_shapes.append(shape)
+    original = _ORIGINAL["forward_backward"]
+    return original(self, model_id, seq_id, loss_fn, config, forward_only, flipped, flipped_shapes)
 
 
 def _frozen_step(self: Any, request: dict[str, Any]) -> Any:

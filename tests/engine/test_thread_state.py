@@ -19,6 +19,7 @@ from localsession import AdamParams, ServiceClient
 from localsession.engine.thread_state import plain_torch_thread
 from localsession.engine.torch_engine import TorchEngine
 from localsession.runtime.service import Service
+from localsession.runtime.sessions import runner
 
 from .helpers import untimed, wire_datum
 
@@ -65,6 +66,8 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(TorchEngine, "forward_backward", recording)
+    # a tiny op counts as quick up to 30 s (not 0.1 s), whatever the box's load
+    monkeypatch.setattr(runner, "QUICK_S", 30.0)
     yield seen
 
 

@@ -71,10 +71,13 @@ class ThreadEngine(StubEngine):
 
 
 @pytest.fixture
-def runtime(tmp_path: Path) -> Any:
+def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A session over a :class:`ThreadEngine`. A submit wakes the worker, but the submitting
     thread keeps the GIL until it next blocks, so its ``run_here`` comes first, as in a
-    user's loop; a long switch interval stops a loaded box pre-empting it mid-test."""
+    user's loop; a long switch interval stops a loaded box pre-empting it mid-test. An op
+    counts as quick up to 30 s (not 0.1 s), so a box too busy to run a no-op in 0.1 s does
+    not send the ops these tests expect on the caller to the worker."""
+    monkeypatch.setattr(runner, "QUICK_S", 30.0)
     engines: list[ThreadEngine] = []
     interval = sys.getswitchinterval()
     sys.setswitchinterval(2.0)
@@ -141,8 +144,11 @@ def test_the_caller_runs_the_queued_ops_before_its_own_in_order(runtime: Any) ->
     assert engine.threads[-2:] == [threading.current_thread().name] * 2
 
 
-def test_slow_kinds_disallowed_engines_and_gaps_stay_on_the_worker(runtime: Any) -> None:
+def test_slow_kinds_disallowed_engines_and_gaps_stay_on_the_worker(
+    runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     service, engine = runtime
+    monkeypatch.setattr(runner, "QUICK_S", 0.1)  # the real threshold: an op sleeping past it
     engine.delay = runner.QUICK_S + 0.05
     warmed(service)  # this forwardBackward was slow
     slow = submit(service, 2)
