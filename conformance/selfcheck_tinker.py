@@ -22,6 +22,9 @@ Each patch is a context manager (:func:`planted`), so a test can plant and lift 
 call on a shared server; ``--backend=import:conformance.selfcheck_tinker:<name>`` starts the
 loopback dialect with it planted for the whole run. :data:`EXPECTED` names the tests each
 defect must make fail; :func:`run_test` calls one suite test by id outside pytest.
+
+Length: one catalogue of defects; each defect's patch, its expected failures and its backend
+factory stay in this one file, so planting a new defect touches nothing else.
 """
 
 from __future__ import annotations
