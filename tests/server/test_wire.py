@@ -178,8 +178,13 @@ def test_sequence_gap_blocks_then_recovers(clients: tuple[Any, Any]) -> None:
     name = _create(cp)
     cp.describe_training_session(TrainingSessionName=name)
     later = _submit(rt, name, 2, FB)  # number 1 never arrives
-    detail = cp.describe_training_session(TrainingSessionName=name)["TrainingSessionDetail"]
-    assert detail["TrainingSessionStatus"] == "Blocked"
+    # the session's worker marks it Blocked when it wakes and finds the gap, and keeps it so
+    # for the server's 1 s gap timeout: look until it does (not once, right after the submit)
+    seen = []
+    while "Blocked" not in seen and len(seen) < 3000:
+        detail = cp.describe_training_session(TrainingSessionName=name)["TrainingSessionDetail"]
+        seen.append(detail["TrainingSessionStatus"])
+    assert seen[-1] == "Blocked", sorted(set(seen))
     assert detail["LastReceivedSequenceNumber"] == 2
     result = rt.get_training_operation_result(trainingSessionName=name, operationId=later)
     assert result["status"] == "Completed"  # after the 1 s gap timeout of this server
