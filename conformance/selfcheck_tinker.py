@@ -115,24 +115,27 @@ def _random_lora_seed(body: dict[str, Any]) -> None:
     body.setdefault("lora_config", {})["seed"] = random.randrange(2**31)
 
 
-def _flattened_targets(
-    self: Any,
-    model_id: str,
-    seq_id: int,
-    loss_fn: str,
-    config: Any,
-    forward_only: bool,
-    datums: list[Any],
-    shapes: list[dict[str, list[int]]],
-) -> Any:
-    """``Dialect.forward_backward`` reading (N, K) targets and weights as N*K flat values,
-    as a server that ignores ``TensorData.shape`` would."""
+Shapes = list[dict[str, list[int]]]
+
+
+def _editing(edit: Callable[[list[Any], Shapes], tuple[list[Any], Shapes]]) -> Any:
+    """A ``Dialect.forward_backward`` that runs what ``edit(datums, shapes)`` returns."""
+
+    def patched(self: Any, *head: Any) -> Any:
+        *fixed, datums, shapes = head  # model id, seq id, loss, config, forward-only
+        return _ORIGINAL["forward_backward"](self, *fixed, *edit(datums, shapes))
+
+    return patched
+
+
+def _flattened_targets(datums: list[Any], shapes: Shapes) -> tuple[list[Any], Shapes]:
+    """(N, K) targets and weights read as N*K flat values, as a server that ignores
+    ``TensorData.shape`` would."""
     flat = [
         {k: [math.prod(v)] if k in TARGET_KEYS and len(v) > 1 else v for k, v in shape.items()}
         for shape in shapes
     ]
-    original = _ORIGINAL["forward_backward"]
-    return original(self, model_id, seq_id, loss_fn, config, forward_only, datums, flat)
+    return datums, flat
 
 
 def _crashing_column(index: int, key: str, data: list[Any], length: int) -> list[Any]:
@@ -152,22 +155,8 @@ def _crash_as_validation() -> Any:
     return stack
 
 
-def _expire_nothing(dialect: Any, now: float) -> bool:
-    """expiry.sweep that expires nothing and watches nothing (its thread ends)."""
-    return False
-
-
-def _negated_weights(
-    self: Any,
-    model_id: str,
-    seq_id: int,
-    loss_fn: str,
-    config: Any,
-    forward_only: bool,
-    datums: list[Any],
-    shapes: list[dict[str, list[int]]],
-) -> Any:
-    """``Dialect.forward_backward`` with every weight negated (absent weights: all -1)."""
+def _negated_weights(datums: list[Any], shapes: Shapes) -> tuple[list[Any], Shapes]:
+    """Every weight negated (absent weights: all -1)."""
     flipped, flipped_shapes = [], []
     for datum, shape in zip(datums, shapes, strict=True):
         inputs, shape = dict(datum.loss_fn_inputs), dict(shape)
@@ -178,8 +167,7 @@ def _negated_weights(
             shape["weights"] = shape["target_tokens"]
         flipped.append(replace(datum, loss_fn_inputs=inputs))
         flipped_shapes.append(shape)
-    original = _ORIGINAL["forward_backward"]
-    return original(self, model_id, seq_id, loss_fn, config, forward_only, flipped, flipped_shapes)
+    return flipped, flipped_shapes
 
 
 def _frozen_step(self: Any, request: dict[str, Any]) -> Any:
@@ -217,19 +205,22 @@ def planted(defect: str) -> Iterator[None]:
             encode_sample_response=codec.encode_sample_response,
         )
     patches = {
-        "loss_sign": lambda: mock.patch.object(Dialect, "forward_backward", _negated_weights),
+        "loss_sign": lambda: mock.patch.object(
+            Dialect, "forward_backward", _editing(_negated_weights)
+        ),
         "seed_ignored": lambda: _sampling_params(lambda p: p.update(seed=random.randrange(2**31))),
         "optim_noop": lambda: mock.patch.object(Dialect, "optim_step", _frozen_step),
         "logprob_shift": lambda: mock.patch.object(codec, "encode_sample_response", _shifted),
         "stop_ignored": lambda: _sampling_params(lambda p: p.pop("stop", None)),
         "optimizer_dropped": lambda: mock.patch.object(Dialect, "load", _weights_only),
         "targets_flattened": lambda: mock.patch.object(
-            Dialect, "forward_backward", _flattened_targets
+            Dialect, "forward_backward", _editing(_flattened_targets)
         ),
         "empty_stop_ignored": lambda: _sampling_params(_empty_stop_as_none),
         "lora_unseeded": lambda: _bodies("/create_model", _random_lora_seed),
         "crash_as_validation": _crash_as_validation,
-        "never_expires": lambda: mock.patch.object(expiry, "sweep", _expire_nothing),
+        # expiry.sweep expires nothing and answers "nothing left to watch" (its thread ends)
+        "never_expires": lambda: mock.patch.object(expiry, "sweep", return_value=False),
     }
     if defect not in patches:
         raise KeyError(f"no planted defect {defect!r}; known: {', '.join(sorted(patches))}")
@@ -345,11 +336,10 @@ def short_expiry_backend(options: dict[str, Any]) -> Backend:
 
     with scoped_environ({EXPIRY_ENV: str(SHORT_EXPIRY_S)}):
         expiring = TinkerServer(engine="torch")
-    try:
+    with contextlib.ExitStack() as on_failure:  # the second server closes if this fails
+        on_failure.callback(expiring.close)
         backend = make_tinker({**options, "base_url": None, "heartbeat_timeout": None})
-    except BaseException:
-        expiring.close()
-        raise
+        on_failure.pop_all()
     first_close = backend.close
 
     def close() -> None:
