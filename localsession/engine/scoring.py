@@ -5,7 +5,7 @@ decoded, in one forward over the prompt without a KV cache.
   forwards as ``LOGPROB_LOGIT_BYTES`` allows (``shared_prefix`` packs shared prefixes
   around it);
 - :func:`prompt_logprobs`: a sample request's prompt logprobs and their top-k alternatives,
-  through the trainer's own ``token_logprobs`` (bit-identical to ``forward``);
+  through ``token_logprobs`` (``forward``'s values to float rounding);
 - :func:`target_logprobs`: the logprobs of named ids at each prompt position;
 - :func:`prompt_alt_tokens`: seeded draws from each prompt position's distribution;
 - :func:`with_prompt_scores`: all of those a request asks for, written into its result.
@@ -118,8 +118,8 @@ def prompt_logprobs(
     top-``topk`` alternatives (position 0: empty list)."""
     ids_1L = torch.tensor([tokens], dtype=torch.long, device=device)
     logits_1LV = model(input_ids=ids_1L, use_cache=False)["logits"]
-    # Position t predicts tokens[t + 1]; the same function the trainer uses (bit-identical
-    # to ``forward`` on an unpadded datum).
+    # Position t predicts tokens[t + 1]; ``forward`` on an unpadded datum agrees to float
+    # rounding (its fused head, head_logprobs.py, makes the same sums in another order).
     chosen_1L = token_logprobs(logits_1LV[:, :-1], ids_1L[:, 1:])
     values = [0.0, *chosen_1L[0].tolist()]
     top: list[list[TopLogprob]] = []

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from localsession.engine import scoring
+from localsession.engine.head_logprobs import target_logprobs
 from localsession.engine.loading import LoadedModel
 from localsession.numerics import prefix_groups
 from localsession.numerics.batch import Batch
@@ -252,17 +253,12 @@ def packed_logprobs(
     rows, row_width = packed.seg_RL.shape
     ids_RL = tokens_BT.reshape(-1)[packed.src_N].view(rows, row_width)
     mask_R1LL = _block_mask(packed.seg_RL, dtype)
-    out = model(
-        input_ids=ids_RL, attention_mask=mask_R1LL, position_ids=packed.pos_RL, use_cache=False
-    )
-    logits_NV = out["logits"].reshape(rows * row_width, -1).float()
-    del out
-    if temperature_BT is not None:  # members agree on the prefix's temperatures (the keys)
+    inputs = {"input_ids": ids_RL, "attention_mask": mask_R1LL, "position_ids": packed.pos_RL}
+    tau_N = None  # members agree on the prefix's temperatures (the keys)
+    if temperature_BT is not None:
         tau_N = temperature_BT.to(torch.float32).reshape(-1)[packed.src_N]
-        logits_NV = logits_NV / tau_N.unsqueeze(-1)
-    lse_N = torch.logsumexp(logits_NV, dim=-1)
-    picked_BT = logits_NV[packed.dest_BT, targets_BT]
-    return picked_BT - lse_N[packed.dest_BT]
+    pos_M, tok_M = packed.dest_BT.reshape(-1), targets_BT.reshape(-1)
+    return target_logprobs(model, inputs, tok_M, tau_N, pos_M).view(targets_BT.shape)
 
 
 def supported(model: Any) -> bool:

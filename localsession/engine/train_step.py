@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from localsession.engine.head_logprobs import row_logprobs
 from localsession.engine.shared_prefix import Plan, chunked, packed_logprobs
 from localsession.numerics.batch import Batch, finite_or_raise, fwd_result
 from localsession.numerics.losses import (
@@ -24,7 +25,6 @@ from localsession.numerics.losses import (
     datum_metrics,
     datum_sums,
     loss_terms,
-    token_logprobs,
 )
 from localsession.numerics.optim import LoraAdamW
 from localsession.numerics.prefix_groups import Group
@@ -69,9 +69,7 @@ def loss_step(
             lp_BT, loss_BT = chunked_backward(model, batch, loss_fn, clip, rows)
         sums = datum_sums(loss_BT)  # each datum's Σ ℓ, for both metric sets
     else:
-        out = model(input_ids=batch.tokens_BT, use_cache=False)
-        lp_BT = token_logprobs(out["logits"], batch.targets_BT, batch.temperature_BT)
-        del out
+        lp_BT = row_logprobs(model, batch.tokens_BT, batch.targets_BT, batch.temperature_BT)
         loss_BT = loss_terms(loss_fn, lp_BT, inputs, clip)
         sums = datum_sums(loss_BT)  # the one read-back before the backward
         finite_or_raise(sum(sums), "the loss")  # before any gradient is added
@@ -127,9 +125,7 @@ def chunked_backward(
     loss_parts: list[torch.Tensor] = []
     for start in range(0, len(batch.lengths), step):
         sub = batch.rows(start, start + step)
-        logits_BTV = model(input_ids=sub.tokens_BT, use_cache=False)["logits"]
-        lp_BT = token_logprobs(logits_BTV, sub.targets_BT, sub.temperature_BT)
-        del logits_BTV
+        lp_BT = row_logprobs(model, sub.tokens_BT, sub.targets_BT, sub.temperature_BT)
         loss_BT = loss_terms(loss_fn, lp_BT, sub.loss_inputs(), clip)
         finite_or_raise(sum(datum_sums(loss_BT)), "the loss")
         loss_BT.sum().backward()

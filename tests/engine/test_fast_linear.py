@@ -68,7 +68,7 @@ def test_values_and_gradients_match_a_float64_reference(
     g_BTN = torch.randn(4, 40, 384, generator=gen)
     y_BTN = fast_linear.linear(x_BTK, w_NK, b_N)
     y_BTN.backward(g_BTN)
-    assert len(onednn_calls) == 3  # forward, grad of x, grad of the weight
+    assert len(onednn_calls) == 2  # forward, grad of x (the weight's: torch's mm)
     x64, w64, b64, g64 = (t.detach().double() for t in (x_BTK, w_NK, b_N, g_BTN))
     want = {
         "y": x64 @ w64.T + b64,

@@ -101,8 +101,9 @@ def test_cross_entropy_logprobs_grads_and_adamw_step(
 def test_fresh_adapter_equals_base_model(
     make_engine: Callable[..., TorchEngine], tiny_base: tuple[Any, Any]
 ) -> None:
-    # B = 0: the adapted model computes exactly the base model's logprobs (bit for bit),
-    # given the same matmul kernels (the engine's linear layers may run oneDNN).
+    # B = 0: the adapted model computes the base model's logprobs, given the same matmul
+    # kernels (the engine's linear layers may run oneDNN), to the float rounding of its
+    # fused head (head_logprobs.py sums the log-softmax in another order).
     engine = make_engine(rank=8, alpha=16, seed=5)
     base = copy.deepcopy(tiny_base[0])
     fast_linear.install(base)
@@ -112,4 +113,4 @@ def test_fresh_adapter_equals_base_model(
         logits = base(input_ids=torch.tensor([tokens])).logits.float()
     targets = torch.tensor([tokens[1:] + [0]])
     lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    assert out.outputs[0].logprobs == lp[0].tolist()
+    assert out.outputs[0].logprobs == pytest.approx(lp[0].tolist(), rel=1e-6, abs=1e-6)
