@@ -62,9 +62,10 @@ from bench.perf_doc import write_doc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("prefix", "training", "sampling", "threads", "bf16")
-#: Paired rounds per part (a round of the training part is ~20 s on an idle 2-core box, of
-#: the sampling part ~30 s, of the threads part ~25 s).
-TRAIN_ROUNDS, SAMPLE_ROUNDS, THREAD_ROUNDS = 6, 4, 4
+#: Paired rounds per part (a round of the training part is ~22 s on an idle 2-core box, of
+#: the sampling part ~35 s, of the threads part ~60 s: a fixed 2 threads beside the burner
+#: is the slow side).
+TRAIN_ROUNDS, SAMPLE_ROUNDS, THREAD_ROUNDS = 5, 4, 3
 #: bf16: runs, each of this many paired rounds (the target must hold in every run).
 BF16_RUNS, BF16_ROUNDS = 3, 4
 
@@ -384,7 +385,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out_dir:
         for part in (p for p in PARTS if not args.only or p in args.only):
             print(f"== {part} (1-minute load {load1():.2f})", flush=True)
+            part_start = time.perf_counter()
             rows += run_part(part, args.smoke, Path(out_dir), args.rounds)
+            part_s = time.perf_counter() - part_start
+            print(f"== {part} took {part_s:.0f} s (1-minute load {load1():.2f})", flush=True)
     took = time.perf_counter() - started
     print(render(rows, f"make bench: headline rows (took {took:.0f} s)"))
     if args.json is not None:
