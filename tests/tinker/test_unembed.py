@@ -43,7 +43,9 @@ def test_the_head_adapter_trains_samples_and_resumes(localsession_tinker: Any) -
     plain = sc.create_lora_training_client(
         base_model=MODEL, rank=4, seed=9, train_unembed=False
     ).result()
-    assert _logprobs(head) == _logprobs(plain)  # every B starts at zero
+    # every B starts at zero; the adapted head takes the unfused path (logits, then
+    # log_softmax) and the plain one the fused head, so they agree to rounding only
+    assert _logprobs(head) == pytest.approx(_logprobs(plain), abs=1e-5)
     _step(head)
     _step(plain)
     trained = _logprobs(head)
