@@ -40,17 +40,18 @@ PLAIN_HEADS = frozenset({"llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", 
 CHUNK_BYTES = {"cpu": 2 * 2**20}
 DEVICE_CHUNK_BYTES = 256 * 2**20
 
+#: What each accepted value of ``LOCALSESSION_FUSED_HEAD`` means.
+_SWITCH = {"": True, "on": True, "1": True, "auto": True, "off": False, "0": False}
+
 Body = Callable[..., torch.Tensor]
 
 
 def enabled() -> bool:
     """Whether ``LOCALSESSION_FUSED_HEAD`` allows the fused head (default on)."""
     raw = os.environ.get(FUSED_HEAD_ENV, "on").strip().lower()
-    if raw in ("", "on", "1", "auto"):
-        return True
-    if raw in ("off", "0"):
-        return False
-    raise ValueError(f"{FUSED_HEAD_ENV}={raw!r}: expected on (the default) or off")
+    if raw not in _SWITCH:
+        raise ValueError(f"{FUSED_HEAD_ENV}={raw!r}: expected on (the default) or off")
+    return _SWITCH[raw]
 
 
 def split_head(model: Any) -> tuple[Body, torch.Tensor] | None:
