@@ -1,7 +1,9 @@
 """The Tinker suite against a ``localsession serve`` subprocess, as a user runs it (slow tier):
 ``localsession/tiny`` and SmolLM2 under the installed tinker SDK, and ``localsession/tiny``
 under an older SDK when ``LOCALSESSION_OLD_TINKER_PYTHON`` names the python of a venv that
-has one (e.g. ``tinker==0.28.1``, pytest and hypothesis; this repo comes from PYTHONPATH).
+has one (``pip install . tinker==0.28.1 pytest hypothesis``: this package's own dependencies,
+botocore and torch among them, without the ``[tinker]`` extra's pin; the test puts this repo
+first on PYTHONPATH).
 
 Every test of ``suite_tinker/`` must pass, the dialect's known divergences
 (``backends/tinker-localsession.xfail``) as strict xfails; tests the older SDK cannot send
