@@ -133,8 +133,36 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
 def serve(options: ServeOptions) -> int:
     """Run the server until Ctrl-C (``--replay`` is parity/running.py's, chosen by the CLI)."""
     service, sock, lock, credential = start(options)
-    warn_if_exposed(options.host, credential is not None)
-    url = url_of(sock)
+    try:
+        warn_if_exposed(options.host, credential is not None)
+        _print_banner(url_of(sock), service, credential)
+        # Tokenizers the SDK's get_tokenizer() will read, exported before the first describe.
+        threading.Thread(
+            target=hub.export_all, args=(service.catalog, service.hub_cache), daemon=True
+        ).start()
+        _log_requests(quiet=options.quiet)
+        server = make_server(
+            service,
+            long_poll=options.long_poll,
+            submit_hold=options.submit_hold,
+            credential=credential,
+        )
+        server.config.app = RequestLog(server.config.app)
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        # uvicorn shut down gracefully, then re-raised the Ctrl-C it captured; or the Ctrl-C
+        # came after the banner, while the app was being built: stopped the same way
+        pass
+    finally:
+        service.close()
+        sock.close()
+        lock.release()
+        print("localsession server stopped", flush=True)
+    return 0
+
+
+def _print_banner(url: str, service: Service, credential: Credential | None) -> None:
+    """The URL and the exports a client shell needs."""
     # Flushed line by line: under a supervisor or with stdout sent to a file, Python buffers
     # stdout in blocks, and the URL and exports would not appear until the server exited.
     say = functools.partial(print, flush=True)
@@ -157,28 +185,6 @@ def serve(options: ServeOptions) -> int:
         "AWS endpoint\n# that no variable redirects, which fails offline. Packages are then "
         "served as S3\n# objects under that path (list/head/get/delete at AWS_ENDPOINT_URL_S3)."
     )
-    # Tokenizers the SDK's get_tokenizer() will read, exported before the first describe.
-    threading.Thread(
-        target=hub.export_all, args=(service.catalog, service.hub_cache), daemon=True
-    ).start()
-    _log_requests(quiet=options.quiet)
-    server = make_server(
-        service,
-        long_poll=options.long_poll,
-        submit_hold=options.submit_hold,
-        credential=credential,
-    )
-    server.config.app = RequestLog(server.config.app)
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn shut down gracefully, then re-raised the Ctrl-C it captured
-    finally:
-        service.close()
-        sock.close()
-        lock.release()
-        print("localsession server stopped", flush=True)
-    return 0
 
 
 def _log_requests(*, quiet: bool) -> None:

@@ -121,5 +121,7 @@ def test_serve_prints_the_heartbeat_timeout(tmp_path: Path) -> None:
             seen += line
         assert "without a heartbeat for 7.5 s is expired" in seen, seen
         proc.send_signal(signal.SIGINT)
-        # Ctrl-C ends serve as it ends a program (a busy box is slow to)
-        assert proc.wait(timeout=600) in (0, 130, -signal.SIGINT)
+        # Ctrl-C stops serve cleanly however soon after the banner it comes (one while the
+        # app was still being built once ended it with a traceback and status 1); a busy box
+        # is slow to stop
+        assert proc.wait(timeout=600) == 0
