@@ -48,9 +48,12 @@ Run: python bench/gpu_check.py [--steps 3] [--batch 8] [--seq 1024] [--peak-tflo
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import Row, render  # noqa: E402
+from bench.perf_doc import GPU_RESULTS, ROOT, git_commit  # noqa: E402
 from localsession.port import AdamHyperparams, TrainingDatum  # noqa: E402 - torch-free, after the path is set
 
 #: Peak dense bf16 tensor-core FLOP/s by device-name fragment (vendor data sheets, SXM parts).
@@ -433,6 +437,24 @@ def shared_base(model: str, sessions: int = 4) -> bool:
     return shared == sessions
 
 
+def _guarded(name: str, check: Callable[[], bool | None]) -> bool:
+    """Run one check; a check that raises prints its traceback and becomes a failing row, so
+    the checks after it still run (a lent GPU machine is rarely lent twice). ``None`` (a
+    skipped or information-only check) counts as passing."""
+    try:
+        return check() is not False
+    except Exception as exc:  # noqa: BLE001 - reported as a row, the run goes on
+        traceback.print_exc()
+        ROWS.append(
+            Row(f"{name}: raised {type(exc).__name__}: {exc}"[:160], 0.0, "", "runs", False)
+        )
+        if ACCEL == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the checks on CUDA; print a skip line (and return 0) without one."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -441,6 +463,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--peak-tflops", type=float, default=None)
     parser.add_argument("--no-real", action="store_true", help="skip the real-model check")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write the run (machine, versions, rows) here, for docs/performance.md's "
+        f"GPU section ({GPU_RESULTS.relative_to(ROOT)}; bench/perf_doc.py --gpu)",
+    )
+    parser.add_argument(
+        "--commit", default=None, help="the commit measured, where the tree has no .git"
+    )
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -464,35 +496,75 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ACCEL = "cuda"
     started = time.perf_counter()
-    ok = parity(args.steps)
-    throughput(
-        args.batch,
-        args.seq,
-        max(args.steps, 1 if args.dry_run else 5),
-        args.peak_tflops,
-        sample_shape=(2, 4) if args.dry_run else (32, 128),
+    ok = _guarded("bf16 parity", lambda: parity(args.steps))
+    ok = (
+        _guarded(
+            "throughput",
+            lambda: throughput(
+                args.batch,
+                args.seq,
+                max(args.steps, 1 if args.dry_run else 5),
+                args.peak_tflops,
+                sample_shape=(2, 4) if args.dry_run else (32, 128),
+            ),
+        )
+        and ok
     )
-    ok = shared_base("localsession/small") and ok
+    ok = _guarded("shared base", lambda: shared_base("localsession/small")) and ok
     from bench.gpu_tinker import tinker_step
 
-    ok = tinker_step(ACCEL, ROWS) is not False and ok
+    ok = _guarded("tinker dialect", lambda: tinker_step(ACCEL, ROWS)) and ok
     from bench.gpu_prefix import prefix_check
 
     prefix_shape = (2, 2, 8, 4) if args.dry_run else (8, 8, 512, 128)
-    ok = prefix_check(ACCEL, ROWS, max(args.steps, 1 if args.dry_run else 3), prefix_shape) and ok
+    prefix_steps = max(args.steps, 1 if args.dry_run else 3)
+    ok = (
+        _guarded("shared prefix", lambda: prefix_check(ACCEL, ROWS, prefix_steps, prefix_shape))
+        and ok
+    )
     if not args.no_real:
-        real_ok = real_model(args.steps, args.batch, args.seq, args.peak_tflops)
-        ok = ok and real_ok is not False
+        ok = (
+            _guarded(
+                "real model",
+                lambda: real_model(args.steps, args.batch, args.seq, args.peak_tflops),
+            )
+            and ok
+        )
         from bench import real_model as real
 
         if real.available():
-            ok = shared_base(str(real.ensure_real_model())) and ok
+            ok = (
+                _guarded(
+                    "shared base, real model", lambda: shared_base(str(real.ensure_real_model()))
+                )
+                and ok
+            )
     wall = time.perf_counter() - started
     ROWS.append(Row("gpu_check wall time (s)", wall, "s", f"≤ {BUDGET_S:.0f} s", wall <= BUDGET_S))
     name = torch.cuda.get_device_name() if ACCEL == "cuda" else "cpu (dry run)"
     print()
     print(render(ROWS, f"gpu_check on {name}"))
+    if args.json is not None:
+        record = run_record(name, wall, args.commit or git_commit(ROOT), ROWS)
+        args.json.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {args.json}")
     return 0 if ok else 1
+
+
+def run_record(device: str, wall: float, commit: str, rows: list[Row]) -> dict[str, Any]:
+    """What docs/performance.md's GPU section shows of one run (bench/perf_doc.py)."""
+    import torch
+    import transformers
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "device": device,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "commit": commit,
+        "wall_s": round(wall, 1),
+        "rows": [r.to_json() for r in rows],
+    }
 
 
 if __name__ == "__main__":

@@ -2,10 +2,15 @@
 
 The file is generated: a header says so and how to regenerate it, then the machine and the
 run (CPU, CPUs, AMX-BF16, torch, commit, duration, load), the table, and how to read it.
+Last comes the GPU section, from the last ``bench/gpu_check.py --json`` run on a CUDA machine
+(``GPU_RESULTS``, kept in the repo, since CI and this box have no GPU);
+``python -m bench.perf_doc --gpu`` rewrites that section alone.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import subprocess
@@ -14,6 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import Row, cells, summary
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The last gpu_check run on a GPU, as ``gpu_check.py --json`` wrote it.
+GPU_RESULTS = ROOT / "bench" / "results" / "gpu_check.json"
+DOC = ROOT / "docs" / "performance.md"
+GPU_HEADING = "## On a GPU"
 
 COLUMNS = (
     "row",
@@ -54,7 +65,9 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _commit(root: Path) -> str:
+def git_commit(root: Path) -> str:
+    """The short hash of ``root``'s HEAD, or "unknown" (no git, or a tree copied without
+    its .git)."""
     try:
         done = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -90,7 +103,7 @@ def render_doc(rows: Sequence[Row], took: float, before: float, root: Path, note
         "",
         "`make bench` measures the rows below and rewrites this file. The last run:",
         "",
-        f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {_commit(root)},"
+        f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {git_commit(root)},"
         f" torch {torch.__version__}",
         f"- {_cpu_model()}, {cpus} CPUs, AMX-BF16: {amx}",
         f"- took {took / 60:.1f} min; 1-minute load {before:.2f} at the start, {after:.2f}"
@@ -101,11 +114,69 @@ def render_doc(rows: Sequence[Row], took: float, before: float, root: Path, note
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(_cell(c) for c in cells(row)) + " |" for row in rows]
-    lines += ["", summary(rows), "", READING]
+    lines += ["", summary(rows), "", READING, gpu_section(GPU_RESULTS)]
+    return "\n".join(lines)
+
+
+def gpu_section(results: Path) -> str:
+    """The GPU section: the recorded gpu_check run's machine and table, or how to make one."""
+    head = [GPU_HEADING, ""]
+    if not results.exists():
+        return "\n".join(
+            [
+                *head,
+                "No run is recorded. On a CUDA machine: `python bench/gpu_check.py --json"
+                f" {GPU_RESULTS.relative_to(ROOT)}`, then `python -m bench.perf_doc --gpu`.",
+                "",
+            ]
+        )
+    run = json.loads(results.read_text(encoding="utf-8"))
+    rows = [Row(**r) for r in run["rows"]]
+    columns = COLUMNS[:4] + COLUMNS[5:7]  # no rounds or load: one timed run per row
+    lines = [
+        *head,
+        "`bench/gpu_check.py` (its docstring says what each check does) on a lent machine,"
+        " bf16, models built from config with random weights (nothing downloaded):",
+        "",
+        f"- {run['date']}, commit {run['commit']}, {run['device']}, torch {run['torch']},"
+        f" transformers {run['transformers']}; took {run['wall_s']:.0f} s",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    for row in rows:
+        c = cells(row)
+        lines.append("| " + " | ".join(_cell(x) for x in c[:4] + c[5:7]) + " |")
+    lines += ["", summary(rows), ""]
     return "\n".join(lines)
 
 
 def write_doc(path: Path, rows: Sequence[Row], took: float, before: float, note: str = "") -> None:
     """Write :func:`render_doc` to ``path``."""
-    root = Path(__file__).resolve().parents[1]
-    path.write_text(render_doc(rows, took, before, root, note), encoding="utf-8")
+    path.write_text(render_doc(rows, took, before, ROOT, note), encoding="utf-8")
+
+
+def rewrite_gpu_section(path: Path = DOC, results: Path = GPU_RESULTS) -> None:
+    """Replace ``path``'s GPU section (its end, from ``GPU_HEADING``) with ``results``',
+    leaving the CPU table as the last ``make bench`` wrote it."""
+    text = path.read_text(encoding="utf-8")
+    cut = text.find("\n" + GPU_HEADING + "\n")
+    kept = text if cut < 0 else text[: cut + 1]
+    path.write_text(kept.rstrip("\n") + "\n\n" + gpu_section(results), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="docs/performance.md's GPU section")
+    parser.add_argument(
+        "--gpu", action="store_true", help=f"rewrite {DOC.relative_to(ROOT)}'s GPU section"
+    )
+    args = parser.parse_args(argv)
+    if not args.gpu:
+        parser.error("nothing to do: the CPU table is written by `make bench`; pass --gpu")
+    rewrite_gpu_section()
+    print(f"wrote {DOC.relative_to(ROOT)}'s GPU section from {GPU_RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

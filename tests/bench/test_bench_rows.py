@@ -159,3 +159,37 @@ def test_a_part_that_fails_is_a_miss_row_and_the_run_goes_on(
     (row,) = headline.run_part("threads", False, tmp_path, rounds=2)
     assert ran[0][-2:] == ["--rounds", "2"] and "threads" in ran[0]
     assert row.result == "MISS" and "exit status 3" in row.metric and row.load is not None
+
+
+def test_the_gpu_section_is_rewritten_alone_from_the_recorded_run(tmp_path: Path) -> None:
+    """``perf_doc --gpu``: the recorded gpu_check run replaces the doc's GPU section (or is
+    appended to a doc without one); the CPU part stays byte for byte."""
+    from bench.perf_doc import GPU_HEADING, gpu_section, rewrite_gpu_section
+
+    results = tmp_path / "gpu_check.json"
+    run = {
+        "date": "2026-12-04 16:40 UTC",
+        "device": "NVIDIA H200",
+        "torch": "2.11.0+cu130",
+        "transformers": "5.17.0",
+        "commit": "abc1234",
+        "wall_s": 48.8,
+        "rows": [
+            Row("bf16 parity", 1.0, "", "= 1", True).to_json(),
+            Row("train tok/s", 42912.0, "tok/s", "info", None).to_json(),
+        ],
+    }
+    results.write_text(json.dumps(run))
+    cpu_part = "# Performance\n\n| row | ours |\n|---|---|\n| x | 1 |\n"
+    for old in ("", f"\n{GPU_HEADING}\n\nan older run\n"):
+        doc = tmp_path / "performance.md"
+        doc.write_text(cpu_part + old)
+        rewrite_gpu_section(doc, results)
+        text = doc.read_text()
+        assert text.startswith(cpu_part + "\n" + GPU_HEADING + "\n")
+        assert "an older run" not in text
+        assert "- 2026-12-04 16:40 UTC, commit abc1234, NVIDIA H200, torch 2.11.0+cu130" in text
+        assert "| bf16 parity | 1.00 | — | — | = 1 | pass |" in text
+        assert "| train tok/s | 42,912 tok/s | — | — | info | info |" in text
+        assert text.rstrip().endswith("pass: 1/1 targets met")
+    assert "No run is recorded" in gpu_section(tmp_path / "missing.json")

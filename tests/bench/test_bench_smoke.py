@@ -97,3 +97,25 @@ def test_gpu_check_dry_run_exercises_every_check_on_the_cpu(
     for metric in (*metrics, "tinker SDK step on serve", "prefix shared vs unshared"):
         assert metric in table, metric
     assert table.rstrip().splitlines()[-1].startswith("pass")
+
+
+def test_gpu_check_a_check_that_raises_fails_its_row_and_the_rest_still_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a lent machine one crash must not lose the other checks: the broken check is a
+    failing row naming its error, the later checks still print their rows, and the exit
+    status is 1."""
+    module = importlib.import_module("bench.gpu_check")
+
+    def broken(steps: int) -> bool:
+        raise RuntimeError("planted parity failure")
+
+    monkeypatch.setattr(module, "parity", broken)
+    assert module.main(["--dry-run", "--no-real"]) == 1
+    out = capsys.readouterr()
+    assert "planted parity failure" in out.err  # the traceback
+    table = out.out[out.out.index("gpu_check on cpu (dry run)") :]
+    assert "bf16 parity: raised RuntimeError: planted parity failure" in table
+    for metric in ("train bf16 tok/s", "tinker SDK step on serve", "prefix shared vs unshared"):
+        assert metric in table, metric
+    assert table.rstrip().splitlines()[-1].startswith("MISS")
