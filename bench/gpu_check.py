@@ -562,6 +562,7 @@ def run_record(device: str, wall: float, commit: str, rows: list[Row]) -> dict[s
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "commit": commit,
+        "settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith("LOCALSESSION_")},
         "wall_s": round(wall, 1),
         "rows": [r.to_json() for r in rows],
     }

@@ -140,6 +140,7 @@ def gpu_section(results: Path) -> str:
         "",
         f"- {run['date']}, commit {run['commit']}, {run['device']}, torch {run['torch']},"
         f" transformers {run['transformers']}; took {run['wall_s']:.0f} s",
+        *[f"- `{k}={v}`" for k, v in run.get("settings", {}).items()],
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from localsession import port
-from localsession.engine import memory, scoring, shared_prefix, thread_policy
+from localsession.engine import cuda_attention, memory, scoring, shared_prefix, thread_policy
 from localsession.engine.base_pool import POOL, SharedBase, load_shared
 from localsession.engine.checkpoint import (
     adapter_config_dict,
@@ -88,6 +88,7 @@ class TorchEngine:
         if loaded is None:
             loaded, self._shared = load_shared(spec)
         self._loaded = loaded
+        cuda_attention.configure(loaded.device)  # a bad setting fails here, at load
         self._mutex = threading.Lock()
         self._optimizer = LoraAdamW(self._loaded.model.named_parameters())
         self._train_forward = TrainingForward(self._loaded.model, self._loaded.device)
