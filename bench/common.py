@@ -183,6 +183,8 @@ def _fmt(value: float | None, unit: str = "") -> str:
         text = f"{value:.0f}"
     elif abs(value) >= 10:
         text = f"{value:.1f}"
+    elif 0 < abs(value) < 0.01:  # a small distance, not a zero
+        text = f"{value:.1e}"
     else:
         text = f"{value:.2f}"
     return f"{text} {unit}".rstrip()

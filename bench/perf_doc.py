@@ -148,7 +148,13 @@ def gpu_section(results: Path) -> str:
     for row in rows:
         c = cells(row)
         lines.append("| " + " | ".join(_cell(x) for x in c[:4] + c[5:7]) + " |")
-    lines += ["", summary(rows), ""]
+    lines += [
+        "",
+        summary(rows),
+        "",
+        "CUDA settings and what they were measured to do: [device.md](device.md).",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -177,6 +177,7 @@ def test_the_gpu_section_is_rewritten_alone_from_the_recorded_run(tmp_path: Path
         "rows": [
             Row("bf16 parity", 1.0, "", "= 1", True).to_json(),
             Row("train tok/s", 42912.0, "tok/s", "info", None).to_json(),
+            Row("loss distance", 8.0e-7, "", "≤ 0.02", True).to_json(),
         ],
     }
     results.write_text(json.dumps(run))
@@ -191,5 +192,6 @@ def test_the_gpu_section_is_rewritten_alone_from_the_recorded_run(tmp_path: Path
         assert "- 2026-12-04 16:40 UTC, commit abc1234, NVIDIA H200, torch 2.11.0+cu130" in text
         assert "| bf16 parity | 1.00 | — | — | = 1 | pass |" in text
         assert "| train tok/s | 42,912 tok/s | — | — | info | info |" in text
-        assert text.rstrip().endswith("pass: 1/1 targets met")
+        assert "| loss distance | 8.0e-07 | — | — | ≤ 0.02 | pass |" in text  # not "0.00"
+        assert "\npass: 2/2 targets met\n" in text and "[device.md](device.md)" in text
     assert "No run is recorded" in gpu_section(tmp_path / "missing.json")
