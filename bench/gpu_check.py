@@ -33,16 +33,19 @@
    speedup, and the shared loss within 2e-2 of the unshared one.
 
 Everything ends in one table (bench/common.py's), closed by pass/MISS, with the script's
-wall time against its 8-minute budget. On a machine without CUDA it prints a skip line and
-exits 0, so it can run anywhere; ``--dry-run`` runs every check on the CPU at toy sizes
-(bf16 on the CPU against fp32), to check the script itself.
+wall time against its 8-minute budget. A check that raises becomes a failing row naming the
+error, and the checks after it still run. ``--json PATH`` also writes the run (machine,
+versions, ``LOCALSESSION_*`` settings, rows): kept as bench/results/gpu_check.json, it is
+docs/performance.md's GPU section (``python -m bench.perf_doc --gpu``). On a machine without
+CUDA it prints a skip line and exits 0, so it can run anywhere; ``--dry-run`` runs every
+check on the CPU at toy sizes (bf16 on the CPU against fp32), to check the script itself.
 
 Length: one prepared script, to be copied to and run on a lent GPU machine as it is; its
 checks share their setup and the closing table, so they stay in one file (the Tinker check,
 which shares only the table, is bench/gpu_tinker.py, copied with the tree).
 
 Run: python bench/gpu_check.py [--steps 3] [--batch 8] [--seq 1024] [--peak-tflops X]
-     [--no-real] [--dry-run]
+     [--no-real] [--dry-run] [--json PATH] [--commit HASH]
 """
 
 from __future__ import annotations
@@ -496,49 +499,39 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ACCEL = "cuda"
     started = time.perf_counter()
-    ok = _guarded("bf16 parity", lambda: parity(args.steps))
-    ok = (
-        _guarded(
+    from bench.gpu_prefix import prefix_check
+    from bench.gpu_tinker import tinker_step
+
+    timed_steps = max(args.steps, 1 if args.dry_run else 5)
+    prefix_shape = (2, 2, 8, 4) if args.dry_run else (8, 8, 512, 128)
+    prefix_steps = max(args.steps, 1 if args.dry_run else 3)
+    checks: list[tuple[str, Callable[[], bool | None]]] = [
+        ("bf16 parity", lambda: parity(args.steps)),
+        (
             "throughput",
             lambda: throughput(
                 args.batch,
                 args.seq,
-                max(args.steps, 1 if args.dry_run else 5),
+                timed_steps,
                 args.peak_tflops,
                 sample_shape=(2, 4) if args.dry_run else (32, 128),
             ),
-        )
-        and ok
-    )
-    ok = _guarded("shared base", lambda: shared_base("localsession/small")) and ok
-    from bench.gpu_tinker import tinker_step
-
-    ok = _guarded("tinker dialect", lambda: tinker_step(ACCEL, ROWS)) and ok
-    from bench.gpu_prefix import prefix_check
-
-    prefix_shape = (2, 2, 8, 4) if args.dry_run else (8, 8, 512, 128)
-    prefix_steps = max(args.steps, 1 if args.dry_run else 3)
-    ok = (
-        _guarded("shared prefix", lambda: prefix_check(ACCEL, ROWS, prefix_steps, prefix_shape))
-        and ok
-    )
+        ),
+        ("shared base", lambda: shared_base("localsession/small")),
+        ("tinker dialect", lambda: tinker_step(ACCEL, ROWS)),
+        ("shared prefix", lambda: prefix_check(ACCEL, ROWS, prefix_steps, prefix_shape)),
+    ]
     if not args.no_real:
-        ok = (
-            _guarded(
-                "real model",
-                lambda: real_model(args.steps, args.batch, args.seq, args.peak_tflops),
-            )
-            and ok
-        )
         from bench import real_model as real
 
+        checks.append(
+            ("real model", lambda: real_model(args.steps, args.batch, args.seq, args.peak_tflops))
+        )
         if real.available():
-            ok = (
-                _guarded(
-                    "shared base, real model", lambda: shared_base(str(real.ensure_real_model()))
-                )
-                and ok
+            checks.append(
+                ("shared base, real model", lambda: shared_base(str(real.ensure_real_model())))
             )
+    ok = all([_guarded(name, check) for name, check in checks])  # a list: every check runs
     wall = time.perf_counter() - started
     ROWS.append(Row("gpu_check wall time (s)", wall, "s", f"≤ {BUDGET_S:.0f} s", wall <= BUDGET_S))
     name = torch.cuda.get_device_name() if ACCEL == "cuda" else "cpu (dry run)"
