@@ -3,7 +3,7 @@
 The file is generated: a header says so and how to regenerate it, then the machine and the
 run (CPU, CPUs, AMX-BF16, torch, commit, duration, load), the table, and how to read it.
 Last comes the GPU section, from the last ``bench/gpu_check.py --json`` run on a CUDA machine
-(``GPU_RESULTS``, kept in the repo, since CI and this box have no GPU);
+(``GPU_RESULTS``, kept in the repo: CI has no GPU to make it);
 ``python -m bench.perf_doc --gpu`` rewrites that section alone.
 """
 

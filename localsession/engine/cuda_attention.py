@@ -23,14 +23,15 @@ same call again), cuDNN on against off:
 So cuDNN only wins a loop that repeats one shape; a training loop of fixed, packed shapes can
 turn it back on.
 
-``LOCALSESSION_CUDNN_ATTENTION`` chooses, read when an engine starts on CUDA:
+``LOCALSESSION_CUDNN_ATTENTION`` chooses, read when an engine starts (a bad value fails
+there, before anything loads, on any device):
 
 - ``off`` (the default): ``torch.backends.cuda.enable_cudnn_sdp(False)``, so SDPA takes its
   flash or memory-efficient kernel, which need no plan. The flag is process-wide: once a
   CUDA engine has started, the rest of the process runs SDPA without cuDNN as well.
 - ``on``: torch's own choice, cuDNN included.
 
-Only CUDA engines touch the flag; on a CPU nothing is read or set.
+Only CUDA engines touch the flag.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ def cudnn_allowed() -> bool:
     return _SWITCH[raw]
 
 
-def configure(device: torch.device) -> None:
-    """Apply ``LOCALSESSION_CUDNN_ATTENTION`` for an engine starting on ``device``."""
-    if device.type != "cuda" or cudnn_allowed():
+def configure(device: torch.device, cudnn: bool) -> None:
+    """Apply the choice ``cudnn`` (:func:`cudnn_allowed`) for an engine on ``device``."""
+    if device.type != "cuda" or cudnn:
         return
     if torch.backends.cuda.cudnn_sdp_enabled():
         torch.backends.cuda.enable_cudnn_sdp(False)

@@ -82,13 +82,14 @@ class TorchEngine:
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:
         self.spec = spec
+        cudnn = cuda_attention.cudnn_allowed()  # a bad setting fails before anything loads
         #: the shared base this session's adapter sits on (base_pool.py); None when the
         #: caller handed in its own ``loaded`` model
         self._shared: SharedBase | None = None
         if loaded is None:
             loaded, self._shared = load_shared(spec)
         self._loaded = loaded
-        cuda_attention.configure(loaded.device)  # a bad setting fails here, at load
+        cuda_attention.configure(loaded.device, cudnn)
         self._mutex = threading.Lock()
         self._optimizer = LoraAdamW(self._loaded.model.named_parameters())
         self._train_forward = TrainingForward(self._loaded.model, self._loaded.device)

@@ -1,13 +1,13 @@
 """engine/cuda_attention.py: which setting turns cuDNN's SDPA off, checked on stated inputs
-(the flag is torch's, recorded here; no GPU is needed to decide)."""
+(torch's flag is recorded here; no GPU is needed to decide)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from localsession.engine.cuda_attention import CUDNN_ATTENTION_ENV, configure
-from localsession.port import EngineConfigError
+from localsession.engine.cuda_attention import CUDNN_ATTENTION_ENV, configure, cudnn_allowed
+from localsession.port import EngineConfigError, EngineSpec
 
 
 @pytest.fixture
@@ -27,8 +27,8 @@ def test_a_cuda_engine_turns_cudnn_off_by_default_once(
     flag: list[bool], caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level("INFO", "localsession.engine.cuda_attention"):
-        configure(CUDA)
-        configure(CUDA)  # a second engine: already off, nothing set or logged again
+        configure(CUDA, cudnn_allowed())
+        configure(CUDA, cudnn_allowed())  # a second engine: already off, nothing set again
     assert flag == [True, False]
     assert len(caplog.records) == 1 and CUDNN_ATTENTION_ENV in caplog.text
 
@@ -36,7 +36,7 @@ def test_a_cuda_engine_turns_cudnn_off_by_default_once(
 @pytest.mark.parametrize("value", ["off", "OFF ", "0", ""])
 def test_the_off_spellings(flag: list[bool], monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv(CUDNN_ATTENTION_ENV, value)
-    configure(CUDA)
+    configure(CUDA, cudnn_allowed())
     assert flag == [True, False]
 
 
@@ -45,24 +45,28 @@ def test_on_leaves_torchs_choice(
     flag: list[bool], monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv(CUDNN_ATTENTION_ENV, value)
-    configure(CUDA)
+    configure(CUDA, cudnn_allowed())
     assert flag == [True]
 
 
-def test_a_cpu_engine_reads_and_sets_nothing(
-    flag: list[bool], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(CUDNN_ATTENTION_ENV, "sometimes")  # not even read on the CPU
-    configure(torch.device("cpu"))
+def test_a_cpu_engine_sets_nothing(flag: list[bool]) -> None:
+    configure(torch.device("cpu"), cudnn_allowed())
     assert flag == [True]
 
 
-def test_a_bad_value_names_the_variable_and_the_choices(
+def test_a_bad_value_fails_an_engine_before_it_loads(
     flag: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On any device, and naming the variable and the choices."""
+    from localsession.engine import torch_engine
+
+    def no_load(spec: object) -> None:
+        raise AssertionError("loaded a model despite the bad setting")
+
+    monkeypatch.setattr(torch_engine, "load_shared", no_load)
     monkeypatch.setenv(CUDNN_ATTENTION_ENV, "sometimes")
     with pytest.raises(EngineConfigError) as caught:
-        configure(CUDA)
+        torch_engine.TorchEngine(EngineSpec("localsession/tiny"))
     message = str(caught.value)
     assert CUDNN_ATTENTION_ENV in message and "'sometimes'" in message
     assert "off (the default" in message and "on (" in message
