@@ -445,7 +445,7 @@ def _guarded(name: str, check: Callable[[], bool | None]) -> bool:
     the checks after it still run (a lent GPU machine is rarely lent twice). ``None`` (a
     skipped or information-only check) counts as passing."""
     try:
-        return check() is not False
+        verdict = check()
     except Exception as exc:  # noqa: BLE001 - reported as a row, the run goes on
         traceback.print_exc()
         ROWS.append(
@@ -455,7 +455,8 @@ def _guarded(name: str, check: Callable[[], bool | None]) -> bool:
             import torch
 
             torch.cuda.empty_cache()
-        return False
+        verdict = False
+    return verdict is not False
 
 
 def main(argv: list[str] | None = None) -> int:
