@@ -37,11 +37,10 @@ Only CUDA engines touch the flag.
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
-from localsession.port import EngineConfigError
+from localsession.engine.env_switch import read_switch
 
 CUDNN_ATTENTION_ENV = "LOCALSESSION_CUDNN_ATTENTION"
 #: What each accepted value of ``LOCALSESSION_CUDNN_ATTENTION`` means: whether cuDNN may run.
@@ -52,13 +51,12 @@ _log = logging.getLogger("localsession.engine.cuda_attention")
 
 def cudnn_allowed() -> bool:
     """Whether ``LOCALSESSION_CUDNN_ATTENTION`` lets SDPA use cuDNN (default: no)."""
-    raw = os.environ.get(CUDNN_ATTENTION_ENV, "").strip().lower()
-    if raw not in _SWITCH:
-        raise EngineConfigError(
-            f"{CUDNN_ATTENTION_ENV}={raw!r}: expected off (the default: flash or "
-            "memory-efficient attention) or on (torch's choice, cuDNN included)"
-        )
-    return _SWITCH[raw]
+    return read_switch(
+        CUDNN_ATTENTION_ENV,
+        _SWITCH,
+        "off (the default: flash or memory-efficient attention) or on (torch's choice, "
+        "cuDNN included)",
+    )
 
 
 def configure(device: torch.device, cudnn: bool) -> None:

@@ -22,13 +22,13 @@ while ``torch.compile`` runs the training forward. Anything else runs the plain 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from localsession.engine.compiled import TrainingForward
+from localsession.engine.env_switch import read_switch
 from localsession.engine.fast_linear import FastLinear, linear
 from localsession.numerics.losses import token_logprobs
 
@@ -48,10 +48,7 @@ Body = Callable[..., torch.Tensor]
 
 def enabled() -> bool:
     """Whether ``LOCALSESSION_FUSED_HEAD`` allows the fused head (default on)."""
-    raw = os.environ.get(FUSED_HEAD_ENV, "on").strip().lower()
-    if raw not in _SWITCH:
-        raise ValueError(f"{FUSED_HEAD_ENV}={raw!r}: expected on (the default) or off")
-    return _SWITCH[raw]
+    return read_switch(FUSED_HEAD_ENV, _SWITCH, "on (the default) or off", ValueError)
 
 
 def split_head(model: Any) -> tuple[Body, torch.Tensor] | None:

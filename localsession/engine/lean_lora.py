@@ -38,15 +38,14 @@ snapshot (snapshots.py) is seen.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 from peft.tuners.lora.layer import Linear as LoraLinear
 
 from localsession.engine.checkpoint import ADAPTER_NAME
+from localsession.engine.env_switch import read_switch
 from localsession.engine.fast_linear import FastLinear, linear
-from localsession.port import EngineConfigError
 
 LORA_PRECISION_ENV = "LOCALSESSION_LORA_PRECISION"
 #: Whether each accepted value of ``LOCALSESSION_LORA_PRECISION`` runs a half base's LoRA
@@ -64,13 +63,12 @@ _READ_DIRECTLY = {"_active_adapter", "_disable_adapters", "merged_adapters", "sc
 def half_products() -> bool:
     """Whether ``LOCALSESSION_LORA_PRECISION`` runs a half base's LoRA products in its dtype
     (the default, ``mixed``) rather than in float32 (``fp32``)."""
-    raw = os.environ.get(LORA_PRECISION_ENV, "").strip().lower()
-    if raw not in _SWITCH:
-        raise EngineConfigError(
-            f"{LORA_PRECISION_ENV}={raw!r}: expected mixed (the default: a half-precision "
-            "base's LoRA products in its dtype) or fp32 (peft's float32 products)"
-        )
-    return _SWITCH[raw]
+    return read_switch(
+        LORA_PRECISION_ENV,
+        _SWITCH,
+        "mixed (the default: a half-precision base's LoRA products in its dtype) or fp32 "
+        "(peft's float32 products)",
+    )
 
 
 class LeanLoraLinear(LoraLinear):  # type: ignore[misc]
