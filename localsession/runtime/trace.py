@@ -169,7 +169,7 @@ def _async(
     """An async span's begin (``b``) or end (``e``), on the requests track."""
     cat = "queue" if name.startswith("queued") else "sampling"
     event = {"ph": phase, "pid": pid, "tid": REQUEST_TID, "ts": ts, "name": name, "cat": cat}
-    event["id2"] = {"local": op_id}
+    event["id"] = op_id  # an op id (a UUID): unique across the whole trace
     if args:
         event["args"] = args
     return event

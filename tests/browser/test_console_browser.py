@@ -19,8 +19,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from testkit import spans_nest
 
 from localsession.mocking.hooks import scoped_environ
+from localsession.runtime.trace import BATCH_TID, TRAINING_TID
 from localsession.server.endpoints import client_env
 
 from .loops import REGION, Loop, sagemaker_loop, tinker_loop
@@ -164,6 +166,16 @@ def test_the_console_shows_both_loops(served: tuple[Any, Loop, Loop], browser: A
 
     for loop, name in ((sagemaker, "sagemaker"), (tinker, "tinker")):
         seen = open_session(watched, loop.session, loop)
+        if name == "sagemaker":  # live: a step taken now appears without a reload
+            before = len(seen["ops"])
+            loop.extra["one_more"]()
+            page.wait_for_function(
+                "n => document.querySelectorAll('#timeline rect.op').length > n", arg=before
+            )
+            page.wait_for_function(
+                "n => window.lsConsole.charts.loss.y.length >= n", arg=len(loop.losses)
+            )
+            seen = open_session(watched, loop.session, loop)
         # every training op of the loop, in sequence order, left to right, all Completed
         assert [op["seq"] for op in seen["ops"]] == list(range(1, len(loop.kinds) + 1))
         assert [op["kind"] for op in seen["ops"]] == loop.kinds
@@ -179,12 +191,57 @@ def test_the_console_shows_both_loops(served: tuple[Any, Loop, Loop], browser: A
         with page.expect_download() as download:
             page.click("#trace-one")
         trace = json.loads(Path(download.value.path()).read_text())
-        spans = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == 1]
+        events = trace["traceEvents"]
+        spans = [e for e in events if e["ph"] == "X" and e["tid"] == TRAINING_TID]
         spans.sort(key=lambda e: e["ts"])
         assert [e["args"]["seq"] for e in spans] == list(range(1, len(loop.kinds) + 1))
         assert [e["args"]["kind"] for e in spans] == loop.kinds
+        assert spans_nest(spans)
+        batches = [e for e in events if e["ph"] == "X" and e["tid"] == BATCH_TID]
+        assert spans_nest(batches)
+        # every sampling request of the loop closed, each inside the batch it rode in
+        requests = {e["id"]: e for e in events if e["ph"] == "e" and e["cat"] == "sampling"}
+        sampled = [r for r in requests.values() if r["name"] == "sample"]
+        assert sum(len(b["args"]["ops"]) for b in batches if "sample" in b["name"]) == len(sampled)
+        assert len(sampled) == (1 if name == "sagemaker" else 3)
+        for batch in batches:
+            for op in batch["args"]["ops"]:
+                assert batch["ts"] <= requests[op]["ts"] <= batch["ts"] + batch["dur"] + 0.2
 
     assert watched.outside == [], "the console asked for something beyond loopback"
     assert any(u.endswith("uPlot.iife.min.js") for u in watched.requests)
     assert watched.errors == [], watched.errors
     watched.context.close()
+
+
+def test_under_auth_the_page_asks_for_the_key(browser: Any, tmp_path: Path) -> None:
+    from testkit import forward_backward, stub_service
+
+    from localsession.server.auth import Credential
+    from localsession.server.hosting import ServerThread
+
+    service, _ = stub_service(tmp_path)
+    try:
+        op = service.execute_training_operation("s1", forward_backward(1, 1))["operationId"]
+        assert service.wait_operation("s1", op, 60)
+        with ServerThread(service, credential=Credential("AKID", "s3cret")) as url:
+            watched = Watched(browser, url)
+            page = watched.page
+            page.goto(f"{url}/console/")
+            page.wait_for_selector("#key-form", state="visible")
+            page.fill("#key-input", "tml-wrong")
+            page.click("#key-form button")
+            page.wait_for_timeout(1500)  # a poll or two: still refused
+            assert page.is_visible("#key-form")
+            assert page.locator('tr[data-session="s1"]').count() == 0
+            page.fill("#key-input", "tml-s3cret")
+            page.click("#key-form button")
+            page.wait_for_selector('tr[data-session="s1"]')
+            assert page.is_hidden("#key")
+            page.screenshot(path=str(artifacts() / "console-auth.png"))
+            # the only errors: Chromium's own lines for the refused (403) requests
+            assert watched.errors and all("403" in e for e in watched.errors), watched.errors
+            assert watched.outside == []
+            watched.context.close()
+    finally:
+        service.close()

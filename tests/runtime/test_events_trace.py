@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import forward_backward, stub_service
+from testkit import forward_backward, spans_nest, stub_service
 
 from localsession.runtime.events import EventLog, Phase
 from localsession.runtime.service import Service
@@ -126,17 +126,32 @@ def test_the_log_is_bounded_per_session_and_in_sessions() -> None:
         EventLog(per_session=0)
 
 
-def spans_nest(spans: list[dict[str, Any]]) -> bool:
-    """Whether complete spans on one track are each disjoint from or inside another."""
-    open_ends: list[float] = []
-    for span in sorted(spans, key=lambda s: (s["ts"], -s["dur"])):
-        while open_ends and open_ends[-1] <= span["ts"]:
-            open_ends.pop()
-        end = span["ts"] + span["dur"]
-        if open_ends and end > open_ends[-1]:
-            return False
-        open_ends.append(end)
-    return True
+def test_the_log_is_bounded_in_all() -> None:
+    log = EventLog(per_session=10, max_sessions=8, max_events=5)
+    for i in range(3):
+        log.op("a", Phase.SUBMITTED, f"a{i}", "forward", i + 1)
+    for i in range(4):
+        log.op("b", Phase.SUBMITTED, f"b{i}", "forward", i + 1)
+    # five in all: "a" (active least recently) lost its oldest two, "b" kept all four
+    assert [e.op_id for e in log.events()] == ["a2", "b0", "b1", "b2", "b3"]
+    log.op("b", Phase.SUBMITTED, "b4", "forward", 5)  # "a" empties and is forgotten
+    assert log.sessions() == ["b"] and [e.op_id for e in log.events()] == [
+        "b0", "b1", "b2", "b3", "b4"
+    ]  # fmt: skip
+    # a session's own bound and the total agree: the per-session drop is counted
+    small = EventLog(per_session=2, max_sessions=8, max_events=3)
+    for i in range(4):
+        small.op("a", Phase.SUBMITTED, f"a{i}", "forward", i + 1)
+    small.op("b", Phase.SUBMITTED, "b0", "forward", 1)
+    assert [e.op_id for e in small.events()] == ["a2", "a3", "b0"]
+    small.op("b", Phase.SUBMITTED, "b1", "forward", 2)
+    assert [e.op_id for e in small.events()] == ["a3", "b0", "b1"]
+
+
+def test_spans_nest_tells_a_stack_from_an_overlap() -> None:
+    inside = [{"ts": 0, "dur": 10}, {"ts": 2, "dur": 3}, {"ts": 10, "dur": 1}]
+    assert spans_nest(inside)
+    assert not spans_nest([{"ts": 0, "dur": 10}, {"ts": 5, "dur": 10}])
 
 
 def test_the_trace_has_every_op_in_order_and_its_spans_nest(service: Service) -> None:
@@ -157,8 +172,8 @@ def test_the_trace_has_every_op_in_order_and_its_spans_nest(service: Service) ->
     assert all(a["ts"] + a["dur"] <= b["ts"] + 0.2 for a, b in pairs)  # (0.1 us rounding)
     batches = [e for e in events if e["ph"] == "X" and e["tid"] == BATCH_TID]
     assert [b["args"]["ops"] for b in batches] == [[op]] and spans_nest(batches)
-    begins = {e["id2"]["local"] for e in events if e["ph"] == "b"}
-    ends = {e["id2"]["local"] for e in events if e["ph"] == "e"}
+    begins = {e["id"] for e in events if e["ph"] == "b"}
+    ends = {e["id"] for e in events if e["ph"] == "e"}
     assert begins == ends == {*ids, op}  # each queue wait and request span is closed
     depth = [e["args"]["value"] for e in events if e["name"] == "queue depth"]
     assert min(depth) == 0 and depth[-1] == 0 and max(depth) >= 1
