@@ -144,7 +144,7 @@ def open_session(watched: Watched, name: str, loop: Loop) -> dict[str, Any]:
     }
 
 
-def test_the_console_shows_both_loops(served: tuple[Any, Loop, Loop], browser: Any) -> None:
+def test_the_console_shows_both_loops(browser: Any, served: tuple[Any, Loop, Loop]) -> None:
     server, sagemaker, tinker = served
     tinker_session = next(
         s.name for s in server.service.sessions() if s.name.startswith("tinker-") and s.ops

@@ -72,6 +72,7 @@ def test_two_steps(localsession_mock):
 """
 
 
+@pytest.mark.slow  # a pytest run in a subprocess: ~11 s on the shared 2-core box
 def test_the_fixture_writes_one_trace_per_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user_loop=USER_TEST)
     folder = pytester.path / "traces"
