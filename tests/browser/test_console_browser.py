@@ -245,3 +245,30 @@ def test_under_auth_the_page_asks_for_the_key(browser: Any, tmp_path: Path) -> N
             watched.context.close()
     finally:
         service.close()
+
+
+def test_a_long_session_draws_its_newest_ops(browser: Any, tmp_path: Path) -> None:
+    from testkit import forward_backward, stub_service
+
+    from localsession.server.hosting import ServerThread
+
+    service, _ = stub_service(tmp_path, max_queued_ops=4096)
+    try:
+        total = 1600  # more than the timeline's 1500
+        ids = [
+            service.execute_training_operation("s1", forward_backward(n, 1))["operationId"]
+            for n in range(1, total + 1)
+        ]
+        assert all(service.wait_operation("s1", op, 60) for op in ids)
+        with ServerThread(service) as url:
+            watched = Watched(browser, url)
+            page = watched.page
+            page.goto(f"{url}/console/#/session/s1")
+            page.wait_for_selector("#timeline rect.op")
+            seqs = [op["seq"] for op in timeline(page)]
+            assert seqs == list(range(total - 1500 + 1, total + 1))
+            assert page.evaluate("window.lsConsole.charts.loss.y.length") == total
+            assert watched.errors == [] and watched.outside == []
+            watched.context.close()
+    finally:
+        service.close()

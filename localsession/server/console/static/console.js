@@ -4,6 +4,7 @@
 "use strict";
 
 const POLL_MS = 1000;
+const TIMELINE_OPS = 1500;  // training ops the timeline draws at most (the newest)
 const SVG = "http://www.w3.org/2000/svg";
 const state = {
   key: sessionStorage.getItem("localsession-key") || "",
@@ -183,18 +184,30 @@ function drawTimeline() {
   const { ops, batches } = opsOf(state.events);
   const box = $("timeline");
   box.replaceChildren();
-  const times = state.events.flatMap((e) => [e.t, e.end || e.t]);
-  if (!times.length) { box.appendChild(el("p", { class: "muted" }, "no ops yet")); return; }
-  const t0 = Math.min(...times), t1 = Math.max(...times, t0 + 1e-3);
-  const width = Math.max(box.clientWidth || 900, 600), left = 130, lane = 26;
-  const requests = ops.filter((o) => o.seq === undefined || o.seq === null);
-  const training = ops.filter((o) => o.seq !== undefined && o.seq !== null)
+  if (!state.events.length) {
+    box.appendChild(el("p", { class: "muted" }, "no ops yet"));
+    return;
+  }
+  // a long session: the window of its last TIMELINE_OPS training ops
+  let training = ops.filter((o) => o.seq !== undefined && o.seq !== null)
     .sort((a, b) => a.seq - b.seq);
+  let t0 = Infinity, t1 = -Infinity;
+  for (const e of state.events) { t0 = Math.min(t0, e.t); t1 = Math.max(t1, e.end || e.t); }
+  if (training.length > TIMELINE_OPS) {
+    training = training.slice(-TIMELINE_OPS);
+    t0 = training[0].submitted || training[0].started || t0;
+    box.appendChild(el("p", { class: "muted" }, "the last " + TIMELINE_OPS +
+      " training ops (the trace has every op the server still holds)"));
+  }
+  t1 = Math.max(t1, t0 + 1e-3);
+  const width = Math.max(box.clientWidth || 900, 600), left = 130, lane = 26;
+  const requests = ops.filter((o) => (o.seq === undefined || o.seq === null) &&
+    (o.finished === undefined || o.finished >= t0));
   const rows = Math.min(requests.length, 8);
   const height = lane * (3 + rows) + 24;
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("width", width); svg.setAttribute("height", height);
-  const x = (t) => left + (t - t0) / (t1 - t0) * (width - left - 10);
+  const x = (t) => left + Math.max(t - t0, 0) / (t1 - t0) * (width - left - 10);
   const add = (tag, attrs, title) => {
     const node = document.createElementNS(SVG, tag);
     for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
@@ -226,6 +239,7 @@ function drawTimeline() {
       "data-status": op.status || "" }, title);
   }
   for (const b of batches) {
+    if (b.end < t0) continue;
     add("rect", { class: "batch", x: x(b.t), y: lane + 4, height: 18,
       width: Math.max(x(b.end) - x(b.t), 2), fill: "#2f9e5b", "data-batch": b.batch },
     "batch " + b.batch + ": " + (b.ops || []).length + " requests, " + b.tokens + " tokens");
