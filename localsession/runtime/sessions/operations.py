@@ -89,9 +89,11 @@ class Operation:
             self.finished_at = time.monotonic()
             self.status = status
             callbacks, self._callbacks = self._callbacks, []
-        if self.observer is not None:  # before the latch: a waiter sees the event logged
-            self.observer(self)
-        self.done.set()
+        try:
+            if self.observer is not None:  # before the latch: a waiter sees the event logged
+                self.observer(self)
+        finally:
+            self.done.set()  # whatever the observer did, no waiter hangs
         for callback in callbacks:
             callback()
 
