@@ -131,6 +131,20 @@ def test_under_auth_the_api_wants_the_tinker_key(guarded: Any) -> None:
     assert get(api, f"tml-{SECRET}")[0] == 200
 
 
+def test_localsession_trace_sends_the_key(
+    guarded: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service, url = guarded
+    op = service.execute_training_operation("s1", forward_backward(1, 1))["operationId"]
+    assert service.wait_operation("s1", op, 60)
+    out = tmp_path / "s1.json"
+    assert main(["trace", "s1", "-o", str(out), "--url", url]) == 2
+    assert "--api-key" in capsys.readouterr().err and not out.exists()
+    assert main(["trace", "s1", "-o", str(out), "--url", url, "--api-key", f"tml-{SECRET}"]) == 0
+    spans = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert [e["args"]["op"] for e in spans] == [op]
+
+
 def test_a_signed_link_opens_one_path_until_it_expires(guarded: Any) -> None:
     _, url = guarded
     path = "/console/api/sessions/s1/trace.json"
