@@ -251,3 +251,32 @@ def test_a_package_downloads_as_a_tar(tinker_server: Any) -> None:
     assert top in names and any(n.startswith(top + "/") and n.endswith(".json") for n in names)
     missing = get(f"{tinker_server.url}/console/api/packages/nope/9/archive.tar")
     assert missing[0] == 404
+
+
+def test_a_base_model_sampler_is_labelled_and_in_its_sessions_trace(tinker_server: Any) -> None:
+    import tinker
+
+    from localsession.mocking.hooks import scoped_environ
+
+    with scoped_environ(tinker_server.environment()):
+        sc = tinker.ServiceClient()
+        sampler = sc.create_sampling_client(base_model="localsession/tiny")
+        params = tinker.types.SamplingParams(max_tokens=4, seed=1)
+        prompt = tinker.types.ModelInput.from_ints([1, 2, 3])
+        futures = [sampler.sample(prompt, 1, params) for _ in range(2)]
+        assert all(len(f.result().sequences) == 1 for f in futures)
+    listed = json.loads(get(f"{tinker_server.url}/console/api/sessions")[2])
+    (row,) = [r for r in listed["sessions"] if r["label"] == "sampler on localsession/tiny"]
+    assert row["dialect"] == "tinker"
+    (owner,) = [
+        t["session_id"]
+        for t in listed["tinker_sessions"]
+        if [s["base_model"] for s in t["samplers"]] == ["localsession/tiny"] and t["live"]
+    ]
+    status, _, body = get(f"{tinker_server.url}/console/api/tinker/{owner}/trace.json")
+    events = json.loads(body)["traceEvents"]
+    names = [e["args"]["name"] for e in events if e["name"] == "process_name"]
+    assert names == [f"{row['name']} (sampler on localsession/tiny)"]
+    batched = [op for e in events if e["ph"] == "X" and e["tid"] == 2 for op in e["args"]["ops"]]
+    ended = [e["id"] for e in events if e["ph"] == "e" and e["cat"] == "sampling"]
+    assert len(ended) == 2 and sorted(batched) == sorted(ended)
