@@ -13,7 +13,7 @@ DEMO_MODEL ?= HuggingFaceTB/SmolLM2-135M-Instruct
 DEMO_STEPS ?= 10
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: sdk demo demo-tiny examples test test-unit test-slow bench bench-full lint typecheck check clean
+.PHONY: sdk demo demo-tiny examples test test-unit test-slow test-browser bench bench-full lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -82,6 +82,20 @@ test-unit: $(SDK_STAMP) $(MODEL_STAMP)
 
 test-slow: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
+
+# The console in headless Chromium (tests/browser/, the `browser` marker, left out of `make
+# test`): Debian's chromium, installed with apt-get when missing and make runs as root,
+# driven by Playwright (pyproject's [browser] extra; no `playwright install`: the tests launch
+# /usr/bin/chromium, or $$LOCALSESSION_CHROMIUM). Without Chromium the tests skip, saying so.
+# Screenshots land in runs/browser/. About 35 s on the shared 2-core box.
+BROWSER_STAMP := $(VENV)/.playwright-installed
+$(BROWSER_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[browser]'
+	touch $(BROWSER_STAMP)
+
+test-browser: $(SDK_STAMP) $(BROWSER_STAMP)
+	@test -x "$${LOCALSESSION_CHROMIUM:-/usr/bin/chromium}" || { 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then 			apt-get update -qq && apt-get install -y -qq chromium; 		else echo "(no Chromium: run 'sudo apt-get install chromium'; the browser tests skip)"; fi; }
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m browser tests/browser
 
 # The real-model rows need the shipped SmolLM2 (as `make demo` does); without it they MISS.
 bench: $(SDK_STAMP) $(MODEL_STAMP)

@@ -90,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     from localsession.parity.record_command import add_record
 
     add_record(commands)
+    from localsession.server.console.trace_command import add_trace
+
+    add_trace(commands)
     return parser
 
 
@@ -137,6 +140,10 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         from localsession.parity.record_command import run_record
 
         return run_record(args)
+    if args.command == "trace":
+        from localsession.server.console.trace_command import run_trace
+
+        return run_trace(args)
     if args.command == "serve":
         from localsession.server.serve import ServeOptions, serve
 
@@ -240,6 +247,11 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="require AWS SigV4 requests signed with these credentials",
     )
     serve.add_argument("--quiet", action="store_true", help="no per-request log lines")
+    serve.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the console (/console) on a non-loopback --host too (docs/console.md)",
+    )
     serve.add_argument(
         "--replay",
         type=Path,

@@ -193,3 +193,17 @@ def containers(tree: Any) -> list[int]:
         own = [id(tree)] if isinstance(tree, list) else []
         return [*own, *(i for item in tree for i in containers(item))]
     return []
+
+
+def spans_nest(spans: list[dict[str, Any]]) -> bool:
+    """Whether complete trace spans (``ts``, ``dur``) on one track are each disjoint from,
+    or inside, every other (what a trace viewer draws as a stack)."""
+    open_ends: list[float] = []
+    for span in sorted(spans, key=lambda s: (s["ts"], -s["dur"])):
+        while open_ends and open_ends[-1] <= span["ts"]:
+            open_ends.pop()
+        end = span["ts"] + span["dur"]
+        if open_ends and end > open_ends[-1]:
+            return False
+        open_ends.append(end)
+    return True

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from localsession.mocking import fake_tokenizer, hooks
+from localsession.mocking import fake_tokenizer, hooks, trace_file
 
 Engine = Literal["torch", "fake"]
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -77,6 +77,7 @@ class Mock:
     ``serve --relaxed``). ``region``: the region the SDK and the ARNs use. ``manual``: start the
     fake engine's manual clock. ``replay``: a cassette of ``localsession record`` (a file,
     or the newest in a folder) to answer from instead of a service (localsession/parity/).
+    ``trace``: a file the mock writes its ops' Chrome trace to on exit (docs/console.md).
     """
 
     def __init__(
@@ -89,7 +90,9 @@ class Mock:
         region: str = "us-west-2",
         manual: bool = False,
         replay: str | os.PathLike[str] | None = None,
+        trace: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._options = {k: v for k, v in locals().items() if k != "self"}  # (for _fresh)
         if engine not in ("torch", "fake"):
             raise ValueError(f"engine={engine!r}: use 'torch' (real models) or 'fake'")
         bad = [k for k, v in (model_map or {}).items() if not (k and v) or "," in k + v]
@@ -106,6 +109,7 @@ class Mock:
         self.region = region
         self._manual = manual
         self._replay = Path(replay).expanduser() if replay is not None else None
+        self._trace = Path(trace).expanduser() if trace is not None else None
         #: The replay's :class:`~localsession.parity.replay.Replayer` (``replay=`` only).
         self.replayer: Any = None
         self.host = ""
@@ -273,6 +277,7 @@ class Mock:
         try:
             if service is not None:
                 service.close()
+                trace_file.write(service, self._trace)
         finally:
             if bridge is not None:
                 bridge.close()
@@ -291,15 +296,7 @@ class Mock:
     # -- decorator -------------------------------------------------------------------------
 
     def _fresh(self) -> Mock:
-        return Mock(
-            engine=self.engine,
-            model_map=self.model_map,
-            home=self._home_option,
-            strict=self.strict,
-            region=self.region,
-            manual=self._manual,
-            replay=self._replay,
-        )
+        return Mock(**self._options)
 
     def __call__(self, target: _F) -> _F:
         """Decorate a function (each call runs in a fresh mock) or a test class."""
@@ -395,6 +392,7 @@ def mock(
     region: str = "us-west-2",
     manual: bool = False,
     replay: str | os.PathLike[str] | None = None,
+    trace: str | os.PathLike[str] | None = None,
 ) -> Mock:
     """A localsession service the unmodified SDK talks to in-process; see :class:`Mock`."""
     return Mock(**locals())

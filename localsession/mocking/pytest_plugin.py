@@ -6,7 +6,9 @@ localsession.mocking.pytest_plugin``).
 :class:`~localsession.mocking.Mock`. Options come from the marker, e.g.
 ``@pytest.mark.localsession_mock(engine="fake", model_map={"openai/gpt-oss-20b":
 "localsession/tiny"})``. Loading this plugin imports nothing heavy: the mock starts only in
-tests that ask for the fixture.
+tests that ask for the fixture. Its ops' trace (Chrome trace JSON, docs/console.md) is written
+on exit to the marker's ``trace="FILE"``, or, with ``pytest --localsession-trace=DIR``, to
+``DIR/<test id>.trace.json`` for every test that uses the fixture (CI artifacts).
 
 ``localsession_tinker`` does the same for code written against the ``tinker`` SDK: it points
 ``TINKER_BASE_URL`` at a loopback localsession server (mocking/tinker_server.py).
@@ -14,17 +16,28 @@ tests that ask for the fixture.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--localsession-trace",
+        metavar="DIR",
+        default=None,
+        help="write each localsession_mock test's ops as DIR/<test id>.trace.json",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "localsession_mock(**options): options for the localsession_mock fixture "
-        "(engine, model_map, home, strict, region, manual)",
+        "(engine, model_map, home, strict, region, manual, trace)",
     )
     config.addinivalue_line(
         "markers",
@@ -40,6 +53,10 @@ def localsession_mock(request: pytest.FixtureRequest) -> Iterator[Any]:
 
     marker = request.node.get_closest_marker("localsession_mock")
     options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    folder = request.config.getoption("--localsession-trace", None)
+    if folder and "trace" not in options:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid).strip("_")
+        options["trace"] = Path(folder) / f"{name}.trace.json"
     with mock(**options) as active:
         yield active
 

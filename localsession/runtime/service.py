@@ -35,6 +35,7 @@ from localsession.port_results import OpOutcome
 from localsession.runtime import commands, errors, validate
 from localsession.runtime.chat.chat_completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
+from localsession.runtime.events import EventLog
 from localsession.runtime.faults import Faults
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import LocalCatalog, ModelCatalog
@@ -89,8 +90,8 @@ class Service:
         self.dataplane = DataPlane(self)
         self.packages = ModelPackages(lambda: self.registry, self.catalog)
         self.completions = Completions(self)
-        #: Injected faults (runtime/faults.py): armed by tests, the fakes and the admin route.
-        self.faults = Faults()
+        #: Injected faults (runtime/faults.py; tests, fakes, admin route) and the ops' events.
+        self.faults, self.events = Faults(), EventLog()
 
     @property
     def registry(self) -> Registry:
@@ -121,8 +122,7 @@ class Service:
         return op
 
     def add_observer(self, observer: Observer) -> None:
-        """Call ``observer(name, request, outcome)`` after every runtime submit
-        (ExecuteTraining/SamplingOperation), accepted or refused, on the caller's thread."""
+        """Call ``observer(name, request, outcome)`` after each runtime submit, on its thread."""
         self.dataplane.observers.append(observer)
 
     @property
@@ -180,6 +180,7 @@ class Service:
                 max_queued=self.config.max_queued_ops,
                 on_change=self.table.persist,
                 resolve_model=self.catalog.resolve,
+                events=self.events,
             ),
         )
         return arn

@@ -37,6 +37,8 @@ from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
 from localsession.server import admin, auth, chat_routes, s3, tinker, wire
+from localsession.server.console.console_routes import off_routes
+from localsession.server.console.console_routes import routes as console_routes
 
 #: Control-plane operations served on ``POST /`` (``X-Amz-Target: SageMaker.<Op>``).
 CONTROL_PLANE = (
@@ -233,10 +235,15 @@ def create_app(
     long_poll: float = LONG_POLL_SECONDS,
     submit_hold: float = SUBMIT_HOLD_SECONDS,
     credential: auth.Credential | None = None,
+    console: str | None = None,
 ) -> Starlette:
     """The ASGI app serving ``service``: both SageMaker services and ``/_localsession/``,
-    behind the body limit and, with ``credential``, SigV4 checks (server/auth.py)."""
+    behind the body limit and, with ``credential``, SigV4 checks (server/auth.py). The
+    console (server/console/) is on, unless ``console`` says why it is off."""
     routes = Routes(service, long_poll, submit_hold)
+    dialect = tinker.new_dialect(service)
+    secret = credential.secret_key if credential is not None else None
+    shown = console_routes(service, dialect, secret) if console is None else off_routes(console)
     session = "/v1/training-sessions/{name}"
     return Starlette(
         middleware=[Middleware(auth.RequestGuard, credential=credential)],
@@ -249,6 +256,7 @@ def create_app(
             *chat_routes.routes(service),
             *admin.routes(service),
             *s3.routes(lambda: service.registry),
-            *tinker.mount(service),
+            *shown,
+            *tinker.mount(service, dialect),
         ],
     )

@@ -23,7 +23,9 @@
    The OpenAI-compatible routes (``/v1/chat/completions``, ``/v1/models``), whose clients
    cannot sign, accept ``Authorization: Bearer <SECRET>`` instead. S3 requests (scope
    service ``s3``) are checked with botocore's ``S3SigV4Auth``, and their
-   ``x-amz-content-sha256`` must be the body's hash. ``/_localsession/health`` alone is open:
+   ``x-amz-content-sha256`` must be the body's hash. The console (``/console``) takes the
+   Tinker key as a bearer token, or a signed link (server/console/access.py).
+   ``/_localsession/health`` alone is open:
    it answers ``{"status": "ok"}`` and nothing else.
 
 The body is handed on to the route unchanged (replayed from the buffer), so routes read it as
@@ -49,6 +51,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from localsession import vocab
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
+from localsession.server.console import access
 
 #: The largest request body accepted (docs/wire.md#4 rule 12: at least 64 MB).
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -239,6 +242,15 @@ class RequestGuard:
     def _authorize(self, scope: Scope, headers: list[tuple[str, str]], body: bytes) -> None:
         assert self.credential is not None
         if scope["path"] in OPEN_PATHS:
+            return
+        if scope["path"].startswith(access.CONSOLE_PATH):  # the console's key (console/access)
+            given = next((v for k, v in headers if k.lower() == "authorization"), "")
+            query = scope.get("query_string", b"").decode("latin-1")
+            if not access.allowed(self.credential.secret_key, scope["path"], query, given):
+                raise _forbidden(
+                    "UnrecognizedClientException",
+                    "The console needs the API key: the --auth SECRET or tml-SECRET.",
+                )
             return
         if scope["path"] in BEARER_PATHS:
             given = next((v for k, v in headers if k.lower() == "authorization"), "")

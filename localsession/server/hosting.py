@@ -46,9 +46,17 @@ def make_server(
     long_poll: float = LONG_POLL_SECONDS,
     submit_hold: float = SUBMIT_HOLD_SECONDS,
     credential: Credential | None = None,
+    console: str | None = None,
     **config: Any,
 ) -> uvicorn.Server:
-    app = create_app(service, long_poll=long_poll, submit_hold=submit_hold, credential=credential)
+    """``console``: why the console is off (None: it is on; server/console/)."""
+    app = create_app(
+        service,
+        long_poll=long_poll,
+        submit_hold=submit_hold,
+        credential=credential,
+        console=console,
+    )
     return uvicorn_server(app, **config)
 
 

@@ -29,6 +29,7 @@ from localsession.server.startup import (
     bind_or_explain,
     check_model_map,
     check_model_map_flags,
+    is_loopback,
     warn_if_exposed,
 )
 
@@ -53,6 +54,8 @@ class ServeOptions:
     quiet: bool = False
     #: Answer from this cassette instead of running sessions (localsession/parity/).
     replay: Path | None = None
+    #: Serve the console (/console) on a non-loopback host too (``--console``).
+    console: bool = False
 
 
 def build_service(
@@ -136,6 +139,7 @@ def serve(options: ServeOptions) -> int:
     try:
         warn_if_exposed(options.host, credential is not None)
         _print_banner(url_of(sock), service, credential)
+        say_console(url_of(sock), console_off(options))
         # Tokenizers the SDK's get_tokenizer() will read, exported before the first describe.
         threading.Thread(
             target=hub.export_all, args=(service.catalog, service.hub_cache), daemon=True
@@ -146,6 +150,7 @@ def serve(options: ServeOptions) -> int:
             long_poll=options.long_poll,
             submit_hold=options.submit_hold,
             credential=credential,
+            console=console_off(options),
         )
         server.config.app = RequestLog(server.config.app)
         server.run(sockets=[sock])
@@ -185,6 +190,21 @@ def _print_banner(url: str, service: Service, credential: Credential | None) -> 
         "AWS endpoint\n# that no variable redirects, which fails offline. Packages are then "
         "served as S3\n# objects under that path (list/head/get/delete at AWS_ENDPOINT_URL_S3)."
     )
+
+
+def console_off(options: ServeOptions) -> str | None:
+    """Why the console is off (None: on): it is on for a loopback host, or with --console."""
+    if options.console or is_loopback(options.host):
+        return None
+    return (
+        f"the console is off: serve binds {options.host}, not a loopback address; "
+        "restart with --console to serve it there (with --auth it asks for the API key)"
+    )
+
+
+def say_console(url: str, off: str | None) -> None:
+    """The banner's console line (docs/console.md)."""
+    print(f"# console: {url}/console/" if off is None else f"# {off}", flush=True)
 
 
 def _log_requests(*, quiet: bool) -> None:

@@ -190,6 +190,7 @@ class DataPlane:
         op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
         with session.lock:
             session.ops[op.id] = op
+        session.track(op)
         if faults.armed and (failure := faults.on_execute(kind)) is not None:
             op.finish(
                 vocab.OpStatus.FAILED, error=failure

@@ -22,6 +22,7 @@ from typing import Any
 from localsession import vocab
 from localsession.port import Engine, EngineSpec, ResolvedModel
 from localsession.runtime import errors
+from localsession.runtime.events import EventLog, Phase, op_summary
 from localsession.runtime.faults import Faults
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.sessions.operations import Operation
@@ -53,8 +54,11 @@ class Session:
         on_change: Callable[[Session], None] | None = None,
         start: bool = True,
         resolve_model: Callable[[str], ResolvedModel] | None = None,
+        events: EventLog | None = None,
     ) -> None:
         self.name, self.arn, self.spec, self.details = name, arn, spec, details
+        #: Where its ops' submits, starts and finishes are logged (runtime/events.py).
+        self.events = events
         #: Training ops in sequence order (max_queued: how many may wait before throttling).
         self.queue = TrainingQueue(name, gap_timeout=gap_timeout, max_queued=max_queued)
         #: Called (under ``lock``) after every status change: the service persists the record.
@@ -159,9 +163,38 @@ class Session:
             self.require_accepting()
             self.last_activity = time.monotonic()
             op = self.queue.admit(seq, token, kind, body)
+            if op.id not in self.ops:  # not a retry of one already logged
+                self.track(op)
             self.ops[op.id] = op
             self.runner.submitted()
             return op.id
+
+    def track(self, op: Operation) -> None:
+        """Log ``op``'s submit now, and its start and finish when they come (the event log's
+        observer on the op); nothing without an event log."""
+        log, name = self.events, self.name
+        if log is None:
+            return
+
+        def observe(seen: Operation) -> None:
+            if seen.status == vocab.OpStatus.IN_PROGRESS:
+                log.op(name, Phase.STARTED, seen.id, seen.kind, seen.seq)
+                return
+            metrics, tokens = op_summary(seen.result)
+            log.op(
+                name,
+                Phase.FINISHED,
+                seen.id,
+                seen.kind,
+                seen.seq,
+                status=seen.status,
+                error=seen.error or "",
+                metrics=metrics,
+                tokens=tokens,
+            )
+
+        op.observer = observe
+        log.op(name, Phase.SUBMITTED, op.id, op.kind, op.seq)
 
     def waits_for_earlier(self, operation_id: str) -> bool:
         """Whether this training op cannot run before a lower sequence number arrives (a gap

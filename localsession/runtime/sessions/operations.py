@@ -61,10 +61,15 @@ class Operation:
     _callbacks: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _callbacks_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _wire: dict[str, Any] | None = field(default=None, repr=False)
+    #: Called with the op after it starts and after it finishes (``Session.track``: the
+    #: runtime's event log, runtime/events.py); None: nobody watches.
+    observer: Callable[[Operation], None] | None = field(default=None, repr=False)
 
     def start(self) -> None:
         self.status = vocab.OpStatus.IN_PROGRESS
         self.started_at = time.monotonic()
+        if self.observer is not None:
+            self.observer(self)
 
     def finish(
         self,
@@ -84,7 +89,11 @@ class Operation:
             self.finished_at = time.monotonic()
             self.status = status
             callbacks, self._callbacks = self._callbacks, []
-        self.done.set()
+        try:
+            if self.observer is not None:  # before the latch: a waiter sees the event logged
+                self.observer(self)
+        finally:
+            self.done.set()  # whatever the observer did, no waiter hangs
         for callback in callbacks:
             callback()
 

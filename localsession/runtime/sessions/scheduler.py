@@ -37,6 +37,7 @@ from localsession import cpu_threads, vocab
 from localsession.port import Admit, EngineInputError, SampleRequest
 from localsession.port_results import LogprobsResult
 from localsession.runtime import errors
+from localsession.runtime.events import op_summary
 from localsession.runtime.sessions.lifecycle import Session
 from localsession.runtime.sessions.operations import Operation
 
@@ -70,6 +71,7 @@ class SamplingScheduler:
         self._cond = threading.Condition()
         self._jobs: deque[_Job] = deque()
         self._closing = False
+        self._began = 0.0
         self._thread = threading.Thread(target=self._run, name="localsession-sampler", daemon=True)
         self._thread.start()
 
@@ -132,6 +134,7 @@ class SamplingScheduler:
 
     def _run(self) -> None:
         while (batch := self._take_batch()) is not None:
+            self._began = time.time()  # the batch's start, as its events log it
             live = [job for job in batch if self._start(job)]
             if live:
                 self._execute(live)
@@ -201,9 +204,20 @@ class SamplingScheduler:
         return admit
 
     def _run_batch(self, batch: list[_Job], *, isolate: bool) -> bool:
-        """Run one batch and finish its ops. With ``isolate`` the batch may grow (engines
-        that admit requests), and a failure of a batch of several jobs finishes nothing and
-        returns False, for the caller to run them one by one."""
+        """Run one batch, finish its ops and log it (runtime/events.py). With ``isolate``
+        the batch may grow (engines that admit requests), and a failure of a batch of several
+        jobs finishes nothing and returns False, for the caller to run them one by one."""
+        # a re-run alone (isolate=False) starts now; a batch when its jobs were started
+        started = self._began if isolate else time.time()
+        ran = self._run_batch_ops(batch, isolate=isolate)
+        log = getattr(batch[0].session, "events", None)  # (a test's stub session has none)
+        if ran and log is not None:
+            tokens = sum(op_summary(job.op.result)[1] for job in batch)
+            ops = [job.op.id for job in batch]
+            log.batch(batch[0].session.name, batch[0].op.kind, started, ops, tokens)
+        return ran
+
+    def _run_batch_ops(self, batch: list[_Job], *, isolate: bool) -> bool:
         session = batch[0].session
         engine = session.engine
         assert engine is not None

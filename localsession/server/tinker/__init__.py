@@ -10,16 +10,28 @@ front end (docs/tinker.md).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from starlette.routing import BaseRoute
 
 from localsession.runtime.service import Service
 
-__all__ = ["mount"]
-
-
-def mount(service: Service) -> list[BaseRoute]:
-    """The Tinker routes over ``service`` (one dialect state per app)."""
+if TYPE_CHECKING:
     from localsession.server.tinker.dialect import Dialect
+
+__all__ = ["mount", "new_dialect"]
+
+
+def mount(service: Service, dialect: Dialect | None = None) -> list[BaseRoute]:
+    """The Tinker routes over ``service`` (one dialect state per app: ``dialect``, or a new
+    one)."""
     from localsession.server.tinker.routes import routes as tinker_routes
 
-    return list(tinker_routes(Dialect(service)))
+    return list(tinker_routes(dialect if dialect is not None else new_dialect(service)))
+
+
+def new_dialect(service: Service) -> Dialect:
+    """The Tinker dialect's state over ``service`` (the console reads its tables)."""
+    from localsession.server.tinker.dialect import Dialect
+
+    return Dialect(service)
