@@ -94,7 +94,10 @@ $(BROWSER_STAMP): $(STAMP)
 	touch $(BROWSER_STAMP)
 
 test-browser: $(SDK_STAMP) $(BROWSER_STAMP)
-	@test -x "$${LOCALSESSION_CHROMIUM:-/usr/bin/chromium}" || { 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then 			apt-get update -qq && apt-get install -y -qq chromium; 		else echo "(no Chromium: run 'sudo apt-get install chromium'; the browser tests skip)"; fi; }
+	@test -x "$${LOCALSESSION_CHROMIUM:-/usr/bin/chromium}" || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && apt-get install -y -qq chromium; \
+		else echo "(no Chromium: run 'sudo apt-get install chromium'; the browser tests skip)"; fi; }
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m browser tests/browser
 
 # The real-model rows need the shipped SmolLM2 (as `make demo` does); without it they MISS.
