@@ -79,15 +79,6 @@ def gspo(
     return -term_T
 
 
-def gspo_clipped(
-    lp_T: Tensor, q_T: Tensor, adv_T: Tensor, ratio_mask_T: Tensor, lo: float, hi: float
-) -> Tensor:
-    """Where GSPO's clipping took the term (the ``actor/pg_clipfrac`` numerator). -> bool [T]"""
-    log_s = (lp_T.detach() - q_T)[ratio_mask_T != 0].mean()
-    s_T = torch.exp(log_s).expand_as(lp_T)
-    return torch.where(adv_T > 0, s_T > hi, (adv_T < 0) & (s_T < lo))
-
-
 def stable_reinforce(
     lp_T: Tensor,
     recorded_q_T: Tensor,

@@ -93,8 +93,7 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
             "tinker_cookbook.recipes.math_rl.train",
             "renderer_name=qwen3_instruct",  # SmolLM2 is not in the cookbook's model table
             "env=arithmetic",
-            "lora_rank=8",
-            "loss_fn=ppo",
+            "lora_rank=8",  # its default loss_fn, stable_reinforce
             "group_size=4",
             "groups_per_batch=4",
             "max_tokens=5",
@@ -156,16 +155,43 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
             "behavior_if_log_dir_exists=delete",
         ),
     ),
-    # stable_reinforce, its default loss, is not implemented (docs/tinker.md).
+    # its default loss, stable_reinforce: samples with record_stability_info=True
     "rl_loop": (
         TINY,
         (
             "tinker_cookbook.recipes.rl_loop",
             "batch_size=2",
-            "loss_fn=importance_sampling",
             "lora_rank=8",
             "save_every=0",
             *RL_TINY,
+        ),
+    ),
+    "rl_loop_gspo": (
+        TINY,
+        (
+            "tinker_cookbook.recipes.rl_loop",
+            "loss_fn=gspo",
+            "batch_size=2",
+            "lora_rank=8",
+            "save_every=0",
+            *RL_TINY,
+        ),
+    ),
+    # stable_reinforce on rubric-graded addition; the grader is the tiny model too (its default
+    # grader is a Qwen3.5 model, whose renderer needs <think> tokens the tiny model lacks)
+    "rubric": (
+        TINY,
+        (
+            "tinker_cookbook.recipes.rubric.train",
+            "renderer_name=qwen3_instruct",
+            f"grader_llm_name={TINY}",
+            "grader_renderer_name=qwen3_instruct",
+            "groups_per_batch=2",
+            "train_group_size=2",
+            "max_tokens=8",
+            "lora_rank=8",
+            "eval_every=0",
+            "save_every=0",
         ),
     ),
 }
@@ -189,7 +215,7 @@ def _check_metrics(recipe: str, rows: list[dict[str, Any]]) -> None:
         # two datums a step, each trained on the teacher's top-4 as (N, 4) targets
         assert _per_step(rows, "sdft/num_datums") == [2.0, 2.0]
         assert _per_step(rows, "sdft/topk") == [4.0, 4.0]
-    elif recipe == "rl_loop":
+    elif recipe.startswith("rl_loop"):
         # Its reward needs a \boxed{N} answer, which the tiny model never writes: every group
         # has zero advantages and the recipe skips its optimizer steps (it says so).
         assert _per_step(rows, "reward/total") == [0.0, 0.0]
@@ -211,6 +237,10 @@ def test_cookbook_recipe_runs_unmodified(
     python = _cookbook_python()
     model, (module, *args) = RECIPES[recipe]
     write_hub_mirror(tmp_path)  # the working directory: load_dataset("openai/gsm8k") finds it
+    if recipe == "rubric":  # the recipe's own data step, offline: writes ./tinker_cookbook/...
+        (tmp_path / "tinker_cookbook" / "example_data").mkdir(parents=True)
+        data = [python, "-m", "tinker_cookbook.recipes.rubric.generate_data"]
+        subprocess.run(data, cwd=tmp_path, check=True, capture_output=True, timeout=300)
     log_dir = tmp_path / "log"
     command = [python, "-m", module, f"model_name={model}", "max_steps=2", f"log_path={log_dir}"]
     env = {
