@@ -7,9 +7,11 @@ interpreter, or the one ``LOCALSESSION_COOKBOOK_PYTHON`` names (the cookbook nee
 ``tml-renderers>=0.4.1``, which the project's package index lacks, so it is installed with
 ``--no-deps`` into a separate environment; docs/tinker.md). ``math_rl`` arithmetic runs on
 SmolLM2-135M. The others run on the tiny model under the name ``Qwen/Qwen3-4B-Instruct-2507``
-(the server's model map): ``sl_loop`` and ``rl_loop`` take no renderer option and ask the
-cookbook's model table for the name's renderer (``qwen3_instruct``, the tiny model's chat
-format), and the multi-turn ``guess_number`` takes seconds there instead of many minutes.
+(the server's model map): ``sl_loop`` takes no renderer option and asks the cookbook's model
+table for the name's renderer (``qwen3_instruct``, the tiny model's chat format), and the
+multi-turn ``guess_number`` takes seconds there instead of many minutes. ``rl_loop`` runs
+under its own default name, ``Qwen/Qwen3.5-9B-Base``, mapped to the tiny model too (the table
+gives it the ``role_colon`` renderer, which needs no special tokens).
 Recipes that hard-code a Hub dataset (``sl_loop``: no_robots, ``rl_loop``: gsm8k,
 ``rl_numerics_check``: wikitext) run in a directory holding small local stand-ins under the
 same names (hub_mirror.py), with ``HF_DATASETS_OFFLINE=1``.
@@ -36,9 +38,13 @@ types = tinker.types
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: A name the cookbook's model table knows (renderer ``qwen3_instruct``), served by the tiny model.
 TINY = "Qwen/Qwen3-4B-Instruct-2507"
+#: rl_loop's default model; its renderer (role_colon) needs no special tokens: the tiny model.
+RL_LOOP_BASE = "Qwen/Qwen3.5-9B-Base"
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.localsession_tinker(model_map={TINY: "localsession/tiny"}),
+    pytest.mark.localsession_tinker(
+        model_map={TINY: "localsession/tiny", RL_LOOP_BASE: "localsession/tiny"}
+    ),
 ]
 # Found by its file (the wheel's package imports `llm`, which is not installed): never imported.
 needs_smol = pytest.mark.skipif(
@@ -157,7 +163,7 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # its default loss, stable_reinforce: samples with record_stability_info=True
     "rl_loop": (
-        TINY,
+        RL_LOOP_BASE,
         (
             "tinker_cookbook.recipes.rl_loop",
             "batch_size=2",
@@ -167,7 +173,7 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "rl_loop_gspo": (
-        TINY,
+        RL_LOOP_BASE,
         (
             "tinker_cookbook.recipes.rl_loop",
             "loss_fn=gspo",
