@@ -25,10 +25,15 @@ PROMPT = [257, 68, 82, 79, 32]
 
 
 def _pair(sc: Any, seed: int) -> tuple[Any, Any]:
-    return tuple(  # type: ignore[return-value]
-        sc.create_lora_training_client(base_model="localsession/tiny", rank=4, seed=seed).result()
-        for _ in range(2)
-    )
+    """Two training clients that start equal (same seed): one trains server-side, one
+    through the SDK's client-side custom-loss path."""
+
+    def make() -> Any:
+        return sc.create_lora_training_client(
+            base_model="localsession/tiny", rank=4, seed=seed
+        ).result()
+
+    return make(), make()
 
 
 def _ce(model_input: list[int], targets: list[int]) -> Any:
