@@ -216,3 +216,26 @@ def test_a_sampler_without_record_stability_info_records_nothing(localsession_ti
         tc.forward([_ce(TOKENS[:-1], TOKENS[1:])], "cross_entropy").result().metrics["loss:sum"]
     )
     sc.close("success").result()
+
+
+def test_an_overflowing_gspo_backward_fails_and_frees_its_number(localsession_tinker: Any) -> None:
+    """A sequence ratio of exp(1e4) with a negative advantage (the unclipped side) has an
+    infinite loss: the op fails naming it, and the backward's sequence number is released,
+    so the next op runs at once instead of waiting out the gap timeout."""
+    sc = tinker.ServiceClient()
+    tc = sc.create_lora_training_client(base_model="localsession/tiny", rank=4, seed=2).result()
+    n = len(TOKENS) - 1
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(TOKENS[:-1]),
+        loss_fn_inputs={
+            "target_tokens": TOKENS[1:],
+            "logprobs": [-1e4] * n,
+            "advantages": [-1.0] * n,
+            "sequence_ratio_mask": [1.0] * n,
+        },
+    )
+    with pytest.raises(Exception, match="not finite"):
+        tc.forward_backward([datum], "gspo").result(timeout=60)
+    after = tc.forward([_ce(TOKENS[:-1], TOKENS[1:])], "cross_entropy").result(timeout=20)
+    assert math.isfinite(after.metrics["loss:sum"])
+    sc.close("success").result()
