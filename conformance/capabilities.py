@@ -27,6 +27,8 @@ CAPABILITIES: dict[str, str] = {
     "metric is the mean over datums of each datum's summed loss",
     "loss.rl_metrics": "§1 RL losses report `actor/pg_clipfrac` and `actor/ppo_kl`",
     "loss.temperature_input": "§1 a per-token `temperature` input tempers the trainer's logits",
+    "loss.stable_reinforce": "§1 stable_reinforce's objective (Tinker publishes none): "
+    "-Σ over sampled positions of sg(min(exp(lp − q_recorded), 2))·A·lp",
     "forward.bit_exact": "§1 forward and forward_backward logprobs agree bit for bit",
     "optim.metrics": "§2 optim_step reports learning_rate, grad_norm (before clipping), "
     "num_params_updated",

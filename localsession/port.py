@@ -57,6 +57,18 @@ class EngineInputError(Exception):
 
 
 @dataclass(frozen=True)
+class ProvenanceSpan:
+    """One run of a datum's provenance: ``length`` consecutive positions are positions
+    ``[offset, offset + length)`` of the named sampled sequence's tokens (``sampled``) or of
+    its sampling request's prompt (not ``sampled``)."""
+
+    sequence_id: str
+    offset: int
+    length: int
+    sampled: bool
+
+
+@dataclass(frozen=True)
 class TrainingDatum:
     """One datum of a ``forward``/``forward_backward``, parsed once by the runtime.
 
@@ -70,6 +82,10 @@ class TrainingDatum:
 
     tokens: list[int]
     loss_fn_inputs: dict[str, list[Any]] = field(default_factory=dict)
+    #: Tinker's provenance (``Datum.with_provenance``), when sent: runs tiling the tokens
+    #: and the targets; only the Tinker dialect's ``stable_reinforce`` reads it.
+    model_input_spans: tuple[ProvenanceSpan, ...] | None = None
+    loss_fn_input_spans: tuple[ProvenanceSpan, ...] | None = None
 
 
 @dataclass(frozen=True)

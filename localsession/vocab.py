@@ -297,8 +297,14 @@ class TinkerLoss(Word):
 
 #: Every loss the Tinker SDK can name (its ``LossFnType``, in its order).
 TINKER_LOSSES: Final[tuple[str, ...]] = (*LOSS_FUNCTIONS, *TinkerLoss)
-#: The Tinker losses the dialect runs: the runtime's, and ``dro`` over them (tinker/dro.py).
-TINKER_RUN_LOSSES: Final[tuple[str, ...]] = (*LOSS_FUNCTIONS, TinkerLoss.DRO)
+#: The Tinker losses the dialect runs: the runtime's, and ``dro``, ``gspo`` and
+#: ``stable_reinforce`` over them (tinker/dro.py, tinker/sequence_plans.py).
+TINKER_RUN_LOSSES: Final[tuple[str, ...]] = (
+    *LOSS_FUNCTIONS,
+    TinkerLoss.DRO,
+    TinkerLoss.GSPO,
+    TinkerLoss.STABLE_REINFORCE,
+)
 #: ``dro``'s penalty when ``loss_fn_config`` has no ``beta`` (numerics/dro_loss.py; the
 #: value of the SDK docs' example, which give no default).
 TINKER_DRO_BETA: Final = 0.05

@@ -157,7 +157,12 @@ def test_tinker_defaults_are_the_tinker_sdks() -> None:
     from tinker.lib.public_interfaces.service_client import ServiceClient
 
     assert vocab.TINKER_LOSSES == typing.get_args(types.LossFnType)
-    assert set(vocab.TINKER_RUN_LOSSES) == {*vocab.LOSS_FUNCTIONS, "dro"}
+    assert set(vocab.TINKER_RUN_LOSSES) == {
+        *vocab.LOSS_FUNCTIONS,
+        "dro",
+        "gspo",
+        "stable_reinforce",
+    }
     adam = types.AdamParams()
     given = {key: getattr(adam, key) for key in vocab.TINKER_ADAM_DEFAULTS}
     assert vocab.TINKER_ADAM_DEFAULTS == given

@@ -40,6 +40,7 @@ from conformance.backends.common import xfail_file
 LOCAL_CAPABILITIES = frozenset(
     {
         "loss.outputs",
+        "loss.stable_reinforce",
         "forward.bit_exact",
         "lora.zero_init",
         "sampling.reproducible_seeds",

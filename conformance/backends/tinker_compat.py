@@ -102,6 +102,9 @@ ADDED_IN: dict[str, str] = {
     "training:save_weights_external": "0.28.0",
     "service:close": "0.27.2",
     "field:SampledSequence.sequence_id": "0.26.0",
+    "loss:gspo": "0.34.0",
+    "loss:stable_reinforce": "0.35.0",
+    "param:TrainingClient.save_weights_and_get_sampling_client.record_stability_info": "0.26.2",
     "unchecked:ForwardBackwardInput": "0.20.0",
 }
 

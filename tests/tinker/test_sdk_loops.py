@@ -177,7 +177,9 @@ def test_custom_loss_runs_client_side_and_matches_cross_entropy(sc: Any) -> None
 
 def test_unimplemented_losses_are_refused_by_name(sc: Any) -> None:
     tc = sc.create_lora_training_client(base_model=MODEL, rank=4).result()
-    with pytest.raises(Exception, match="gspo"):
+    with pytest.raises(Exception, match="'custom' is not implemented"):
+        tc.forward_backward([sft_datum(TOKENS)], "custom").result()
+    with pytest.raises(Exception, match="gspo. does not take weights"):  # run, given its inputs
         tc.forward_backward([sft_datum(TOKENS)], "gspo").result()
 
 

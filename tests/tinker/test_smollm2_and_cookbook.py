@@ -7,9 +7,11 @@ interpreter, or the one ``LOCALSESSION_COOKBOOK_PYTHON`` names (the cookbook nee
 ``tml-renderers>=0.4.1``, which the project's package index lacks, so it is installed with
 ``--no-deps`` into a separate environment; docs/tinker.md). ``math_rl`` arithmetic runs on
 SmolLM2-135M. The others run on the tiny model under the name ``Qwen/Qwen3-4B-Instruct-2507``
-(the server's model map): ``sl_loop`` and ``rl_loop`` take no renderer option and ask the
-cookbook's model table for the name's renderer (``qwen3_instruct``, the tiny model's chat
-format), and the multi-turn ``guess_number`` takes seconds there instead of many minutes.
+(the server's model map): ``sl_loop`` takes no renderer option and asks the cookbook's model
+table for the name's renderer (``qwen3_instruct``, the tiny model's chat format), and the
+multi-turn ``guess_number`` takes seconds there instead of many minutes. ``rl_loop`` runs
+under its own default name, ``Qwen/Qwen3.5-9B-Base``, mapped to the tiny model too (the table
+gives it the ``role_colon`` renderer, which needs no special tokens).
 Recipes that hard-code a Hub dataset (``sl_loop``: no_robots, ``rl_loop``: gsm8k,
 ``rl_numerics_check``: wikitext) run in a directory holding small local stand-ins under the
 same names (hub_mirror.py), with ``HF_DATASETS_OFFLINE=1``.
@@ -36,9 +38,13 @@ types = tinker.types
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: A name the cookbook's model table knows (renderer ``qwen3_instruct``), served by the tiny model.
 TINY = "Qwen/Qwen3-4B-Instruct-2507"
+#: rl_loop's default model; its renderer (role_colon) needs no special tokens: the tiny model.
+RL_LOOP_BASE = "Qwen/Qwen3.5-9B-Base"
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.localsession_tinker(model_map={TINY: "localsession/tiny"}),
+    pytest.mark.localsession_tinker(
+        model_map={TINY: "localsession/tiny", RL_LOOP_BASE: "localsession/tiny"}
+    ),
 ]
 # Found by its file (the wheel's package imports `llm`, which is not installed): never imported.
 needs_smol = pytest.mark.skipif(
@@ -93,8 +99,7 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
             "tinker_cookbook.recipes.math_rl.train",
             "renderer_name=qwen3_instruct",  # SmolLM2 is not in the cookbook's model table
             "env=arithmetic",
-            "lora_rank=8",
-            "loss_fn=ppo",
+            "lora_rank=8",  # its default loss_fn, stable_reinforce
             "group_size=4",
             "groups_per_batch=4",
             "max_tokens=5",
@@ -156,16 +161,43 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
             "behavior_if_log_dir_exists=delete",
         ),
     ),
-    # stable_reinforce, its default loss, is not implemented (docs/tinker.md).
+    # its default loss, stable_reinforce: samples with record_stability_info=True
     "rl_loop": (
-        TINY,
+        RL_LOOP_BASE,
         (
             "tinker_cookbook.recipes.rl_loop",
             "batch_size=2",
-            "loss_fn=importance_sampling",
             "lora_rank=8",
             "save_every=0",
             *RL_TINY,
+        ),
+    ),
+    "rl_loop_gspo": (
+        RL_LOOP_BASE,
+        (
+            "tinker_cookbook.recipes.rl_loop",
+            "loss_fn=gspo",
+            "batch_size=2",
+            "lora_rank=8",
+            "save_every=0",
+            *RL_TINY,
+        ),
+    ),
+    # stable_reinforce on rubric-graded addition; the grader is the tiny model too (its default
+    # grader is a Qwen3.5 model, whose renderer needs <think> tokens the tiny model lacks)
+    "rubric": (
+        TINY,
+        (
+            "tinker_cookbook.recipes.rubric.train",
+            "renderer_name=qwen3_instruct",
+            f"grader_llm_name={TINY}",
+            "grader_renderer_name=qwen3_instruct",
+            "groups_per_batch=2",
+            "train_group_size=2",
+            "max_tokens=8",
+            "lora_rank=8",
+            "eval_every=0",
+            "save_every=0",
         ),
     ),
 }
@@ -189,7 +221,7 @@ def _check_metrics(recipe: str, rows: list[dict[str, Any]]) -> None:
         # two datums a step, each trained on the teacher's top-4 as (N, 4) targets
         assert _per_step(rows, "sdft/num_datums") == [2.0, 2.0]
         assert _per_step(rows, "sdft/topk") == [4.0, 4.0]
-    elif recipe == "rl_loop":
+    elif recipe.startswith("rl_loop"):
         # Its reward needs a \boxed{N} answer, which the tiny model never writes: every group
         # has zero advantages and the recipe skips its optimizer steps (it says so).
         assert _per_step(rows, "reward/total") == [0.0, 0.0]
@@ -211,6 +243,10 @@ def test_cookbook_recipe_runs_unmodified(
     python = _cookbook_python()
     model, (module, *args) = RECIPES[recipe]
     write_hub_mirror(tmp_path)  # the working directory: load_dataset("openai/gsm8k") finds it
+    if recipe == "rubric":  # the recipe's own data step, offline: writes ./tinker_cookbook/...
+        (tmp_path / "tinker_cookbook" / "example_data").mkdir(parents=True)
+        data = [python, "-m", "tinker_cookbook.recipes.rubric.generate_data"]
+        subprocess.run(data, cwd=tmp_path, check=True, capture_output=True, timeout=300)
     log_dir = tmp_path / "log"
     command = [python, "-m", module, f"model_name={model}", "max_steps=2", f"log_path={log_dir}"]
     env = {

@@ -24,6 +24,7 @@ from typing import Any
 from localsession.port import TrainingDatum
 from localsession.port_results import DatumOutput, SampleResult, TopLogprob
 from localsession.runtime import errors
+from localsession.server.tinker import provenance
 
 #: Bodies may arrive zstd-framed; a frame may not inflate past this (the body limit's twin).
 MAX_INFLATED_BYTES = 256 * 1024 * 1024
@@ -130,7 +131,7 @@ def _datum(msg: Any, index: int) -> tuple[TrainingDatum, Shapes]:
     }
     inputs = {key: t["data"] for key, t in tensors.items()}
     shapes = {key: list(t.get("shape") or [len(t["data"])]) for key, t in tensors.items()}
-    return TrainingDatum(tokens, inputs), shapes
+    return TrainingDatum(tokens, inputs, *provenance.from_pb(msg, index)), shapes
 
 
 def _flat(data: list[Any]) -> list[Any]:
@@ -168,7 +169,7 @@ def _json_datum(value: Any, index: int) -> tuple[TrainingDatum, Shapes]:
         key: _json_values(td, f"datum {index} loss_fn_inputs[{key!r}]") for key, td in given.items()
     }
     shapes = {key: _json_shape(given[key], len(values)) for key, values in inputs.items()}
-    return TrainingDatum(tokens, inputs), shapes
+    return TrainingDatum(tokens, inputs, *provenance.from_json(value, index)), shapes
 
 
 def _json_shape(given: Any, count: int) -> list[int]:

@@ -40,12 +40,13 @@ from localsession.runtime.errors import ServiceError
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
-from localsession.server.tinker import dro, topk_targets
+from localsession.server.tinker import dro, sequence_plans, topk_targets
 from localsession.server.tinker import tinker_commands as parse
 from localsession.server.tinker.checkpoints import Checkpoints
 from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.numbering import Numbering
 from localsession.server.tinker.samplers import Sampler, Samplers
+from localsession.server.tinker.stability import StabilityRecords
 
 
 @dataclass
@@ -98,6 +99,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
         self.ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
         self.recipients: dict[str, list[str]] = {}  # external export -> its age recipients
         self.metadata: dict[str, dict[str, Any]] = {}  # tinker:// path -> its user_metadata
+        self.stability = StabilityRecords()  # record_stability_info samples (stable_reinforce)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -134,6 +136,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             ]
             for sampler_id in [k for k, v in self.samplers.items() if v.session_id == session_id]:
                 del self.samplers[sampler_id]
+        self.stability.drop_session(session_id)
         for name in names:
             try:
                 self.service.stop_training_session({"TrainingSessionName": name})
@@ -274,10 +277,15 @@ class Dialect(Checkpoints, Samplers, Numbering):
         """Queue a Tinker forward / forward_backward; ``shapes``: each datum's input shapes."""
         model = self.model(model_id)
         with self.numbered(model, seq_id) as number:
-            if loss_fn == vocab.TinkerLoss.DRO:  # a forward, then a cross-entropy backward
+            if loss_fn in sequence_plans.TWO_OP_LOSSES:  # a forward, a cross-entropy backward
+                parsed = sequence_plans.parse(
+                    self.stability, model_id, loss_fn, config, datums, shapes
+                )
                 future = Future(vocab.OpKind.FORWARD, model_id=model_id)
                 return self.add_future(
-                    dro.submit(self, model, number, config, forward_only, datums, shapes, future)
+                    dro.submit(
+                        self, model, number, config, forward_only, datums, shapes, future, parsed
+                    )
                 )
             if loss_fn not in vocab.TINKER_RUN_LOSSES:
                 raise parse.unsupported_loss(loss_fn)

@@ -8,18 +8,22 @@ that ``forwardBackward``. The model's sequence offset grows by one, so the clien
 ops keep their order and nothing waits on a gap. A ``forward(loss_fn="dro")`` is the
 forward alone. Either way the outputs' ``elementwise_loss`` (and so ``loss:sum``) is DRO's
 and ``logprobs`` is ``lp``.
+
+The same two ops run any loss whose parameters enter only through ``lp``: ``submit`` takes
+any :class:`Surrogate` (``gspo`` and ``stable_reinforce``: sequence_losses.py).
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from contextlib import suppress
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from localsession import vocab
 from localsession.numerics.dro_loss import dro_backward_weights, dro_loss
-from localsession.port import TrainingDatum
+from localsession.port import EngineInputError, TrainingDatum
 from localsession.port_commands import ForwardCommand
 from localsession.port_results import DatumOutput, ForwardResult
 from localsession.runtime import errors
@@ -30,8 +34,23 @@ if TYPE_CHECKING:  # the dialect's types, named without importing it (dialect.py
     Future = Any
     Model = Any
 
-#: The key of a dro future's ``extra`` that holds its :class:`DroInputs`.
+#: The key of a two-op future's ``extra`` that holds its :class:`Surrogate`.
 INPUTS = "dro_inputs"
+
+
+class Surrogate(Protocol):
+    """A loss run as a forward, then a ``cross_entropy`` backward at the same weights."""
+
+    @property
+    def name(self) -> str: ...
+
+    def weights(self, index: int, lp: list[float]) -> list[float]:
+        """Datum ``index``'s cross-entropy weights at ``lp``: ``-dℓ_t/dlp_t``."""
+        ...
+
+    def loss(self, index: int, lp: list[float]) -> list[float]:
+        """Datum ``index``'s elementwise loss at ``lp``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -41,7 +60,18 @@ class DroInputs:
     beta: float
     q: list[list[float]]
     advantages: list[list[float]]
-    weights: list[list[float]]
+    token_weights: list[list[float]]
+    name: str = vocab.TinkerLoss.DRO
+
+    def weights(self, index: int, lp: list[float]) -> list[float]:
+        return dro_backward_weights(
+            lp, self.q[index], self.advantages[index], self.token_weights[index], self.beta
+        )
+
+    def loss(self, index: int, lp: list[float]) -> list[float]:
+        return dro_loss(
+            lp, self.q[index], self.advantages[index], self.token_weights[index], self.beta
+        )
 
 
 def _column(
@@ -90,7 +120,7 @@ def parse(
         inputs.q.append(_column(given, shape_of, "logprobs", n, where))
         inputs.advantages.append(_column(given, shape_of, "advantages", n, where))
         w = _column(given, shape_of, "weights", n, where) if "weights" in given else [1.0] * n
-        inputs.weights.append(w)
+        inputs.token_weights.append(w)
         forward.append(replace(datum, loss_fn_inputs={"target_tokens": target, "weights": w}))
     return inputs, forward
 
@@ -108,11 +138,13 @@ def submit(
     datums: list[TrainingDatum],
     shapes: list[dict[str, list[int]]],
     pending: Future,
+    parsed: tuple[Surrogate, list[TrainingDatum]] | None = None,
 ) -> Future:
-    """Queue a ``dro`` request numbered ``number`` into ``pending`` (a new dialect Future):
-    its op is the forward (``forward_only``) or, once that ran, the backward on
-    ``number + 1`` (``pending.op_id`` is None until then)."""
-    inputs, forward = parse(config, datums, shapes)
+    """Queue a ``dro`` request (or the ``parsed`` surrogate loss and its forward datums)
+    numbered ``number`` into ``pending`` (a new dialect Future): its op is the forward
+    (``forward_only``) or, once that ran, the backward on ``number + 1`` (``pending.op_id``
+    is None until then)."""
+    inputs, forward = parsed or parse(config, datums, shapes)
     first = dialect.submit(model, number, _command(forward, False))
     pending.session, pending.extra = model.session, {INPUTS: inputs}
     if forward_only:
@@ -147,20 +179,12 @@ def _backward(
         if outcome.status != vocab.OpStatus.COMPLETED or not isinstance(
             outcome.result, ForwardResult
         ):
-            future.error = (
-                outcome.error or f"the {vocab.TinkerLoss.DRO} forward ended {outcome.status}"
-            )
+            future.error = outcome.error or f"the {inputs.name} forward ended {outcome.status}"
             service.refuse_sequence(model.session, number)  # uses up the number
             return
         datums = []
         for i, (datum, out) in enumerate(zip(forward, outcome.result.outputs, strict=True)):
-            w = dro_backward_weights(
-                [float(v) for v in out.logprobs],
-                inputs.q[i],
-                inputs.advantages[i],
-                inputs.weights[i],
-                inputs.beta,
-            )
+            w = inputs.weights(i, [float(v) for v in out.logprobs])
             given = datum.loss_fn_inputs
             datums.append(
                 replace(
@@ -168,8 +192,11 @@ def _backward(
                 )
             )
         future.op_id = dialect.submit(model, number, _command(datums, True))
-    except (ServiceError, KeyError, TypeError, ValueError) as exc:
-        future.error = f"the {vocab.TinkerLoss.DRO} backward could not be queued: {exc}"
+    except (ServiceError, EngineInputError, KeyError, TypeError, ValueError) as exc:
+        future.error = f"the {inputs.name} backward could not be queued: {exc}"
+        if future.op_id is None:  # its number is used up, so later ops do not wait on it
+            with suppress(ServiceError):
+                service.refuse_sequence(model.session, number)
     finally:
         future.extra["ready"].set()
 
@@ -181,12 +208,11 @@ def wait_ready(future: Future, timeout: float) -> None:
         ready.wait(timeout)
 
 
-def outputs(found: list[DatumOutput], inputs: DroInputs) -> list[DatumOutput]:
-    """The runtime's per-datum outputs with DRO's elementwise loss in place of the
-    surrogate cross entropy's."""
+def outputs(found: list[DatumOutput], inputs: Surrogate) -> list[DatumOutput]:
+    """The runtime's per-datum outputs with the loss's elementwise values (DRO's, say) in
+    place of the surrogate cross entropy's."""
     out = []
     for i, item in enumerate(found):
-        lp = [float(v) for v in item.logprobs]
-        loss = dro_loss(lp, inputs.q[i], inputs.advantages[i], inputs.weights[i], inputs.beta)
+        loss = inputs.loss(i, [float(v) for v in item.logprobs])
         out.append(replace(item, elementwise_loss=loss))
     return out

@@ -253,6 +253,10 @@ class TinkerRoutes:
                 sampler.sampler_id, body.get("seq_id"), request_id, name, future.op_id or ""
             )
         ids = [f"{request_id}-{i}" for i in range(request_.num_samples)]
+        if body.get("record_stability_info"):  # every sample recorded (stability.py)
+            op = await run_in_threadpool(self.service.operation, name, future.op_id or "")
+            owner = sampler.session_id or (sampler.model_id or "").split(":", 1)[0] or None
+            self.dialect.stability.record(ids, owner, prompt, op)
         return JSONResponse({"request_id": request_id, "sample_sequence_ids": ids})
 
     # -- futures -------------------------------------------------------------------------
