@@ -77,7 +77,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_MODELS: tuple[str, ...] = ("localsession/tiny", "localsession/small")
+BUILTIN_MODELS: tuple[str, ...] = (
+    "localsession/tiny",
+    "localsession/small",
+    "localsession/tiny-think",
+)
 
 _HUB_ARN_RE = re.compile(
     r"^arn:aws[a-z-]*:sagemaker:[^:]*:[^:]*:hub-content/[^/]+/Model/(?P<name>[^/]+)(/[^/]+)?$"
