@@ -83,7 +83,7 @@ def test_a_wrong_tinker_key_is_a_401_authentication_error(fake: Any) -> None:
 def test_a_training_run_owner_has_the_hosted_form(fake: Any) -> None:
     sc = tinker.ServiceClient()
     tc = sc.create_lora_training_client(base_model="localsession/tiny", rank=4, seed=0).result()
-    rest = tinker.RestClient()
+    rest = tinker.RestClient(base_url=fake.url)
     run = rest.get_training_run(tc.model_id).result()
     assert run.model_owner == OWNER
     listed = rest.list_training_runs(limit=1000).result().training_runs
@@ -172,7 +172,7 @@ def test_seed_none_is_random_and_seed_zero_reproducible(localsession_tinker: Any
 
 
 def test_capabilities_report_the_enforced_context_length(fake: Any) -> None:
-    caps = tinker.RestClient().get_server_capabilities().result()
+    caps = tinker.RestClient(base_url=fake.url).get_server_capabilities().result()
     limits = {m.model_name: m.max_context_length for m in caps.supported_models}
     assert limits["localsession/tiny"] == 131072  # the built-ins' max_position_embeddings
     assert limits["acme/short"] == 4096  # the map entry's max_context
@@ -191,7 +191,7 @@ def test_sessions_are_listed_newest_first_and_read_with_their_runs_and_samplers(
     second = tinker.ServiceClient()
     first_id = first.holder.get_session_id()
     second_id = second.holder.get_session_id()  # the session is made on first use
-    rest = tinker.RestClient()
+    rest = tinker.RestClient(base_url=fake.url)
     listed = rest.list_sessions(limit=1000).result().sessions
     assert listed.index(second_id) < listed.index(first_id)  # newest first
     page = rest.list_sessions(limit=1, offset=listed.index(first_id)).result().sessions
