@@ -20,6 +20,10 @@ VOCAB_SIZE = 259
 MAX_POSITIONS = 131072
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+#: The reasoning markers of the Qwen3 / Qwen3.5 family. Only the built-in ``localsession/
+#: tiny-think`` has them, as single ordinary (not special) tokens after the specials: 259 and
+#: 260, so its vocabulary is 261 and a decoded reply keeps them, as Qwen's does.
+THINK_TOKENS = ("<think>", "</think>")
 #: Special token id -> its text, in id order.
 SPECIAL_TOKENS: dict[int, str] = {PAD_ID: PAD_TOKEN, BOS_ID: BOS_TOKEN, EOS_ID: EOS_TOKEN}
 

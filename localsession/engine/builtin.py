@@ -44,6 +44,7 @@ from localsession.engine.builtin_files import (
     BUILTIN_SHAPES,
     byte_tokenizer,
     shape_of,
+    vocab_size,
 )
 
 __all__ = [
@@ -76,7 +77,7 @@ def builtin_config(name: str) -> LlamaConfig:
     """The ``LlamaConfig`` of built-in model ``name``."""
     shape = shape_of(name)
     return LlamaConfig(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size(name),
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
         num_hidden_layers=shape.layers,
@@ -90,10 +91,12 @@ def builtin_config(name: str) -> LlamaConfig:
     )
 
 
-def build_tokenizer(name: str = "") -> PreTrainedTokenizerFast:
+def build_tokenizer(name: str = "", builtin: str | None = None) -> PreTrainedTokenizerFast:
     """The byte-level tokenizer shared by all built-in models (token id == byte value);
-    ``name`` becomes its ``name_or_path`` (the model id it serves)."""
-    tok = byte_tokenizer()
+    ``name`` becomes its ``name_or_path`` (the model id it serves). ``builtin`` (default
+    ``name``) is the built-in it is for: ``localsession/tiny-think``'s has the think tokens."""
+    which = builtin if builtin is not None else name
+    tok = byte_tokenizer(which in BUILTIN_SHAPES and BUILTIN_SHAPES[which].think)
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS_TOKEN,
@@ -141,7 +144,7 @@ def build_builtin(name: str) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]
     model.generation_config.bos_token_id = BOS_ID
     model.generation_config.eos_token_id = EOS_ID
     model.eval()
-    return model, build_tokenizer(name)
+    return model, build_tokenizer(name, name)
 
 
 def save_builtin(name: str, directory: str | Path) -> Path:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from localsession.chat_format import (
     BOS_ID,
@@ -28,11 +28,19 @@ from localsession.chat_format import (
     MAX_POSITIONS,
     PAD_ID,
     PAD_TOKEN,
+    THINK_TOKENS,
     VOCAB_SIZE,
     bytes_to_unicode,
 )
 
-__all__ = ["BUILTIN_SHAPES", "BuiltinShape", "byte_tokenizer", "config_dict", "write_files"]
+__all__ = [
+    "BUILTIN_SHAPES",
+    "BuiltinShape",
+    "byte_tokenizer",
+    "config_dict",
+    "vocab_size",
+    "write_files",
+]
 
 
 @dataclass(frozen=True)
@@ -44,12 +52,19 @@ class BuiltinShape:
     layers: int
     heads: int
     kv_heads: int
+    #: ``<think>`` / ``</think>`` are single tokens (ids 259, 260; chat_format.THINK_TOKENS)
+    think: bool = False
 
 
 BUILTIN_SHAPES: dict[str, BuiltinShape] = {
     "localsession/tiny": BuiltinShape(hidden=128, intermediate=512, layers=2, heads=4, kv_heads=4),
     "localsession/small": BuiltinShape(
         hidden=256, intermediate=1024, layers=4, heads=8, kv_heads=4
+    ),
+    # tiny's shape with the think tokens: an offline stand-in for the Qwen3.5 family, whose
+    # renderers (tinker-cookbook) need <think> and </think> as single tokens
+    "localsession/tiny-think": BuiltinShape(
+        hidden=128, intermediate=512, layers=2, heads=4, kv_heads=4, think=True
     ),
 }
 
@@ -63,8 +78,14 @@ def shape_of(name: str) -> BuiltinShape:
         raise ValueError(f"unknown built-in model {name!r}; built-ins are: {known}") from None
 
 
-def byte_tokenizer() -> Tokenizer:
-    """The byte-level tokenizer (token id == byte value, three specials, BOS prepended)."""
+def vocab_size(name: str) -> int:
+    """Built-in ``name``'s vocabulary: 259, plus the two think tokens where it has them."""
+    return VOCAB_SIZE + (len(THINK_TOKENS) if shape_of(name).think else 0)
+
+
+def byte_tokenizer(think: bool = False) -> Tokenizer:
+    """The byte-level tokenizer (token id == byte value, three specials, BOS prepended);
+    ``think``: with ``<think>`` / ``</think>`` as ordinary single tokens 259 and 260."""
     byte_chars = bytes_to_unicode()
     vocab = {byte_chars[b]: b for b in range(256)}
     # BPE with no merges: every pre-tokenized symbol (one byte) maps straight to its id.
@@ -72,6 +93,8 @@ def byte_tokenizer() -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([PAD_TOKEN, BOS_TOKEN, EOS_TOKEN])
+    if think:  # ids follow the specials; not special, so decoding keeps them
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS_TOKEN} $A",
         pair=f"{BOS_TOKEN} $A {BOS_TOKEN} $B",
@@ -105,7 +128,7 @@ def config_dict(name: str) -> dict[str, Any]:
         "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
         "tie_word_embeddings": False,
         "use_cache": True,
-        "vocab_size": VOCAB_SIZE,
+        "vocab_size": vocab_size(name),
     }
 
 
@@ -113,7 +136,7 @@ def write_files(target: str, directory: Path) -> None:
     """Write built-in ``target``'s tokenizer and config files into ``directory``."""
     config = config_dict(target)
     directory.mkdir(parents=True, exist_ok=True)
-    byte_tokenizer().save(str(directory / "tokenizer.json"))
+    byte_tokenizer(shape_of(target).think).save(str(directory / "tokenizer.json"))
     tokenizer_config = {
         "backend": "tokenizers",
         "bos_token": BOS_TOKEN,

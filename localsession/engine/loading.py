@@ -102,7 +102,7 @@ def load_tokenizer(resolved: ResolvedModel) -> Any:
     in seconds; a session's engine reads the same tokenizer from the converted directory.
     """
     if resolved.kind == "builtin":
-        return build_tokenizer(resolved.name)
+        return build_tokenizer(resolved.name, resolved.target)
     if resolved.kind == "gguf":
         gguf = Path(resolved.target)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -132,7 +132,7 @@ def load_base(resolved: ResolvedModel, dtype: torch.dtype) -> tuple[Any, Any]:
     model: Any
     if resolved.kind == "builtin":
         model, _ = build_builtin(resolved.target)
-        return model.to(dtype=dtype), build_tokenizer(resolved.name)
+        return model.to(dtype=dtype), build_tokenizer(resolved.name, resolved.target)
     model = AutoModelForCausalLM.from_pretrained(
         resolved.target, local_files_only=True, **{_dtype_kwarg(): dtype}
     )

@@ -18,6 +18,8 @@ to the module that owns its resource (moto-style):
 
 The engine factory and the default catalog's tokenizer writer come from the composition root,
 :mod:`localsession.wiring`, never from here.
+
+Length: the one front of every operation; each method is a few lines forwarding to its module.
 """
 
 from __future__ import annotations
@@ -307,10 +309,17 @@ class Service:
     # -- chat completions (runtime/chat/chat_completions.py) --------------------------------
 
     def chat_prepare(
-        self, target: str, body: dict[str, Any], *, model_package: str | None = None
+        self,
+        target: str,
+        body: dict[str, Any],
+        *,
+        model_package: str | None = None,
+        text: bool = False,
     ) -> PreparedChat:
-        """Check a chat-completions request and render its prompt (see Completions.prepare)."""
-        return self.completions.prepare(target, body, model_package=model_package)
+        """Check a chat-completions request and render its prompt (Completions.prepare); with
+        ``text``, a text-completions request, its prompt as is (``prepare_text``)."""
+        prepare = self.completions.prepare_text if text else self.completions.prepare
+        return prepare(target, body, model_package=model_package)
 
     def chat_run(self, prepared: PreparedChat) -> dict[str, Any]:
         """Sample a prepared chat request (blocking): the ``chat.completion`` body."""

@@ -21,7 +21,11 @@
      ``InvalidSignatureException``.
 
    The OpenAI-compatible routes (``/v1/chat/completions``, ``/v1/models``), whose clients
-   cannot sign, accept ``Authorization: Bearer <SECRET>`` instead. S3 requests (scope
+   cannot sign, accept ``Authorization: Bearer <SECRET>`` instead; the Tinker routes
+   (``/api/v1/...``) take the Tinker API key ``X-API-Key: tml-<SECRET>``, and Tinker's
+   OpenAI-compatible routes (``/oai/api/v1/...``) the same key as ``Authorization: Bearer
+   tml-<SECRET>``. A wrong or missing API key or bearer is HTTP 401 (as Tinker and OpenAI
+   answer it: the SDKs raise ``AuthenticationError``). S3 requests (scope
    service ``s3``) are checked with botocore's ``S3SigV4Auth``, and their
    ``x-amz-content-sha256`` must be the body's hash. The console (``/console``) takes the
    Tinker key as a bearer token, or a signed link (server/console/access.py).
@@ -59,6 +63,8 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_CLOCK_SKEW = timedelta(minutes=15)
 #: Paths whose clients send ``Authorization: Bearer <key>`` (the OpenAI client).
 BEARER_PATHS = ("/v1/chat/completions", "/v1/models")
+#: Tinker's OpenAI-compatible routes: ``Authorization: Bearer tml-<SECRET>`` (the Tinker key).
+TINKER_BEARER_PREFIX = "/oai/api/v1/"
 #: The one path served without credentials (a liveness probe that reveals nothing).
 OPEN_PATHS = ("/_localsession/health",)
 
@@ -101,6 +107,22 @@ def scope_region(authorization: str | None) -> str | None:
 
 def _forbidden(code: str, message: str) -> ServiceError:
     return ServiceError(code, message, 403)
+
+
+def _unauthorized(message: str) -> ServiceError:
+    """A wrong or missing API key: HTTP 401, as Tinker and OpenAI answer it."""
+    return ServiceError("InvalidApiKey", message, 401)
+
+
+def _bearer(headers: list[tuple[str, str]]) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (None: no bearer header)."""
+    given = next((v for k, v in headers if k.lower() == "authorization"), "")
+    scheme, _, token = given.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _matches(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def too_large(size: int | None = None) -> ServiceError:
@@ -220,8 +242,16 @@ class RequestGuard:
             if self.credential is not None:
                 self._authorize(scope, headers, body)
         except ServiceError as exc:
-            if scope["path"] == "/s3" or scope["path"].startswith("/s3/"):
+            path = scope["path"]
+            if path == "/s3" or path.startswith("/s3/"):
                 response = _s3_refusal(exc, scope)
+            elif exc.http_status == 401 and (
+                path in BEARER_PATHS or path.startswith(TINKER_BEARER_PREFIX)
+            ):
+                response = _openai_refusal(exc)
+            elif exc.http_status == 401:  # the Tinker SDK's error shape (server/tinker/routes)
+                detail = {"detail": exc.message, "code": exc.code}
+                response = Response(wire.dumps(detail), 401, media_type="application/json")
             else:
                 response = wire.error(exc, protocol)
             if exc.http_status == 413:
@@ -243,28 +273,39 @@ class RequestGuard:
         assert self.credential is not None
         if scope["path"] in OPEN_PATHS:
             return
-        if scope["path"].startswith(access.CONSOLE_PATH):  # the console's key (console/access)
+        path = scope["path"]
+        tinker_key = f"tml-{self.credential.secret_key}"
+        if path.startswith(access.CONSOLE_PATH):  # the console's key (console/access)
             given = next((v for k, v in headers if k.lower() == "authorization"), "")
             query = scope.get("query_string", b"").decode("latin-1")
-            if not access.allowed(self.credential.secret_key, scope["path"], query, given):
+            if not access.allowed(self.credential.secret_key, path, query, given):
                 raise _forbidden(
                     "UnrecognizedClientException",
                     "The console needs the API key: the --auth SECRET or tml-SECRET.",
                 )
             return
-        if scope["path"] in BEARER_PATHS:
-            given = next((v for k, v in headers if k.lower() == "authorization"), "")
-            scheme, _, token = given.partition(" ")
-            if scheme.lower() == "bearer":
-                secret = self.credential.secret_key.encode()
-                if not hmac.compare_digest(token.strip().encode(), secret):
-                    raise _forbidden("UnrecognizedClientException", "The API key is invalid.")
+        if path.startswith(TINKER_BEARER_PREFIX):  # Tinker's OpenAI-compatible surface
+            if not _matches(_bearer(headers) or "", tinker_key):
+                raise _unauthorized(
+                    "The API key is invalid: send the Tinker API key as the bearer "
+                    "(OpenAI(api_key='tml-<SECRET>'), the SECRET of serve --auth)."
+                )
+            return
+        if path in BEARER_PATHS:
+            token = _bearer(headers)
+            if token is not None:
+                if not _matches(token, self.credential.secret_key):
+                    raise _unauthorized(
+                        "The API key is invalid: send the SECRET of serve --auth as the bearer."
+                    )
                 return
-        if scope["path"].startswith("/api/v1/"):  # the Tinker dialect: X-API-Key tml-SECRET
+        if path.startswith("/api/v1/"):  # the Tinker dialect: X-API-Key tml-SECRET
             given = next((v for k, v in headers if k.lower() == "x-api-key"), "")
-            expected = f"tml-{self.credential.secret_key}".encode()
-            if not hmac.compare_digest(given.strip().encode(), expected):
-                raise _forbidden("UnrecognizedClientException", "The Tinker API key is invalid.")
+            if not _matches(given.strip(), tinker_key):
+                raise _unauthorized(
+                    "The Tinker API key is invalid: set TINKER_API_KEY=tml-<SECRET>, the SECRET "
+                    "of serve --auth ACCESS_KEY:SECRET."
+                )
             return
         raw_path = scope.get("raw_path") or scope["path"].encode()
         verify_sigv4(
@@ -298,6 +339,13 @@ def _s3_refusal(exc: ServiceError, scope: Scope) -> Response:
         head=scope["method"] == "HEAD",
     )
     return Response(answer.body, answer.status, answer.headers)
+
+
+def _openai_refusal(exc: ServiceError) -> Response:
+    """A refused API key in OpenAI's error shape (its clients read ``error.message``)."""
+    error = {"message": exc.message, "type": "invalid_request_error", "param": None}
+    body = {"error": {**error, "code": "invalid_api_key"}}
+    return Response(wire.dumps(body), exc.http_status, media_type="application/json")
 
 
 def _content_length(headers: list[tuple[str, str]]) -> int | None:

@@ -43,6 +43,24 @@ def _error(exc: ServiceError, shape: Shape) -> Response:
     )
 
 
+def openai_refusal(exc: ServiceError) -> Response:
+    """A refusal in OpenAI's error shape (also Tinker's ``/oai/api/v1`` routes')."""
+    return _error(exc, "openai")
+
+
+async def sse_events(service: Service, prepared: PreparedChat) -> AsyncIterator[bytes]:
+    """A prepared request's stream as Server-Sent Events, ending ``data: [DONE]``; an error
+    while sampling is sent as an ``error`` event with no ``[DONE]``."""
+    # each chunk is sent as the decoder produces it (runtime/chat/streaming.py)
+    try:
+        async for event in iterate_in_threadpool(service.chat_stream(prepared)):
+            yield _sse(event)
+    except ServiceError as exc:
+        yield _sse(protocol.openai_error(exc))  # mid-stream: an error event, no [DONE]
+        return
+    yield b"data: [DONE]\n\n"
+
+
 def _sse(body: Any) -> bytes:
     return b"data: " + wire.dumps(body) + b"\n\n"
 
@@ -76,17 +94,8 @@ class ChatRoutes:
                 return Response(wire.dumps(body), media_type="application/json")
         except ServiceError as exc:
             return _error(exc, shape)
-        return StreamingResponse(self._events(prepared), media_type="text/event-stream")
-
-    async def _events(self, prepared: PreparedChat) -> AsyncIterator[bytes]:
-        # each chunk is sent as the decoder produces it (runtime/chat/streaming.py)
-        try:
-            async for event in iterate_in_threadpool(self.service.chat_stream(prepared)):
-                yield _sse(event)
-        except ServiceError as exc:
-            yield _sse(protocol.openai_error(exc))  # mid-stream: an error event, no [DONE]
-            return
-        yield b"data: [DONE]\n\n"
+        events = sse_events(self.service, prepared)
+        return StreamingResponse(events, media_type="text/event-stream")
 
     async def sample(self, request: Request) -> Response:
         return await self._answer(request, request.path_params["name"], "aws", stream=False)

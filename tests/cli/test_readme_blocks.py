@@ -124,6 +124,9 @@ def test_a_runnable_readme_block_runs_in_a_fresh_venv(block: Block, tmp_path: Pa
     for marker, printed in PRINTS.items():
         if marker in block.code:
             assert printed in done.stdout, f"README line {block.line}: {done.stdout}"
+    if "import tinker" in block.code:  # the SDK's own deprecation warnings: show current calls
+        warned = re.findall(r".*(?:DeprecationWarning|FutureWarning).*", done.stderr)
+        assert not warned, f"README line {block.line} uses deprecated SDK calls: {warned}"
 
 
 @pytest.mark.slow

@@ -180,7 +180,7 @@ def test_torch_free_export_writes_what_save_pretrained_writes(tmp_path: Path) ->
     from localsession.engine.builtin import builtin_config
     from localsession.engine.builtin_files import write_files
 
-    for name in ("localsession/tiny", "localsession/small"):
+    for name in ("localsession/tiny", "localsession/small", "localsession/tiny-think"):
         ours, theirs = tmp_path / name / "ours", tmp_path / name / "theirs"
         write_files(name, ours)
         builtin_config(name).save_pretrained(str(theirs))
@@ -193,5 +193,23 @@ def test_torch_free_export_writes_what_save_pretrained_writes(tmp_path: Path) ->
         template = (ours / "chat_template.jinja").read_text()
         assert template == (theirs / "chat_template.jinja").read_text()
         loaded = AutoTokenizer.from_pretrained(str(ours))
-        text = "héllo <|im_end|> wörld"
+        text = "héllo <|im_end|> <think>wörld</think>"
         assert loaded.encode(text) == build_tokenizer(name).encode(text)
+
+
+def test_only_tiny_think_has_the_think_tokens() -> None:
+    """The think tokens are ids 259 and 260 of ``localsession/tiny-think`` alone; tiny and
+    small keep their 259-id vocabulary, where ``<think>`` is seven bytes."""
+    from localsession.engine.builtin import builtin_config
+
+    think = build_tokenizer("Qwen/Qwen3.5-4B", "localsession/tiny-think")  # a mapped name
+    assert think.encode("<think>x</think>", add_special_tokens=False) == [259, 120, 260]
+    assert think.decode([259, 120, 260], skip_special_tokens=True) == "<think>x</think>"
+    assert builtin_config("localsession/tiny-think").vocab_size == 261
+    for name in ("localsession/tiny", "localsession/small"):
+        tok = build_tokenizer(name)
+        assert len(tok) == 259 and builtin_config(name).vocab_size == 259
+        assert tok.encode("<think>", add_special_tokens=False) == list(b"<think>")
+    plain = build_tokenizer("localsession/tiny")
+    text = "héllo <|im_start|>wörld<|im_end|>"
+    assert think.encode(text) == plain.encode(text)  # the same ids everywhere else

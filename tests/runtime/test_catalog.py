@@ -80,6 +80,7 @@ def test_names_are_the_public_ids_sorted_case_insensitively(
         "acme/Big",
         "localsession/small",
         "localsession/tiny",
+        "localsession/tiny-think",
         "my-model",
         "Zeta/M",
     ]

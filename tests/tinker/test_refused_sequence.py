@@ -29,8 +29,10 @@ def server() -> Iterator[Any]:
     from localsession.mocking.tinker_server import TinkerServer
 
     served = TinkerServer("fake")
-    # every session made from now on (the config is frozen: the service's is replaced)
-    served.service.config = dataclasses.replace(served.service.config, gap_timeout=GAP_S)
+    # every session made from now on (the config is frozen: the service's is replaced; a
+    # fake service wraps the runtime service, whose config the sessions read)
+    runtime = served.service.runtime
+    runtime.config = dataclasses.replace(runtime.config, gap_timeout=GAP_S)
     try:
         with scoped_environ(served.environment()):
             yield served

@@ -12,6 +12,8 @@ table for the name's renderer (``qwen3_instruct``, the tiny model's chat format)
 multi-turn ``guess_number`` takes seconds there instead of many minutes. ``rl_loop`` runs
 under its own default name, ``Qwen/Qwen3.5-9B-Base``, mapped to the tiny model too (the table
 gives it the ``role_colon`` renderer, which needs no special tokens).
+``guess_number`` also runs with its defaults as they are (``Qwen/Qwen3.5-4B``, a ``qwen3_5``
+renderer) on ``localsession/tiny-think``, the built-in whose tokenizer has the think tokens.
 Recipes that hard-code a Hub dataset (``sl_loop``: no_robots, ``rl_loop``: gsm8k,
 ``rl_numerics_check``: wikitext) run in a directory holding small local stand-ins under the
 same names (hub_mirror.py), with ``HF_DATASETS_OFFLINE=1``.
@@ -40,10 +42,17 @@ SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TINY = "Qwen/Qwen3-4B-Instruct-2507"
 #: rl_loop's default model; its renderer (role_colon) needs no special tokens: the tiny model.
 RL_LOOP_BASE = "Qwen/Qwen3.5-9B-Base"
+#: A Qwen3.5 name (renderers qwen3_5*: <think> and </think> must be single tokens), served by
+#: the built-in that has them.
+QWEN3_5 = "Qwen/Qwen3.5-4B"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.localsession_tinker(
-        model_map={TINY: "localsession/tiny", RL_LOOP_BASE: "localsession/tiny"}
+        model_map={
+            TINY: "localsession/tiny",
+            RL_LOOP_BASE: "localsession/tiny",
+            QWEN3_5: "localsession/tiny-think",
+        }
     ),
 ]
 # Found by its file (the wheel's package imports `llm`, which is not installed): never imported.
@@ -112,6 +121,17 @@ RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
         (
             "tinker_cookbook.recipes.multiplayer_rl.guess_number.train",
             "renderer_name=qwen3_instruct",  # its default is a Qwen3.5 renderer
+            "batch_size=2",
+            "eval_every=0",
+            "save_every=0",
+            *RL_TINY,
+        ),
+    ),
+    # its defaults as they are: Qwen3.5-4B and the qwen3_5_disable_thinking renderer
+    "guess_number_qwen3_5": (
+        QWEN3_5,
+        (
+            "tinker_cookbook.recipes.multiplayer_rl.guess_number.train",
             "batch_size=2",
             "eval_every=0",
             "save_every=0",

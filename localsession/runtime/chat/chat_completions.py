@@ -8,6 +8,7 @@ lives in runtime/chat/protocol.py; this module binds it to sessions and weights.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from localsession import vocab
 from localsession.port import SampleRequest
 from localsession.port_results import SampleResult
 from localsession.runtime import errors
-from localsession.runtime.chat import protocol, streaming
+from localsession.runtime.chat import protocol, streaming, text_completion
 from localsession.runtime.packages.registry import Registry
 from localsession.runtime.sessions import stops
 from localsession.runtime.sessions.lifecycle import Session
@@ -56,6 +57,8 @@ class PreparedChat:
     prompt: list[int]
     #: the ids of the stop strings that are one special token each (runtime/sessions/stops.py)
     stop_ids: tuple[int, ...]
+    #: a text completion (``/completions``): answered in the ``text_completion`` shapes
+    text: bool = False
 
 
 def chat_text(tokenizer: Any, tokens: list[int], stop: tuple[str, ...]) -> str:
@@ -91,6 +94,19 @@ class Completions:
         prompt = [int(t) for t in (encoded["input_ids"] if "input_ids" in encoded else encoded)]
         stop_ids = stops.stop_token_ids((), request.stop, tokenizer)
         return PreparedChat(request, target, session, weights, tokenizer, prompt, stop_ids)
+
+    def prepare_text(
+        self, target: str, body: dict[str, Any], *, model_package: str | None = None
+    ) -> PreparedChat:
+        """Check an OpenAI text-completions request (runtime/chat/text_completion.py) and
+        tokenize its prompt as is, without a chat template; sampled by :meth:`run` and
+        :meth:`stream` like a chat request."""
+        session, weights = self._target(target, model_package)
+        request, text = text_completion.parse_request(body)
+        tokenizer = self.service.get_tokenizer(session.name)
+        prompt = [int(t) for t in tokenizer.encode(text)] if isinstance(text, str) else text
+        stop_ids = stops.stop_token_ids((), request.stop, tokenizer)
+        return PreparedChat(request, target, session, weights, tokenizer, prompt, stop_ids, True)
 
     def run(self, prepared: PreparedChat) -> dict[str, Any]:
         """Sample a prepared chat request (blocking) and return the ``chat.completion`` body."""
@@ -128,11 +144,20 @@ class Completions:
             for seq, top in zip(sequences, tops, strict=True)
         ]
         decode = lambda ids: tokenizer.decode(ids)  # noqa: E731
-        return protocol.completion(request, prepared.target, choices, len(prompt), decode)
+        body = protocol.completion(request, prepared.target, choices, len(prompt), decode)
+        return text_completion.completion(body) if prepared.text else body
 
     def stream(self, prepared: PreparedChat) -> Iterator[dict[str, Any]]:
-        """``chat.completion.chunk`` bodies for a prepared request, sent as tokens are
-        decoded (runtime/chat/streaming.py); batched and counted like :meth:`run`."""
+        """``chat.completion.chunk`` bodies for a prepared request (``text_completion`` ones
+        for a text request), sent as tokens are decoded (runtime/chat/streaming.py); batched
+        and counted like :meth:`run`."""
+        if prepared.text:
+            stream_id = f"cmpl-{uuid.uuid4().hex}"
+            chat = dataclasses.replace(prepared, text=False)
+            for event in self.stream(chat):
+                if (out := text_completion.chunk(event, stream_id)) is not None:
+                    yield out
+            return
         # top_logprobs need a scoring pass after generation, and a reply that offers tools
         # is parsed for tool calls once it is whole: both are sent when generation ends.
         if prepared.request.top_logprobs or prepared.request.tools:

@@ -77,7 +77,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_MODELS: tuple[str, ...] = ("localsession/tiny", "localsession/small")
+BUILTIN_MODELS: tuple[str, ...] = (
+    "localsession/tiny",
+    "localsession/small",
+    "localsession/tiny-think",
+)
 
 _HUB_ARN_RE = re.compile(
     r"^arn:aws[a-z-]*:sagemaker:[^:]*:[^:]*:hub-content/[^/]+/Model/(?P<name>[^/]+)(/[^/]+)?$"
@@ -378,8 +382,9 @@ class StaticCatalog:
 
     def resolve(self, name: str) -> ResolvedModel:
         model = self.canonical_name(name)
-        if model in self._models:
-            return ResolvedModel(name=model, kind=self._kind, target=self._models[model])
+        if model in self._models:  # a map value may carry ";max_context=N" (sources.py)
+            target, max_context = split_map_target(self._models[model])
+            return ResolvedModel(model, self._kind, target, max_context=max_context)
         if self._accept_any and model:
             return ResolvedModel(name=model, kind=self._kind, target=model)
         raise ValueError(

@@ -5,7 +5,8 @@ front end (docs/tinker.md).
 - dialect.py: Tinker's models, futures, samplers and checkpoints mapped onto the runtime;
 - codec.py: the protobuf (+zstd) bodies, read with the installed ``tinker`` package's own
   message classes (imported on first use, so the dialect is optional);
-- routes.py / rest.py: the HTTP handlers.
+- routes.py / rest.py / session_index.py: the HTTP handlers of ``/api/v1``;
+- oai.py: the OpenAI-compatible ``/oai/api/v1`` routes, with models named as Tinker names them.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ __all__ = ["mount", "new_dialect"]
 def mount(service: Service, dialect: Dialect | None = None) -> list[BaseRoute]:
     """The Tinker routes over ``service`` (one dialect state per app: ``dialect``, or a new
     one)."""
+    from localsession.server.tinker.oai import routes as oai_routes
     from localsession.server.tinker.routes import routes as tinker_routes
 
-    return list(tinker_routes(dialect if dialect is not None else new_dialect(service)))
+    state = dialect if dialect is not None else new_dialect(service)
+    return [*tinker_routes(state), *oai_routes(state)]
 
 
 def new_dialect(service: Service) -> Dialect:

@@ -24,6 +24,7 @@ from typing import Any
 from localsession.port import TrainingDatum
 from localsession.port_results import DatumOutput, SampleResult, TopLogprob
 from localsession.runtime import errors
+from localsession.runtime.errors import ServiceError
 from localsession.server.tinker import provenance
 
 #: Bodies may arrive zstd-framed; a frame may not inflate past this (the body limit's twin).
@@ -34,6 +35,27 @@ MASK_LOGPROB = -99999.0
 
 #: A datum's loss input shapes, by key (``[N]``, or ``[N, K]`` for 2-D targets).
 Shapes = dict[str, list[int]]
+
+
+class BodyRefused(ServiceError):
+    """A refusal raised while decoding a body whose header (model and ``seq_id``) was read:
+    the route frees that sequence number, as every other refusal does (numbering.py)."""
+
+    def __init__(self, refusal: ServiceError, model_id: str, seq_id: int) -> None:
+        super().__init__(refusal.code, refusal.message, refusal.http_status)
+        self.model_id = model_id
+        self.seq_id = seq_id
+
+
+def _datums(decode: Any, items: Any, model_id: str, seq_id: int) -> Any:
+    """``_split`` of every item decoded with ``decode``; a refusal names the request."""
+    try:
+        return _split([decode(d, i) for i, d in enumerate(items)])
+    except ServiceError as exc:
+        raise BodyRefused(exc, model_id, seq_id) from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        refusal = errors.validation(f"malformed forward_backward datum: {exc}")
+        raise BodyRefused(refusal, model_id, seq_id) from None
 
 
 def _pb() -> Any:
@@ -193,16 +215,18 @@ def decode_forward_backward(
 
         request = wire.parse_body(raw)
         fbi = request.get("forward_backward_input") or request.get("forward_input") or {}
+        model_id, seq_id = str(request.get("model_id") or ""), int(request.get("seq_id") or 0)
         data = fbi.get("data")
         if not isinstance(data, list):
-            raise errors.validation("forward_backward_input.data must be a list of datums")
+            refusal = errors.validation("forward_backward_input.data must be a list of datums")
+            raise BodyRefused(refusal, model_id, seq_id)
         return (
-            str(request.get("model_id") or ""),
-            int(request.get("seq_id") or 0),
+            model_id,
+            seq_id,
             str(fbi.get("loss_fn") or ""),
             dict(fbi.get("loss_fn_config") or {}),
             bool(request.get("forward_only", False)),
-            *_split([_json_datum(d, i) for i, d in enumerate(data)]),
+            *_datums(_json_datum, data, model_id, seq_id),
         )
     msg = _pb().ForwardBackwardRequest()
     try:
@@ -216,7 +240,7 @@ def decode_forward_backward(
     for key, value in msg.loss_fn_config_v2.items():
         kind = value.WhichOneof("value") if value.DESCRIPTOR.oneofs else "number"
         config[key] = value.text if kind == "text" else value.number
-    datums, shapes = _split([_datum(d, i) for i, d in enumerate(msg.data)])
+    datums, shapes = _datums(_datum, msg.data, msg.model_id, msg.seq_id)
     return msg.model_id, msg.seq_id, msg.loss_fn, config, msg.forward_only, datums, shapes
 
 

@@ -19,6 +19,7 @@ SageMaker-shaped request.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -40,7 +41,7 @@ from localsession.runtime.errors import ServiceError
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
-from localsession.server.tinker import dro, sequence_plans, topk_targets
+from localsession.server.tinker import dro, sequence_plans, session_index, topk_targets
 from localsession.server.tinker import tinker_commands as parse
 from localsession.server.tinker.checkpoints import Checkpoints
 from localsession.server.tinker.expiry import Reaper
@@ -80,6 +81,16 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _seed(seed: Any) -> int:
+    """A model's LoRA init seed: ``lora_config.seed``, or a random one when it is None (the
+    SDK documents None as a random seed, so two unseeded clients start apart)."""
+    if seed is None:
+        return random.SystemRandom().randrange(2**31)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise errors.validation(f"lora_config.seed={seed!r} must be an integer or None")
+    return seed
+
+
 class Dialect(Checkpoints, Samplers, Numbering):
     """The Tinker dialect's state over one :class:`Service` (thread-safe)."""
 
@@ -100,13 +111,17 @@ class Dialect(Checkpoints, Samplers, Numbering):
         self.recipients: dict[str, list[str]] = {}  # external export -> its age recipients
         self.metadata: dict[str, dict[str, Any]] = {}  # tinker:// path -> its user_metadata
         self.stability = StabilityRecords()  # record_stability_info samples (stable_reinforce)
+        self.index = session_index.SessionIndex()  # every session seen (list_sessions)
 
     # -- sessions ------------------------------------------------------------------------
 
-    def create_session(self) -> str:
+    def create_session(self, request: dict[str, Any] | None = None) -> str:
+        """A new session; ``request``'s ``user_metadata`` and ``display_name`` are kept for
+        ``get_session`` (session_index.py)."""
         session_id = str(uuid.uuid4())
         with self.lock:
             self.sessions[session_id] = time.monotonic()
+        self.index.add(session_id, **session_index.described(request or {}))
         self.reaper.ensure()
         return session_id
 
@@ -117,6 +132,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             if session_id in self.finished:
                 return False
             self.sessions[session_id] = time.monotonic()
+        self.index.add(session_id)  # adopted: listed from now on
         self.reaper.ensure()
         return True
 
@@ -179,7 +195,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             base_model=base_model,
             rank=rank,
             alpha=vocab.TINKER_LORA_ALPHA,
-            seed=int(seed or 0),
+            seed=_seed(seed),
             train_unembed=unembed,
             strict=False,
             details=details,
@@ -361,7 +377,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             info = self.service.registry.get(arn)
             base, rank = str(request.get("base_model") or info.base_model), info.lora_rank
             unembed = self.adapts_head(arn)
-            name = self._new_session(base, rank, None, unembed)
+            name = self._new_session(base, rank, 0, unembed)  # the load sets the adapter
             # the load is the model's first op: it needs the engine up (a few seconds)
             self.service.wait_for_session(name, vocab.TINKER_START_WAIT_S)
             model_id = f"{request['session_id']}:train:{int(request.get('model_seq_id') or 0)}"

@@ -9,6 +9,7 @@ listed or resolved.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -24,6 +25,10 @@ from localsession.server.tinker import external
 from localsession.server.tinker.dialect import Dialect
 
 Handler = Callable[[Request], Awaitable[Response]]
+#: The owner of every training run here: one local user, in the hosted API's owner form
+#: (``tml:organization_user:<uuid>``); the uuid is ``uuid5(NAMESPACE_URL, "localsession")``,
+#: the same on every machine and across restarts.
+LOCAL_OWNER = f"tml:organization_user:{uuid.uuid5(uuid.NAMESPACE_URL, 'localsession')}"
 
 
 def set_ttl(dialect: Dialect, path: str, seconds: int | None) -> None:
@@ -95,7 +100,7 @@ def training_run(dialect: Dialect, run: str, ckpts: list[dict[str, Any]]) -> dic
     return {
         "training_run_id": run,
         "base_model": base,
-        "model_owner": "local",
+        "model_owner": LOCAL_OWNER,
         "is_lora": True,
         "lora_rank": rank,
         "last_request_time": last,

@@ -26,7 +26,16 @@ from localsession.port_commands import SampleCommand
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.server import wire
-from localsession.server.tinker import codec, completions, dro, rest, results, sample_options
+from localsession.server.tinker import (
+    codec,
+    completions,
+    dro,
+    limits,
+    rest,
+    results,
+    sample_options,
+    session_index,
+)
 from localsession.server.tinker.dialect import Dialect, Future
 from localsession.server.tinker.samplers import INFLIGHT
 
@@ -92,12 +101,12 @@ class TinkerRoutes:
 
     async def capabilities(self, request: Request) -> Response:
         names = await run_in_threadpool(self.dialect.models_list)
-        models = [{"model_name": n, "trainable": True, "sampleable": True} for n in names]
-        return JSONResponse({"supported_models": models})
+        rows = await run_in_threadpool(limits.supported_models, self.service.catalog, names)
+        return JSONResponse({"supported_models": rows})
 
     async def create_session(self, request: Request) -> Response:
-        await body_json(request)
-        return JSONResponse({"type": "create_session", "session_id": self.dialect.create_session()})
+        session_id = self.dialect.create_session(await body_json(request))
+        return JSONResponse({"type": "create_session", "session_id": session_id})
 
     async def heartbeat(self, request: Request) -> Response:
         body = await body_json(request)
@@ -143,9 +152,13 @@ class TinkerRoutes:
         raw = await request.body()
         content_type = request.headers.get("content-type", "")
         encoding = request.headers.get("content-encoding")
-        decoded = await run_in_threadpool(
-            codec.decode_forward_backward, raw, content_type, encoding
-        )
+        try:
+            decoded = await run_in_threadpool(
+                codec.decode_forward_backward, raw, content_type, encoding
+            )
+        except codec.BodyRefused as exc:  # its header was read: free its sequence number
+            await run_in_threadpool(self.dialect.refuse, exc.model_id, exc.seq_id)
+            raise
         model_id, seq_id, loss_fn, config, forward_only, datums, shapes = decoded
         if request.url.path.endswith("/forward"):
             forward_only = True
@@ -369,6 +382,7 @@ def routes(dialect: Dialect) -> list[Route]:
         ("/asample", r.asample, "POST"),
         ("/retrieve_future", r.retrieve_future, "POST"),
         *rest.table(dialect),
+        *session_index.table(dialect.index, lambda: list(dialect.models.copy())),
         *completions.table(r.completions, body_json),
     ]
     out = [Route(api + path, guarded(handler), methods=[method]) for path, handler, method in table]

@@ -58,6 +58,7 @@ class Samplers:
     hidden_used: dict[str, float]
     models: dict[str, Any]
     reaper: Any  # expiry.Reaper
+    index: Any  # session_index.SessionIndex
 
     if TYPE_CHECKING:  # provided by Checkpoints and the Dialect
 
@@ -88,6 +89,7 @@ class Samplers:
             self.samplers[sampler_id] = Sampler(
                 sampler_id, base_model, model_path, package, model_id, unembed, session_id
             )
+        self.index.add_sampler(session_id, sampler_id)
         return sampler_id
 
     def package_for(self, sampler: Sampler) -> str | None:
@@ -126,7 +128,9 @@ class Samplers:
                 self.hidden_used[key] = time.monotonic()
             if name is not None and self._running(name):
                 return name
-            name = self._new_session(sampler.base_model, 1, None, sampler.unembed)
+            # seed 0: a hidden session samples packages or the base model (its own LoRA B
+            # starts at zero), and stays reproducible
+            name = self._new_session(sampler.base_model, 1, 0, sampler.unembed)
             with self.lock:
                 self.hidden[key] = name
                 self.hidden_used[key] = time.monotonic()
