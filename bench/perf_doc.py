@@ -90,6 +90,7 @@ def render_doc(rows: Sequence[Row], took: float, before: float, root: Path, note
     import torch
 
     from localsession.engine.precision import cpu_flags
+    from localsession.engine_options import EngineOptions
 
     getter = getattr(os, "sched_getaffinity", None)
     cpus = len(getter(0)) if getter is not None else os.cpu_count()
@@ -108,6 +109,7 @@ def render_doc(rows: Sequence[Row], took: float, before: float, root: Path, note
         f"- {_cpu_model()}, {cpus} CPUs, AMX-BF16: {amx}",
         f"- took {took / 60:.1f} min; 1-minute load {before:.2f} at the start, {after:.2f}"
         " at the end",
+        f"- engine options (docs/configuration.md): `{EngineOptions.from_env().line()}`",
         *([f"- **{note}**: not the full `make bench`"] if note else []),
         "",
         "| " + " | ".join(COLUMNS) + " |",
@@ -141,6 +143,7 @@ def gpu_section(results: Path) -> str:
         f"- {run['date']}, commit {run['commit']}, {run['device']}, torch {run['torch']},"
         f" transformers {run['transformers']}; took {run['wall_s']:.0f} s",
         *[f"- `{k}={v}`" for k, v in run.get("settings", {}).items()],
+        *([f"- engine options: `{run['engine_line']}`"] if "engine_line" in run else []),
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),
