@@ -1,7 +1,7 @@
 """The engine port: the seam between the runtime (no torch) and an engine (torch, or the fakes').
 
-A leaf: it imports nothing in the package but ``vocab``, ``types`` and ``engine_options`` (the
-engine's settings, carried on :class:`EngineSpec`), so ``runtime/``,
+A leaf: it imports nothing in the package but ``vocab``, ``port_results`` and
+``engine_options`` (the engine's settings, carried on :class:`EngineSpec`), so ``runtime/``,
 ``engine/``, ``numerics/`` and the fakes all stand on it and none of them on another.
 
 The runtime owns ordering, futures, sessions and limits; an engine owns tensors. Everything
