@@ -131,10 +131,16 @@ def probe(mode: str = "auto") -> tuple[bool, str]:
     return speedup >= PROBE_MARGIN, f"oneDNN {speedup:.2f}x MKL on the probe"
 
 
-def decision(mode: str = "auto") -> tuple[bool, str]:
-    """(whether float32 CPU linears go through oneDNN under ``mode``, why): decided once
-    per process and mode, and then in force (:func:`enabled`)."""
+def decision(mode: str | None = None) -> tuple[bool, str]:
+    """(whether float32 CPU linears go through oneDNN, why). With ``mode``: that mode's,
+    decided once per process and mode, and put in force (:func:`enabled`); without: the one
+    in force (``auto``'s, decided now, when no engine has chosen yet)."""
     global _decision
+    if mode is None:
+        found = _decision
+        if found is not None:
+            return found
+        mode = "auto"
     found = _decisions.get(mode)
     if found is None:
         with _lock:
@@ -149,8 +155,7 @@ def decision(mode: str = "auto") -> tuple[bool, str]:
 
 def enabled() -> bool:
     """Whether float32 CPU linears go through oneDNN now (before any decision: ``auto``'s)."""
-    found = _decision
-    return found[0] if found is not None else decision()[0]
+    return decision()[0]
 
 
 def reset() -> None:

@@ -118,6 +118,9 @@ def test_modes(mode: Callable[[str], None], monkeypatch: pytest.MonkeyPatch) -> 
     mode("mkl")
     assert not fast_linear.enabled()
     assert fast_linear.probe("mkl") == (False, f"{fast_linear.LINEAR_ENV}=mkl")
+    # asked without a mode (a bench's report), the decision in force is read, not replaced
+    assert fast_linear.decision() == (False, f"{fast_linear.LINEAR_ENV}=mkl")
+    assert not fast_linear.enabled()
     assert EngineOptions.parse({fast_linear.LINEAR_ENV: " OFF"}).linear == "mkl"
     with pytest.raises(ValueError, match="LOCALSESSION_LINEAR='fast please': expected auto"):
         EngineOptions.parse({fast_linear.LINEAR_ENV: "fast please"})
