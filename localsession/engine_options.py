@@ -64,8 +64,8 @@ def whole_number(name: str, raw: str, accepted: str, *, least: int = 0) -> int:
     return int(text)
 
 
-def seconds(name: str, raw: str, accepted: str) -> float:
-    """``raw`` as a number of seconds >= 0."""
+def non_negative(name: str, raw: str, accepted: str) -> float:
+    """``raw`` as a finite number >= 0 (seconds, megabytes)."""
     try:
         value = float(raw.strip())
     except ValueError:
@@ -103,8 +103,8 @@ _DTYPES = {
     "fp32": "fp32",
     "float32": "fp32",
     "bf16": "bf16",
+    "bfloat16": "bf16",
 }
-_DTYPES["bfloat16"] = "bf16"
 _LINEARS = {"": "auto", "auto": "auto", "onednn": "onednn", "mkl": "mkl"}
 _LINEARS.update(dict.fromkeys(("off", "0", "false", "no"), "mkl"))
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -129,10 +129,6 @@ _ACCEPTED = {
     "merged_cache_mb": "a size in MB >= 0, e.g. 512 (0 turns merged copies off)",
     "snapshot_cache_mb": "a size in MB >= 0, e.g. 256",
 }
-
-
-def _megabytes(name: str, raw: str, accepted: str) -> float:
-    return seconds(name, raw, accepted)  # the same rule: a finite number >= 0
 
 
 #: field -> how its variable's raw text (``""`` when unset) becomes the field's value
@@ -173,10 +169,10 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     ),
     "offload_dir": lambda n, r: r.strip(),
     "merged_cache_mb": lambda n, r: (
-        _megabytes(n, r, _ACCEPTED["merged_cache_mb"]) if r.strip() else 512.0
+        non_negative(n, r, _ACCEPTED["merged_cache_mb"]) if r.strip() else 512.0
     ),
     "snapshot_cache_mb": lambda n, r: (
-        _megabytes(n, r, _ACCEPTED["snapshot_cache_mb"]) if r.strip() else 256.0
+        non_negative(n, r, _ACCEPTED["snapshot_cache_mb"]) if r.strip() else 256.0
     ),
 }
 

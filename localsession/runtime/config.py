@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession import vocab
-from localsession.engine_options import EngineOptions, seconds, whole_number
+from localsession.engine_options import EngineOptions, non_negative, whole_number
 from localsession.port import Engine, EngineSpec
 from localsession.runtime.models.catalog import localsession_home
 
@@ -27,7 +27,7 @@ DEFAULT_REGION = "us-west-2"
 
 def _env_seconds(name: str, default: float | None) -> float | None:
     raw = os.environ.get(name, "")
-    return seconds(name, raw, "seconds >= 0") if raw.strip() else default
+    return non_negative(name, raw, "seconds >= 0") if raw.strip() else default
 
 
 def _env_count(name: str, default: int) -> int:
