@@ -75,8 +75,8 @@ test: $(SDK_STAMP) $(MODEL_STAMP) lint typecheck
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=25
 
 # The fast tier: everything but the tests marked `integration` (processes, servers, crashes,
-# load, soak, examples, real models, conformance runs): 633 tests, about 2 minutes on the
-# shared 2-core box.
+# load, soak, examples, real models, conformance runs); its size: docs/development.md
+# (counted by tests/tier_sizes.py).
 test-unit: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m 'not slow and not gpu and not integration'
 

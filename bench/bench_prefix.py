@@ -70,13 +70,16 @@ def grpo_rows(tokenizer: Any, prompts: int, group: int, completion: int) -> list
     return [r[:width] for r in out]
 
 
-def with_mode(mode: str, fn: Callable[[], object]) -> Callable[[], object]:
+def with_mode(engine: Any, mode: str, fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` with ``engine`` (a ``TorchEngine``) running shared-prefix ``mode``, then back
+    to ``auto``."""
+
     def run() -> object:
-        os.environ[SHARED_ENV] = mode
+        engine.retune(shared_prefix_mode=mode)
         try:
             return fn()
         finally:
-            os.environ.pop(SHARED_ENV, None)
+            engine.retune(shared_prefix_mode="auto")
 
     return run
 
@@ -128,10 +131,11 @@ def collect(smoke: bool = False, runs: int = ROUNDS, info: bool = True) -> list[
 
         if info:
             before = load1()
+            engine = service.session(tc.training_session_name).engine
             times = interleaved(
                 {
-                    "ours": with_mode("auto", lambda: api_step(tc, rows)),
-                    "raw": with_mode("off", lambda: api_step(tc, rows)),
+                    "ours": with_mode(engine, "auto", lambda: api_step(tc, rows)),
+                    "raw": with_mode(engine, "off", lambda: api_step(tc, rows)),
                 },
                 runs,
             )

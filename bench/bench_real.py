@@ -91,14 +91,18 @@ def text_prompts(tokenizer: Any, n: int) -> list[list[int]]:
     ]
 
 
-def client(home: str, sessions: int = 4, *, strict: bool = True) -> Any:
+def client(home: str, sessions: int = 4, *, strict: bool = True, **engine: Any) -> Any:
     """A service in ``home`` and a client of it: strict (botocore's check on every request)
-    as a user's is by default; ``strict=False`` where a row samples under 512 new tokens."""
+    as a user's is by default; ``strict=False`` where a row samples under 512 new tokens.
+    ``engine``: engine options over the environment's (``dtype="bf16"``)."""
     from localsession import ServiceClient
+    from localsession.engine_options import EngineOptions
     from localsession.runtime.service import ServiceConfig
     from localsession.wiring import build_service
 
-    service = build_service(ServiceConfig(home=Path(home), max_sessions=sessions))
+    options = EngineOptions.from_env(**engine)
+    config = ServiceConfig(home=Path(home), max_sessions=sessions, engine_options=options)
+    service = build_service(config)
     return service, ServiceClient("us-west-2", role_arn=ROLE, backend=service, strict=strict)
 
 
@@ -308,18 +312,11 @@ def bf16_rows(name: str, runs: int, batch: int, length: int) -> list[Row]:
     raw = RawLoop(name, torch.bfloat16)
     out: list[Row] = []
     with tempfile.TemporaryDirectory() as home:
-        service, svc = client(home)
-        previous = os.environ.get("LOCALSESSION_DTYPE")
-        try:
-            os.environ["LOCALSESSION_DTYPE"] = "fp32"
-            fp32 = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
-            os.environ["LOCALSESSION_DTYPE"] = "bf16"
-            bf16 = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
-        finally:
-            if previous is None:
-                os.environ.pop("LOCALSESSION_DTYPE", None)
-            else:
-                os.environ["LOCALSESSION_DTYPE"] = previous
+        # one service per dtype: a service's engines share its options (engine_options.py)
+        service32, svc32 = client(str(Path(home) / "fp32"), dtype="fp32")
+        service, svc = client(str(Path(home) / "bf16"), dtype="bf16")
+        fp32 = svc32.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
+        bf16 = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
         vocab = 49152 if "localsession/" not in name else 256
         rows = token_rows(batch, length, vocab, seed=1)
         loss32, loss16, loss_raw = api_step(fp32, rows), api_step(bf16, rows), raw.step(rows)
@@ -369,6 +366,7 @@ def bf16_rows(name: str, runs: int, batch: int, length: int) -> list[Row]:
         ]
         fp32.stop()
         bf16.stop()
+        service32.close()
         service.close()
     return out
 
@@ -475,9 +473,7 @@ def worker(kind: str, name: str, batch: int, length: int, sessions: int) -> dict
             sample_burst(sampler, prompt, 8)
             result["snapshot_extra"] = current_rss_mb() - before
         result["peak"] = peak_rss_mb()
-        from localsession.engine.merged import merged_cache_budget
-
-        result["budget"] = merged_cache_budget() / 2**20
+        result["budget"] = service.config.engine_options.merged_cache_mb
         result["adapter"] = sum(RANK * (i + o) * 4 for i, o in _linear_shapes(name)) / 2**20
         service.close()
     return result

@@ -263,7 +263,10 @@ def bench_args(description: str | None) -> argparse.ArgumentParser:
 
 def emit(rows: Sequence[Row], args: argparse.Namespace, title: str) -> None:
     """Print the script's own table, and write the rows as JSON when asked to."""
-    print(render(rows, f"{title} ({load_average()})"))
+    from localsession.engine_options import EngineOptions
+
+    engine = EngineOptions.from_env().line()  # what the script's services read
+    print(render(rows, f"{title} ({load_average()}; engine: {engine})"))
     if args.json is not None:
         args.json.write_text(json.dumps([r.to_json() for r in rows]))
 

@@ -51,6 +51,7 @@ Run: python bench/gpu_check.py [--steps 3] [--batch 8] [--seq 1024] [--peak-tflo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -131,19 +132,16 @@ def parity(
 ) -> bool:
     """Checks 1 and 3: CUDA/bf16 losses and logprobs against CPU/fp32; print and return
     the verdict."""
-    from localsession.engine.loading import DEVICE_ENV
-    from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
+    from localsession.engine_options import EngineOptions
     from localsession.port import EngineSpec
     from localsession.runtime.models.catalog import LocalCatalog
 
     spec = EngineSpec(model, rank=32, alpha=64, model=LocalCatalog().resolve(model))
     engines = {}  # "cpu": the fp32 reference; "cuda": bf16 on the accelerator (CPU: dry run)
     for label, device, dtype in (("cpu", "cpu", "fp32"), ("cuda", ACCEL, "bf16")):
-        os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = device, dtype
-        engines[label] = TorchEngine(spec)
-    os.environ.pop(DEVICE_ENV, None)
-    os.environ.pop(DTYPE_ENV, None)
+        options = EngineOptions.from_env(device=device, dtype=dtype)
+        engines[label] = TorchEngine(dataclasses.replace(spec, options=options))
     ok = True
     for step in range(steps):
         datums = port_datums(token_rows(4, length, vocab, seed=step))
@@ -198,6 +196,7 @@ def llama_engine(name: str, accel: str, sizes: tuple[int, int, int, int, int]) -
     from localsession.engine.builtin import build_tokenizer
     from localsession.engine.loading import LoadedModel, apply_lora
     from localsession.engine.torch_engine import TorchEngine
+    from localsession.engine_options import EngineOptions
     from localsession.port import EngineSpec, ResolvedModel
 
     hidden, intermediate, layers, heads, kv_heads = sizes
@@ -218,9 +217,10 @@ def llama_engine(name: str, accel: str, sizes: tuple[int, int, int, int, int]) -
     with torch.device(device):
         base: Any = LlamaForCausalLM(config)
     base = base.to(dtype=torch.bfloat16).eval()
-    spec = EngineSpec(name, rank=32, alpha=64)
+    options = EngineOptions.from_env(device=accel, dtype="bf16")
+    spec = EngineSpec(name, rank=32, alpha=64, options=options)
     loaded = LoadedModel(
-        model=apply_lora(base, spec.rank, spec.alpha, spec.seed),
+        model=apply_lora(base, spec.rank, spec.alpha, spec.seed, options=options),
         tokenizer=build_tokenizer(),
         device=device,
         dtype=torch.bfloat16,
@@ -228,6 +228,7 @@ def llama_engine(name: str, accel: str, sizes: tuple[int, int, int, int, int]) -
         eos_ids=frozenset({258}),
         pad_id=256,
         resolved=ResolvedModel(name=spec.base_model, kind="builtin", target=spec.base_model),
+        options=options,
     )
     return TorchEngine(spec, loaded=loaded), config
 
@@ -334,9 +335,8 @@ def throughput(
 def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> bool | None:
     """Check 3 on SmolLM2-135M-Instruct; ``None`` when the model is not available."""
     from bench import real_model as real
-    from localsession.engine.loading import DEVICE_ENV
-    from localsession.engine.precision import DTYPE_ENV
     from localsession.engine.torch_engine import TorchEngine
+    from localsession.engine_options import EngineOptions
     from localsession.port import EngineSpec
     from localsession.runtime.models.catalog import LocalCatalog
 
@@ -346,11 +346,9 @@ def real_model(steps: int, batch: int, seq: int, peak_tflops: float | None) -> b
     directory = str(real.ensure_real_model())
     print(f"real model: {directory}")
     ok = parity(steps, directory, vocab=49152, length=256)
-    os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = ACCEL, "bf16"
     resolved = LocalCatalog().resolve(directory)
-    engine = TorchEngine(EngineSpec(directory, rank=32, alpha=64, model=resolved))
-    os.environ.pop(DEVICE_ENV, None)
-    os.environ.pop(DTYPE_ENV, None)
+    options = EngineOptions.from_env(device=ACCEL, dtype="bf16")
+    engine = TorchEngine(EngineSpec(directory, rank=32, alpha=64, model=resolved, options=options))
     config = engine.model.get_base_model().config
     dry = ACCEL != "cuda"
     throughput(
@@ -550,6 +548,8 @@ def run_record(device: str, wall: float, commit: str, rows: list[Row]) -> dict[s
     import torch
     import transformers
 
+    from localsession.engine_options import EngineOptions
+
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "device": device,
@@ -557,6 +557,9 @@ def run_record(device: str, wall: float, commit: str, rows: list[Row]) -> dict[s
         "transformers": transformers.__version__,
         "commit": commit,
         "settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith("LOCALSESSION_")},
+        # what the engines ran with besides the per-check device and dtype (engine_options.py)
+        "engine_options": EngineOptions.from_env().as_dict(),
+        "engine_line": EngineOptions.from_env().line(),
         "wall_s": round(wall, 1),
         "rows": [r.to_json() for r in rows],
     }

@@ -18,7 +18,6 @@ it on the CPU on a 2-layer model at toy sizes.
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import time
@@ -71,26 +70,20 @@ def prefix_check(accel: str, rows: list[Row], steps: int, shape: tuple[int, int,
     adam = AdamHyperparams(learning_rate=1e-5)
 
     def step(mode: str) -> tuple[float, float, float]:
-        os.environ[SHARED_ENV] = mode
-        try:
-            if accel == "cuda":
-                torch.cuda.synchronize()
-            started = time.perf_counter()
-            out = engine.forward_backward(datums, "cross_entropy", None, backward=True)
-            engine.optim_step(adam)
-            if accel == "cuda":
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - started
-        finally:
-            os.environ.pop(SHARED_ENV, None)
+        engine.retune(shared_prefix_mode=mode)
+        if accel == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        out = engine.forward_backward(datums, "cross_entropy", None, backward=True)
+        engine.optim_step(adam)
+        if accel == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
         return seconds, float(out.metrics["loss"]), float(out.metrics["mfu"])
 
     def forward_loss(mode: str) -> float:
-        os.environ[SHARED_ENV] = mode
-        try:
-            return float(engine.forward(datums, "cross_entropy", None).metrics["loss"])
-        finally:
-            os.environ.pop(SHARED_ENV, None)
+        engine.retune(shared_prefix_mode=mode)
+        return float(engine.forward(datums, "cross_entropy", None).metrics["loss"])
 
     loss_off, loss_on = forward_loss("off"), forward_loss("on")  # the same weights
     distance = abs(loss_on - loss_off) / max(abs(loss_off), 1e-9)

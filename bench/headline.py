@@ -100,25 +100,6 @@ def burner(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
             proc.wait()
 
 
-@contextmanager
-def threads_env(setting: str | None) -> Iterator[None]:
-    """``LOCALSESSION_THREADS`` set to ``setting`` (None: unset) inside, restored after."""
-    from localsession.engine.thread_policy import THREADS_ENV
-
-    previous = os.environ.get(THREADS_ENV)
-    try:
-        if setting is None:
-            os.environ.pop(THREADS_ENV, None)
-        else:
-            os.environ[THREADS_ENV] = setting
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(THREADS_ENV, None)
-        else:
-            os.environ[THREADS_ENV] = previous
-
-
 def training_rows(name: str, rounds: int, batch: int, length: int) -> list[Row]:
     """A training step on ``batch`` distinct rows vs the raw loop, paired per round."""
     from bench.bench_real import ALPHA, RANK, RawLoop, api_step, client, token_rows
@@ -203,7 +184,7 @@ def threads_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> l
     from bench.bench_real import sample_burst, text_prompts
     from localsession.engine import sampling
 
-    modes = {"auto": None, "1 thread": "1", "2 threads": "2"}
+    modes = {"auto": 0, "1 thread": 1, "2 threads": 2}  # EngineOptions.threads (0: auto)
     counts: dict[str, list[int]] = {mode: [] for mode in modes}
     auto_threads: list[int] = []
     state = {"mode": ""}
@@ -215,8 +196,8 @@ def threads_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> l
     def burst(mode: str) -> Callable[[], None]:
         def run() -> None:
             state["mode"] = mode
-            with threads_env(modes[mode]):
-                counts[mode].append(sample_burst(sampler, prompts, max_tokens))
+            engine.retune(threads=modes[mode])
+            counts[mode].append(sample_burst(sampler, prompts, max_tokens))
 
         return run
 
@@ -224,6 +205,7 @@ def threads_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> l
     try:
         with tempfile.TemporaryDirectory() as home, burner(max(1, (os.cpu_count() or 2) // 2)):
             service, tc, sampler, tokenizer = _sampler(name, home)
+            engine = service.session(tc.training_session_name).engine  # it samples too
             prompts = text_prompts(tokenizer, concurrency)
             bursts = {mode: burst(mode) for mode in modes}
             times = interleaved(reported(bursts, "threads"), rounds)
@@ -267,16 +249,11 @@ def bf16_rows(name: str, runs: int, rounds: int, batch: int, length: int, smoke:
     from bench.bench_real import ALPHA, RANK, api_step, client, token_rows
 
     with tempfile.TemporaryDirectory() as home:
-        service, svc = client(home)
-        clients = {}
-        previous = os.environ.get("LOCALSESSION_DTYPE")
-        for dtype in ("fp32", "bf16"):
-            os.environ["LOCALSESSION_DTYPE"] = dtype
+        clients, services = {}, []
+        for dtype in ("fp32", "bf16"):  # a service each: its engines share its options
+            service, svc = client(str(Path(home) / dtype), dtype=dtype)
+            services.append(service)
             clients[dtype] = svc.create_lora_training_client(name, rank=RANK, alpha=ALPHA)
-        if previous is None:
-            os.environ.pop("LOCALSESSION_DTYPE")
-        else:
-            os.environ["LOCALSESSION_DTYPE"] = previous
         rows = token_rows(batch, length, 256 if name.startswith("localsession/") else 49152, 1)
         run_medians: list[float] = []
         t32: list[float] = []
@@ -289,7 +266,8 @@ def bf16_rows(name: str, runs: int, rounds: int, batch: int, length: int, smoke:
             t16 += times["bf16"]
         for tc in clients.values():
             tc.stop()
-        service.close()
+        for service in services:
+            service.close()
     tokens = batch * length
     return [
         Row(

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU_RESULTS = ROOT / "bench" / "results" / "gpu_check.json"
 DOC = ROOT / "docs" / "performance.md"
 GPU_HEADING = "## On a GPU"
+#: The dated measurements the design rests on: written by hand, kept by every rewrite.
+HISTORY_HEADING = "## Measurements behind the design"
 
 COLUMNS = (
     "row",
@@ -85,11 +87,25 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_doc(rows: Sequence[Row], took: float, before: float, root: Path, note: str = "") -> str:
-    """The whole file's text (``note``: what was left out of a partial run)."""
+def kept_history(text: str) -> str:
+    """The hand-written :data:`HISTORY_HEADING` section of a performance.md ``text`` (up to
+    the GPU section), or ``""``."""
+    start = text.find("\n" + HISTORY_HEADING + "\n")
+    if start < 0:
+        return ""
+    end = text.find("\n" + GPU_HEADING + "\n", start)
+    return text[start + 1 : end if end >= 0 else len(text)].rstrip("\n") + "\n"
+
+
+def render_doc(
+    rows: Sequence[Row], took: float, before: float, root: Path, note: str = "", history: str = ""
+) -> str:
+    """The whole file's text (``note``: what was left out of a partial run; ``history``: the
+    kept section, :func:`kept_history`)."""
     import torch
 
     from localsession.engine.precision import cpu_flags
+    from localsession.engine_options import EngineOptions
 
     getter = getattr(os, "sched_getaffinity", None)
     cpus = len(getter(0)) if getter is not None else os.cpu_count()
@@ -108,13 +124,21 @@ def render_doc(rows: Sequence[Row], took: float, before: float, root: Path, note
         f"- {_cpu_model()}, {cpus} CPUs, AMX-BF16: {amx}",
         f"- took {took / 60:.1f} min; 1-minute load {before:.2f} at the start, {after:.2f}"
         " at the end",
+        f"- engine options (docs/configuration.md): `{EngineOptions.from_env().line()}`",
         *([f"- **{note}**: not the full `make bench`"] if note else []),
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(_cell(c) for c in cells(row)) + " |" for row in rows]
-    lines += ["", summary(rows), "", READING, gpu_section(GPU_RESULTS)]
+    lines += [
+        "",
+        summary(rows),
+        "",
+        READING,
+        *([history] if history else []),
+        gpu_section(GPU_RESULTS),
+    ]
     return "\n".join(lines)
 
 
@@ -141,6 +165,7 @@ def gpu_section(results: Path) -> str:
         f"- {run['date']}, commit {run['commit']}, {run['device']}, torch {run['torch']},"
         f" transformers {run['transformers']}; took {run['wall_s']:.0f} s",
         *[f"- `{k}={v}`" for k, v in run.get("settings", {}).items()],
+        *([f"- engine options: `{run['engine_line']}`"] if "engine_line" in run else []),
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),
@@ -159,8 +184,9 @@ def gpu_section(results: Path) -> str:
 
 
 def write_doc(path: Path, rows: Sequence[Row], took: float, before: float, note: str = "") -> None:
-    """Write :func:`render_doc` to ``path``."""
-    path.write_text(render_doc(rows, took, before, ROOT, note), encoding="utf-8")
+    """Write :func:`render_doc` to ``path``, keeping its history section."""
+    history = kept_history(path.read_text(encoding="utf-8")) if path.exists() else ""
+    path.write_text(render_doc(rows, took, before, ROOT, note, history), encoding="utf-8")
 
 
 def rewrite_gpu_section(path: Path = DOC, results: Path = GPU_RESULTS) -> None:

@@ -35,7 +35,9 @@ def summarise(kind: str, body: Any) -> dict[str, Any]:
             "loss_fn_config": body.get("lossFnConfig"),
         }
     if kind == vocab.OpKind.OPTIMIZER_STEP:
-        return {"learning_rate": (body.get("adamParamsConfig") or {}).get("learningRate")}
+        return {
+            vocab.Metric.LEARNING_RATE: (body.get("adamParamsConfig") or {}).get("learningRate")
+        }
     if kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE):
         return {"description": body.get("description"), "merge": bool(body.get("mergeWeights"))}
     if kind == vocab.OpKind.LOAD_STATE:

@@ -168,14 +168,19 @@ class LightEngine:
                     acc[j] += x
         # Gradients are sums; the reported loss is the mean over datums of each datum's sum.
         per_datum = [sum(r) for r in loss_rows]
-        metrics = {"loss": total / len(rows), "actor/pg_loss": total / len(rows)}
+        metrics: dict[str, float] = {
+            vocab.Metric.LOSS: total / len(rows),
+            vocab.Metric.PG_LOSS: total / len(rows),
+        }
         if loss_fn in vocab.RL_LOSSES:
-            metrics["actor/pg_clipfrac"] = _mean(sums["clipped"], sums["w"])
-            metrics["actor/ppo_kl"] = _mean(sums["kl"], sums["w"])
+            metrics[vocab.Metric.PG_CLIPFRAC] = _mean(sums["clipped"], sums["w"])
+            metrics[vocab.Metric.PPO_KL] = _mean(sums["kl"], sums["w"])
         if all("ref_log_prob" in d.columns for d in rows):
-            metrics["actor/kl_ref"] = _mean(sums["ref"], sums["w"])
+            metrics[vocab.Metric.KL_REF] = _mean(sums["ref"], sums["w"])
         lengths = [len(d.tokens) for d in rows]
-        return fwd_result_body(lengths, lp_rows, loss_rows, metrics, {"actor/pg_loss": per_datum})
+        return fwd_result_body(
+            lengths, lp_rows, loss_rows, metrics, {vocab.Metric.PG_LOSS: per_datum}
+        )
 
     def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
         return OptimResult(self._step(adam_params))
@@ -187,12 +192,15 @@ class LightEngine:
         with self.lock:
             self.last_params = hp
             self.steps += 1
-            metrics = {"learning_rate": hp.learning_rate, "grad_norm": 0.0}
-            metrics["num_params_updated"] = 0.0
+            metrics: dict[str, float] = {
+                vocab.Metric.LEARNING_RATE: hp.learning_rate,
+                vocab.Metric.GRAD_NORM: 0.0,
+            }
+            metrics[vocab.Metric.NUM_PARAMS_UPDATED] = 0.0
             if not self.grad:
                 return metrics
             norm = math.sqrt(sum(x * x for g in self.grad.values() for x in g))
-            metrics["grad_norm"] = norm if math.isfinite(norm) else 0.0
+            metrics[vocab.Metric.GRAD_NORM] = norm if math.isfinite(norm) else 0.0
             grads, self.grad = self.grad, {}
             if hp.learning_rate == 0.0:
                 return metrics
@@ -213,7 +221,7 @@ class LightEngine:
                     v[j] = hp.beta2 * v[j] + (1.0 - hp.beta2) * gj * gj
                     p[j] *= 1.0 - lr * hp.weight_decay
                     p[j] -= (lr / bias1) * m[j] / (math.sqrt(v[j]) / bias2_sqrt + hp.eps)
-            metrics["num_params_updated"] = float(VOCAB_SIZE * VOCAB_SIZE)
+            metrics[vocab.Metric.NUM_PARAMS_UPDATED] = float(VOCAB_SIZE * VOCAB_SIZE)
         return metrics
 
     # -- sampling ------------------------------------------------------------------------

@@ -110,6 +110,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _missing_conformance_packages() -> str:
+    """The first package of the ``conformance`` extra that cannot be imported, or ``""``."""
+    import importlib.util
+
+    for name in ("pytest", "hypothesis"):
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # a module of that name that is not a package
+            found = None
+        if found is None:
+            return name
+    return ""
+
+
 def snapshot_args(update: Path | None, check: Path | None) -> list[str]:
     """The plugin options ``--snapshot-update``/``--snapshot-check`` stand for."""
     return [f"--snapshot-update={update}"] if update else [f"--snapshot-check={check}"]
@@ -117,6 +131,14 @@ def snapshot_args(update: Path | None, check: Path | None) -> list[str]:
 
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "conformance":
+        missing = _missing_conformance_packages()
+        if missing:
+            print(
+                f"localsession conformance: error: the conformance suite needs {missing}, "
+                "which is not installed: pip install 'localsession[conformance]'",
+                file=sys.stderr,
+            )
+            return 2
         from conformance.run import run_suite
 
         if args.snapshot_update or args.snapshot_check:

@@ -144,9 +144,9 @@ def forward_backward_custom(
     )
     done = surrogate.result(timeout=timeout)
     metrics = {k: float(v) for k, v in dict(done.metrics).items()}
-    metrics["surrogate_loss"] = metrics.get("loss", 0.0)
+    metrics[vocab.Metric.SURROGATE_LOSS] = metrics.get(vocab.Metric.LOSS, 0.0)
     metrics.update({k: float(v) for k, v in user_metrics.items()})
-    metrics["loss"] = float(loss.detach())
+    metrics[vocab.Metric.LOSS] = float(loss.detach())
     return CustomLossOutput(
         loss=float(loss.detach()),
         metrics=metrics,

@@ -62,7 +62,9 @@ def chat_datum(tokenizer: object, question: str, answer: str) -> Datum:
 def per_token_loss(tc: object, batch: list[Datum]) -> float:
     """Mean loss per weighted token, from ``forward`` (no gradient)."""
     out = tc.forward(batch, loss_fn=vocab.LossFunction.CROSS_ENTROPY.value).result()  # type: ignore[attr-defined]
-    return float(out.metrics["loss"]) * len(batch) / answer_tokens(batch)  # a per-datum mean
+    return (
+        float(out.metrics[vocab.Metric.LOSS]) * len(batch) / answer_tokens(batch)
+    )  # a per-datum mean
 
 
 def answer_tokens(batch: list[Datum]) -> float:
@@ -93,7 +95,7 @@ def run(
         for _ in bar:
             fb = tc.forward_backward(train, loss_fn=vocab.LossFunction.CROSS_ENTROPY.value)
             tc.optim_step(AdamParams(learning_rate=learning_rate))
-            loss = fb.result().metrics["loss"] * len(train) / answer_tokens(train)
+            loss = fb.result().metrics[vocab.Metric.LOSS] * len(train) / answer_tokens(train)
             bar.set_postfix(loss=f"{loss:.3f}")
         seconds = time.perf_counter() - started
         loss_after = per_token_loss(tc, train)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from localsession import vocab
 from localsession.metrics import read_metrics
 
 INSTALL_HINT = (
@@ -136,7 +137,7 @@ def choose_panels(curves: Curves) -> list[Panel]:
     fractions = [n for n in held if _is_fraction(by_metric[n])]
     take("held-out", OUTCOME, lambda n: n in fractions)  # accuracies share one panel
     take("", OUTCOME, _held_out, share=False)  # a held-out loss or KL keeps its own scale
-    take("", OUTCOME, lambda n: n == "loss" or n.endswith("_loss"), share=False)
+    take("", OUTCOME, lambda n: n == vocab.Metric.LOSS or n.endswith("_loss"), share=False)
     take("seconds per step", COST, lambda n: n.endswith("seconds"))
     take("tokens per step", COST, lambda n: n.endswith("_tokens"))
     take("tokens/s", COST, lambda n: n.endswith("per_s"))

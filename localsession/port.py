@@ -1,6 +1,7 @@
 """The engine port: the seam between the runtime (no torch) and an engine (torch, or the fakes').
 
-A leaf: it imports nothing in the package but ``vocab`` and ``types``, so ``runtime/``,
+A leaf: it imports nothing in the package but ``vocab``, ``port_results`` and
+``engine_options`` (the engine's settings, carried on :class:`EngineSpec`), so ``runtime/``,
 ``engine/``, ``numerics/`` and the fakes all stand on it and none of them on another.
 
 The runtime owns ordering, futures, sessions and limits; an engine owns tensors. Everything
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from localsession import vocab
+from localsession.engine_options import EngineOptions
 from localsession.port_results import ForwardResult, OptimResult, SampleResult
 
 
@@ -231,6 +233,9 @@ class EngineSpec:
     train_unembed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     model: ResolvedModel | None = None
+    #: The engine's settings (``LOCALSESSION_DEVICE`` ...), read once by the wiring; a spec
+    #: built by hand runs with the defaults.
+    options: EngineOptions = field(default_factory=EngineOptions)
 
 
 class Engine(Protocol):

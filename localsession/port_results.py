@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from localsession import vocab
+
 #: Why a sampled sequence ended: a stop token or string (``"stop"``), or ``max_tokens``
 #: (``"length"``).
 StopReason = Literal["stop", "length"]
@@ -45,7 +47,7 @@ class ForwardResult:
     @property
     def token_count(self) -> int:
         """The tokens the op ran over (``global_token_num``)."""
-        return int(self.metrics.get("global_token_num", 0))
+        return int(self.metrics.get(vocab.Metric.GLOBAL_TOKEN_NUM, 0))
 
 
 @dataclass(frozen=True)

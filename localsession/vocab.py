@@ -192,6 +192,63 @@ DEFAULT_CLIP: Final[dict[str, tuple[float, float]]] = {
     LossFunction.CISPO: (0.0, 4.0),
 }
 
+# -- metrics -------------------------------------------------------------------------------
+
+
+class Metric(Word):
+    """The metric names users read in a result's ``metrics``: numerics, the engine and the
+    fakes write them, both dialects serialise them (Tinker as ``name:reduction``, with the
+    reduction each states in :data:`METRIC_REDUCTIONS`)."""
+
+    #: forward / forward_backward: the per-datum mean of each datum's summed loss
+    LOSS = "loss"
+    #: the policy-gradient loss (the same value; also per datum)
+    PG_LOSS = "actor/pg_loss"
+    #: the norm of the gradients accumulated so far (forward_backward)
+    ACTOR_GRAD_NORM = "actor/grad_norm"
+    #: ppo / cispo: the weighted fraction of clipped ratios
+    PG_CLIPFRAC = "actor/pg_clipfrac"
+    #: RL losses: the weighted mean of ``sampling logprob - logprob``
+    PPO_KL = "actor/ppo_kl"
+    #: with ``ref_log_prob``: the weighted mean of ``logprob - ref``
+    KL_REF = "actor/kl_ref"
+    #: tokens in the batch
+    GLOBAL_TOKEN_NUM = "global_token_num"
+    #: model FLOPs of the pass, the device's peak FLOP/s, and their utilisation
+    ESTIMATED_FLOPS = "estimated_flops"
+    PROMISED_FLOPS = "promised_flops"
+    MFU = "mfu"
+    #: optim_step: the step's learning rate, gradient norm and updated parameter count
+    LEARNING_RATE = "learning_rate"
+    GRAD_NORM = "grad_norm"
+    NUM_PARAMS_UPDATED = "num_params_updated"
+    #: a custom loss: the cross-entropy surrogate's loss, beside the user's ``loss``
+    SURROGATE_LOSS = "surrogate_loss"
+
+    @property
+    def reduction(self) -> str:
+        """How Tinker reduces it over a batch (its ``name:reduction`` suffix)."""
+        return METRIC_REDUCTIONS[self]
+
+    @property
+    def tinker_name(self) -> str:
+        """The name the Tinker dialect reports it under: ``global_token_num:sum``."""
+        return f"{self.value}:{self.reduction}"
+
+
+#: Each metric's Tinker reduction: counts and FLOP figures add up over a batch (``sum``),
+#: everything else is a mean; Tinker's ``loss:sum`` is the sum of the datums' elementwise
+#: losses (server/tinker/results.py), so ``loss`` itself is a sum there.
+METRIC_REDUCTIONS: Final[dict[Metric, str]] = {
+    **dict.fromkeys(Metric, "mean"),
+    Metric.LOSS: "sum",
+    Metric.GLOBAL_TOKEN_NUM: "sum",
+    Metric.ESTIMATED_FLOPS: "sum",
+    Metric.PROMISED_FLOPS: "sum",
+}
+#: Metrics the Tinker dialect leaves out: its own ``loss:sum`` replaces both losses.
+TINKER_OMITTED_METRICS: Final[frozenset[Metric]] = frozenset({Metric.LOSS, Metric.PG_LOSS})
+
 # -- LoRA ----------------------------------------------------------------------------------
 
 #: The LoRA ranks a session accepts (both dialects: ``LoraConfig.Rank``, ``lora_config.rank``).

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from localsession.engine_options import EngineOptions
 from localsession.port import Engine, EngineSpec, ResolvedModel
 
 if TYPE_CHECKING:
@@ -121,6 +122,9 @@ class ServerOptions:
     heartbeat_timeout: float | None = None
     #: Where the local Hub exports tokenizers (default ``home/hf-hub``; the mocks share one).
     hub_cache: Path | None = None
+    #: The engine's settings; ``None``: the ``LOCALSESSION_*`` variables
+    #: (:meth:`EngineOptions.from_env`).
+    engine: EngineOptions | None = None
 
 
 def server_service(options: ServerOptions, *, catalog: ModelCatalog | None = None) -> Service:
@@ -139,6 +143,7 @@ def server_service(options: ServerOptions, *, catalog: ModelCatalog | None = Non
         "max_queued_ops": options.max_queued_ops,
         "heartbeat_timeout": options.heartbeat_timeout,
         "hub_cache": options.hub_cache,
+        "engine_options": options.engine,
     }
     config = ServiceConfig.from_env(
         strict=options.strict,
@@ -202,6 +207,7 @@ def fake_service(
         gather_quiet_s=0.0,
         check_create_members=check_create_members,
         hub_cache=hub_cache,
+        engine_options=EngineOptions(),  # nothing read from the environment
     )
     if catalog is None:
         catalog = listed_catalog([], accept_any=True, write_tokenizers=False)
@@ -213,8 +219,9 @@ def build_service(
 ) -> Service:
     """A service from an explicit ``config`` (default: from the environment), for tests and
     benches that set their own knobs; the named profiles above are what the doors use. The
-    torch engine is filled in when ``config`` has no engine factory (in a copy: the caller's
-    config is frozen and stays as it was); the catalog defaults to the local one over
+    torch engine is filled in when ``config`` has no engine factory, and the environment's
+    engine options when it has none (in a copy: the caller's config is frozen and stays as
+    it was); the catalog defaults to the local one over
     ``config.home`` (tokenizers written by the engine)."""
     from localsession.runtime.config import ServiceConfig
     from localsession.runtime.models.catalog import LocalCatalog
@@ -222,6 +229,8 @@ def build_service(
     config = config if config is not None else ServiceConfig.from_env()
     if config.engine_factory is None:
         config = dataclasses.replace(config, engine_factory=default_engine_factory)
+    if config.engine_options is None:
+        config = dataclasses.replace(config, engine_options=EngineOptions.from_env())
     if catalog is None:
         catalog = LocalCatalog(config.home, tokenizer_writer=default_tokenizer_writer)
     return _service(config, catalog)

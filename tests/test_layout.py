@@ -144,7 +144,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "leaves",
         ("port", "port_results", "port_commands", "vocab", "types", "exceptions", "futures",
-         "chat_format", "metrics", "sandbox", "cli_parser", "_version", "ids", "cpu_threads"),
+         "chat_format", "metrics", "sandbox", "cli_parser", "_version", "ids", "cpu_threads",
+         "engine_options", "settings"),
     ),
 )  # fmt: skip
 #: The one module allowed to name engine modules.

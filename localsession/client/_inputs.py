@@ -288,7 +288,11 @@ MAX_CHUNK_LEN: int = 1024
 #: At most about this many serialized bytes per request (headroom under the request limit).
 MAX_CHUNK_BYTES: int = 10_000_000
 #: Metrics that count something in the batch: chunk values add up instead of averaging.
-SUMMED_METRICS: frozenset[str] = frozenset({"global_token_num"})
+SUMMED_METRICS: frozenset[str] = frozenset({vocab.Metric.GLOBAL_TOKEN_NUM})
+#: Gradient norms: a property of the gradient after the last chunk, which alone counts.
+LAST_CHUNK_METRICS: frozenset[str] = frozenset(
+    {vocab.Metric.GRAD_NORM, vocab.Metric.ACTOR_GRAD_NORM}
+)
 
 
 def _approx_bytes(datum: dict[str, Any]) -> int:
@@ -331,7 +335,7 @@ def _fold_metric(key: str, seen: list[tuple[Any, int]], last: dict[str, Any]) ->
     values = [v for v, _ in seen]
     if not all(isinstance(v, (int, float)) for v in values):
         return values[-1]
-    if key == "grad_norm" or key.endswith("/grad_norm"):
+    if key in LAST_CHUNK_METRICS:
         return last.get(key, _MISSING)
     if key in SUMMED_METRICS:
         return sum(values)

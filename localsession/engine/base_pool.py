@@ -128,9 +128,10 @@ def load_shared(
     from localsession.engine.precision import pick_dtype
 
     resolved = loading.local_model(resolved if resolved is not None else loading.spec_model(spec))
-    device, default_dtype = loading.pick_device()
-    dtype = pick_dtype(device, default_dtype)
-    plan = placement.plan_from_env(resolved)
+    options = spec.options
+    device, default_dtype = loading.pick_device(options.device)
+    dtype = pick_dtype(device, default_dtype, options.dtype)
+    plan = placement.plan(resolved, options)
 
     def load() -> tuple[Any, Any, torch.device, torch.dtype]:
         if plan is not None:
@@ -143,7 +144,12 @@ def load_shared(
     try:
         view = session_view(entry.model)
         peft_model = loading.apply_lora(
-            view, spec.rank, spec.alpha, spec.seed, unembed=bool(spec.train_unembed)
+            view,
+            spec.rank,
+            spec.alpha,
+            spec.seed,
+            unembed=bool(spec.train_unembed),
+            options=options,
         )
         if plan is not None:
             placement.materialise_lora(peft_model, plan.execution_device, spec.seed)
@@ -152,7 +158,7 @@ def load_shared(
         tokenizer = copy.copy(entry.tokenizer)
         tokenizer.name_or_path = resolved.name
         loaded = loading.loaded_model(
-            peft_model, entry.model, tokenizer, entry.device, entry.dtype, resolved
+            peft_model, entry.model, tokenizer, entry.device, entry.dtype, resolved, options
         )
     except BaseException:
         pool.release(entry)

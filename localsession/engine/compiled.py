@@ -1,9 +1,9 @@
 """The opt-in compiled training forward: ``torch.compile`` of the LoRA model, eager otherwise.
 
-``LOCALSESSION_COMPILE`` chooses it (read when an engine is made): unset, ``0`` or ``off``
-runs eager (the default); ``1``, ``on`` or ``inductor`` compiles with inductor; any other
-value names a ``torch.compile`` backend (``aot_eager``: the compile machinery without code
-generation, for tests). The compiled module's forward and backward (AOTAutograd) replace the
+``LOCALSESSION_COMPILE`` chooses it (``EngineOptions.compile``, engine_options.py): unset, ``0``
+or ``off`` runs eager (the default); ``1``, ``on`` or ``inductor`` compiles with inductor; any
+other value names a ``torch.compile`` backend (``aot_eager``: the compile machinery without
+code generation, for tests). The compiled module's forward and backward (AOTAutograd) replace the
 eager ones in ``forward_backward`` / ``forward``; sampling and ``compute_logprobs`` stay eager.
 
 It falls back to eager, with one log line, and stays there for that engine:
@@ -33,19 +33,9 @@ import torch
 COMPILE_ENV = "LOCALSESSION_COMPILE"
 
 _log = logging.getLogger("localsession.engine.compiled")
-_OFF = frozenset({"", "0", "off", "false", "no", "eager"})
-_INDUCTOR = frozenset({"1", "on", "true", "yes", "inductor"})
 #: backend -> whether its probe compiled (one probe per process and backend)
 _PROBED: dict[str, bool] = {}
 _PROBE_LOCK = threading.Lock()
-
-
-def requested_backend() -> str | None:
-    """The backend ``LOCALSESSION_COMPILE`` asks for, or ``None`` for eager."""
-    raw = os.environ.get(COMPILE_ENV, "").strip().lower()
-    if raw in _OFF:
-        return None
-    return "inductor" if raw in _INDUCTOR else raw
 
 
 def cxx_compiler() -> str | None:
@@ -95,7 +85,7 @@ class TrainingForward:
         compiler: Callable[..., Any] | None = None,
     ) -> None:
         self.model = model
-        self.backend = backend if backend is not None else requested_backend()
+        self.backend = backend or None  # "" (EngineOptions' eager) and None: eager
         #: the compiled callable, or ``None`` while running eager
         self.compiled: Callable[..., Any] | None = None
         if self.backend is None:

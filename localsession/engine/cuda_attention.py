@@ -23,8 +23,8 @@ same call again), cuDNN on against off:
 So cuDNN only wins a loop that repeats one shape; a training loop of fixed, packed shapes can
 turn it back on.
 
-``LOCALSESSION_CUDNN_ATTENTION`` chooses, read when an engine starts (a bad value fails
-there, before anything loads, on any device):
+``LOCALSESSION_CUDNN_ATTENTION`` (``EngineOptions.cudnn_attention``, checked with the other
+options before any engine starts) chooses:
 
 - ``off`` (the default): ``torch.backends.cuda.enable_cudnn_sdp(False)``, so SDPA takes its
   flash or memory-efficient kernel, which need no plan. The flag is process-wide: once a
@@ -40,27 +40,14 @@ import logging
 
 import torch
 
-from localsession.engine.env_switch import read_switch
-
 CUDNN_ATTENTION_ENV = "LOCALSESSION_CUDNN_ATTENTION"
-#: What each accepted value of ``LOCALSESSION_CUDNN_ATTENTION`` means: whether cuDNN may run.
-_SWITCH = {"": False, "off": False, "0": False, "on": True, "1": True}
 
 _log = logging.getLogger("localsession.engine.cuda_attention")
 
 
-def cudnn_allowed() -> bool:
-    """Whether ``LOCALSESSION_CUDNN_ATTENTION`` lets SDPA use cuDNN (default: no)."""
-    return read_switch(
-        CUDNN_ATTENTION_ENV,
-        _SWITCH,
-        "off (the default: flash or memory-efficient attention) or on (torch's choice, "
-        "cuDNN included)",
-    )
-
-
 def configure(device: torch.device, cudnn: bool) -> None:
-    """Apply the choice ``cudnn`` (:func:`cudnn_allowed`) for an engine on ``device``."""
+    """Apply the choice ``cudnn`` (``EngineOptions.cudnn_attention``) for an engine on
+    ``device``."""
     if device.type != "cuda" or cudnn:
         return
     if torch.backends.cuda.cudnn_sdp_enabled():

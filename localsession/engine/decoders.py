@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
-from localsession.engine import memory
+from localsession.engine import head_logprobs, memory
 from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
 from localsession.engine.snapshots import SnapshotKey, use_weights
+from localsession.engine_options import EngineOptions
 
 
 class Decoders:
@@ -28,7 +29,12 @@ class Decoders:
         adapter: dict[str, torch.nn.Parameter],
         dtype: torch.dtype,
         device: torch.device,
+        options: EngineOptions | None = None,
     ) -> None:
+        options = options if options is not None else EngineOptions()
+        #: the plain models' fused head (head_logprobs.mark), as the peft model's
+        self._fused_head = options.fused_head
+        MERGED_CACHE.set_budget(options.merged_cache_bytes)  # process-wide: merged.py
         #: the peft model and its live trainable parameters (snapshots swap into these)
         self._model, self._adapter, self._device = model, adapter, device
         self._can_merge = can_merge(model, dtype)
@@ -45,6 +51,7 @@ class Decoders:
         if snapshot is None:
             if self._plain_base is None:
                 self._plain_base = plain_model(self._model, merge=False)
+                head_logprobs.mark(self._plain_base, self._fused_head)
             return self._plain_base
         if not self._can_merge or key is None or self._merged_bytes > MERGED_CACHE.budget:
             return None
@@ -59,6 +66,7 @@ class Decoders:
                 merged = reused
             else:
                 merged = plain_model(self._model, merge=True)
+                head_logprobs.mark(merged, self._fused_head)
         MERGED_CACHE.put(owner, key, merged, self._merged_bytes)
         if self._device.type == "cpu":  # the merge's temporaries (deltas, stashed
             memory.trim()  # adapter) are garbage now: once per snapshot, not per step

@@ -19,7 +19,8 @@ oneDNN pays ~15 µs a call to set up, so a small product stays on MKL: :func:`li
 oneDNN when the product has at least ``2**21`` multiply-adds or the weight at least ``2**19``
 elements. Results agree with MKL's to float rounding (~1e-6 relative), not bit for bit.
 
-``LOCALSESSION_LINEAR`` chooses, read once per process:
+``LOCALSESSION_LINEAR`` (``EngineOptions.linear``) chooses; each mode is decided once per
+process, and the routing is process-wide: the mode of the engine loaded last is in force.
 
 - ``auto`` (the default): a probe checks that the kernels agree and times them, interleaved,
   on a decode step's and a training micro-batch's product; oneDNN is used when the geometric
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 import types
@@ -64,7 +64,10 @@ PROBE_MARGIN = 1.05
 
 _log = logging.getLogger("localsession.engine.fast_linear")
 _lock = threading.Lock()
-_decision: tuple[bool, str] | None = None  # (whether oneDNN is used, why); None until decided
+#: mode -> (whether oneDNN is used, why), each decided once per process
+_decisions: dict[str, tuple[bool, str]] = {}
+#: the decision in force (the last installed mode's); None until one is made
+_decision: tuple[bool, str] | None = None
 
 
 def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -93,15 +96,14 @@ def _median_times(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, f
     return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
-def probe() -> tuple[bool, str]:
-    """(whether oneDNN should be used here, why): it must run, agree with ``F.linear`` and,
-    for ``auto``, be at least :data:`PROBE_MARGIN` times faster: the geometric mean of its
-    median speedups on :data:`PROBE_SHAPES`."""
-    mode = os.environ.get(LINEAR_ENV, "auto").strip().lower() or "auto"
-    if mode in ("mkl", "off", "0", "false", "no"):
+def probe(mode: str = "auto") -> tuple[bool, str]:
+    """(whether oneDNN should be used here for ``mode``, why): it must run, agree with
+    ``F.linear`` and, for ``auto``, be at least :data:`PROBE_MARGIN` times faster: the
+    geometric mean of its median speedups on :data:`PROBE_SHAPES`."""
+    if mode == "mkl":
         return False, f"{LINEAR_ENV}={mode}"
     if mode not in ("auto", "onednn"):
-        raise ValueError(f"{LINEAR_ENV}={mode!r}: use auto, onednn or mkl")
+        raise ValueError(f"linear mode {mode!r}: use auto, onednn or mkl")
     if not torch.backends.mkldnn.is_available():
         return False, "this torch has no oneDNN"
     gen = torch.Generator().manual_seed(0)
@@ -129,27 +131,38 @@ def probe() -> tuple[bool, str]:
     return speedup >= PROBE_MARGIN, f"oneDNN {speedup:.2f}x MKL on the probe"
 
 
-def decision() -> tuple[bool, str]:
-    """(whether float32 CPU linears go through oneDNN in this process, why): decided once."""
+def decision(mode: str | None = None) -> tuple[bool, str]:
+    """(whether float32 CPU linears go through oneDNN, why). With ``mode``: that mode's,
+    decided once per process and mode, and put in force (:func:`enabled`); without: the one
+    in force (``auto``'s, decided now, when no engine has chosen yet)."""
     global _decision
-    if _decision is None:
+    if mode is None:
+        found = _decision
+        if found is not None:
+            return found
+        mode = "auto"
+    found = _decisions.get(mode)
+    if found is None:
         with _lock:
-            if _decision is None:
-                use, why = probe()
+            found = _decisions.get(mode)
+            if found is None:
+                use, why = found = probe(mode)
                 _log.info("linear layers: %s (%s)", "oneDNN" if use else "torch/MKL", why)
-                _decision = use, why
-    return _decision
+                _decisions[mode] = found
+    _decision = found
+    return found
 
 
 def enabled() -> bool:
-    """Whether float32 CPU linears go through oneDNN in this process."""
+    """Whether float32 CPU linears go through oneDNN now (before any decision: ``auto``'s)."""
     return decision()[0]
 
 
 def reset() -> None:
-    """Forget the decision, so the next :func:`enabled` probes again (tests)."""
+    """Forget every decision, so the next :func:`enabled` probes again (tests)."""
     global _decision
     with _lock:
+        _decisions.clear()
         _decision = None
 
 
@@ -216,10 +229,11 @@ class FastLinear(torch.nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-def install(model: torch.nn.Module) -> int:
+def install(model: torch.nn.Module, mode: str = "auto") -> int:
     """Re-class every plain ``nn.Linear`` of ``model`` as :class:`FastLinear` (idempotent),
-    deciding the kernel first so no forward pays for the probe; returns how many were."""
-    enabled()
+    deciding the kernel for ``mode`` (``EngineOptions.linear``) first so no forward pays for
+    the probe; returns how many were."""
+    decision(mode)
     count = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear:

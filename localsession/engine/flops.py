@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from localsession import vocab
+
 #: Dense bf16 tensor-core peaks, TFLOP/s, by a substring of ``torch.cuda.get_device_name``.
 KNOWN_PEAKS_TFLOPS: tuple[tuple[str, float], ...] = (
     ("H200", 989.0),
@@ -113,7 +115,7 @@ def throughput_metrics(flops: float, seconds: float, peak: float) -> dict[str, f
     """``estimated_flops`` (FLOPs), ``promised_flops`` (FLOP/s) and ``mfu`` for one pass
     of ``flops`` that computed for ``seconds``."""
     return {
-        "estimated_flops": flops,
-        "promised_flops": peak,
-        "mfu": min(1.0, flops / (peak * max(seconds, 1e-9))) if peak > 0 else 0.0,
+        vocab.Metric.ESTIMATED_FLOPS: flops,
+        vocab.Metric.PROMISED_FLOPS: peak,
+        vocab.Metric.MFU: min(1.0, flops / (peak * max(seconds, 1e-9))) if peak > 0 else 0.0,
     }

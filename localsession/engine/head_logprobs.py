@@ -17,7 +17,8 @@ It applies where the model's logits are exactly ``hidden @ head.weight.T``
 (:func:`split_head`): a model type of :data:`PLAIN_HEADS`, a frozen head without a bias, a
 LoRA-wrapped head (``train_unembed``) or hooks on it (a disk-offloaded base) excluded, and not
 while ``torch.compile`` runs the training forward. Anything else runs the plain path.
-``LOCALSESSION_FUSED_HEAD=off`` turns it off everywhere.
+``LOCALSESSION_FUSED_HEAD=off`` (``EngineOptions.fused_head``) turns it off for every model
+an engine loads: :func:`mark` records the choice on the model.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from typing import Any
 import torch
 
 from localsession.engine.compiled import TrainingForward
-from localsession.engine.env_switch import read_switch
 from localsession.engine.fast_linear import FastLinear, linear
 from localsession.numerics.losses import token_logprobs
 
-FUSED_HEAD_ENV = "LOCALSESSION_FUSED_HEAD"
+#: The attribute :func:`mark` sets on a model: whether its fused head may be used.
+_FUSED_MARK = "_localsession_fused_head"
 #: Model types whose causal-LM logits are the head's plain product with the last hidden
 #: states (no soft-capping, logit scale or split head).
 PLAIN_HEADS = frozenset({"llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "phi3"})
@@ -40,27 +41,30 @@ PLAIN_HEADS = frozenset({"llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", 
 CHUNK_BYTES = {"cpu": 2 * 2**20}
 DEVICE_CHUNK_BYTES = 256 * 2**20
 
-#: What each accepted value of ``LOCALSESSION_FUSED_HEAD`` means.
-_SWITCH = {"": True, "on": True, "1": True, "auto": True, "off": False, "0": False}
-
 Body = Callable[..., torch.Tensor]
 
 
-def enabled() -> bool:
-    """Whether ``LOCALSESSION_FUSED_HEAD`` allows the fused head (default on)."""
-    return read_switch(FUSED_HEAD_ENV, _SWITCH, "on (the default) or off", ValueError)
+def mark(model: Any, fused: bool) -> None:
+    """Record on ``model`` (a peft or plain causal LM) whether :func:`split_head` may fuse
+    its head (``EngineOptions.fused_head``); an unmarked model may."""
+    object.__setattr__(model, _FUSED_MARK, fused)
+
+
+def marked(model: Any) -> bool:
+    """The choice :func:`mark` recorded on ``model`` (default: fused)."""
+    return bool(vars(model).get(_FUSED_MARK, True))
 
 
 def split_head(model: Any) -> tuple[Body, torch.Tensor] | None:
     """``(body, weight)`` with ``model(**inputs)["logits"] == body(**inputs) @ weight.T`` for
     ``model`` (a peft model, a plain causal LM, or the engine's ``TrainingForward``); ``None``
     where that does not hold or cannot be shown (module docstring)."""
-    if not enabled():
-        return None
     if isinstance(model, TrainingForward):
         if model.is_compiled:
             return None
         model = model.model
+    if not marked(model):
+        return None
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
     if getattr(config, "model_type", None) not in PLAIN_HEADS:

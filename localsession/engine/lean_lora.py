@@ -21,7 +21,8 @@ Over a half-precision base (bf16 on CUDA, or on a CPU with AMX) peft casts every
 float32 adapter: a copy of the activations, two float32 products, and a float32
 ``[tokens, out]`` term scaled, added and cast back, in both passes. On an H200 (a 0.5B model,
 8 × 1024 tokens, 221 ms a step) the profile showed those casts at 31 ms of 160 ms of GPU
-time and the float32 GEMMs at 28 ms. ``LOCALSESSION_LORA_PRECISION`` chooses:
+time and the float32 GEMMs at 28 ms. ``LOCALSESSION_LORA_PRECISION``
+(``EngineOptions.lora_precision``) chooses:
 
 - ``mixed`` (the default): the products run in the base's dtype, as autocast would run them:
   ``linear(linear(x, A'), B')`` with ``A'`` and ``B' = B · scaling`` cast to it (``[r, in]``
@@ -44,13 +45,8 @@ import torch
 from peft.tuners.lora.layer import Linear as LoraLinear
 
 from localsession.engine.checkpoint import ADAPTER_NAME
-from localsession.engine.env_switch import read_switch
 from localsession.engine.fast_linear import FastLinear, linear
 
-LORA_PRECISION_ENV = "LOCALSESSION_LORA_PRECISION"
-#: Whether each accepted value of ``LOCALSESSION_LORA_PRECISION`` runs a half base's LoRA
-#: products in the base's dtype.
-_SWITCH = {"": True, "mixed": True, "fp32": False, "float32": False}
 #: The instance attribute :func:`install` sets: this layer's half-base products are half.
 _HALF = "_lean_half_products"
 
@@ -58,17 +54,6 @@ _HALF = "_lean_half_products"
 #: ``merged`` properties (and the scale), which the lean forward reads directly; a peft
 #: whose layers lack them keeps its own forward.
 _READ_DIRECTLY = {"_active_adapter", "_disable_adapters", "merged_adapters", "scaling"}
-
-
-def half_products() -> bool:
-    """Whether ``LOCALSESSION_LORA_PRECISION`` runs a half base's LoRA products in its dtype
-    (the default, ``mixed``) rather than in float32 (``fp32``)."""
-    return read_switch(
-        LORA_PRECISION_ENV,
-        _SWITCH,
-        "mixed (the default: a half-precision base's LoRA products in its dtype) or fp32 "
-        "(peft's float32 products)",
-    )
 
 
 class LeanLoraLinear(LoraLinear):  # type: ignore[misc]
@@ -131,10 +116,11 @@ def _unhooked(module: torch.nn.Module) -> bool:
     return not any(hooks) and getattr(module, "_hf_hook", None) is None
 
 
-def install(peft_model: torch.nn.Module) -> int:
-    """Re-class every plain LoRA ``Linear`` in ``peft_model`` as :class:`LeanLoraLinear`;
-    returns how many were."""
-    half = half_products()
+def install(peft_model: torch.nn.Module, precision: str = "mixed") -> int:
+    """Re-class every plain LoRA ``Linear`` in ``peft_model`` as :class:`LeanLoraLinear`,
+    its half-base products in the base's dtype when ``precision`` is ``mixed`` (else
+    float32); returns how many were."""
+    half = precision == "mixed"
     count = 0
     for module in peft_model.modules():
         if _plain(module):

@@ -22,9 +22,8 @@
 from __future__ import annotations
 
 import math
-import os
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +33,14 @@ from packaging.version import Version
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from localsession.engine import fast_linear, lean_lora
+from localsession.engine import fast_linear, head_logprobs, lean_lora
 from localsession.engine.builtin import (
     BUILTIN_SHAPES,
     build_builtin,
     build_tokenizer,
     builtin_config,
 )
+from localsession.engine_options import EngineOptions
 from localsession.port import EngineConfigError, EngineSpec, ResolvedModel
 
 DEVICE_ENV = "LOCALSESSION_DEVICE"
@@ -59,14 +59,16 @@ class LoadedModel:
     pad_id: int
     #: Where the weights were loaded from (a GGUF model: its converted directory, "local").
     resolved: ResolvedModel
+    #: The engine's settings this model was loaded with (engine_options.py).
+    options: EngineOptions = field(default_factory=EngineOptions)
 
 
-def pick_device() -> tuple[torch.device, torch.dtype]:
-    """(device, dtype): CUDA/bf16 when available, else CPU/float32; env override."""
-    choice = os.environ.get(DEVICE_ENV, "").strip().lower()
+def pick_device(choice: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """(device, dtype) for ``choice`` (``EngineOptions.device``): ``cpu`` in float32;
+    ``auto``: CUDA/bf16 when available, else CPU/float32; ``cuda`` requires CUDA."""
     if choice == "cpu":
         return torch.device("cpu"), torch.float32
-    if choice not in ("", "cuda"):
+    if choice not in ("auto", "cuda"):
         raise EngineConfigError(f"{DEVICE_ENV}={choice!r}: expected 'cpu' or 'cuda' (or unset)")
     if choice == "cuda" and not torch.cuda.is_available():
         raise EngineConfigError(
@@ -191,9 +193,19 @@ def seed_lora_a(model: torch.nn.Module, seed: int) -> None:
         weight_RI.copy_(values_RI)
 
 
-def apply_lora(base: Any, rank: int, alpha: int, seed: int, *, unembed: bool = False) -> PeftModel:
+def apply_lora(
+    base: Any,
+    rank: int,
+    alpha: int,
+    seed: int,
+    *,
+    unembed: bool = False,
+    options: EngineOptions | None = None,
+) -> PeftModel:
     """Freeze ``base`` and wrap it with a seeded LoRA adapter (see the module docstring);
-    ``unembed`` adapts the output head too."""
+    ``unembed`` adapts the output head too. ``options``' ``linear``, ``lora_precision`` and
+    ``fused_head`` choose its kernels (default: :class:`EngineOptions`' defaults)."""
+    options = options if options is not None else EngineOptions()
     if rank < 1:
         raise ValueError(f"LoRA rank must be >= 1, got {rank}")
     base.requires_grad_(False)
@@ -220,8 +232,9 @@ def apply_lora(base: Any, rank: int, alpha: int, seed: int, *, unembed: bool = F
         warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
         peft_model = get_peft_model(base, config)
     seed_lora_a(peft_model, seed)
-    fast_linear.install(peft_model)  # oneDNN matmuls where they beat MKL
-    lean_lora.install(peft_model)  # the same math without peft's per-call dispatch
+    fast_linear.install(peft_model, options.linear)  # oneDNN matmuls where they beat MKL
+    lean_lora.install(peft_model, options.lora_precision)  # no peft per-call dispatch
+    head_logprobs.mark(peft_model, options.fused_head)
     peft_model.eval()  # no dropout anywhere; gradients still flow
     return peft_model  # type: ignore[no-any-return]
 
@@ -241,6 +254,7 @@ def loaded_model(
     device: torch.device,
     dtype: torch.dtype,
     resolved: ResolvedModel,
+    options: EngineOptions | None = None,
 ) -> LoadedModel:
     """A session's :class:`LoadedModel`: its LoRA-wrapped model over ``base`` (whose
     embeddings give the vocabulary and whose configs give the EOS ids), and the tokenizer's
@@ -257,4 +271,5 @@ def loaded_model(
         eos_ids=eos_ids(base, tokenizer),
         pad_id=int(pad_id),
         resolved=resolved,
+        options=options if options is not None else EngineOptions(),
     )

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import threading
 from functools import lru_cache
 from typing import Any
@@ -77,18 +76,3 @@ def _take_mark() -> bool:
             return False
         _marked_thread = None
     return True
-
-
-def budget_from_env(name: str, default_mb: int) -> int:
-    """A memory budget in bytes from the environment variable ``name``, a size in MB (``0``
-    allowed; unset or empty: ``default_mb``). Anything else raises ``ValueError`` naming it."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default_mb * 2**20
-    try:
-        mb = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected a size in MB, e.g. {default_mb}") from None
-    if not mb >= 0:
-        raise ValueError(f"{name}={raw!r}: must be a number of MB >= 0")
-    return int(mb * 2**20)

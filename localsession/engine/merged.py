@@ -40,8 +40,8 @@ from typing import Any
 import torch
 from peft.tuners.lora import LoraLayer
 
-from localsession.engine import memory
 from localsession.engine.checkpoint import ADAPTER_NAME
+from localsession.engine_options import EngineOptions
 
 #: Largest adapted-weight count (elements) for which a merged copy is made; above it the
 #: extra memory is not worth it and decoding stays unmerged.
@@ -141,16 +141,6 @@ def remerge_(plain: torch.nn.Module, peft_model: Any) -> None:
         torch.add(base_weight, delta.to(base_weight.dtype), out=target)
 
 
-#: Memory budget for merged decoding copies, all sessions of the process together (MB).
-MERGED_CACHE_ENV = "LOCALSESSION_MERGED_CACHE_MB"
-DEFAULT_MERGED_CACHE_MB = 512
-
-
-def merged_cache_budget() -> int:
-    """The budget in bytes: ``LOCALSESSION_MERGED_CACHE_MB`` (0 turns merging off)."""
-    return memory.budget_from_env(MERGED_CACHE_ENV, DEFAULT_MERGED_CACHE_MB)
-
-
 def merged_bytes(peft_model: Any) -> int:
     """Bytes of new tensors a merged copy holds (one weight per adapted layer; A and B for
     an adapted head)."""
@@ -181,14 +171,21 @@ class MergedCache:
     and never touches a module in use."""
 
     def __init__(self, budget: int | None = None) -> None:
-        self._fixed_budget = budget
+        #: bytes allowed: ``EngineOptions.merged_cache_bytes``, set by each engine that
+        #: starts (:meth:`set_budget`: one service's engines share one setting)
+        self._budget = budget if budget is not None else EngineOptions().merged_cache_bytes
         self._mutex = threading.Lock()
         self._entries: OrderedDict[tuple[object, Hashable], _Entry] = OrderedDict()
 
     @property
     def budget(self) -> int:
-        """Bytes allowed (fixed at construction, else read from the environment)."""
-        return self._fixed_budget if self._fixed_budget is not None else merged_cache_budget()
+        """Bytes allowed (``LOCALSESSION_MERGED_CACHE_MB``; 0 turns merging off)."""
+        return self._budget
+
+    def set_budget(self, nbytes: int) -> None:
+        """Allow ``nbytes`` from now on (entries past it go at the next :meth:`make_room`)."""
+        with self._mutex:
+            self._budget = nbytes
 
     @property
     def used(self) -> int:

@@ -1,6 +1,7 @@
 """Models bigger than the device: accelerate places the base across GPU, CPU and disk.
 
-Configured by environment (nothing is placed unless ``LOCALSESSION_MAX_MEMORY`` is set):
+Configured by three engine options (engine_options.py; nothing is placed unless
+``LOCALSESSION_MAX_MEMORY`` is set):
 
 - ``LOCALSESSION_MAX_MEMORY``: the budget per device, ``"0=20GiB,cpu=48GiB"`` (GPU index or
   ``cpu`` = size, accelerate's size strings). Whatever does not fit goes to disk.
@@ -21,7 +22,6 @@ exactly the adapter an unplaced one gets and computes the same losses and gradie
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +29,10 @@ from typing import Any
 
 import torch
 
+from localsession.engine_options import EngineOptions
 from localsession.port import ResolvedModel
 
 MAX_MEMORY_ENV = "LOCALSESSION_MAX_MEMORY"
-DEVICE_MAP_ENV = "LOCALSESSION_DEVICE_MAP"
-OFFLOAD_DIR_ENV = "LOCALSESSION_OFFLOAD_DIR"
-STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 @dataclass(frozen=True)
@@ -58,44 +56,22 @@ class PlacementPlan:
         return f"{self.strategy}:{budget}:{self.offload_dir}"
 
 
-def parse_max_memory(raw: str) -> dict[int | str, str]:
-    """``"0=20GiB,cpu=48GiB"`` -> ``{0: "20GiB", "cpu": "48GiB"}``; a bad entry raises."""
-    budget: dict[int | str, str] = {}
-    for entry in raw.split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        device, sep, size = entry.partition("=")
-        device, size = device.strip().lower(), size.strip()
-        if not sep or not size or not (device == "cpu" or device.isdigit()):
-            raise ValueError(
-                f"{MAX_MEMORY_ENV}: entry {entry!r} must be DEVICE=SIZE with DEVICE a GPU "
-                "index or 'cpu' (example: '0=20GiB,cpu=48GiB')"
-            )
-        budget[int(device) if device.isdigit() else device] = size
-    if not budget:
-        raise ValueError(f"{MAX_MEMORY_ENV} is set but names no device (example: 'cpu=2GiB')")
-    return budget
-
-
-def plan_from_env(resolved: ResolvedModel) -> PlacementPlan | None:
-    """The configured plan, or ``None`` (load the whole model on one device)."""
-    raw = os.environ.get(MAX_MEMORY_ENV, "").strip()
-    if not raw:
+def plan(resolved: ResolvedModel, options: EngineOptions) -> PlacementPlan | None:
+    """The plan ``options`` configure (``max_memory``, ``device_map``, ``offload_dir``), or
+    ``None`` (load the whole model on one device)."""
+    if not options.max_memory:
         return None
     if resolved.kind == "builtin":
         raise ValueError(
             f"{MAX_MEMORY_ENV} places models loaded from a directory; {resolved.name!r} is "
             f"built in and tiny: unset {MAX_MEMORY_ENV}"
         )
-    strategy = os.environ.get(DEVICE_MAP_ENV, "auto").strip() or "auto"
-    if strategy not in STRATEGIES:
-        raise ValueError(f"{DEVICE_MAP_ENV}={strategy!r}: expected one of {', '.join(STRATEGIES)}")
-    folder = os.environ.get(OFFLOAD_DIR_ENV, "").strip()
+    folder = options.offload_dir
     tag = hashlib.sha256(str(Path(resolved.target).resolve()).encode()).hexdigest()[:16]
     scratch = Path(tempfile.gettempdir()) / "localsession-offload" / tag
     offload = Path(folder).expanduser() if folder else scratch
-    return PlacementPlan(parse_max_memory(raw), strategy, offload)
+    budget = {int(d) if d.isdigit() else d: size for d, size in options.max_memory}
+    return PlacementPlan(budget, options.device_map, offload)
 
 
 def load_placed(

@@ -12,7 +12,6 @@ Unset, a CUDA device keeps its historical bfloat16 and a CPU float32. Detection 
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -44,22 +43,10 @@ def cpu_bf16_isa() -> str | None:
     return None
 
 
-def requested_dtype() -> str | None:
-    """The ``LOCALSESSION_DTYPE`` choice, or ``None`` when unset; a bad value raises."""
-    raw = os.environ.get(DTYPE_ENV, "").strip().lower()
-    if not raw:
-        return None
-    aliases = {"float32": "fp32", "bfloat16": "bf16"}
-    choice = aliases.get(raw, raw)
-    if choice not in CHOICES:
-        raise ValueError(f"{DTYPE_ENV}={raw!r}: expected one of {', '.join(CHOICES)}")
-    return choice
-
-
-def pick_dtype(device: torch.device, default: torch.dtype) -> torch.dtype:
-    """The weights' dtype on ``device``: ``LOCALSESSION_DTYPE`` or, unset, ``default``."""
-    choice = requested_dtype()
-    if choice is None:
+def pick_dtype(device: torch.device, default: torch.dtype, choice: str = "default") -> torch.dtype:
+    """The weights' dtype on ``device`` for ``choice`` (``EngineOptions.dtype``): ``fp32``,
+    ``bf16``, ``auto`` (bf16 on CUDA or a CPU with bf16 instructions) or ``default``."""
+    if choice == "default":
         return default
     if choice == "fp32":
         return torch.float32

@@ -98,7 +98,6 @@ class BatchSampler:
         self.pad_id = pad_id
         self.device = device
         self.cache_kw, self.has_logits_to_keep = _forward_kwargs(model)
-        thread_policy.requested()  # a bad LOCALSESSION_THREADS fails at load, not mid-op
 
     def _step(self, model: torch.nn.Module, **kwargs: Any) -> tuple[Tensor, Any]:
         """Run ``model``; return (last-position logits [S, V] in float32, the cache)."""

@@ -12,7 +12,8 @@ log-probabilities are gathered from them with its own targets, so per-datum logp
 metrics and the summed gradients equal the unshared computation up to float rounding (the
 prefix's gradient is the sum over its members, as autograd sums it unshared).
 
-``LOCALSESSION_SHARED_PREFIX`` chooses, read once per process and device:
+``LOCALSESSION_SHARED_PREFIX`` (``EngineOptions.shared_prefix``) chooses, each mode decided
+once per process and device:
 
 - ``auto`` (the default): a probe checks that the masked attention agrees with causal
   attention, and times the two on the engine's device and dtype; the masked kernel's cost
@@ -21,13 +22,12 @@ prefix's gradient is the sum over its members, as autograd sums it unshared).
 - ``on``: every batch with a group of two or more datums runs packed (after the agreement
   check); ``off``: never.
 
-A bad value raises ``ValueError`` naming the variable and the choices.
+engine_options.py checks the value, with the engine's other settings.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -54,14 +54,6 @@ _lock = threading.Lock()
 #: (mode, device type, dtype) -> (whether batches may share, the masked attention's cost
 #: factor, why): each decided once per process
 _decisions: dict[tuple[str, str, torch.dtype], tuple[bool, float, str]] = {}
-
-
-def mode() -> str:
-    """The ``LOCALSESSION_SHARED_PREFIX`` choice; a bad value raises ``ValueError``."""
-    raw = os.environ.get(SHARED_ENV, "auto").strip().lower() or "auto"
-    if raw not in MODES:
-        raise ValueError(f"{SHARED_ENV}={raw!r}: use one of {', '.join(MODES)}")
-    return raw
 
 
 def _block_mask(seg_L: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -95,11 +87,15 @@ def _best_of(fn: Callable[[], Any], device: torch.device, rounds: int = 3) -> fl
     return best
 
 
-def probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, float, str]:
+def probe(
+    device: torch.device, dtype: torch.dtype, chosen: str = "auto"
+) -> tuple[bool, float, str]:
     """(whether batches may share here, the masked attention's cost against causal attention
     for the per-batch rule, why). The masked kernel must agree with causal attention run on
-    each member alone; ``auto`` also times both on a 4-head 512-token attention."""
-    chosen = mode()
+    each member alone; ``auto`` (``chosen``, the mode) also times both on a 4-head 512-token
+    attention."""
+    if chosen not in MODES:
+        raise ValueError(f"shared-prefix mode {chosen!r}: use one of {', '.join(MODES)}")
     if chosen == "off":
         return False, 1.0, f"{SHARED_ENV}=off"
     gen = torch.Generator().manual_seed(0)
@@ -130,16 +126,18 @@ def probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, float, str]:
     return True, factor, f"masked attention {factor:.2f}x causal on the probe"
 
 
-def decision(device: torch.device, dtype: torch.dtype) -> tuple[bool, float, str]:
-    """:func:`probe`'s answer for ``device`` and ``dtype`` under the current mode, decided once
-    per process (and mode: a bench may switch it) and logged."""
-    key = (mode(), device.type, dtype)
+def decision(
+    device: torch.device, dtype: torch.dtype, mode: str = "auto"
+) -> tuple[bool, float, str]:
+    """:func:`probe`'s answer for ``device`` and ``dtype`` under ``mode``
+    (``EngineOptions.shared_prefix``), decided once per process and mode, and logged."""
+    key = (mode, device.type, dtype)
     found = _decisions.get(key)
     if found is None:
         with _lock:
             found = _decisions.get(key)
             if found is None:
-                found = probe(device, dtype)
+                found = probe(device, dtype, mode)
                 use, _, why = found
                 _log.info(
                     "shared prefixes on %s: %s (%s)", device.type, "on" if use else "off", why
@@ -170,21 +168,22 @@ def plan(
     device: torch.device,
     dtype: torch.dtype,
     shape: tuple[int, int, int],
+    mode: str = "auto",
 ) -> Plan | None:
     """The packed plan of datums with per-position ``keys`` (token ids, or (token,
-    temperature) pairs), or ``None`` to run them unshared: sharing is off here, no two datums
-    share a prefix, or the per-batch rule says packing costs too much. ``shape``: the model's
-    (non-embedding parameters, layers, hidden width)."""
+    temperature) pairs), or ``None`` to run them unshared: sharing is off here (``mode``),
+    no two datums share a prefix, or the per-batch rule says packing costs too much.
+    ``shape``: the model's (non-embedding parameters, layers, hidden width)."""
     if len(keys) < 2:
         return None
-    use, factor, _ = decision(device, dtype)
+    use, factor, _ = decision(device, dtype, mode)
     if not use:
         return None
     lengths = [len(k) for k in keys]
     groups = prefix_groups.group_by_prefix(keys, max(MAX_ROW_TOKENS, max(lengths)))
     if all(len(g.members) == 1 for g in groups):
         return None
-    if mode() == "auto" and not prefix_groups.sharing_pays(groups, lengths, shape, factor):
+    if mode == "auto" and not prefix_groups.sharing_pays(groups, lengths, shape, factor):
         return None
     rows = prefix_groups.row_lengths(groups, lengths)
     return Plan(tuple(groups), tuple(lengths), tuple(rows), dtype)
@@ -277,7 +276,8 @@ def batch_plan(batch: Batch, loaded: LoadedModel, shape: tuple[int, int, int]) -
     """:func:`plan` of a training batch on ``loaded``'s model: its datums' tokens, paired with
     their temperatures when the batch gives any (a shared position must read the same
     temperature). ``None`` for a model that is not :func:`supported`."""
-    if len(batch.lengths) < 2 or mode() == "off" or not supported(loaded.model):
+    mode = loaded.options.shared_prefix
+    if len(batch.lengths) < 2 or mode == "off" or not supported(loaded.model):
         return None
     device, dtype = loaded.device, loaded.dtype
     token_rows = batch.tokens_BT.tolist()
@@ -289,7 +289,7 @@ def batch_plan(batch: Batch, loaded: LoadedModel, shape: tuple[int, int, int]) -
             list(zip(row[:n], tau[:n], strict=True))
             for row, tau, n in zip(token_rows, temps, batch.lengths, strict=True)
         ]
-    return plan(keys, device, dtype, shape)
+    return plan(keys, device, dtype, shape, mode)
 
 
 def chunked(
@@ -320,8 +320,9 @@ def batch_logprobs(
     inputs = [p[:-1] for p in prompts]
     index = [i for i, p in enumerate(inputs) if p]  # a one-token prompt has no logprobs
     found = None
-    if mode() != "off" and supported(model):
-        found = plan([inputs[i] for i in index], device, dtype, shape)
+    mode = loaded.options.shared_prefix
+    if mode != "off" and supported(model):
+        found = plan([inputs[i] for i in index], device, dtype, shape, mode)
     if found is None:
         return scoring.batch_logprobs(model, prompts, pad_id, vocab_size, device)
     out: list[list[float]] = [[] for _ in prompts]

@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 
-from localsession.engine import memory
 from localsession.engine.checkpoint import (
     ADAPTER_NAME,
     ADAPTER_WEIGHTS,
@@ -36,17 +35,12 @@ from localsession.engine.checkpoint import (
     read_sampling_adapter,
 )
 from localsession.engine.merged import adapted_layers
+from localsession.engine_options import EngineOptions
 
 #: How many package snapshots ``sample`` keeps loaded (CPU memory, per engine).
 SNAPSHOT_CACHE_SIZE = 8
-#: Bytes of loaded snapshots per engine, in MB (``snapshot_cache_budget``).
-SNAPSHOT_CACHE_ENV = "LOCALSESSION_SNAPSHOT_CACHE_MB"
-DEFAULT_SNAPSHOT_CACHE_MB = 256
-
-
-def snapshot_cache_budget() -> int:
-    """The per-session snapshot budget in bytes, from ``LOCALSESSION_SNAPSHOT_CACHE_MB``."""
-    return memory.budget_from_env(SNAPSHOT_CACHE_ENV, DEFAULT_SNAPSHOT_CACHE_MB)
+#: Bytes of loaded snapshots per engine by default (``EngineOptions.snapshot_cache_mb``).
+DEFAULT_SNAPSHOT_CACHE_BYTES = EngineOptions().snapshot_cache_bytes
 
 
 #: (resolved path, inode, mtime_ns, size) of a package's adapter file
@@ -73,8 +67,8 @@ class SnapshotCache:
         self._layout = layout
         self._adapter = adapter
         self._size = size
-        #: bytes allowed; ``None``: ``snapshot_cache_budget()`` read at each insertion
-        self._budget = budget
+        #: bytes allowed (``EngineOptions.snapshot_cache_bytes``)
+        self._budget = budget if budget is not None else DEFAULT_SNAPSHOT_CACHE_BYTES
         #: file key -> name -> tensor, least recently used first
         self._snapshots: OrderedDict[SnapshotKey, dict[str, torch.Tensor]] = OrderedDict()
         self._mutex = threading.Lock()
@@ -115,7 +109,7 @@ class SnapshotCache:
     @property
     def budget(self) -> int:
         """Bytes of snapshots this cache may hold."""
-        return self._budget if self._budget is not None else snapshot_cache_budget()
+        return self._budget
 
     @property
     def used(self) -> int:

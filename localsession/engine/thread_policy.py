@@ -23,8 +23,8 @@ The choice (:func:`choose_threads`, a pure function) rests on:
 A count goes up only when the extra core is nearly free (``UP_SLACK``) and down once the
 cores it uses are clearly contended (``KEEP_SLACK``), so it does not flap between two counts.
 
-``LOCALSESSION_THREADS`` chooses: ``auto`` (the default) as above, or a whole number of
-threads every op uses. A bad value raises ``ValueError`` naming the variable and the choices.
+``LOCALSESSION_THREADS`` (``EngineOptions.threads``, passed to :func:`scope`) chooses: ``auto``
+(the default) as above, or a whole number of threads every op uses.
 An op's thread count is set on the thread that runs it and restored when the op ends, so a
 caller's own thread (runtime/sessions/runner.py) keeps its setting. A changed count can
 change a matmul's reduction order, hence float rounding (docs/semantics.md, "Determinism"):
@@ -69,20 +69,6 @@ def choose_threads(cpus: int, others_busy: float, current: int, peers: int = 1) 
     up = math.floor(free + UP_SLACK)  # the least it rises to
     chosen = keep if current > keep else max(current, up)
     return max(1, min(cpus, chosen))
-
-
-def requested() -> int | None:
-    """``LOCALSESSION_THREADS`` as a fixed count, or ``None`` for ``auto`` (unset)."""
-    raw = os.environ.get(THREADS_ENV, "").strip().lower()
-    if raw in ("", "auto"):
-        return None
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    problem = (
-        f"{THREADS_ENV}={raw!r}: expected 'auto' (the default: follow the free cores) or a "
-        f"whole number of threads of at least 1, e.g. {THREADS_ENV}=2"
-    )
-    raise ValueError(problem)
 
 
 def _quota_cpus() -> int | None:
@@ -212,14 +198,14 @@ def _apply(state: _Scope, current: int) -> None:
 
 
 @contextmanager
-def scope() -> Iterator[None]:
+def scope(fixed: int | None = None) -> Iterator[None]:
     """Run an op on the calling thread with the thread count chosen for it (module
-    docstring), restored afterwards. Nested scopes on one thread are the outer one."""
+    docstring), or ``fixed`` threads (``EngineOptions.threads``), restored afterwards.
+    Nested scopes on one thread are the outer one."""
     if getattr(_local, "state", None) is not None:
         yield
         return
     global _peers
-    fixed = requested()
     before = torch.get_num_threads()
     with _lock:
         cpus = _cpus()

@@ -35,6 +35,7 @@ prefix runs once), ``compiled`` (the opt-in ``torch.compile`` training forward),
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 import time
@@ -82,17 +83,21 @@ class TorchEngine:
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:
         self.spec = spec
-        cudnn = cuda_attention.cudnn_allowed()  # a bad setting fails before anything loads
+        options = spec.options  # checked when they were read (engine_options.py)
         #: the shared base this session's adapter sits on (base_pool.py); None when the
         #: caller handed in its own ``loaded`` model
         self._shared: SharedBase | None = None
         if loaded is None:
             loaded, self._shared = load_shared(spec)
         self._loaded = loaded
-        cuda_attention.configure(loaded.device, cudnn)
+        cuda_attention.configure(loaded.device, options.cudnn_attention)
+        #: torch threads per op (thread_policy.scope): None follows the free cores
+        self._threads = options.threads or None
         self._mutex = threading.Lock()
         self._optimizer = LoraAdamW(self._loaded.model.named_parameters())
-        self._train_forward = TrainingForward(self._loaded.model, self._loaded.device)
+        self._train_forward = TrainingForward(
+            self._loaded.model, self._loaded.device, options.compile
+        )
         self._sampler = BatchSampler(
             self._loaded.model,
             self._loaded.tokenizer,
@@ -106,11 +111,13 @@ class TorchEngine:
             name: p for name, p in self._loaded.model.named_parameters() if p.requires_grad
         }
         #: package adapters loaded for sampling (snapshots.py)
-        self._snapshots = SnapshotCache(self._layout, self._adapter)
+        self._snapshots = SnapshotCache(
+            self._layout, self._adapter, budget=options.snapshot_cache_bytes
+        )
         #: Decoding models (decoders.py): the plain base model (shares every tensor), and
         #: merged snapshot copies in the process-wide ``MERGED_CACHE`` under its owner.
         self._decoders = Decoders(
-            self._loaded.model, self._adapter, self._loaded.dtype, self._loaded.device
+            self._loaded.model, self._adapter, self._loaded.dtype, self._loaded.device, options
         )
         #: Most positions taken: a map entry's ``max_context``, else the model's (None: unknown)
         self.max_positions: int | None = (spec.model and spec.model.max_context) or (
@@ -124,6 +131,23 @@ class TorchEngine:
         hidden = int(getattr(config, "hidden_size", 64) or 64)
         self._token_bytes = 2 * layers * hidden * 4
         self._released = False
+
+    def retune(self, *, shared_prefix_mode: str | None = None, threads: int | None = None) -> None:
+        """Run later ops with another shared-prefix mode (``auto``, ``on``, ``off``) or thread
+        count (0: follow the free cores), the two options read at each op: the benches and
+        tests compare both settings on one engine's weights."""
+        options = self._loaded.options
+        if shared_prefix_mode is not None:
+            if shared_prefix_mode not in shared_prefix.MODES:
+                raise ValueError(f"shared-prefix mode {shared_prefix_mode!r}: use auto, on or off")
+            options = dataclasses.replace(options, shared_prefix=shared_prefix_mode)
+        if threads is not None:
+            if threads < 0:
+                raise ValueError(f"threads {threads!r}: use 0 (auto) or a count of at least 1")
+            options = dataclasses.replace(options, threads=threads)
+        with self._mutex:
+            self._loaded.options = options
+            self._threads = options.threads or None
 
     # -- introspection (tests, checkpoints) ---------------------------------------------
 
@@ -187,7 +211,11 @@ class TorchEngine:
         plan = shared_prefix.batch_plan(batch, m, self._shape)  # None: unshared
         mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
-            with self._mutex, mode, thread_policy.scope():  # torch threads: thread_policy.py
+            with (
+                self._mutex,
+                mode,
+                thread_policy.scope(self._threads),
+            ):  # torch threads: thread_policy.py
                 start = time.perf_counter()
                 fwd, optimizer = self._train_forward, self._optimizer
                 result = loss_step(
@@ -235,7 +263,7 @@ class TorchEngine:
             return []
         joiner = admit and admitter(admit, checked, self.vocab_size, self.max_positions)
         key, snapshot = self._snapshots.get(weights)
-        with self._mutex, torch.no_grad(), thread_policy.scope():
+        with self._mutex, torch.no_grad(), thread_policy.scope(self._threads):
             decoder = self._decoders.get(key, snapshot)  # None: the peft model, snapshot in
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 grouped = self._sampler.run(checked, decoder, joiner)
@@ -269,7 +297,7 @@ class TorchEngine:
         m = self._loaded
         checked = [check_logprobs_prompt(t, self.vocab_size, self.max_positions) for t in prompts]
         key, snapshot = self._snapshots.get(weights)
-        with self._mutex, torch.no_grad(), thread_policy.scope():
+        with self._mutex, torch.no_grad(), thread_policy.scope(self._threads):
             decoder = self._decoders.get(key, snapshot)  # the sampler's model, if one
             with nullcontext() if decoder is not None else self._use_weights(snapshot):
                 model = decoder if decoder is not None else m.model

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from localsession import vocab
 from localsession.engine.head_logprobs import row_logprobs
 from localsession.engine.shared_prefix import Plan, chunked, packed_logprobs
 from localsession.numerics.batch import Batch, finite_or_raise, fwd_result
@@ -81,8 +82,8 @@ def loss_step(
     # the norm of the gradient accumulated so far (this pass's included): the SDK keeps
     # the last chunk's, which is then the whole batch's
     norm = optimizer.grad_norm()
-    metrics["actor/grad_norm"] = norm
-    values["actor/grad_norm"] = [norm] * len(batch.lengths)
+    metrics[vocab.Metric.ACTOR_GRAD_NORM] = norm
+    values[vocab.Metric.ACTOR_GRAD_NORM] = [norm] * len(batch.lengths)
     return fwd_result(batch, lp_BT, loss_BT, metrics, values)
 
 

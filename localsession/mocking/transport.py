@@ -4,8 +4,8 @@
 turned into an ASGI ``http`` call on the same Starlette app that ``localsession serve`` runs
 (``localsession.server.app.create_app``), scheduled on that loop, and the app's answer comes
 back as a botocore ``AWSResponse``. So the mock and the server share every handler, the
-long-poll included; only the bytes' carrier differs (docs/wire.md#1, DESIGN.md "one wire
-path, three carriers").
+long-poll included; only the bytes' carrier differs (docs/wire.md#1; docs/architecture.md,
+"Three carriers").
 
 The loop thread is the app's only event loop: long-polls wait on it without holding a
 thread, and the app's ``run_in_threadpool`` calls run on anyio worker threads bound to it.

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
+from localsession import vocab
 from localsession.numerics.optim import NamedMoments, clip_grads_, global_grad_norm, is_lora_b
 from localsession.port import AdamHyperparams
 
@@ -57,12 +58,16 @@ class PlainAdamW:
         hp.check()
         self.last_params = hp
         grads = [p.grad for p in self.params if p.grad is not None]
-        metrics = {"learning_rate": hp.learning_rate, "grad_norm": 0.0, "num_params_updated": 0.0}
+        metrics: dict[str, float] = {
+            vocab.Metric.LEARNING_RATE: hp.learning_rate,
+            vocab.Metric.GRAD_NORM: 0.0,
+            vocab.Metric.NUM_PARAMS_UPDATED: 0.0,
+        }
         if not grads:
             return metrics
         total_norm = global_grad_norm(grads)
         norm = float(total_norm)
-        metrics["grad_norm"] = norm if math.isfinite(norm) else 0.0
+        metrics[vocab.Metric.GRAD_NORM] = norm if math.isfinite(norm) else 0.0
         if hp.learning_rate == 0.0:  # the weights stay bit-identical
             self.zero_grad()
             return metrics
@@ -76,7 +81,7 @@ class PlainAdamW:
             lr = hp.learning_rate * (ratio if is_lora_b(name) else 1.0)
             self.state[name] = self._update(p, p.grad, self.state.get(name), hp, lr)
             updated += p.numel()
-        metrics["num_params_updated"] = float(updated)
+        metrics[vocab.Metric.NUM_PARAMS_UPDATED] = float(updated)
         self.zero_grad()
         return metrics
 

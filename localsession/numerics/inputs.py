@@ -195,7 +195,7 @@ def fwd_result_body(
     """The op's :class:`ForwardResult`: the metrics (plus ``global_token_num``) and, per
     datum, its unpadded ``logprobs`` and ``elementwise_loss`` (rows may be padded past
     ``lengths``), plus each ``datum_values[key][i]`` (the ``actor/*`` diagnostics)."""
-    metrics["global_token_num"] = float(sum(lengths))
+    metrics[vocab.Metric.GLOBAL_TOKEN_NUM] = float(sum(lengths))
     extras: list[dict[str, float]] = [{} for _ in lengths]
     for key, values in (datum_values or {}).items():
         for extra, value in zip(extras, values, strict=True):
@@ -209,4 +209,4 @@ def fwd_result_body(
 
 def empty_fwd_result() -> ForwardResult:
     """The result of an op over no datums: zero loss, zero tokens, no outputs."""
-    return fwd_result_body((), (), (), {"loss": 0.0})
+    return fwd_result_body((), (), (), {vocab.Metric.LOSS: 0.0})

@@ -211,7 +211,7 @@ def datum_metrics(
     Every value is finite.
     """
     sums = datum_sums(loss) if sums is None else sums
-    out: dict[str, list[float]] = {"actor/pg_loss": [_finite(x) for x in sums]}
+    out: dict[str, list[float]] = {vocab.Metric.PG_LOSS: [_finite(x) for x in sums]}
     if loss_fn not in vocab.RL_LOSSES and inputs.ref_logprobs is None:
         return out  # cross_entropy: the weighted means below are not reported
     lp_BT = _rows(lp.detach())
@@ -220,10 +220,12 @@ def datum_metrics(
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q_BT, adv_BT = _rows(inputs.sampler_logprobs), _rows(inputs.advantages)
         clipped_BT = clipped_positions(loss_fn, lp_BT - q_BT, adv_BT, clip)
-        out["actor/pg_clipfrac"] = _row_weighted_mean(clipped_BT.to(w_BT.dtype), w_BT).tolist()
-        out["actor/ppo_kl"] = _row_weighted_mean(q_BT - lp_BT, w_BT).tolist()
+        out[vocab.Metric.PG_CLIPFRAC] = _row_weighted_mean(clipped_BT.to(w_BT.dtype), w_BT).tolist()
+        out[vocab.Metric.PPO_KL] = _row_weighted_mean(q_BT - lp_BT, w_BT).tolist()
     if inputs.ref_logprobs is not None:
-        out["actor/kl_ref"] = _row_weighted_mean(lp_BT - _rows(inputs.ref_logprobs), w_BT).tolist()
+        out[vocab.Metric.KL_REF] = _row_weighted_mean(
+            lp_BT - _rows(inputs.ref_logprobs), w_BT
+        ).tolist()
     return out
 
 
@@ -281,8 +283,8 @@ def batch_metrics(
     clipping changed the term) and ``actor/ppo_kl`` (Σ w·(q − lp) / Σ w); ``actor/kl_ref``
     (Σ w·(lp − ref) / Σ w) whenever ``ref_logprobs`` is given; the last three over the
     whole batch's tokens. All finite."""
-    metrics = {"loss": _mean(sums)}
-    metrics["actor/pg_loss"] = metrics["loss"]
+    metrics: dict[str, float] = {vocab.Metric.LOSS: _mean(sums)}
+    metrics[vocab.Metric.PG_LOSS] = metrics[vocab.Metric.LOSS]
     if loss_fn not in vocab.RL_LOSSES and inputs.ref_logprobs is None:
         return metrics
     w, lp_d = _active_weights(inputs), lp.detach()  # detached throughout: no graph
@@ -290,10 +292,10 @@ def batch_metrics(
         assert inputs.sampler_logprobs is not None and inputs.advantages is not None
         q, adv = inputs.sampler_logprobs, inputs.advantages
         clipped = clipped_positions(loss_fn, lp_d - q, adv, clip)
-        metrics["actor/pg_clipfrac"] = _weighted_mean(clipped.to(w.dtype), w)
-        metrics["actor/ppo_kl"] = _weighted_mean(q - lp_d, w)
+        metrics[vocab.Metric.PG_CLIPFRAC] = _weighted_mean(clipped.to(w.dtype), w)
+        metrics[vocab.Metric.PPO_KL] = _weighted_mean(q - lp_d, w)
     if inputs.ref_logprobs is not None:
-        metrics["actor/kl_ref"] = _weighted_mean(lp_d - inputs.ref_logprobs, w)
+        metrics[vocab.Metric.KL_REF] = _weighted_mean(lp_d - inputs.ref_logprobs, w)
     return metrics
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from localsession import vocab
 from localsession.numerics.flat_group import FlatGroup
 from localsession.port import AdamHyperparams
 
@@ -269,7 +270,11 @@ class LoraAdamW:
         (docs/semantics.md#2)."""
         hp.check()
         self.last_params = hp
-        metrics = {"learning_rate": hp.learning_rate, "grad_norm": 0.0, "num_params_updated": 0.0}
+        metrics: dict[str, float] = {
+            vocab.Metric.LEARNING_RATE: hp.learning_rate,
+            vocab.Metric.GRAD_NORM: 0.0,
+            vocab.Metric.NUM_PARAMS_UPDATED: 0.0,
+        }
         gathered = self._gathered()
         if not gathered:  # nothing accumulated: complete, weights unchanged
             return metrics
@@ -277,7 +282,7 @@ class LoraAdamW:
         updated = sum(count for _, count in gathered)
         total_norm = self._total_norm(flat_grads)
         norm = float(total_norm)
-        metrics["grad_norm"] = norm if math.isfinite(norm) else 0.0
+        metrics[vocab.Metric.GRAD_NORM] = norm if math.isfinite(norm) else 0.0
         if hp.learning_rate == 0.0:  # docs/semantics.md#2: weights stay bit-identical
             self.zero_grad()
             return metrics
@@ -295,7 +300,7 @@ class LoraAdamW:
             self.optimizer.step()
         finally:
             self.optimizer.param_groups = groups
-        metrics["num_params_updated"] = float(updated)
+        metrics[vocab.Metric.NUM_PARAMS_UPDATED] = float(updated)
         self.zero_grad()
         return metrics
 

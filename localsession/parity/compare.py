@@ -13,13 +13,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from localsession import vocab
+
 #: The tolerances localsession records with (docs/parity.md#tolerances). float32 results
 #: of one model agree to about 1e-5 between runs whose batches were composed differently.
 DEFAULT_TOLERANCES: dict[str, Any] = {
     "default": {"rtol": 1e-4, "atol": 1e-5},
     "keys": {
-        "mfu": "any",  # model FLOPs utilisation: divides by the wall clock
-        "promised_flops": "any",  # the device's peak: differs between machines
+        vocab.Metric.MFU: "any",  # model FLOPs utilisation: divides by the wall clock
+        vocab.Metric.PROMISED_FLOPS: "any",  # the device's peak: differs between machines
     },
 }
 #: Diffs listed in full; the rest are counted.

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from localsession import vocab
+from localsession.engine_options import EngineOptions
 from localsession.port import EngineSpec, LossConfig, SampleRequest, TrainingDatum
 from localsession.port_commands import (
     ForwardCommand,
@@ -43,10 +44,15 @@ def lora(command: SessionCommand) -> tuple[int, int, str]:
     return rank, alpha, command.base_model
 
 
-def engine_spec(command: SessionCommand, catalog: ModelCatalog, any_path: bool) -> EngineSpec:
+def engine_spec(
+    command: SessionCommand,
+    catalog: ModelCatalog,
+    any_path: bool,
+    options: EngineOptions | None = None,
+) -> EngineSpec:
     """What a session command asks an engine for: its LoRA (checked) on its base model,
     resolved through ``catalog`` (a model it does not list is refused unless ``any_path``,
-    the service's ``local_model_paths``)."""
+    the service's ``local_model_paths``), run with the service's engine ``options``."""
     rank, alpha, base_model = lora(command)
     # Sessions and their packages name the model, not the ARN or alias it was asked by.
     model = catalog.canonical_name(base_model)
@@ -66,6 +72,7 @@ def engine_spec(command: SessionCommand, catalog: ModelCatalog, any_path: bool) 
         seed=command.seed,
         train_unembed=command.train_unembed,
         model=resolved,
+        options=options if options is not None else EngineOptions(),
     )
 
 

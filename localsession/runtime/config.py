@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from localsession import vocab
+from localsession.engine_options import EngineOptions, non_negative, whole_number
 from localsession.port import Engine, EngineSpec
 from localsession.runtime.models.catalog import localsession_home
 
@@ -24,9 +25,14 @@ DEFAULT_ACCOUNT = "000000000000"
 DEFAULT_REGION = "us-west-2"
 
 
-def _env_float(name: str, default: float | None) -> float | None:
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
+def _env_seconds(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name, "")
+    return non_negative(name, raw, "seconds >= 0") if raw.strip() else default
+
+
+def _env_count(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    return whole_number(name, raw, "a whole number >= 1", least=1) if raw.strip() else default
 
 
 @dataclass(frozen=True)
@@ -76,21 +82,27 @@ class ServiceConfig:
     #: API. Reading that model costs 0.1-0.5 s on the first create; the light fakes, whose
     #: requests come from their own client, turn it off.
     check_create_members: bool = True
+    #: The engine's settings (``LOCALSESSION_DEVICE`` ...), carried on every session's
+    #: :class:`EngineSpec`. ``None``: not chosen; :meth:`from_env` and the wiring's
+    #: ``build_service`` read the environment's, and a service given none runs the defaults.
+    engine_options: EngineOptions | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ServiceConfig:
         """Defaults, then ``LOCALSESSION_*`` variables, then explicit overrides (a name that is
-        no setting raises ``TypeError``)."""
+        no setting raises ``TypeError``). A bad variable raises
+        :class:`~localsession.engine_options.SettingError` naming it and what it accepts."""
         config = cls(
             region=os.environ.get("AWS_REGION")
             or os.environ.get("AWS_DEFAULT_REGION")
             or DEFAULT_REGION,
-            max_sessions=int(os.environ.get("LOCALSESSION_MAX_SESSIONS", "4")),
-            gap_timeout=_env_float("LOCALSESSION_GAP_TIMEOUT", 60.0) or 0.0,
-            idle_timeout=_env_float("LOCALSESSION_IDLE_TIMEOUT", None),
-            heartbeat_timeout=_env_float(
+            max_sessions=_env_count("LOCALSESSION_MAX_SESSIONS", 4),
+            gap_timeout=_env_seconds("LOCALSESSION_GAP_TIMEOUT", 60.0) or 0.0,
+            idle_timeout=_env_seconds("LOCALSESSION_IDLE_TIMEOUT", None),
+            heartbeat_timeout=_env_seconds(
                 "LOCALSESSION_HEARTBEAT_TIMEOUT", vocab.TINKER_HEARTBEAT_TIMEOUT_S
             )
             or 0.0,
+            engine_options=EngineOptions.from_env(),
         )
         return dataclasses.replace(config, **overrides)

@@ -161,7 +161,8 @@ class Service:
     def create_session(self, command: SessionCommand) -> str:
         """CreateTrainingSession from a typed command (a dialect's own wire); its ARN."""
         name = validate.session_name(command.name)
-        spec = commands.engine_spec(command, self.catalog, self.config.local_model_paths)
+        c = self.config  # its engine options ride on the spec (None: the defaults)
+        spec = commands.engine_spec(command, self.catalog, c.local_model_paths, c.engine_options)
         arn = (
             f"arn:aws:sagemaker:{command.region or self.config.region}:{self.config.account}:"
             f"training-session/{name}"

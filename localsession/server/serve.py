@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localsession import wiring
+from localsession.engine_options import EngineOptions, SettingError
 from localsession.runtime.home import HomeError, HomeLock, require_writable
 from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import ModelCatalog
@@ -59,11 +60,16 @@ class ServeOptions:
 
 
 def build_service(
-    options: ServeOptions, home: Path | None = None, *, catalog: ModelCatalog | None = None
+    options: ServeOptions,
+    home: Path | None = None,
+    *,
+    catalog: ModelCatalog | None = None,
+    engine: EngineOptions | None = None,
 ) -> Service:
     """The service a server runs: the wiring's server profile, with the command line's
     choices. ``catalog``: the one :func:`start` already built from ``--model-map`` (default:
-    built by the profile from ``options.model_map``)."""
+    built by the profile from ``options.model_map``); ``engine``: the engine options
+    :func:`start` read (default: the profile reads the environment)."""
     chosen = home if home is not None else options.home
     profile = wiring.ServerOptions(
         home=Path(chosen) if chosen is not None else None,
@@ -74,6 +80,7 @@ def build_service(
         lenient_sequence=options.lenient_sequence,
         max_queued_ops=options.max_queued_ops,
         heartbeat_timeout=options.heartbeat_timeout,
+        engine=engine,
     )
     return wiring.server_service(profile, catalog=catalog)
 
@@ -110,6 +117,10 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
     except ValueError as exc:
         raise StartupError(str(exc)) from None
     model_map = check_model_map_flags(options.model_map)
+    try:
+        engine = EngineOptions.from_env()  # a bad LOCALSESSION_* engine setting stops here
+    except SettingError as exc:
+        raise StartupError(str(exc)) from None
     home = (options.home.expanduser() if options.home else localsession_home()).absolute()
     lock = HomeLock(home)
     try:
@@ -125,10 +136,12 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
         lock.release()
         raise
     try:
-        service = build_service(options, home, catalog=catalog)
-    except BaseException:
+        service = build_service(options, home, catalog=catalog, engine=engine)
+    except BaseException as exc:
         sock.close()
         lock.release()
+        if isinstance(exc, SettingError):  # a service variable (LOCALSESSION_MAX_SESSIONS ...)
+            raise StartupError(str(exc)) from None
         raise
     return service, sock, lock, credential
 
@@ -184,6 +197,8 @@ def _print_banner(url: str, service: Service, credential: Credential | None) -> 
     shown = "tml-<the SECRET given to --auth>" if credential is not None else "tml-localsession"
     say(f"export TINKER_API_KEY={shlex.quote(shown)}")
     say(f"# {heartbeat_line(service.config.heartbeat_timeout)}")
+    engine = service.config.engine_options or EngineOptions()
+    say(f"# engine: {engine.line()} (docs/configuration.md)")
     say(
         "# and pass s3_output_path='s3://<bucket>/<prefix>' to ServiceClient (or to each "
         "create call):\n# without it the SDK derives a default bucket through STS at a fixed "

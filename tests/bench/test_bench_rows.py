@@ -195,3 +195,21 @@ def test_the_gpu_section_is_rewritten_alone_from_the_recorded_run(tmp_path: Path
         assert "| loss distance | 8.0e-07 | — | — | ≤ 0.02 | pass |" in text  # not "0.00"
         assert "\npass: 2/2 targets met\n" in text and "[device.md](device.md)" in text
     assert "No run is recorded" in gpu_section(tmp_path / "missing.json")
+
+
+def test_a_rewrite_keeps_the_hand_written_history(tmp_path: Path) -> None:
+    """``make bench`` rewrites performance.md whole, but its dated "Measurements behind the
+    design" section (moved out of architecture.md) is carried over word for word, before the
+    GPU section; the real doc has one."""
+    from bench.perf_doc import DOC, GPU_HEADING, HISTORY_HEADING, kept_history, write_doc
+
+    history = f"{HISTORY_HEADING}\n\nOn 12-01 a step ran at 1.43× raw.\n"
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"old table\n\n{history}\n{GPU_HEADING}\n\nold gpu\n", encoding="utf-8")
+    assert kept_history(doc.read_text(encoding="utf-8")) == history
+    write_doc(doc, [Row("r", 1.0, "ms", "info", None)], took=60.0, before=0.1)
+    text = doc.read_text(encoding="utf-8")
+    assert "old table" not in text and history in text
+    assert text.index(HISTORY_HEADING) < text.index(GPU_HEADING)
+    assert kept_history(text) == history
+    assert "1.43× raw" in kept_history(DOC.read_text(encoding="utf-8"))

@@ -1,7 +1,8 @@
 """Messages a user can act on (issue 21, items 2 and 5): the lost-sequence warning says what
 happened in plain words, the strict ``max_tokens`` floor keeps the SDK's error and adds the
-relaxed hint, a bad ``LOCALSESSION_DEVICE`` logs one line without a traceback, and a save into
-an unwritable home names the path."""
+relaxed hint, a bad ``LOCALSESSION_DEVICE`` is refused when the service is built, naming the
+variable and its choices, an engine that cannot start logs one line without a traceback, and
+a save into an unwritable home names the path."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from botocore.exceptions import ParamValidationError
 
 from localsession import ServiceClient
+from localsession.engine_options import EngineOptions, SettingError
 from localsession.exceptions import OperationError
 from localsession.port import AdamHyperparams, EngineSpec
 from localsession.port_results import OptimResult
@@ -93,18 +95,29 @@ def test_a_max_tokens_floor_keeps_the_sdk_error_and_adds_the_relaxed_hint(
         tc.stop()
 
 
-def test_a_bad_device_setting_is_one_log_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_a_bad_device_setting_is_refused_before_any_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LOCALSESSION_DEVICE", "gpu")
-    service = build_service(ServiceConfig(home=tmp_path))
+    with pytest.raises(SettingError, match="LOCALSESSION_DEVICE='gpu': expected 'cpu' or 'cuda'"):
+        build_service(ServiceConfig(home=tmp_path))
+
+
+def test_an_engine_that_cannot_start_is_one_log_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # cuda asked, none here
+    config = ServiceConfig(home=tmp_path, engine_options=EngineOptions(device="cuda"))
+    service = build_service(config)
     try:
         with caplog.at_level(logging.ERROR, logger="localsession.runtime.sessions.runner"):
             _session(service, "wrong-device")
             assert service.wait_for_session("wrong-device", 60) == "Failed"
         (record,) = [r for r in caplog.records if "failed to load" in r.getMessage()]
         assert record.exc_info is None  # no traceback
-        assert "LOCALSESSION_DEVICE='gpu': expected 'cpu' or 'cuda'" in record.getMessage()
+        assert "LOCALSESSION_DEVICE=cuda but torch sees no CUDA device" in record.getMessage()
     finally:
         service.close()
 

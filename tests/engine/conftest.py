@@ -2,9 +2,11 @@
 
 Everything runs offline (``HF_HUB_OFFLINE=1``) on the CPU in float32 (``LOCALSESSION_DEVICE``
 defaults to ``cpu`` here so results are deterministic; export ``LOCALSESSION_DEVICE=cuda``
-to run the engine tests on a GPU). Torch uses one intra-op thread here
-(``LOCALSESSION_TEST_THREADS`` overrides): the tiny models gain nothing from more, and on a
-shared 2-core machine OpenMP spinning under contention can slow a step down a hundredfold.
+to run the engine tests on a GPU): the engines made here run with :data:`OPTIONS`, the
+environment's engine options read once, as the wiring reads them. Torch uses one intra-op
+thread here (``LOCALSESSION_TEST_THREADS`` overrides): the tiny models gain nothing from
+more, and on a shared 2-core machine OpenMP spinning under contention can slow a step down a
+hundredfold.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ import torch  # noqa: E402
 
 from localsession.engine.builtin import build_builtin  # noqa: E402
 from localsession.engine.torch_engine import TorchEngine  # noqa: E402
+from localsession.engine_options import EngineOptions  # noqa: E402
 from localsession.port import EngineSpec  # noqa: E402
 
 TINY = "localsession/tiny"
+#: The engine options of every engine made here (``LOCALSESSION_*``, read once).
+OPTIONS = EngineOptions.from_env()
 
 torch.set_num_threads(int(os.environ.get("LOCALSESSION_TEST_THREADS", "1")))
 
@@ -39,14 +44,15 @@ def tiny_base() -> tuple[Any, Any]:
 @pytest.fixture(scope="session")
 def tiny_engine() -> Iterator[TorchEngine]:
     """One shared engine for tests that neither train nor change its state."""
-    engine = TorchEngine(EngineSpec(TINY, rank=8, alpha=16, seed=0))
+    engine = TorchEngine(EngineSpec(TINY, rank=8, alpha=16, seed=0, options=OPTIONS))
     yield engine
     engine.close()
 
 
 @pytest.fixture
 def make_engine() -> Iterator[Callable[..., TorchEngine]]:
-    """Factory for fresh engines (closed at teardown): ``make_engine(rank=8, seed=0)``."""
+    """Factory for fresh engines (closed at teardown): ``make_engine(rank=8, seed=0)``;
+    ``options=EngineOptions(...)`` replaces :data:`OPTIONS`."""
     made: list[TorchEngine] = []
 
     def factory(**kwargs: Any) -> TorchEngine:
@@ -55,6 +61,7 @@ def make_engine() -> Iterator[Callable[..., TorchEngine]]:
             rank=kwargs.pop("rank", 8),
             alpha=kwargs.pop("alpha", 16),
             seed=kwargs.pop("seed", 0),
+            options=kwargs.pop("options", OPTIONS),
         )
         assert not kwargs, f"unknown engine options {kwargs}"
         engine = TorchEngine(spec)

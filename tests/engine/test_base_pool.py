@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from localsession.engine.torch_engine import TorchEngine
 from localsession.port import AdamHyperparams, EngineSpec, SampleRequest
 from localsession.port_results import ForwardResult, OptimResult
 
+from .conftest import OPTIONS
 from .helpers import make_datum, random_tokens
 
 SMALL = "localsession/small"
@@ -94,8 +96,8 @@ def _script(a: TorchEngine, b: TorchEngine, tmp: Path) -> list[Any]:
 def test_shared_base_is_bit_identical_to_private_copies(
     make_engine: Callable[..., TorchEngine], tmp_path: Path
 ) -> None:
-    spec_a = EngineSpec("localsession/tiny", rank=8, alpha=16, seed=0)
-    spec_b = EngineSpec("localsession/tiny", rank=8, alpha=16, seed=5)
+    spec_a = EngineSpec("localsession/tiny", rank=8, alpha=16, seed=0, options=OPTIONS)
+    spec_b = EngineSpec("localsession/tiny", rank=8, alpha=16, seed=5, options=OPTIONS)
     private_a, private_b = (TorchEngine(s, loaded=load_private(s)) for s in (spec_a, spec_b))
     try:
         assert not any(
@@ -126,9 +128,10 @@ def test_merged_cache_budget_and_lru(
 ) -> None:
     cache = MergedCache()  # private, so other tests' sessions do not count
     monkeypatch.setattr(decoders, "MERGED_CACHE", cache)
-    a, b = make_engine(seed=0), make_engine(seed=1)
-    size = merged_bytes(a.model)
-    monkeypatch.setenv("LOCALSESSION_MERGED_CACHE_MB", str(2.5 * size / 2**20))  # two fit
+    size = merged_bytes(make_engine(seed=0).model)
+    two_fit = replace(OPTIONS, merged_cache_mb=2.5 * size / 2**20)  # LOCALSESSION_MERGED_CACHE_MB
+    a, b = make_engine(seed=0, options=two_fit), make_engine(seed=1, options=two_fit)
+    assert cache.budget == int(2.5 * size)
     request = SampleRequest(prompt=[5, 6, 7], num_samples=1, max_tokens=4, seed=1)
     adam = AdamHyperparams(learning_rate=1e-2)
     for engine in (a, b):
@@ -146,7 +149,7 @@ def test_merged_cache_budget_and_lru(
     assert cache.used <= 2.5 * size
     assert a.sample(str(tmp_path / "a"), [request]) == first  # rebuilt: same tokens
     assert cache.used <= 2.5 * size
-    monkeypatch.setenv("LOCALSESSION_MERGED_CACHE_MB", "0")  # no copies: decode unmerged
+    cache.set_budget(0)  # LOCALSESSION_MERGED_CACHE_MB=0, no copies: decode unmerged
     cache.drop_owner(a._decoders.owner)
     unmerged = a.sample(str(tmp_path / "a"), [request])
     assert unmerged[0].sequences[0].tokens == first[0].sequences[0].tokens

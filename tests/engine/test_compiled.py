@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +15,19 @@ import torch
 
 from localsession.engine import compiled
 from localsession.engine.torch_engine import TorchEngine
+from localsession.engine_options import EngineOptions
 
+from .conftest import OPTIONS
 from .helpers import greedy, make_datum, random_tokens, train
 
 
 def test_eager_by_default(
     make_engine: Callable[..., TorchEngine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(compiled.COMPILE_ENV, raising=False)
-    assert not make_engine()._train_forward.is_compiled
+    assert not make_engine(options=replace(OPTIONS, compile=""))._train_forward.is_compiled
     for value in ("0", "off", ""):
-        monkeypatch.setenv(compiled.COMPILE_ENV, value)
-        assert compiled.requested_backend() is None
-    monkeypatch.setenv(compiled.COMPILE_ENV, "1")
-    assert compiled.requested_backend() == "inductor"
+        assert EngineOptions.parse({compiled.COMPILE_ENV: value}).compile == ""
+    assert EngineOptions.parse({compiled.COMPILE_ENV: "1"}).compile == "inductor"
 
 
 def test_no_cxx_compiler_falls_back_with_one_log_line(
@@ -35,11 +35,10 @@ def test_no_cxx_compiler_falls_back_with_one_log_line(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setenv(compiled.COMPILE_ENV, "1")
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
     with caplog.at_level(logging.WARNING, logger="localsession.engine.compiled"):
-        engine = make_engine()
+        engine = make_engine(options=replace(OPTIONS, compile="inductor"))
     assert not engine._train_forward.is_compiled
     assert [r.getMessage() for r in caplog.records] == [
         f"{compiled.COMPILE_ENV}=inductor: running eager instead "
@@ -62,11 +61,10 @@ def test_failing_compiled_call_falls_back_to_eager_results(
         return run
 
     eager_losses, eager_grads = train(make_engine(), 2)
-    monkeypatch.setenv(compiled.COMPILE_ENV, "inductor")
     monkeypatch.setattr(compiled, "unavailable_reason", lambda backend, device: None)
     monkeypatch.setattr(torch, "compile", broken_compile)
     with caplog.at_level(logging.WARNING, logger="localsession.engine.compiled"):
-        engine = make_engine()
+        engine = make_engine(options=replace(OPTIONS, compile="inductor"))
         assert engine._train_forward.is_compiled
         losses, gradients = train(engine, 2)
     assert calls == [1]  # tried once, then eager for good
@@ -89,8 +87,7 @@ def test_compiled_agrees_with_eager(
     if backend == "inductor" and compiled.unavailable_reason(backend, torch.device("cpu")):
         pytest.skip("inductor cannot compile here (no C++ compiler)")
     eager = make_engine()
-    monkeypatch.setenv(compiled.COMPILE_ENV, backend)
-    fast = make_engine()
+    fast = make_engine(options=replace(OPTIONS, compile=backend))
     assert fast._train_forward.is_compiled
     eager_losses, eager_grads = train(eager, 3)
     losses, gradients = train(fast, 3)

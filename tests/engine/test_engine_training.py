@@ -17,6 +17,7 @@ from localsession.engine.torch_engine import TorchEngine
 from localsession.port import AdamHyperparams, EngineInputError, EngineSpec, TrainingDatum
 from localsession.runtime.sagemaker_wire import result_body
 
+from .conftest import OPTIONS
 from .helpers import make_datum, outputs_without, random_tokens, untimed
 
 ADAM = AdamHyperparams(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)
@@ -27,7 +28,7 @@ def grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
 
 
 def test_create_engine_returns_torch_engine() -> None:
-    engine = create_engine(EngineSpec("localsession/tiny", rank=2, alpha=4))
+    engine = create_engine(EngineSpec("localsession/tiny", rank=2, alpha=4, options=OPTIONS))
     try:
         assert isinstance(engine, TorchEngine)
         assert engine.get_tokenizer().encode("a") == [257, 97]

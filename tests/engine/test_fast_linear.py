@@ -5,6 +5,7 @@ fallback, and an engine that agrees with plain MKL on losses, gradients and gree
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ import torch.nn.functional as F
 
 from localsession.engine import fast_linear
 from localsession.engine.torch_engine import TorchEngine
+from localsession.engine_options import EngineOptions
 
+from .conftest import OPTIONS
 from .helpers import greedy, random_tokens, train
 
 
@@ -40,10 +43,9 @@ def mode(
     oneDNN calls are not counted)."""
 
     def choose(value: str) -> None:
-        monkeypatch.setenv(fast_linear.LINEAR_ENV, value)
         fast_linear.reset()
         try:
-            fast_linear.enabled()
+            fast_linear.decision(value)  # what installing a model with this mode decides
         finally:
             onednn_calls.clear()
 
@@ -115,13 +117,15 @@ def test_small_products_other_dtypes_and_no_grad(
 def test_modes(mode: Callable[[str], None], monkeypatch: pytest.MonkeyPatch) -> None:
     mode("mkl")
     assert not fast_linear.enabled()
-    assert fast_linear.probe() == (False, f"{fast_linear.LINEAR_ENV}=mkl")
-    monkeypatch.setenv(fast_linear.LINEAR_ENV, "fast please")
-    fast_linear.reset()
-    with pytest.raises(ValueError, match="LOCALSESSION_LINEAR='fast please': use auto"):
-        fast_linear.enabled()
+    assert fast_linear.probe("mkl") == (False, f"{fast_linear.LINEAR_ENV}=mkl")
+    # asked without a mode (a bench's report), the decision in force is read, not replaced
+    assert fast_linear.decision() == (False, f"{fast_linear.LINEAR_ENV}=mkl")
+    assert not fast_linear.enabled()
+    assert EngineOptions.parse({fast_linear.LINEAR_ENV: " OFF"}).linear == "mkl"
+    with pytest.raises(ValueError, match="LOCALSESSION_LINEAR='fast please': expected auto"):
+        EngineOptions.parse({fast_linear.LINEAR_ENV: "fast please"})
     mode("auto")
-    use, why = fast_linear.probe()
+    use, why = fast_linear.probe("auto")
     assert why.startswith("oneDNN ") or why == "this torch has no oneDNN"
     speedup = float(why.split()[1].rstrip("x")) if why.startswith("oneDNN ") else 0.0
     assert use == (speedup >= fast_linear.PROBE_MARGIN)
@@ -140,7 +144,7 @@ def test_falls_back_to_torch_cleanly(
 
         monkeypatch.setattr(fast_linear, "_onednn", failing)
     mode("onednn")
-    use, why = fast_linear.probe()
+    use, why = fast_linear.probe("onednn")
     assert not use and ("no oneDNN" in why or "no primitive for this CPU" in why)
     assert not fast_linear.enabled()
     x_MK, w_NK = torch.randn(64, 576), torch.randn(1536, 576)
@@ -155,7 +159,7 @@ def test_install_reclasses_every_plain_linear_and_keeps_names(
     fast = [m for m in model.modules() if type(m) is fast_linear.FastLinear]
     assert plain == [] and len(fast) == 2 * 7 * 3 + 1  # base, A and B of 14 layers; the head
     names = list(model.state_dict())
-    assert fast_linear.install(model) == 0  # already done
+    assert fast_linear.install(model, "mkl") == 0  # already done
     assert list(model.state_dict()) == names
 
 
@@ -168,7 +172,7 @@ def test_a_layer_under_an_accelerate_hook_runs_the_new_forward(
     mode("onednn")
     layer = torch.nn.Linear(576, 1536)
     add_hook_to_module(layer, ModelHook())  # keeps nn.Linear's bound forward as _old_forward
-    assert fast_linear.install(layer) == 1
+    assert fast_linear.install(layer, "onednn") == 1
     x_MK = torch.randn(64, 576)
     with torch.no_grad():
         y_MN = layer(x_MK)
@@ -184,12 +188,12 @@ def test_engine_agrees_with_mkl(
     tmp_path: Path,
 ) -> None:
     mode("mkl")
-    mkl = make_engine()
+    mkl = make_engine(options=replace(OPTIONS, linear="mkl"))
     mkl_losses, mkl_grads = train(mkl, 3)
     mkl_tokens = greedy(mkl, tmp_path, "mkl", prompt=random_tokens(1, 40, seed=2)[0])
     assert onednn_calls == []
     mode("onednn")
-    dnn = make_engine()
+    dnn = make_engine(options=replace(OPTIONS, linear="onednn"))
     losses, gradients = train(dnn, 3)
     tokens = greedy(dnn, tmp_path, "dnn", prompt=random_tokens(1, 40, seed=2)[0])
     assert len(onednn_calls) > 30  # the MLP layers of training and the 40-token prefill

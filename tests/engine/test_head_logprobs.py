@@ -13,9 +13,10 @@ import torch
 from localsession.engine import head_logprobs
 from localsession.engine.compiled import TrainingForward
 from localsession.engine.torch_engine import TorchEngine
+from localsession.engine_options import EngineOptions
 from localsession.port import EngineSpec
 
-from .conftest import TINY
+from .conftest import OPTIONS, TINY
 
 
 def reference(
@@ -103,7 +104,9 @@ def test_where_the_plain_path_runs(
     monkeypatch.setattr(forward, "compiled", lambda **_: None)  # as if torch.compile ran
     assert head_logprobs.split_head(forward) is None
 
-    head = TorchEngine(EngineSpec(TINY, rank=4, alpha=16, seed=3, train_unembed=True))
+    head = TorchEngine(
+        EngineSpec(TINY, rank=4, alpha=16, seed=3, train_unembed=True, options=OPTIONS)
+    )
     try:
         assert head_logprobs.split_head(head.model) is None  # LoRA on the head: not plain
     finally:
@@ -113,7 +116,7 @@ def test_where_the_plain_path_runs(
     monkeypatch.setattr(base.config, "model_type", "gemma2")  # soft-capped logits
     assert head_logprobs.split_head(lora_model) is None
     monkeypatch.setattr(base.config, "model_type", "llama")
-    monkeypatch.setenv(head_logprobs.FUSED_HEAD_ENV, "off")
+    head_logprobs.mark(lora_model, False)  # EngineOptions(fused_head=False)
     assert head_logprobs.split_head(lora_model) is None
     # ...and the plain path gives the same values
     ids_RL = torch.randint(3, 256, (2, 5), generator=torch.Generator().manual_seed(3))
@@ -123,7 +126,19 @@ def test_where_the_plain_path_runs(
     torch.testing.assert_close(got_M, want_M, rtol=1e-6, atol=1e-6)
 
 
-def test_a_bad_switch_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(head_logprobs.FUSED_HEAD_ENV, "sometimes")
+def test_the_option_marks_every_model_an_engine_decodes_with(
+    make_engine: Callable[..., TorchEngine],
+) -> None:
+    """``fused_head=False`` reaches the training model, and the plain decoding copies."""
+    off = make_engine(options=EngineOptions.parse({"LOCALSESSION_FUSED_HEAD": "off"}))
+    assert head_logprobs.split_head(off.model) is None
+    assert head_logprobs.split_head(off._train_forward) is None
+    plain = off._decoders.get(None, None)
+    assert plain is not None and head_logprobs.split_head(plain) is None
+    on = make_engine(options=EngineOptions())
+    assert head_logprobs.split_head(on.model) is not None
+
+
+def test_a_bad_switch_names_the_variable() -> None:
     with pytest.raises(ValueError, match="LOCALSESSION_FUSED_HEAD='sometimes'.*on .*or off"):
-        head_logprobs.enabled()
+        EngineOptions.parse({"LOCALSESSION_FUSED_HEAD": "sometimes"})

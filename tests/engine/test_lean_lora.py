@@ -14,19 +14,23 @@ from peft.tuners.lora.layer import Linear as LoraLinear
 
 from localsession.engine import lean_lora
 from localsession.engine.builtin import build_builtin
-from localsession.engine.lean_lora import LORA_PRECISION_ENV, LeanLoraLinear
+from localsession.engine.lean_lora import LeanLoraLinear
 from localsession.engine.loading import apply_lora
-from localsession.port import EngineConfigError
+from localsession.engine_options import EngineOptions, SettingError
 
 from .conftest import TINY
 
+LORA_PRECISION_ENV = "LOCALSESSION_LORA_PRECISION"
 
-def _lean_and_peft(dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+
+def _lean_and_peft(dtype: torch.dtype = torch.float32, precision: str = "mixed") -> tuple[Any, Any]:
     """The engine's LoRA model over tiny (``dtype`` base, float32 adapter, random B so the
-    adapter's term is not zero) and a copy whose layers run peft's own forward."""
+    adapter's term is not zero; ``precision``: ``EngineOptions.lora_precision``) and a copy
+    whose layers run peft's own forward."""
     torch.manual_seed(0)
     base, _ = build_builtin(TINY)
-    lean = apply_lora(base.to(dtype), rank=4, alpha=8, seed=0)
+    options = EngineOptions(lora_precision=precision)
+    lean = apply_lora(base.to(dtype), rank=4, alpha=8, seed=0, options=options)
     with torch.no_grad():
         for name, p in lean.named_parameters():
             if "lora_" in name:
@@ -57,13 +61,10 @@ def test_every_adapted_linear_layer_is_lean() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_outputs_and_gradients_equal_peft_bit_for_bit(
-    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_outputs_and_gradients_equal_peft_bit_for_bit(dtype: torch.dtype) -> None:
     """A float32 base in any setting, and a bf16 one with ``LOCALSESSION_LORA_PRECISION=fp32``,
     run peft's kernels in peft's order."""
-    monkeypatch.setenv(LORA_PRECISION_ENV, "fp32")
-    lean, peft = _lean_and_peft(dtype)
+    lean, peft = _lean_and_peft(dtype, "fp32")
     ids_BT = torch.randint(0, 256, (3, 11), generator=torch.Generator().manual_seed(1))
     loss_lean, grads_lean = _loss_and_grads(lean, ids_BT)
     loss_peft, grads_peft = _loss_and_grads(peft, ids_BT)
@@ -151,15 +152,12 @@ def _float64_reference(lean: Any, ids_BT: torch.Tensor) -> tuple[float, list[tor
     return float(loss), grads
 
 
-def test_a_bf16_base_runs_mixed_precision_products_by_default(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_bf16_base_runs_mixed_precision_products_by_default() -> None:
     """``mixed``: the bf16 products stay close to the float64 computation of the same
     weights (bf16's 8 mantissa bits: the loss within 1e-2 relative, every gradient within
     5e-2 norm-relative), the adapter and its gradients stay float32, and the result is not
     the float32-products one (so the switch does something)."""
-    monkeypatch.delenv(LORA_PRECISION_ENV, raising=False)
-    lean, peft = _lean_and_peft(torch.bfloat16)
+    lean, peft = _lean_and_peft(torch.bfloat16)  # the default: mixed
     ids_BT = torch.randint(0, 256, (3, 11), generator=torch.Generator().manual_seed(1))
     loss, grads = _loss_and_grads(lean, ids_BT)
     ref_loss, ref_grads = _float64_reference(lean, ids_BT)
@@ -173,10 +171,9 @@ def test_a_bf16_base_runs_mixed_precision_products_by_default(
     assert not all(torch.equal(a, b) for a, b in zip(grads, peft_grads, strict=True))
 
 
-def test_a_bad_precision_setting_fails_at_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(LORA_PRECISION_ENV, "half")
-    with pytest.raises(EngineConfigError) as caught:
-        _lean_and_peft(torch.bfloat16)
+def test_a_bad_precision_setting_names_the_choices() -> None:
+    with pytest.raises(SettingError) as caught:
+        EngineOptions.parse({LORA_PRECISION_ENV: "half"})
     message = str(caught.value)
     assert LORA_PRECISION_ENV in message and "'half'" in message
     assert "mixed (the default" in message and "fp32" in message

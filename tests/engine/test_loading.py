@@ -18,6 +18,8 @@ from localsession.port import EngineSpec, ResolvedModel
 from localsession.runtime.models.catalog import LocalCatalog
 from localsession.runtime.models.sources import shared_cache
 
+from .conftest import OPTIONS
+
 
 @pytest.fixture(scope="module")
 def saved_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -32,7 +34,7 @@ def _logits(loaded: Any, tokens: list[int]) -> torch.Tensor:
 
 def _spec(catalog: LocalCatalog, name: str) -> EngineSpec:
     resolved = catalog.resolve(name)
-    return EngineSpec(resolved.name, rank=4, alpha=8, model=resolved)
+    return EngineSpec(resolved.name, rank=4, alpha=8, model=resolved, options=OPTIONS)
 
 
 def _same_as_tiny(loaded: Any, tiny_base: tuple[Any, Any], text: str) -> None:
@@ -117,5 +119,5 @@ def test_gguf_is_converted_lazily_into_the_cache_root(
 def test_a_spec_without_a_resolved_model_is_refused_unless_builtin() -> None:
     with pytest.raises(ValueError, match="resolve the name through a model catalog"):
         load_private(EngineSpec("acme/tiny-llama", rank=4, alpha=8))
-    loaded = load_private(EngineSpec("localsession/tiny", rank=2, alpha=4))
+    loaded = load_private(EngineSpec("localsession/tiny", rank=2, alpha=4, options=OPTIONS))
     assert loaded.resolved == ResolvedModel("localsession/tiny", "builtin", "localsession/tiny")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from localsession.engine import memory
+from localsession.engine_options import EngineOptions
 
 BIG = memory.TRIM_MIN_BYTES + 1
 
@@ -63,14 +64,12 @@ def test_the_real_trim_runs_on_glibc() -> None:
     assert memory.trim() is True
 
 
-def test_budget_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("X_CACHE_MB", raising=False)
-    assert memory.budget_from_env("X_CACHE_MB", 512) == 512 * 2**20
-    monkeypatch.setenv("X_CACHE_MB", "0")
-    assert memory.budget_from_env("X_CACHE_MB", 512) == 0
-    monkeypatch.setenv("X_CACHE_MB", "0.5")
-    assert memory.budget_from_env("X_CACHE_MB", 512) == 2**19
+def test_budget_options_in_bytes() -> None:
+    """The two cache budgets: MB as given (0 allowed), in bytes; bad values name the variable."""
+    name = "LOCALSESSION_MERGED_CACHE_MB"
+    assert EngineOptions.parse({}).merged_cache_bytes == 512 * 2**20
+    assert EngineOptions.parse({name: "0"}).merged_cache_bytes == 0
+    assert EngineOptions.parse({name: "0.5"}).merged_cache_bytes == 2**19
     for bad in ("lots", "-1", "nan"):
-        monkeypatch.setenv("X_CACHE_MB", bad)
-        with pytest.raises(ValueError, match=f"X_CACHE_MB={bad!r}"):
-            memory.budget_from_env("X_CACHE_MB", 512)
+        with pytest.raises(ValueError, match=f"{name}={bad!r}"):
+            EngineOptions.parse({name: bad})

@@ -28,7 +28,7 @@ from localsession.port_results import ForwardResult
 from localsession.runtime.sagemaker_wire import result_body
 from localsession.runtime.validate import training_datums
 
-from .conftest import TINY
+from .conftest import OPTIONS, TINY
 from .helpers import make_datum, output_keys, output_row, wire_datum
 
 sdk_utils = pytest.importorskip("sagemaker.train.training_session._utils")
@@ -139,7 +139,9 @@ def test_over_long_inputs_fail_naming_the_limit_and_the_length() -> None:
     """A model map entry's ``max_context`` is the limit (the built-in's own, 131,072, is too
     long to exercise here)."""
     tiny = ResolvedModel(name="short/tiny", kind="builtin", target=TINY, max_context=2048)
-    tiny_engine = TorchEngine(EngineSpec(TINY, rank=8, alpha=16, seed=0, model=tiny))
+    tiny_engine = TorchEngine(
+        EngineSpec(TINY, rank=8, alpha=16, seed=0, model=tiny, options=OPTIONS)
+    )
     limit = tiny_engine.max_positions
     assert limit == 2048 and tiny_engine.model.config.max_position_embeddings == 131072
     long = [7] * (limit + 1)

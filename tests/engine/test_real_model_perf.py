@@ -11,15 +11,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from localsession.engine import placement, precision
+from localsession.engine import placement
 from localsession.engine.torch_engine import TorchEngine
+from localsession.engine_options import EngineOptions
 from localsession.port import AdamHyperparams, EngineSpec, ResolvedModel
 
+from .conftest import OPTIONS
 from .helpers import make_datum
 
 pytestmark = pytest.mark.slow
@@ -36,10 +39,14 @@ def real_dir() -> Path:
     return real_model.ensure_real_model()
 
 
-def _spec(real_dir: Path, rank: int, alpha: int, seed: int) -> EngineSpec:
+def _spec(
+    real_dir: Path, rank: int, alpha: int, seed: int, options: EngineOptions = OPTIONS
+) -> EngineSpec:
     """A spec on the converted directory, resolved as a catalog resolves a local directory."""
     model = ResolvedModel(name=str(real_dir), kind="local", target=str(real_dir))
-    return EngineSpec(str(real_dir), rank=rank, alpha=alpha, seed=seed, model=model)
+    return EngineSpec(
+        str(real_dir), rank=rank, alpha=alpha, seed=seed, model=model, options=options
+    )
 
 
 def _data(n: int, length: int, seed: int) -> list[dict[str, object]]:
@@ -64,16 +71,14 @@ def _grads(engine: TorchEngine) -> dict[str, torch.Tensor]:
     }
 
 
-def test_bf16_within_bound_of_fp32(
-    real_dir: Path, engines: list[TorchEngine], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bf16_within_bound_of_fp32(real_dir: Path, engines: list[TorchEngine]) -> None:
     data = _data(4, 64, seed=0)
     adam = AdamHyperparams(learning_rate=1e-3)
     losses: dict[str, list[float]] = {}
     logprobs: dict[str, torch.Tensor] = {}
     for dtype in ("fp32", "bf16"):
-        monkeypatch.setenv(precision.DTYPE_ENV, dtype)
-        engine = TorchEngine(_spec(real_dir, rank=16, alpha=32, seed=0))
+        options = replace(OPTIONS, dtype=dtype)
+        engine = TorchEngine(_spec(real_dir, rank=16, alpha=32, seed=0, options=options))
         engines.append(engine)
         losses[dtype] = []
         for _ in range(3):
@@ -90,19 +95,16 @@ def test_bf16_within_bound_of_fp32(
 def test_disk_offload_matches_unplaced(
     real_dir: Path,
     engines: list[TorchEngine],
-    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    monkeypatch.setenv(precision.DTYPE_ENV, "fp32")
     data = _data(2, 32, seed=1)
-    spec = _spec(real_dir, rank=8, alpha=16, seed=3)
+    spec = _spec(real_dir, rank=8, alpha=16, seed=3, options=replace(OPTIONS, dtype="fp32"))
     plain = TorchEngine(spec)
     engines.append(plain)
     expected = plain.forward_backward(data, "cross_entropy", None, backward=True)
     expected_grads = _grads(plain)
-    monkeypatch.setenv(placement.MAX_MEMORY_ENV, "cpu=380MB")
-    monkeypatch.setenv(placement.OFFLOAD_DIR_ENV, str(tmp_path / "offload"))
-    placed = TorchEngine(spec)
+    placing = {"max_memory": (("cpu", "380MB"),), "offload_dir": str(tmp_path / "offload")}
+    placed = TorchEngine(replace(spec, options=replace(spec.options, **placing)))
     engines.append(placed)
     on_disk = placement.offloaded_modules(placed.model.get_base_model())
     layers_on_disk = [n for n in on_disk if ".layers." in n]

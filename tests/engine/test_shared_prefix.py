@@ -26,9 +26,11 @@ from hypothesis import strategies as st
 from localsession.engine import scoring, shared_prefix, train_step
 from localsession.engine.flops import model_flops
 from localsession.engine.torch_engine import TorchEngine
+from localsession.engine_options import EngineOptions
 from localsession.port import EngineSpec, TrainingDatum
 from localsession.runtime.sagemaker_wire import result_body
 
+from .conftest import OPTIONS
 from .helpers import TIMED_METRICS
 
 LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo")
@@ -38,7 +40,7 @@ RTOL = 1e-5
 @pytest.fixture(scope="module", params=["localsession/tiny", "localsession/small"])
 def engine(request: pytest.FixtureRequest) -> Iterator[TorchEngine]:
     """An engine whose adapter is random (a fresh one's B is zero, so A's gradient would be)."""
-    made = TorchEngine(EngineSpec(request.param, rank=4, alpha=8, seed=0))
+    made = TorchEngine(EngineSpec(request.param, rank=4, alpha=8, seed=0, options=OPTIONS))
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in made.model.parameters():
@@ -102,11 +104,10 @@ def grpo_batch(seed: int, loss_fn: str, max_group: int = 16) -> list[TrainingDat
 def run(
     engine: TorchEngine, datums: list[TrainingDatum], loss_fn: str, mode: str, backward: bool
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(shared_prefix.SHARED_ENV, mode)
-        engine.zero_grad()
-        # the typed result in its SageMaker wire form: every per-datum field compared alike
-        out = result_body(engine.forward_backward(datums, loss_fn, None, backward=backward))
+    engine.retune(shared_prefix_mode=mode)
+    engine.zero_grad()
+    # the typed result in its SageMaker wire form: every per-datum field compared alike
+    out = result_body(engine.forward_backward(datums, loss_fn, None, backward=backward))
     grads = {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
     engine.zero_grad()
     return out, grads
@@ -268,10 +269,10 @@ def test_compute_logprobs_shared_equals_unshared(
     prompt = [rng.randrange(256) for _ in range(20)]
     prompts = [prompt + [rng.randrange(256) for _ in range(rng.randint(0, 6))] for _ in range(6)]
     prompts += [[7], [rng.randrange(256) for _ in range(9)]]  # one token; nothing shared
-    monkeypatch.setenv(shared_prefix.SHARED_ENV, "off")
+    engine.retune(shared_prefix_mode="off")
     want = engine.compute_logprobs_batch(None, prompts)
     assert not packed_calls
-    monkeypatch.setenv(shared_prefix.SHARED_ENV, "on")
+    engine.retune(shared_prefix_mode="on")
     got = engine.compute_logprobs_batch(None, prompts)
     assert packed_calls
     assert got[-2] == [None]
@@ -286,7 +287,7 @@ def test_compute_logprobs_nothing_shared_runs_unshared(
     calls: list[int] = []
     real = scoring.batch_logprobs
     monkeypatch.setattr(scoring, "batch_logprobs", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setenv(shared_prefix.SHARED_ENV, "on")
+    engine.retune(shared_prefix_mode="on")
     engine.compute_logprobs_batch(None, [[i, 5, 6, 7] for i in range(4)])
     assert calls == [1] and not packed_calls
 
@@ -315,24 +316,26 @@ def fresh_decisions() -> Iterator[None]:
     shared_prefix.reset()
 
 
-def test_modes(monkeypatch: pytest.MonkeyPatch, fresh_decisions: None) -> None:
+def test_modes(fresh_decisions: None) -> None:
     cpu = torch.device("cpu")
-    monkeypatch.setenv(shared_prefix.SHARED_ENV, "sometimes")
+
+    def mode(raw: str | None) -> str:  # the option the variable sets, as the wiring reads it
+        return EngineOptions.parse(
+            {} if raw is None else {shared_prefix.SHARED_ENV: raw}
+        ).shared_prefix
+
     with pytest.raises(ValueError, match=r"LOCALSESSION_SHARED_PREFIX='sometimes'.*auto, on, off"):
-        shared_prefix.decision(cpu, torch.float32)
-    monkeypatch.setenv(shared_prefix.SHARED_ENV, "off")
-    assert shared_prefix.decision(cpu, torch.float32) == (
+        mode("sometimes")
+    assert shared_prefix.decision(cpu, torch.float32, mode("off")) == (
         False,
         1.0,
         "LOCALSESSION_SHARED_PREFIX=off",
     )
     keys = [[1, 2, 3, 4, 5, i] for i in range(4)]
-    assert shared_prefix.plan(keys, cpu, torch.float32, (10**6, 2, 128)) is None
-    monkeypatch.setenv(shared_prefix.SHARED_ENV, "ON ")
-    assert shared_prefix.decision(cpu, torch.float32)[:2] == (True, 1.0)
-    assert shared_prefix.plan(keys, cpu, torch.float32, (10**6, 2, 128)) is not None
-    monkeypatch.delenv(shared_prefix.SHARED_ENV)
-    use, factor, why = shared_prefix.decision(cpu, torch.float32)
+    assert shared_prefix.plan(keys, cpu, torch.float32, (10**6, 2, 128), "off") is None
+    assert shared_prefix.decision(cpu, torch.float32, mode("ON "))[:2] == (True, 1.0)
+    assert shared_prefix.plan(keys, cpu, torch.float32, (10**6, 2, 128), "on") is not None
+    use, factor, why = shared_prefix.decision(cpu, torch.float32, mode(None))
     assert use and factor > 0 and math.isfinite(factor)
     assert why == f"masked attention {factor:.2f}x causal on the probe"
 
@@ -342,11 +345,12 @@ def test_decided_once_and_logged(
 ) -> None:
     probes: list[str] = []
     real = shared_prefix.probe
-    monkeypatch.setattr(shared_prefix, "probe", lambda d, t: probes.append(d.type) or real(d, t))
-    monkeypatch.setenv(shared_prefix.SHARED_ENV, "on")
+    monkeypatch.setattr(
+        shared_prefix, "probe", lambda d, t, m: probes.append(d.type) or real(d, t, m)
+    )
     with caplog.at_level(logging.INFO, logger="localsession.engine.shared_prefix"):
         for _ in range(3):
-            shared_prefix.decision(torch.device("cpu"), torch.float32)
+            shared_prefix.decision(torch.device("cpu"), torch.float32, "on")
     assert probes == ["cpu"]
     assert [r.getMessage() for r in caplog.records] == [
         "shared prefixes on cpu: on (LOCALSESSION_SHARED_PREFIX=on)"
@@ -363,8 +367,7 @@ def test_a_disagreeing_attention_kernel_turns_it_off(
         return out + 1.0 if args else out  # the masked call is off by one
 
     monkeypatch.setattr(shared_prefix.F, "scaled_dot_product_attention", wrong)
-    monkeypatch.setenv(shared_prefix.SHARED_ENV, "on")
-    use, _, why = shared_prefix.decision(torch.device("cpu"), torch.float32)
+    use, _, why = shared_prefix.decision(torch.device("cpu"), torch.float32, "on")
     assert not use and "disagrees" in why
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from localsession.engine.snapshots import SnapshotCache, snapshot_cache_budget
+from localsession.engine.snapshots import SnapshotCache
 from localsession.engine.torch_engine import TorchEngine
+from localsession.engine_options import EngineOptions
 
 
 def packages(engine: TorchEngine, root: Path, n: int) -> list[str]:
@@ -66,12 +67,12 @@ def test_count_bound_and_oversized_snapshots(
     assert all((first[k] == again[k]).all() for k in first)
 
 
-def test_budget_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LOCALSESSION_SNAPSHOT_CACHE_MB", raising=False)
-    assert snapshot_cache_budget() == 256 * 2**20
-    monkeypatch.setenv("LOCALSESSION_SNAPSHOT_CACHE_MB", "1.5")
-    assert snapshot_cache_budget() == int(1.5 * 2**20)
+def test_an_engine_takes_its_budget_from_its_options(
+    make_engine: Callable[..., TorchEngine],
+) -> None:
+    assert make_engine(options=EngineOptions())._snapshots.budget == 256 * 2**20
+    options = EngineOptions.parse({"LOCALSESSION_SNAPSHOT_CACHE_MB": "1.5"})
+    assert make_engine(options=options)._snapshots.budget == int(1.5 * 2**20)
     for bad in ("lots", "-1"):
-        monkeypatch.setenv("LOCALSESSION_SNAPSHOT_CACHE_MB", bad)
         with pytest.raises(ValueError, match="LOCALSESSION_SNAPSHOT_CACHE_MB"):
-            snapshot_cache_budget()
+            EngineOptions.parse({"LOCALSESSION_SNAPSHOT_CACHE_MB": bad})

@@ -16,6 +16,7 @@ import torch
 from localsession.engine import sampling, thread_policy, torch_engine
 from localsession.engine.thread_policy import THREADS_ENV, CpuMonitor, choose_threads
 from localsession.engine.torch_engine import TorchEngine
+from localsession.engine_options import EngineOptions
 from localsession.port import SampleRequest
 
 from .helpers import make_datum, random_tokens
@@ -56,18 +57,14 @@ def test_choose_threads_rejects_impossible_inputs() -> None:
         choose_threads(2, 0.0, 1, peers=0)
 
 
-def test_requested_reads_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(THREADS_ENV, raising=False)
-    assert thread_policy.requested() is None
+def test_the_option_reads_the_switch() -> None:
+    assert EngineOptions.parse({}).threads == 0  # auto
     for auto in ("auto", " AUTO ", ""):
-        monkeypatch.setenv(THREADS_ENV, auto)
-        assert thread_policy.requested() is None
-    monkeypatch.setenv(THREADS_ENV, "3")
-    assert thread_policy.requested() == 3
+        assert EngineOptions.parse({THREADS_ENV: auto}).threads == 0
+    assert EngineOptions.parse({THREADS_ENV: "3"}).threads == 3
     for bad in ("0", "-1", "two", "1.5", "2 threads"):
-        monkeypatch.setenv(THREADS_ENV, bad)
         with pytest.raises(ValueError, match=rf"{THREADS_ENV}=.*'auto'.*whole number"):
-            thread_policy.requested()
+            EngineOptions.parse({THREADS_ENV: bad})
 
 
 def stat_text(cpu0: tuple[int, ...], cpu1: tuple[int, ...]) -> str:
@@ -169,9 +166,8 @@ def test_scope_sets_the_count_and_restores_it(
     policy(0.0)
     with thread_policy.scope():
         assert torch.get_num_threads() == 2
-    monkeypatch.setenv(THREADS_ENV, "3")  # a fixed count, whatever the load
     policy(2.0)
-    with thread_policy.scope():
+    with thread_policy.scope(3):  # a fixed count (EngineOptions.threads), whatever the load
         assert torch.get_num_threads() == 3
         thread_policy.revisit()
         assert torch.get_num_threads() == 3
@@ -254,9 +250,20 @@ def test_the_trainer_runs_on_the_chosen_count(
     assert counts == [2, 1, 1, 2]
 
 
-def test_a_bad_switch_fails_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    from localsession.port import EngineSpec
+def test_an_engine_runs_its_ops_with_its_fixed_count(
+    make_engine: Callable[..., TorchEngine],
+    policy: Callable[[float], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = make_engine(options=EngineOptions(threads=3))
+    seen: list[int | None] = []
+    real = thread_policy._apply
 
-    monkeypatch.setenv(THREADS_ENV, "many")
-    with pytest.raises(ValueError, match=THREADS_ENV):
-        TorchEngine(EngineSpec("localsession/tiny", rank=4, alpha=8, seed=0))
+    def recording(state: Any, current: int) -> None:
+        seen.append(state.fixed)
+        real(state, current)
+
+    monkeypatch.setattr(thread_policy, "_apply", recording)
+    policy(2.0)  # busy cores: auto would pick fewer
+    engine.forward_backward([make_datum([1, 2, 3, 4])], "cross_entropy", None, backward=True)
+    assert seen == [3]

@@ -32,6 +32,7 @@ from localsession.engine.merged import (
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import AdamHyperparams, EngineInputError, EngineSpec, ResolvedModel
 
+from .conftest import OPTIONS
 from .helpers import make_datum
 
 TINY = "localsession/tiny"
@@ -42,8 +43,10 @@ ADAM = AdamHyperparams(learning_rate=1e-2)
 
 @pytest.fixture
 def engines() -> Iterator[tuple[TorchEngine, TorchEngine]]:
-    plain = TorchEngine(EngineSpec(TINY, rank=4, alpha=16, seed=3))
-    head = TorchEngine(EngineSpec(TINY, rank=4, alpha=16, seed=3, train_unembed=True))
+    plain = TorchEngine(EngineSpec(TINY, rank=4, alpha=16, seed=3, options=OPTIONS))
+    head = TorchEngine(
+        EngineSpec(TINY, rank=4, alpha=16, seed=3, train_unembed=True, options=OPTIONS)
+    )
     yield plain, head
     plain.close()
     head.close()
@@ -103,7 +106,7 @@ def _logits(model: Any) -> torch.Tensor:
 
 
 def test_a_tied_head_adapts_its_output_only(tied_tiny: ResolvedModel) -> None:
-    spec = EngineSpec(tied_tiny.name, rank=4, alpha=16, seed=0, train_unembed=True)
+    spec = EngineSpec(tied_tiny.name, rank=4, alpha=16, seed=0, train_unembed=True, options=OPTIONS)
     loaded = load_private(spec, tied_tiny)
     base = loaded.model.get_base_model()
     embedding = base.get_input_embeddings().weight

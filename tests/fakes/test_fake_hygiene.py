@@ -39,8 +39,9 @@ ALLOWED = frozenset(
         "urllib3",
     }
 )
-#: localsession packages that need torch: the light tier must load none of them.
-TORCH_PACKAGES = ("localsession.engine", "localsession.numerics.")
+#: localsession packages that need torch: the light tier must load none of them (a dot ends
+#: each, so ``localsession.engine_options``, pure Python, is not one).
+TORCH_PACKAGES = ("localsession.engine.", "localsession.numerics.")
 TORCH_FREE_NUMERICS = frozenset({"localsession.numerics.inputs"})
 
 LOOP = """
@@ -102,7 +103,10 @@ def _check_light_tier(path: Path | None = None) -> None:
     }
     assert third_party <= ALLOWED, sorted(third_party - ALLOWED)
     torch_modules = [
-        m for m in modules if m.startswith(TORCH_PACKAGES) and m not in TORCH_FREE_NUMERICS
+        m
+        for m in modules
+        if (m == "localsession.engine" or m.startswith(TORCH_PACKAGES))
+        and m not in TORCH_FREE_NUMERICS
     ]
     assert torch_modules == []
     assert "torch" not in startup  # what startup loads is allowed, so it must not be torch

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from localsession import wiring
+from localsession.engine_options import EngineOptions
 from localsession.port import EngineSpec
 from localsession.runtime.config import ServiceConfig
 from localsession.server.serve import ServeOptions, build_service
@@ -32,9 +33,11 @@ def test_build_service_leaves_the_callers_config_as_it_was(tmp_path: Path) -> No
     config = ServiceConfig(home=tmp_path)
     service = wiring.build_service(config)
     try:
-        assert config.engine_factory is None  # the caller's copy: untouched
+        assert config.engine_factory is None and config.engine_options is None  # untouched
         assert service.config.engine_factory is wiring.default_engine_factory
-        assert dataclasses.replace(service.config, engine_factory=None) == config
+        assert service.config.engine_options == EngineOptions.from_env()  # filled in, once
+        filled = {"engine_factory": None, "engine_options": None}
+        assert dataclasses.replace(service.config, **filled) == config
     finally:
         service.close()
 

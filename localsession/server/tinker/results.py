@@ -30,18 +30,24 @@ PROTOBUF = "application/x-protobuf"
 
 
 def _metric_name(name: str) -> str:
+    """``name:reduction``: a runtime metric under the reduction the vocabulary states for it
+    (``vocab.METRIC_REDUCTIONS``); a name that states its own (``x:sum``) as it is; any
+    other (a custom loss's own metric) as a mean."""
     if ":" in name:
         return name
-    return f"{name}:sum" if name.endswith(("num", "flops")) else f"{name}:mean"
+    try:
+        return vocab.Metric(name).tinker_name
+    except ValueError:
+        return f"{name}:mean"
 
 
 def fwd_metrics(result: ForwardResult) -> dict[str, float]:
     """Runtime forward metrics under Tinker's ``name:reduction`` names; ``loss:sum`` is the
     sum of every datum's elementwise loss (Tinker's reported loss)."""
     total = math.fsum(float(v) for out in result.outputs for v in out.elementwise_loss)
-    metrics = {"loss:sum": total}
+    metrics = {vocab.Metric.LOSS.tinker_name: total}
     for name, value in result.metrics.items():
-        if name not in ("loss", "actor/pg_loss"):
+        if name not in vocab.TINKER_OMITTED_METRICS:
             metrics[_metric_name(name)] = float(value)
     return metrics
 
