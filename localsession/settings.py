@@ -129,6 +129,20 @@ _TOOLING = (
         "tooling",
     ),
     Variable(
+        "LOCALSESSION_CHROMIUM",
+        "/usr/bin/chromium",
+        "a Chromium executable",
+        "The browser the console tests drive (tests/browser, `make test-browser`).",
+        "tooling",
+    ),
+    Variable(
+        "LOCALSESSION_ARTIFACTS",
+        "runs/browser",
+        "a directory",
+        "Where the browser tests save their screenshots.",
+        "tooling",
+    ),
+    Variable(
         "LOCALSESSION_REAL_MODEL_CACHE",
         "~/.cache/localsession/smollm2-135m-instruct",
         "a directory",

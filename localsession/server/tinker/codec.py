@@ -335,3 +335,13 @@ def encode_sample_response(
 
         msg.prompt_alt_tokens.CopyFrom(alt_tokens(pb, alt.tokens, alt.logprobs))
     return bytes(msg.SerializeToString())
+
+
+def chunk_tokens(chunk: Any) -> list[Any]:
+    """A prompt chunk's token ids (the runtime checks they are ints >= 0)."""
+    if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
+        raise errors.validation("only encoded_text (token) prompt chunks are supported locally")
+    ids = chunk.get("tokens")
+    if not isinstance(ids, list):
+        raise errors.validation("a prompt chunk's tokens must be a list of token ids")
+    return ids

@@ -231,7 +231,7 @@ class TinkerRoutes:
         stop = params.get("stop")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         topk = int(body.get("topk_prompt_logprobs") or 0)
-        prompt = [t for c in body["prompt"]["chunks"] for t in _chunk_tokens(c)]
+        prompt = [t for c in body["prompt"]["chunks"] for t in codec.chunk_tokens(c)]
         request_ = SampleRequest(
             prompt=prompt,
             num_samples=int(body.get("num_samples") or 1),
@@ -342,16 +342,6 @@ class TinkerRoutes:
 
 def _try_again(request_id: str) -> Response:
     return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": "active"})
-
-
-def _chunk_tokens(chunk: Any) -> list[Any]:
-    """A prompt chunk's token ids (the runtime checks they are ints >= 0)."""
-    if not isinstance(chunk, dict) or chunk.get("type", "encoded_text") != "encoded_text":
-        raise errors.validation("only encoded_text (token) prompt chunks are supported locally")
-    ids = chunk.get("tokens")
-    if not isinstance(ids, list):
-        raise errors.validation("a prompt chunk's tokens must be a list of token ids")
-    return ids
 
 
 def routes(dialect: Dialect) -> list[Route]:
