@@ -124,7 +124,7 @@ class Completions:
         if done:
             with self.dialect.lock:  # their results were read: drop the payloads
                 for request_id in done:
-                    self.dialect.futures.pop(request_id, None)
+                    self.dialect.futures.forget(request_id)
         timeout = body.get("timeout")
         hold = HOLD_SECONDS if timeout is None else min(max(float(timeout), 0.0), HOLD_SECONDS)
         events = self._take(key, prev)

@@ -45,6 +45,7 @@ from localsession.server.tinker import dro, sequence_plans, session_index, topk_
 from localsession.server.tinker import tinker_commands as parse
 from localsession.server.tinker.checkpoints import Checkpoints
 from localsession.server.tinker.expiry import Reaper
+from localsession.server.tinker.future_table import Future, FutureTable
 from localsession.server.tinker.numbering import Numbering
 from localsession.server.tinker.samplers import Sampler, Samplers
 from localsession.server.tinker.stability import StabilityRecords
@@ -61,20 +62,6 @@ class Model:
     #: runtime sequence number = Tinker seq_id + offset (a create-via-load's load takes 1)
     offset: int = 0
     last_request: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-
-
-@dataclass
-class Future:
-    """One Tinker request id: a runtime op, or a value known at once (or an error)."""
-
-    kind: str
-    session: str | None = None
-    op_id: str | None = None
-    sampling: bool = False
-    model_id: str | None = None
-    value: dict[str, Any] | None = None
-    error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _now() -> datetime:
@@ -100,7 +87,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
         self.sessions: dict[str, float] = {}
         self.finished: set[str] = set()
         self.models: dict[str, Model] = {}
-        self.futures: dict[str, Future] = {}
+        self.futures = FutureTable()  # the request ids the SDK polls
         self.samplers: dict[str, Sampler] = {}
         self.hidden: dict[str, str] = {}  # base model -> sampler session name
         self.hidden_locks: dict[str, threading.Lock] = {}
@@ -159,23 +146,6 @@ class Dialect(Checkpoints, Samplers, Numbering):
             except ServiceError:
                 pass  # already stopping or gone
 
-    def add_future(self, future: Future) -> str:
-        request_id = str(uuid.uuid4())
-        with self.lock:
-            self.futures[request_id] = future
-        return request_id
-
-    def future(self, request_id: str) -> Future:
-        with self.lock:
-            found = self.futures.get(request_id)
-        if found is None:
-            raise errors.not_found(
-                f"request {request_id!r} is unknown to this server (futures do not survive "
-                "a restart); submit the request again",
-                runtime=True,
-            )
-        return found
-
     # -- models --------------------------------------------------------------------------
 
     def models_list(self) -> list[str]:
@@ -231,7 +201,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
         model = Model(model_id, name, base_model, rank, lora, request.get("user_metadata"))
         with self.lock:
             self.models[model_id] = model
-        return self.add_future(Future("create_model", session=name, model_id=model_id))
+        return self.futures.add(Future("create_model", session=name, model_id=model_id))
 
     def model(self, model_id: Any) -> Model:
         with self.lock:
@@ -298,7 +268,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
                     self.stability, model_id, loss_fn, config, datums, shapes
                 )
                 future = Future(vocab.OpKind.FORWARD, model_id=model_id)
-                return self.add_future(
+                return self.futures.add(
                     dro.submit(
                         self, model, number, config, forward_only, datums, shapes, future, parsed
                     )
@@ -313,7 +283,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             op = self.submit(model, number, command)
         kind = command.kind
         extra = {"groups": groups} if topk_targets.wide(groups) else {}
-        return self.add_future(
+        return self.futures.add(
             Future(kind, session=model.session, op_id=op, model_id=model_id, extra=extra)
         )
 
@@ -326,7 +296,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
                     "optim_step takes adam_params; other optimizers are not run"
                 )
             op = self.submit(model, number, OptimCommand(parse.adam_params(params)))
-        return self.add_future(
+        return self.futures.add(
             Future(
                 vocab.OpKind.OPTIMIZER_STEP,
                 session=model.session,
@@ -360,7 +330,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
         if sampler and request.get("sampling_session_seq_id") is not None:
             extra["sampler_for"] = model.model_id
             extra["unnamed"] = not request.get("path")  # its answer has no path (tinker 0.16)
-        return self.add_future(
+        return self.futures.add(
             Future(kind, session=model.session, op_id=op, model_id=model.model_id, extra=extra)
         )
 
@@ -393,7 +363,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             with self.lock:
                 self.models[model_id] = model
             op = self.submit(model, self.number(model, 0), LoadCommand(arn, with_optimizer))
-        return self.add_future(
+        return self.futures.add(
             Future(
                 vocab.OpKind.LOAD_STATE,
                 session=model.session,

@@ -64,7 +64,7 @@ def _recipient(text: str) -> Any:
 
 def save(dialect: Dialect, request: dict[str, Any]) -> str:
     """Queue the export of ``request['model_id']``'s adapter; returns the request id."""
-    from localsession.server.tinker.dialect import Future
+    from localsession.server.tinker.future_table import Future
 
     recipients = check_recipients(request.get("age_encryption_recipients"))
     model = dialect.model(request.get("model_id"))
@@ -81,7 +81,7 @@ def save(dialect: Dialect, request: dict[str, Any]) -> str:
         vocab.OpKind.SAVE_WEIGHTS, session=model.session, op_id=op, model_id=model.model_id
     )
     future.extra = extra
-    return dialect.add_future(future)
+    return dialect.futures.add(future)
 
 
 def package_files(root: Path) -> list[str]:

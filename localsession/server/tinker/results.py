@@ -24,7 +24,8 @@ from localsession.port_results import (
 )
 from localsession.runtime.errors import ServiceError
 from localsession.server.tinker import codec, dro, json_results, rest, topk_targets
-from localsession.server.tinker.dialect import Dialect, Future
+from localsession.server.tinker.dialect import Dialect
+from localsession.server.tinker.future_table import Future
 
 PROTOBUF = "application/x-protobuf"
 

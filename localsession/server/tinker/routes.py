@@ -36,7 +36,8 @@ from localsession.server.tinker import (
     sample_options,
     session_index,
 )
-from localsession.server.tinker.dialect import Dialect, Future
+from localsession.server.tinker.dialect import Dialect
+from localsession.server.tinker.future_table import Future
 from localsession.server.tinker.samplers import INFLIGHT
 
 #: How long a retrieve_future poll is held on an unfinished op before ``try_again``.
@@ -260,7 +261,7 @@ class TinkerRoutes:
                 "last_n": body.get("prompt_logprobs_last_n"),
             },
         )
-        request_id = self.dialect.add_future(future)
+        request_id = self.dialect.futures.add(future)
         if CLIENT_CONFIG["sample_use_retrieve_futures"]:  # the SDK's session poller reads it
             self.completions.watch(
                 sampler.sampler_id, body.get("seq_id"), request_id, name, future.op_id or ""
@@ -277,7 +278,7 @@ class TinkerRoutes:
     async def retrieve_future(self, request: Request) -> Response:
         body = await body_json(request)
         request_id = str(body.get("request_id") or "")
-        future = self.dialect.future(request_id)
+        future = self.dialect.futures.get(request_id)
         if future.error is not None:
             return JSONResponse({"error": future.error, "category": "user"})
         if future.value is not None:
