@@ -223,6 +223,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
             reason = reason.removeprefix("Skipped: ")
             terminalreporter.write_line(f"SKIP {report.nodeid.split('/')[-1]}: {reason}")
+    hint = capability_hint(skipped, len(terminalreporter.stats.get("passed", [])))
+    if hint:
+        terminalreporter.write_line(hint, yellow=True, bold=True)
     if _UNAVAILABLE in config.stash:
         terminalreporter.write_line(
             f"FAILED: backend unavailable: {config.stash[_UNAVAILABLE]}; no conformance test "
@@ -230,6 +233,26 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             red=True,
             bold=True,
         )
+
+
+#: The marker of a skip for an undeclared capability (surface skips excluded).
+UNDECLARED = "does not declare capability"
+
+
+def capability_hint(skipped: list[Any], ran: int) -> str | None:
+    """A hint when most of the tests that could run on this surface skipped for capabilities
+    the backend did not declare (a third party that does implement them should say so)."""
+    reasons = [str(r.longrepr[2]) if isinstance(r.longrepr, tuple) else "" for r in skipped]
+    undeclared = [r for r in reasons if UNDECLARED in r and "surface." not in r]
+    if not undeclared or len(undeclared) <= ran:
+        return None
+    return (
+        f"conformance: {len(undeclared)} tests skipped for capabilities the backend does not "
+        f"declare ({ran} passed): they check localsession's local decisions, not the spec. "
+        "If your server implements them, declare them with --capabilities=all or "
+        "--capabilities=NAME,... (conformance/capabilities.py lists them; see "
+        "conformance/README.md, Capabilities)"
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
