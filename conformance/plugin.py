@@ -21,7 +21,7 @@ import pytest
 
 from conformance import limits
 from conformance.adapter import Backend, BackendUnavailable
-from conformance.capabilities import CAPABILITIES, check_names
+from conformance.capabilities import CAPABILITIES, SPEC, check_names
 from conformance.report import Recorder, suite_id
 
 _BACKEND = pytest.StashKey[Backend]()
@@ -138,7 +138,7 @@ def _start_backend(config: pytest.Config) -> Backend | None:
     check_names(backend.capabilities, f"backend {backend.name!r} declares")
     if options["capabilities"] is not None:
         backend.capabilities = options["capabilities"]
-    backend.capabilities = backend.capabilities - set(dropped)
+    backend.capabilities = (backend.capabilities | SPEC) - set(dropped)  # spec is not declared
     if options["xfail_file"] is not None:
         backend.xfail_file = options["xfail_file"]
     tuned = {k: options[k] for k in ("learning_rate", "rank", "lora_alpha") if options[k]}
@@ -223,7 +223,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
             reason = reason.removeprefix("Skipped: ")
             terminalreporter.write_line(f"SKIP {report.nodeid.split('/')[-1]}: {reason}")
-    hint = capability_hint(skipped, len(terminalreporter.stats.get("passed", [])))
+    ran = sum(len(terminalreporter.stats.get(k, [])) for k in ("passed", "failed", "xfailed"))
+    hint = capability_hint(skipped, ran)
     if hint:
         terminalreporter.write_line(hint, yellow=True, bold=True)
     if _UNAVAILABLE in config.stash:

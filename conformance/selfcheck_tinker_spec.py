@@ -17,7 +17,9 @@ these too, through :data:`PATCHES`):
 - ``top_k_ignored``: ``top_k`` is dropped;
 - ``max_tokens_ignored``: sequences run 3 tokens past ``max_tokens``;
 - ``num_samples_ignored``: one sequence comes back whatever ``num_samples`` asks;
-- ``stale_sampler``: a sampler of saved weights (``model_path``) samples the base model.
+- ``stale_sampler``: a sampler of saved weights (``model_path``) samples the base model;
+- ``refusal_keeps_number``: a refused request's sequence number is never released, so the
+  next request waits out the gap timeout.
 """
 
 from __future__ import annotations
@@ -153,3 +155,20 @@ PATCHES: dict[str, Callable[[], Any]] = {
     "num_samples_ignored": lambda: _bodies("/asample", lambda body: body.update(num_samples=1)),
     "stale_sampler": _stale_sampler,
 }
+
+
+def _numbers_kept() -> Any:
+    """A refused request's sequence number is never released: later requests wait for it
+    until the gap timeout."""
+    from localsession.server.tinker.numbering import Numbering
+
+    return mock.patch.object(Numbering, "_refuse", lambda self, session, number: None)
+
+
+EXPECTED["refusal_keeps_number"] = {
+    "test_tinker_refusals.py::test_the_request_after_a_refusal_runs_promptly[unknown_loss]"
+}
+PATCHES["refusal_keeps_number"] = _numbers_kept
+#: Defects whose catching test waits out a bound (45 s): the full run (make selfcheck) plants
+#: them; the default suite's meta-test leaves them to it.
+SLOW = frozenset({"refusal_keeps_number"})
