@@ -161,14 +161,14 @@ def run_selfcheck(only: Sequence[str] = (), write: Callable[[str], Any] = print)
 
 def spec_of(surface: str, test_id: str) -> str:
     """The spec point a suite test checks: its docstring's first sentence (each docstring
-    opens with the SDK line or rule it checks)."""
+    opens with the SDK line or rule it checks), else its file's."""
     import importlib
 
     path, _, name = test_id.partition("::")
     folder = "suite" if surface == "sagemaker" else "suite_tinker"
     module = importlib.import_module(f"conformance.{folder}.{path.removesuffix('.py')}")
-    doc = " ".join((getattr(module, name.partition("[")[0]).__doc__ or "").split())
-    return doc.split(". ")[0][:200]
+    doc = getattr(module, name.partition("[")[0]).__doc__ or module.__doc__ or ""
+    return " ".join(doc.split()).split(". ")[0][:200]  # else the file's spec section
 
 
 def _line(v: Verdict) -> str:

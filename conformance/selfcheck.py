@@ -14,7 +14,8 @@ Each is the fakes backend with one planted defect, selected with
 - ``stop_ignored``: sample requests lose their stop strings;
 - ``greedy_ignored``: temperature 0 samples at temperature 1;
 - ``max_tokens_ignored``: samples run 3 tokens past ``max_tokens``;
-- ``no_elementwise_loss``: ``loss_fn_outputs`` lose ``elementwise_loss`` (empty lists).
+- ``no_elementwise_loss``: ``loss_fn_outputs`` lose ``elementwise_loss`` (empty lists);
+- ``refusal_500``: every refusal keeps its error code but is answered HTTP 500.
 
 Each backend declares no capability (the plain third-party configuration: the spec points of
 ``capabilities.SPEC`` are checked anyway) but those :data:`DECLARES` names, for a defect
@@ -53,6 +54,10 @@ EXPECTED: dict[str, set[str]] = {
     "greedy_ignored": {"test_sampling.py::test_greedy_picks_the_most_likely_token"},
     "max_tokens_ignored": {"test_sampling.py::test_stop_reason_length_means_max_tokens"},
     "no_elementwise_loss": {"test_losses.py::test_cross_entropy_closed_form"},
+    "refusal_500": {
+        "test_validation.py::test_lora_rank_out_of_range_is_refused[300]",
+        "test_refusals.py::test_the_op_after_a_refusal_runs_promptly",
+    },
 }
 #: Local decisions a defect's backend declares (it breaks one); every other defect's backend
 #: declares none.
@@ -152,7 +157,29 @@ def _broken_request(defect: str, request: Any) -> Any:
     return request
 
 
+def _answer_500() -> None:
+    """Every refusal answered HTTP 500 (its error code kept), for the whole process."""
+    from unittest import mock
+
+    from botocore.exceptions import ClientError
+
+    from localsession.client import backend as client_backend
+
+    original = client_backend.call
+
+    def call(operation_name: str, fn: Any) -> Any:
+        try:
+            return original(operation_name, fn)
+        except ClientError as exc:
+            exc.response.setdefault("ResponseMetadata", {})["HTTPStatusCode"] = 500
+            raise
+
+    mock.patch.object(client_backend, "call", call).start()  # this process exists to break
+
+
 def _make(defect: str) -> Backend:
+    if defect == "refusal_500":
+        _answer_500()
     backend = fakes_backend(f"broken-{defect}", _broken_service(defect), xfail="none")
     backend.capabilities = DECLARES.get(defect, frozenset())  # the plugin adds SPEC
     backend.details["defect"] = defect

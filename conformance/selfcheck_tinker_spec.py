@@ -19,7 +19,9 @@ these too, through :data:`PATCHES`):
 - ``num_samples_ignored``: one sequence comes back whatever ``num_samples`` asks;
 - ``stale_sampler``: a sampler of saved weights (``model_path``) samples the base model;
 - ``refusal_keeps_number``: a refused request's sequence number is never released, so the
-  next request waits out the gap timeout.
+  next request waits out the gap timeout;
+- ``step_deferred``: an ``optim_step`` is applied only after the next forward (or
+  forward_backward) has run, which so runs ahead of it.
 """
 
 from __future__ import annotations
@@ -172,3 +174,35 @@ PATCHES["refusal_keeps_number"] = _numbers_kept
 #: Defects whose catching test waits out a bound (45 s): the full run (make selfcheck) plants
 #: them; the default suite's meta-test leaves them to it.
 SLOW = frozenset({"refusal_keeps_number"})
+
+
+def _deferred_step() -> Any:
+    """An optim_step is answered at once but applied only after the model's next forward or
+    forward_backward has run: that request runs ahead of the step queued before it."""
+    from localsession.engine.torch_engine import TorchEngine
+    from localsession.port_results import OptimResult
+
+    run_forward, run_step = TorchEngine.forward_backward, TorchEngine.optim_step
+    pending: dict[int, Any] = {}
+
+    def optim_step(self: Any, adam_params: Any) -> Any:
+        pending[id(self)] = adam_params
+        return OptimResult({"learning_rate": float(adam_params.learning_rate)})
+
+    def forward_backward(self: Any, *args: Any, **kw: Any) -> Any:
+        out = run_forward(self, *args, **kw)
+        held = pending.pop(id(self), None)
+        if held is not None:
+            run_step(self, held)
+        return out
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(mock.patch.object(TorchEngine, "optim_step", optim_step))
+    stack.enter_context(mock.patch.object(TorchEngine, "forward_backward", forward_backward))
+    return stack
+
+
+EXPECTED["step_deferred"] = {
+    "test_tinker_ordering.py::test_each_queued_request_sees_exactly_the_requests_before_it"
+}
+PATCHES["step_deferred"] = _deferred_step
