@@ -189,8 +189,8 @@ def test_the_adapter_has_the_requested_rank(
     rank: int,
 ) -> None:
     """lora_config.py ``LoraConfig.rank``: "LoRA rank (dimension of low-rank matrices)": each
-    downloaded ``lora_A`` is ``(rank, in)``, each ``lora_B`` ``(out, rank)``, and after a step
-    every update ``B @ A`` has matrix rank at most ``rank``."""
+    downloaded ``lora_A`` is ``(rank, in)`` and each ``lora_B`` ``(out, rank)`` (so every
+    update ``B @ A`` has rank at most ``rank``), whatever the service reports about itself."""
     tc = new_trainer(rank=rank, seed=74)
     _step(backend, tc, tokens, _params(backend))
     weights = adapter(backend, tinker_client, tc, f"opt-rank-{rank}")
@@ -201,4 +201,3 @@ def test_the_adapter_has_the_requested_rank(
         assert a.shape[0] == rank and b.shape[1] == rank, (
             f"LoraConfig.rank={rank}: {b_key} is {b.shape} and its lora_A {a.shape}"
         )
-        assert np.linalg.matrix_rank(b @ a) <= rank
