@@ -1,7 +1,7 @@
 """``localsession conformance --selfcheck`` (conformance/mutation.py): the score line, a
 defect of each dialect caught by its named test with the spec point it checks, an unknown
 defect refused; the full run (every defect) in the integration tier; and the plugin's hint
-when most tests skip for undeclared capabilities."""
+when many tests skip for undeclared capabilities."""
 
 from __future__ import annotations
 
@@ -44,11 +44,12 @@ def test_spec_of_reads_the_test_docstring() -> None:
     assert spec.startswith("lora_config.py ``LoraConfig.rank``")
 
 
-def test_the_hint_appears_when_most_tests_skip_for_undeclared_capabilities() -> None:
+def test_the_hint_appears_when_many_tests_skip_for_undeclared_capabilities() -> None:
     undeclared = _skip("backend tinker does not declare capability 'lora.zero_init'")
-    hint = capability_hint([undeclared] * 5, ran=3)
-    assert hint is not None and "--capabilities=all" in hint and "5 tests skipped" in hint
-    assert capability_hint([undeclared] * 3, ran=5) is None  # most ran
+    hint = capability_hint([undeclared] * 31, ran=80)  # the fakes with --capabilities=none
+    assert hint is not None and "--capabilities=all" in hint and "31 tests skipped" in hint
+    assert capability_hint([undeclared] * 4, ran=4) is None  # too few to matter
+    assert capability_hint([undeclared] * 10, ran=90) is None  # a tenth
     surface = _skip("backend x does not declare capability 'surface.sagemaker' (SageMaker-only)")
     assert capability_hint([surface] * 50, ran=3) is None  # another surface's tests
 
