@@ -107,6 +107,13 @@ bench: $(SDK_STAMP) $(MODEL_STAMP)
 bench-full: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
 
+# The conformance suite's mutation score: every planted defect of both dialects
+# (conformance/selfcheck*.py) against the tests named to catch it, with no --capabilities;
+# fails unless all are caught (conformance/mutation.py). Not in the default suite.
+.PHONY: selfcheck
+selfcheck: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 PYTHONPATH=. $(PY) -m localsession conformance --selfcheck
+
 # Third-party Tinker servers (TuFT; skyrl-tx where it installs) in their own venvs under
 # $$LOCALSESSION_PEERS (default ~/.cache/localsession-peers), started on this CPU and checked by
 # conformance/suite_tinker; reports and a table land there (docs/peers.md). Optional: not in

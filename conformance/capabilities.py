@@ -63,6 +63,23 @@ CAPABILITIES: dict[str, str] = {
 }
 
 
+#: Capabilities that name what the SDKs and services document: spec, not a local decision.
+#: Every backend is checked on them whatever it declares (``--capabilities=none`` too), so a
+#: third party running the README's command gets the same checks as a full declaration; the
+#: names stay so that markers read as before and ``--drop-capability`` can still skip one
+#: explicitly (the report then lists the backend without it).
+SPEC: frozenset[str] = frozenset(
+    {
+        "loss.outputs",  # loss_fn_outputs: logprobs and elementwise_loss per position
+        "loss.formulas",  # the documented per-token losses and clip bounds
+        "loss.sum_reduction",  # loss values: sums over positions and datums
+        "sampling.reproducible_seeds",  # a seed reproduces a sample
+        "sampling.snapshot_weights",  # a sampler reads the saved package, not live weights
+        "sequence.gap_recovery",  # a refused sequence number stops blocking later ops
+    }
+)
+
+
 def check_names(names: Iterable[str], where: str) -> None:
     """Stop the run (``pytest.UsageError``) if any name is not a known capability."""
     unknown = sorted(set(names) - set(CAPABILITIES))

@@ -14,7 +14,9 @@ import pytest
 
 from conformance.adapter import Limits
 
-#: option -> (Limits field, type, help)
+_DEFAULTS = Limits()
+#: option -> (Limits field, type, help); the defaults said are Limits' own
+
 OPTIONS: dict[str, tuple[str, type, str]] = {
     "--max-sessions": (
         "max_sessions",
@@ -24,7 +26,8 @@ OPTIONS: dict[str, tuple[str, type, str]] = {
     "--gap-timeout": (
         "gap_timeout_s",
         float,
-        "seconds a missing sequence number blocks later ops on the server (default 60)",
+        f"seconds a missing sequence number blocks later ops on the server (default "
+        f"{_DEFAULTS.gap_timeout_s:g})",
     ),
     "--heartbeat-timeout": (
         "heartbeat_timeout_s",
@@ -36,8 +39,8 @@ OPTIONS: dict[str, tuple[str, type, str]] = {
     "--op-timeout": (
         "op_timeout_s",
         float,
-        "seconds one result() may take before a test fails (default 120; raise it for a "
-        "slow or loaded server)",
+        f"seconds one result() may take before a test fails (default {_DEFAULTS.op_timeout_s:g}, "
+        "a hang detector; lower it for a peer that may never answer)",
     ),
     "--min-max-tokens": (
         "min_max_tokens",

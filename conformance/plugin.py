@@ -21,7 +21,7 @@ import pytest
 
 from conformance import limits
 from conformance.adapter import Backend, BackendUnavailable
-from conformance.capabilities import CAPABILITIES, check_names
+from conformance.capabilities import CAPABILITIES, SPEC, check_names
 from conformance.report import Recorder, suite_id
 
 _BACKEND = pytest.StashKey[Backend]()
@@ -138,7 +138,7 @@ def _start_backend(config: pytest.Config) -> Backend | None:
     check_names(backend.capabilities, f"backend {backend.name!r} declares")
     if options["capabilities"] is not None:
         backend.capabilities = options["capabilities"]
-    backend.capabilities = backend.capabilities - set(dropped)
+    backend.capabilities = (backend.capabilities | SPEC) - set(dropped)  # spec is not declared
     if options["xfail_file"] is not None:
         backend.xfail_file = options["xfail_file"]
     tuned = {k: options[k] for k in ("learning_rate", "rank", "lora_alpha") if options[k]}
@@ -223,6 +223,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
             reason = reason.removeprefix("Skipped: ")
             terminalreporter.write_line(f"SKIP {report.nodeid.split('/')[-1]}: {reason}")
+    ran = sum(len(terminalreporter.stats.get(k, [])) for k in ("passed", "failed", "xfailed"))
+    hint = capability_hint(skipped, ran)
+    if hint:
+        terminalreporter.write_line(hint, yellow=True, bold=True)
     if _UNAVAILABLE in config.stash:
         terminalreporter.write_line(
             f"FAILED: backend unavailable: {config.stash[_UNAVAILABLE]}; no conformance test "
@@ -230,6 +234,27 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             red=True,
             bold=True,
         )
+
+
+#: The marker of a skip for an undeclared capability (surface skips excluded).
+UNDECLARED = "does not declare capability"
+
+
+def capability_hint(skipped: list[Any], ran: int) -> str | None:
+    """A hint when many of the tests that could run on this surface (a fifth, and at least
+    five) skipped for capabilities the backend did not declare: a third party that does
+    implement those local decisions should say so."""
+    reasons = [str(r.longrepr[2]) if isinstance(r.longrepr, tuple) else "" for r in skipped]
+    undeclared = [r for r in reasons if UNDECLARED in r and "surface." not in r]
+    if len(undeclared) < max(5, 0.2 * (len(undeclared) + ran)):
+        return None
+    return (
+        f"conformance: {len(undeclared)} tests skipped for capabilities the backend does not "
+        f"declare ({ran} ran): they check localsession's local decisions, not the spec. "
+        "If your server implements them, declare them with --capabilities=all or "
+        "--capabilities=NAME,... (conformance/capabilities.py lists them; see "
+        "conformance/README.md, Capabilities)"
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -40,6 +40,7 @@ from typing import Any
 from unittest import mock
 
 from conformance.adapter import Backend
+from conformance.selfcheck_tinker_spec import EXPECTED as SPEC_EXPECTED
 
 SHIFT = 0.1
 #: The inputs a (N, K) cross-entropy datum carries per target (``flattened_targets``).
@@ -80,6 +81,7 @@ EXPECTED: dict[str, set[str]] = {
     },
     "never_expires": {"test_tinker_sessions.py::test_a_session_whose_heartbeats_stop_expires"},
 }
+EXPECTED.update(SPEC_EXPECTED)  # selfcheck_tinker_spec.py: optimizer, checkpoint, sampling
 #: Defects whose test needs a server that declares a short heartbeat timeout.
 SHORT_EXPIRY = {"never_expires"}
 #: That timeout, in seconds: the expiry test then waits 1.5 x this + 5 s.
@@ -222,6 +224,9 @@ def planted(defect: str) -> Iterator[None]:
         # expiry.sweep expires nothing and answers "nothing left to watch" (its thread ends)
         "never_expires": lambda: mock.patch.object(expiry, "sweep", return_value=False),
     }
+    from conformance.selfcheck_tinker_spec import PATCHES
+
+    patches.update(PATCHES)
     if defect not in patches:
         raise KeyError(f"no planted defect {defect!r}; known: {', '.join(sorted(patches))}")
     with patches[defect]():
@@ -322,6 +327,14 @@ def lora_unseeded(options: dict[str, Any]) -> Backend:
 
 def crash_as_validation(options: dict[str, Any]) -> Backend:
     return _make("crash_as_validation", options)
+
+
+def __getattr__(name: str) -> Callable[[dict[str, Any]], Backend]:
+    """``--backend=import:conformance.selfcheck_tinker:<defect>`` for the defects of
+    selfcheck_tinker_spec.py, which have no factory function of their own here."""
+    if name in SPEC_EXPECTED:
+        return lambda options: _make(name, options)
+    raise AttributeError(name)
 
 
 def short_expiry_backend(options: dict[str, Any]) -> Backend:

@@ -130,6 +130,10 @@ def snapshot_args(update: Path | None, check: Path | None) -> list[str]:
 
 
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.command == "conformance" and args.selfcheck is not None:
+        from conformance.mutation import run_selfcheck
+
+        return run_selfcheck(args.selfcheck)
     if args.command == "conformance":
         missing = _missing_conformance_packages()
         if missing:
@@ -353,6 +357,14 @@ def _add_conformance(commands: argparse._SubParsersAction) -> None:  # type: ign
     )
     run.add_argument("--report", type=Path, help="write the JSON report here")
     run.add_argument("--slow", action="store_true", help="also run the slow tests")
+    run.add_argument(
+        "--selfcheck",
+        nargs="*",
+        metavar="DEFECT",
+        help="instead of a backend, plant each known defect (or the DEFECTs named) in both "
+        "dialects, run the tests named to catch it with no --capabilities, and print the "
+        "score caught/planted (conformance/mutation.py)",
+    )
     snapshots = run.add_mutually_exclusive_group()
     snapshots.add_argument(
         "--snapshot-update",

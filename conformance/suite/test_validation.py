@@ -21,8 +21,15 @@ def strict_training_client(backend: Backend, new_training_client: Any) -> Any:
 
 
 def _code(exc: BaseException) -> str:
+    """The error code of a refusal, which must also be a 4xx on the wire: a 5xx is the
+    server's fault (and the SDK retries it for minutes before it reports the code)."""
     assert isinstance(exc, ClientError), repr(exc)
-    return str(exc.response["Error"]["Code"])
+    code = str(exc.response["Error"]["Code"])
+    status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    assert isinstance(status, int) and 400 <= status < 500, (
+        f"a refusal ({code}) is answered with a 4xx HTTP status, not {status}"
+    )
+    return code
 
 
 def test_unknown_loss_fn_raises_at_the_call(ts: Any, shared_training_client: Any) -> None:
@@ -72,6 +79,8 @@ def test_empty_batch_is_refused(backend: Backend, ts: Any, training_client: Any)
 def test_lora_rank_out_of_range_is_refused(
     backend: Backend, new_training_client: Any, rank: int
 ) -> None:
+    """CreateTrainingSession's LoRA rank range (docs/wire.md#10): a rank outside it is
+    refused, as a ValidationException with a 4xx status when the server refuses it."""
     with pytest.raises((ClientError, ParamValidationError)) as info:
         new_training_client(rank=rank, alpha=8)
     if isinstance(info.value, ClientError):

@@ -78,7 +78,7 @@ def test_seeded_sampling_is_reproducible(backend: Backend, sampler: Any) -> None
     assert [s.tokens for s in other.sequences] != [s.tokens for s in a.sequences]
 
 
-@pytest.mark.requires("sampling.reproducible_seeds")
+@pytest.mark.requires("determinism")
 def test_seeded_logprobs_are_bit_identical(backend: Backend, sampler: Any) -> None:
     """sampling_params.py ``seed`` (reproducible generation), and localsession's decision
     that the logprobs of a repeated request are bit-identical too."""

@@ -48,7 +48,14 @@ def test_the_tokenizer_round_trips_text(backend: Backend, new_trainer: Callable[
     """training_client.py ``get_tokenizer``: "Get the tokenizer for the current model": it
     encodes to ids the model accepts and decodes them back to the text."""
     tc = new_trainer(seed=51)
-    tokenizer = tc.get_tokenizer()
+    try:
+        tokenizer = tc.get_tokenizer()
+    except OSError as exc:  # transformers could not find or fetch the files
+        pytest.fail(
+            f"get_tokenizer() could not load {backend.base_model!r}'s tokenizer on this machine "
+            f"({type(exc).__name__}: {str(exc)[:200]}); against a localsession serve, export "
+            "the HF_HUB_CACHE and HF_HUB_OFFLINE lines its banner prints (conformance/README.md)"
+        )
     text = "The capital of France is Paris."
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert tokenizer.decode(ids) == text

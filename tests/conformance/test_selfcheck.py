@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from _runs import SUITE, run, suite_command
 
-from conformance.selfcheck import EXPECTED
+from conformance.selfcheck import EXPECTED, SLOW
 
 
-@pytest.mark.parametrize("defect", sorted(EXPECTED))
+@pytest.mark.parametrize(
+    "defect", [pytest.param(d, marks=[pytest.mark.slow] if d in SLOW else []) for d in EXPECTED]
+)
 def test_suite_catches_planted_defect(defect: str, tmp_path: Path) -> None:
     expected = EXPECTED[defect]
     files = sorted({SUITE / test_id.split("::")[0] for test_id in expected})

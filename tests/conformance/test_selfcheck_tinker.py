@@ -22,7 +22,8 @@ from _runs import ROOT, run, suite_command
 
 pytest.importorskip("tinker")
 
-from conformance.backends.tinker import LOCAL_CAPABILITIES, LOCAL_MODEL, make_tinker  # noqa: E402
+from conformance.backends.tinker import LOCAL_MODEL, make_tinker  # noqa: E402
+from conformance.capabilities import SPEC  # noqa: E402
 from conformance.selfcheck_tinker import (  # noqa: E402
     EXPECTED,
     SHORT_EXPIRY,
@@ -31,20 +32,22 @@ from conformance.selfcheck_tinker import (  # noqa: E402
     run_test,
     short_expiry_backend,
 )
+from conformance.selfcheck_tinker_spec import SLOW  # noqa: E402
 
 SUITE = ROOT / "conformance" / "suite_tinker"
 
 
 @pytest.fixture(scope="module")
 def dialect() -> Iterator[tuple[Any, Any]]:
-    """The shared loopback server as a Tinker backend, and one client for every call."""
+    """The shared loopback server as a Tinker backend declaring nothing but the spec points
+    (a third party's configuration), and one client for every call."""
     from localsession.mocking.hooks import scoped_environ
     from localsession.mocking.tinker_server import shared
 
     server = shared("torch")
     with scoped_environ(server.environment()):
         options = {"base_url": server.url, "base_model": LOCAL_MODEL}
-        backend = make_tinker({**options, "capabilities": LOCAL_CAPABILITIES})
+        backend = make_tinker({**options, "capabilities": SPEC})  # the plain configuration
         client = backend.service_client()
         yield backend, client
         client.close("success").result()
@@ -63,7 +66,9 @@ def short_expiry() -> Iterator[tuple[Any, None]]:
             backend.close()
 
 
-@pytest.mark.parametrize("defect", sorted(EXPECTED))
+@pytest.mark.parametrize(
+    "defect", [pytest.param(d, marks=[pytest.mark.slow] if d in SLOW else []) for d in EXPECTED]
+)
 def test_each_defect_fails_a_named_test_that_passes_unbroken(
     defect: str, request: pytest.FixtureRequest
 ) -> None:
