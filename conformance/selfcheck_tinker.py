@@ -40,6 +40,7 @@ from typing import Any
 from unittest import mock
 
 from conformance.adapter import Backend
+from conformance.plant_tools import ORIGINAL, bodies, remember_originals
 from conformance.selfcheck_tinker_spec import EXPECTED as SPEC_EXPECTED
 
 SHIFT = 0.1
@@ -88,24 +89,9 @@ SHORT_EXPIRY = {"never_expires"}
 SHORT_EXPIRY_S = 2.0
 
 
-def _bodies(endpoint: str, edit: Callable[[dict[str, Any]], None]) -> Any:
-    """Patch the routes' body reader so that ``edit`` sees each JSON body of ``endpoint``."""
-    from localsession.server.tinker import routes
-
-    original = routes.body_json
-
-    async def read(request: Any) -> dict[str, Any]:
-        body = await original(request)
-        if request.url.path.endswith(endpoint):
-            edit(body)
-        return body
-
-    return mock.patch.object(routes, "body_json", read)
-
-
 def _sampling_params(edit: Callable[[dict[str, Any]], None]) -> Any:
     """``edit`` sees each asample's sampling params."""
-    return _bodies("/asample", lambda body: edit(body.setdefault("sampling_params", {})))
+    return bodies("/asample", lambda body: edit(body.setdefault("sampling_params", {})))
 
 
 def _empty_stop_as_none(params: dict[str, Any]) -> None:
@@ -125,7 +111,7 @@ def _editing(edit: Callable[[list[Any], Shapes], tuple[list[Any], Shapes]]) -> A
 
     def patched(self: Any, *head: Any) -> Any:
         *fixed, datums, shapes = head  # model id, seq id, loss, config, forward-only
-        return _ORIGINAL["forward_backward"](self, *fixed, *edit(datums, shapes))
+        return ORIGINAL["forward_backward"](self, *fixed, *edit(datums, shapes))
 
     return patched
 
@@ -175,21 +161,20 @@ def _negated_weights(datums: list[Any], shapes: Shapes) -> tuple[list[Any], Shap
 def _frozen_step(self: Any, request: dict[str, Any]) -> Any:
     params = dict(request.get("adam_params") or {})
     params["learning_rate"] = 1e-30
-    return _ORIGINAL["optim_step"](self, {**request, "adam_params": params})
+    return ORIGINAL["optim_step"](self, {**request, "adam_params": params})
 
 
 def _weights_only(self: Any, request: dict[str, Any]) -> Any:
-    return _ORIGINAL["load"](self, {**request, "optimizer": False})
+    return ORIGINAL["load"](self, {**request, "optimizer": False})
 
 
 def _shifted(result: Any, *args: Any) -> bytes:
     sequences = [replace(s, logprobs=[v + SHIFT for v in s.logprobs]) for s in result.sequences]
-    return _ORIGINAL["encode_sample_response"](replace(result, sequences=sequences), *args)
+    return ORIGINAL["encode_sample_response"](replace(result, sequences=sequences), *args)
 
 
 #: Fixtures run_test builds by hand (conftest.py's, and the modules' ``trainer``).
 FIXTURES = ("backend", "tinker_client", "new_trainer", "tokens", "sampler", "trainer")
-_ORIGINAL: dict[str, Callable[..., Any]] = {}
 _HELD: list[Any] = []
 
 
@@ -199,13 +184,7 @@ def planted(defect: str) -> Iterator[None]:
     from localsession.server.tinker import codec, expiry
     from localsession.server.tinker.dialect import Dialect
 
-    if not _ORIGINAL:  # the unbroken functions, whatever is planted later
-        _ORIGINAL.update(
-            forward_backward=Dialect.forward_backward,
-            optim_step=Dialect.optim_step,
-            load=Dialect.load,
-            encode_sample_response=codec.encode_sample_response,
-        )
+    remember_originals()
     patches = {
         "loss_sign": lambda: mock.patch.object(
             Dialect, "forward_backward", _editing(_negated_weights)
@@ -219,7 +198,7 @@ def planted(defect: str) -> Iterator[None]:
             Dialect, "forward_backward", _editing(_flattened_targets)
         ),
         "empty_stop_ignored": lambda: _sampling_params(_empty_stop_as_none),
-        "lora_unseeded": lambda: _bodies("/create_model", _random_lora_seed),
+        "lora_unseeded": lambda: bodies("/create_model", _random_lora_seed),
         "crash_as_validation": _crash_as_validation,
         # expiry.sweep expires nothing and answers "nothing left to watch" (its thread ends)
         "never_expires": lambda: mock.patch.object(expiry, "sweep", return_value=False),

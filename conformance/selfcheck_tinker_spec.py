@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
+from conformance.plant_tools import ORIGINAL, bodies
+
 OPT = "test_tinker_optimizer.py::"
 TEMP = "test_tinker_temperature.py::"
 SAMPLING = "test_tinker_sampling.py::"
@@ -56,20 +58,14 @@ EXPECTED: dict[str, set[str]] = {
 }
 
 
-def _bodies(endpoint: str, edit: Callable[[dict[str, Any]], None]) -> Any:
-    from conformance.selfcheck_tinker import _bodies as bodies
-
-    return bodies(endpoint, edit)
-
-
 def _adam(edit: Callable[[dict[str, Any]], None]) -> Any:
     """``edit`` sees each optim_step's ``adam_params``."""
-    return _bodies("/optim_step", lambda body: edit(body.setdefault("adam_params", {})))
+    return bodies("/optim_step", lambda body: edit(body.setdefault("adam_params", {})))
 
 
 def _sampling(edit: Callable[[dict[str, Any]], None]) -> Any:
     """``edit`` sees each asample's ``sampling_params``."""
-    return _bodies("/asample", lambda body: edit(body.setdefault("sampling_params", {})))
+    return bodies("/asample", lambda body: edit(body.setdefault("sampling_params", {})))
 
 
 def _doubled(params: dict[str, Any]) -> None:
@@ -96,7 +92,7 @@ def _base_sampler(body: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def _stale_sampler() -> Iterator[None]:
-    with _bodies("/create_sampling_session", _base_sampler), _bodies("/asample", _base_sampler):
+    with bodies("/create_sampling_session", _base_sampler), bodies("/asample", _base_sampler):
         yield
 
 
@@ -126,12 +122,11 @@ def _load(keep: bool) -> Any:
 
 
 def _forward_accumulates() -> Any:
-    from conformance.selfcheck_tinker import _ORIGINAL
     from localsession.server.tinker.dialect import Dialect
 
     def patched(self: Any, *args: Any) -> Any:
         model, seq, loss, config, _forward_only, *rest = args
-        return _ORIGINAL["forward_backward"](self, model, seq, loss, config, False, *rest)
+        return ORIGINAL["forward_backward"](self, model, seq, loss, config, False, *rest)
 
     return mock.patch.object(Dialect, "forward_backward", patched)
 
@@ -145,7 +140,7 @@ PATCHES: dict[str, Callable[[], Any]] = {
     "load_keeps_moments": lambda: _load(keep=True),
     "load_orphans_optimizer": lambda: _load(keep=False),
     "forward_accumulates": _forward_accumulates,
-    "rank_ignored": lambda: _bodies(
+    "rank_ignored": lambda: bodies(
         "/create_model", lambda body: body.setdefault("lora_config", {}).update(rank=4)
     ),
     "temperature_ignored": lambda: _sampling(lambda p: p.update(temperature=1.0)),
@@ -154,7 +149,7 @@ PATCHES: dict[str, Callable[[], Any]] = {
     "max_tokens_ignored": lambda: _sampling(
         lambda p: p.update(max_tokens=int(p.get("max_tokens") or 1) + 3)
     ),
-    "num_samples_ignored": lambda: _bodies("/asample", lambda body: body.update(num_samples=1)),
+    "num_samples_ignored": lambda: bodies("/asample", lambda body: body.update(num_samples=1)),
     "stale_sampler": _stale_sampler,
 }
 

@@ -150,6 +150,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 #: The one module allowed to name engine modules.
 COMPOSITION_ROOT = "localsession.wiring"
+#: Modules that plant defects into the torch engine's own methods for the conformance
+#: self-check (a planted engine defect names what it breaks); they build no engine.
+ENGINE_PLANTERS = frozenset({"conformance.selfcheck_tinker_spec"})
 #: The top-level packages whose modules may not import each other in a circle.
 CIRCLE_ROOTS = ("localsession", "fakes", "conformance")
 
@@ -250,7 +253,9 @@ def engine_importers(root: Path) -> list[str]:
     an engine module."""
     found = []
     for module in all_modules(root, ("localsession", "fakes", "conformance")):
-        if module == COMPOSITION_ROOT or module.startswith("localsession.engine"):
+        if module in {COMPOSITION_ROOT, *ENGINE_PLANTERS} or module.startswith(
+            "localsession.engine"
+        ):
             continue
         path = module_file(root, module)
         assert path is not None
