@@ -225,9 +225,10 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument(
         "--submit-hold",
         type=float,
-        default=20.0,
+        default=3.0,
         help="seconds the server may hold an Execute*Operation answer until its op finishes, "
-        "so the SDK's first poll finds it done (default 20; 0 answers at once)",
+        "so the SDK's first poll finds it done (default and most 3: the SDK's stop() waits "
+        "5 s for submits in flight; 0 answers at once)",
     )
     serve.add_argument(
         "--max-queued-ops",

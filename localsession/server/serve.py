@@ -7,11 +7,13 @@ from __future__ import annotations
 import functools
 import logging
 import shlex
+import signal
 import socket
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from localsession import wiring
 from localsession.runtime.home import HomeError, HomeLock, require_writable
@@ -19,7 +21,7 @@ from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import ModelCatalog
 from localsession.runtime.models.sources import localsession_home, parse_map_entries
 from localsession.runtime.service import Service
-from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS
+from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS, check_submit_hold
 from localsession.server.auth import Credential
 from localsession.server.endpoints import client_env
 from localsession.server.hosting import make_server, url_of
@@ -102,8 +104,11 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
     Raises :class:`StartupError` (one line naming the fix) before anything is served, and
     before the service loads, or rewrites, the home's session records.
     """
+    if not 0 <= options.port <= 65535:
+        raise StartupError(f"--port {options.port} is not a port: use 1-65535, or 0 for a free one")
     try:
         credential = Credential.parse(options.auth) if options.auth else None
+        check_submit_hold(options.submit_hold)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
     model_map = check_model_map_flags(options.model_map)
@@ -131,8 +136,10 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
 
 
 def serve(options: ServeOptions) -> int:
-    """Run the server until Ctrl-C (``--replay`` is parity/running.py's, chosen by the CLI)."""
+    """Run the server until Ctrl-C or SIGTERM (``--replay`` is parity/running.py's, chosen by
+    the CLI)."""
     service, sock, lock, credential = start(options)
+    previous = _sigterm_as_ctrl_c()
     try:
         warn_if_exposed(options.host, credential is not None)
         _print_banner(url_of(sock), service, credential)
@@ -154,11 +161,30 @@ def serve(options: ServeOptions) -> int:
         # came after the banner, while the app was being built: stopped the same way
         pass
     finally:
-        service.close()
-        sock.close()
-        lock.release()
+        try:
+            service.close()
+            sock.close()
+            lock.release()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         print("localsession server stopped", flush=True)
     return 0
+
+
+def _sigterm_as_ctrl_c() -> Any:
+    """Make SIGTERM (``kill``, a supervisor's stop) end the server as Ctrl-C does: sessions
+    stopped, home lock released, exit status 0. uvicorn takes the signal while it serves and
+    raises it again once it has shut down; this handler then turns it into the
+    KeyboardInterrupt that :func:`serve` handles. Returns the handler it replaced (None off
+    the main thread, where signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
 
 
 def _print_banner(url: str, service: Service, credential: Credential | None) -> None:
