@@ -17,7 +17,6 @@ from typing import Any
 
 from localsession import wiring
 from localsession.runtime.home import HomeError, HomeLock, require_writable
-from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import ModelCatalog
 from localsession.runtime.models.sources import localsession_home, parse_map_entries
 from localsession.runtime.service import Service
@@ -33,6 +32,7 @@ from localsession.server.startup import (
     check_model_map_flags,
     warn_if_exposed,
 )
+from localsession.server.warmup import TokenizerWarmup
 
 
 @dataclass
@@ -143,10 +143,15 @@ def serve(options: ServeOptions) -> int:
     try:
         warn_if_exposed(options.host, credential is not None)
         _print_banner(url_of(sock), service, credential)
-        # Tokenizers the SDK's get_tokenizer() will read, exported before the first describe.
-        threading.Thread(
-            target=hub.export_all, args=(service.catalog, service.hub_cache), daemon=True
-        ).start()
+        # Tokenizers the SDKs' get_tokenizer() will read, exported before the first describe;
+        # Tinker requests that lead to a tokenizer load wait for them (server/warmup.py).
+        warmup = TokenizerWarmup(service.catalog, service.hub_cache)
+        print(
+            "# exporting tokenizers into HF_HUB_CACHE: start clients after '# ready' below "
+            "(until then tinker clients are told to retry)",
+            flush=True,
+        )
+        warmup.start(functools.partial(print, flush=True))
         _log_requests(quiet=options.quiet)
         server = make_server(
             service,
@@ -154,7 +159,7 @@ def serve(options: ServeOptions) -> int:
             submit_hold=options.submit_hold,
             credential=credential,
         )
-        server.config.app = RequestLog(server.config.app)
+        server.config.app = RequestLog(warmup.guard(server.config.app))
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         # uvicorn shut down gracefully, then re-raised the Ctrl-C it captured; or the Ctrl-C
