@@ -109,7 +109,10 @@ typecheck: $(STAMP)
 
 check: test
 
-# Everything the setup and the runs made: the virtualenv, caches, runs/ (example and demo
-# output) and the egg-info. Your $$LOCALSESSION_HOME (default ~/.localsession) is left alone.
+# Everything the setup and the runs made: the virtualenv, the tools' caches (pytest, mypy,
+# ruff, hypothesis), every __pycache__, runs/ (example, demo and bench output), the egg-info
+# and build leftovers. Your $$LOCALSESSION_HOME (default ~/.localsession) is left alone.
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache runs *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis runs build dist *.egg-info
+	find . -name .git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} + \
+		-o -type f -name '*.py[co]' -exec rm -f {} +
