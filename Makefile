@@ -59,7 +59,8 @@ $(MODEL_STAMP): $(STAMP)
 # GRPO teaches SmolLM2-135M-Instruct two-digit addition (examples/grpo_math.py, its `chat`
 # task): held-out accuracy before and after, the first question it learned, metrics and a plot in
 # $(DEMO_RUN). `make demo-tiny` is the same loop on the built-in random-init model.
-demo: $(MODEL_STAMP)
+# It installs the real SDKs too (`make sdk`): the README's blocks after it use them.
+demo: $(MODEL_STAMP) $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) examples/grpo_math.py --base-model $(DEMO_MODEL) \
 		--steps $(DEMO_STEPS) --eval-every 0 --run-dir $(DEMO_RUN)
 	$(PY) -m localsession plot $(DEMO_RUN) || echo "(no plot: pip install matplotlib)"
