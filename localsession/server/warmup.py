@@ -8,12 +8,15 @@ and a client that got there first failed with "couldn't connect to huggingface.c
 - ``serve`` prints ``# ready: ...`` once every tokenizer is exported (the banner says to
   wait for it);
 - until then, the Tinker requests after which a client loads a tokenizer (creating a training
-  or sampling client, reading a model's info) are answered ``503`` with ``Retry-After``, which
-  the tinker SDK retries; everything else is served at once.
+  or sampling client, reading a model's info) are held up to ``hold_s`` seconds for it, then
+  answered ``503`` with ``Retry-After``, which the tinker SDK retries (10 times by default:
+  with the hold, minutes of cover for a slow conversion on a busy machine); everything else
+  is served at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -35,14 +38,18 @@ TOKENIZER_ROUTES = frozenset(
 )
 #: Seconds a refused client is told to wait; the tinker SDK retries 10 times by default.
 RETRY_AFTER_S = 2
+#: Seconds a request that needs the tokenizers waits for them before it is refused: well
+#: under the tinker SDK's request timeout.
+HOLD_S = 15.0
 
 
 class TokenizerWarmup:
     """Exports the catalog's tokenizers once (``run``, on a thread) and sets ``ready``."""
 
-    def __init__(self, catalog: ModelCatalog, cache: Path) -> None:
+    def __init__(self, catalog: ModelCatalog, cache: Path, hold_s: float = HOLD_S) -> None:
         self.catalog = catalog
         self.cache = cache
+        self.hold_s = hold_s
         self.ready = threading.Event()
 
     def start(self, say: Callable[[str], None]) -> threading.Thread:
@@ -66,14 +73,16 @@ class TokenizerWarmup:
         )
 
     def guard(self, app: Any) -> Callable[..., Awaitable[None]]:
-        """``app``, answering :data:`TOKENIZER_ROUTES` with 503 + Retry-After until ready."""
-        ready = self.ready
+        """``app``, holding :data:`TOKENIZER_ROUTES` until ready (up to ``hold_s``), then
+        answering them 503 + Retry-After."""
+        ready, hold_s = self.ready, self.hold_s
 
         async def guarded(scope: _Scope, receive: _Receive, send: _Send) -> None:
             if (
                 ready.is_set()
                 or scope["type"] != "http"
                 or scope.get("path") not in TOKENIZER_ROUTES
+                or await _wait(ready, hold_s)
             ):
                 await app(scope, receive, send)
                 return
@@ -100,3 +109,13 @@ class TokenizerWarmup:
             await send({"type": "http.response.body", "body": body})
 
         return guarded
+
+
+async def _wait(event: threading.Event, seconds: float) -> bool:
+    """Whether ``event`` is set within ``seconds``, checked every 0.1 s without a thread."""
+    deadline = time.monotonic() + seconds
+    while not event.is_set():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True

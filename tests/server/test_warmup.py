@@ -6,6 +6,7 @@ in the server's HF cache, the Tinker requests after which a client loads one are
 from __future__ import annotations
 
 import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import MutableMapping
@@ -37,7 +38,8 @@ class BuiltinsOnly:
 
 def test_a_tokenizer_route_waits_for_the_export_and_the_rest_do_not(tmp_path: Path) -> None:
     service = build_service(ServeOptions(home=tmp_path), tmp_path)
-    warmup = TokenizerWarmup(BuiltinsOnly(service.catalog), service.hub_cache)  # type: ignore[arg-type]
+    catalog = BuiltinsOnly(service.catalog)
+    warmup = TokenizerWarmup(catalog, service.hub_cache, hold_s=0.0)  # type: ignore[arg-type]
     try:
         with AppThread(warmup.guard(create_app(service))) as url:
             request = urllib.request.Request(
@@ -68,7 +70,8 @@ def test_a_tokenizer_route_waits_for_the_export_and_the_rest_do_not(tmp_path: Pa
 def test_the_tinker_sdk_retries_until_the_tokenizers_are_ready(tmp_path: Path) -> None:
     tinker = pytest.importorskip("tinker")
     service = build_service(ServeOptions(home=tmp_path), tmp_path)
-    warmup = TokenizerWarmup(BuiltinsOnly(service.catalog), service.hub_cache)  # type: ignore[arg-type]
+    catalog = BuiltinsOnly(service.catalog)
+    warmup = TokenizerWarmup(catalog, service.hub_cache, hold_s=0.0)  # type: ignore[arg-type]
     guarded = warmup.guard(create_app(service))
     answers: list[tuple[str, int]] = []
     lines: list[str] = []
@@ -100,6 +103,25 @@ def test_the_tinker_sdk_retries_until_the_tokenizers_are_ready(tmp_path: Path) -
     assert answers[0] == ("/api/v1/create_model", 503)
     assert ("/api/v1/create_model", 200) in answers
     assert warmup.ready.is_set() and len(lines) == 1
+
+
+def test_a_request_held_while_the_export_finishes_is_served(tmp_path: Path) -> None:
+    """Within the hold, the export's end lets the waiting request through: no 503 at all."""
+    service = build_service(ServeOptions(home=tmp_path), tmp_path)
+    catalog = BuiltinsOnly(service.catalog)
+    warmup = TokenizerWarmup(catalog, service.hub_cache, hold_s=60.0)  # type: ignore[arg-type]
+    lines: list[str] = []
+    try:
+        with AppThread(warmup.guard(create_app(service))) as url:
+            request = urllib.request.Request(url + "/api/v1/get_info", data=b"{}", method="POST")
+            threading.Timer(0.5, warmup.run, args=(lines.append,)).start()
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(request, timeout=120)
+            assert warmup.ready.is_set()
+            assert info.value.code != 503  # the route's own answer (no such model)
+    finally:
+        service.close()
+    assert len(lines) == 1
 
 
 def test_the_ready_line_comes_after_the_export_even_when_one_model_fails(tmp_path: Path) -> None:
