@@ -3,7 +3,8 @@
 
 PYTHON ?= python3
 VENV ?= .venv
-# A wheel index for torch where none is installed, e.g. https://download.pytorch.org/whl/cpu
+# A wheel index for torch where none is installed, instead of the automatic choice (the CUDA
+# build with an NVIDIA GPU, else the CPU build; localsession/install_torch.py)
 TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.localsession-installed
@@ -19,13 +20,14 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# An existing torch (CUDA build or not) is kept; pyproject's range admits it. Where none is
-	# present, torch 2.13.0 is installed: from PyPI on Linux that is the CUDA build, with its
-	# nvidia-*/cuda-*/triton wheels: ~2.8 GB to download, ~4.8 GB on disk (measured for
-	# CPython 3.11, x86_64). For the CPU build (~0.2 GB to download, ~0.75 GB on disk) pass
-	# TORCH_INDEX=https://download.pytorch.org/whl/cpu, or install it into $(VENV) first.
-	$(PY) -c "import torch" 2>/dev/null || { \
-		echo "installing torch==2.13.0$(if $(TORCH_INDEX), from $(TORCH_INDEX), (on Linux: the CUDA build, ~2.8 GB of downloads))"; \
-		$(PY) -m pip install torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); }
+	# present, torch 2.13.0: the CUDA build where an NVIDIA GPU is present (PyPI's Linux wheel
+	# with its nvidia-*/cuda-*/triton wheels: ~2.8 GB to download, ~4.8 GB on disk, measured
+	# for CPython 3.11, x86_64), else the CPU build (~0.2 GB to download, ~0.75 GB on disk),
+	# from pip's configured sources where they have it, else PyTorch's CPU index. It prints
+	# which, and why. TORCH_INDEX=URL installs from that index instead.
+	# (run by path, not imported: localsession's dependencies are not installed yet)
+	TORCH_INDEX='$(TORCH_INDEX)' $(PY) -c \
+		"import runpy; runpy.run_path('localsession/install_torch.py', run_name='__main__')"
 	$(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
@@ -57,7 +59,8 @@ $(MODEL_STAMP): $(STAMP)
 # GRPO teaches SmolLM2-135M-Instruct two-digit addition (examples/grpo_math.py, its `chat`
 # task): held-out accuracy before and after, the first question it learned, metrics and a plot in
 # $(DEMO_RUN). `make demo-tiny` is the same loop on the built-in random-init model.
-demo: $(MODEL_STAMP)
+# It installs the real SDKs too (`make sdk`): the README's blocks after it use them.
+demo: $(MODEL_STAMP) $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) examples/grpo_math.py --base-model $(DEMO_MODEL) \
 		--steps $(DEMO_STEPS) --eval-every 0 --run-dir $(DEMO_RUN)
 	$(PY) -m localsession plot $(DEMO_RUN) || echo "(no plot: pip install matplotlib)"
@@ -131,7 +134,10 @@ typecheck: $(STAMP)
 
 check: test
 
-# Everything the setup and the runs made: the virtualenv, caches, runs/ (example and demo
-# output) and the egg-info. Your $$LOCALSESSION_HOME (default ~/.localsession) is left alone.
+# Everything the setup and the runs made: the virtualenv, the tools' caches (pytest, mypy,
+# ruff, hypothesis), every __pycache__, runs/ (example, demo and bench output), the egg-info
+# and build leftovers. Your $$LOCALSESSION_HOME (default ~/.localsession) is left alone.
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache runs *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis runs build dist *.egg-info
+	find . -name .git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} + \
+		-o -type f -name '*.py[co]' -exec rm -f {} +

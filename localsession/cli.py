@@ -205,8 +205,8 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="serve the training-session API over HTTP for the unmodified SDK",
         description="Serve the SageMaker training-session API (control plane, runtime, Hub, "
         "model registry) and OpenAI chat completions over HTTP, in the foreground, until "
-        "Ctrl-C. Prints the environment variables that point the SDK, boto3 or the AWS CLI "
-        "here, then logs one line per request. One server per home: a second server on the "
+        "Ctrl-C or SIGTERM. Prints the environment variables that point the SDK, boto3 or the "
+        "AWS CLI here, then logs one line per request. One server per home: a second server on the "
         "same home refuses to start.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
@@ -258,9 +258,10 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument(
         "--submit-hold",
         type=float,
-        default=20.0,
+        default=3.0,
         help="seconds the server may hold an Execute*Operation answer until its op finishes, "
-        "so the SDK's first poll finds it done (default 20; 0 answers at once)",
+        "so the SDK's first poll finds it done (default and most 3: the SDK's stop() waits "
+        "5 s for submits in flight; 0 answers at once)",
     )
     serve.add_argument(
         "--max-queued-ops",

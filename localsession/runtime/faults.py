@@ -2,7 +2,7 @@
 
 One :class:`Faults` object lives on each ``Service`` (``service.faults``). Tests arm it
 directly (the ``fakes`` package does), and the HTTP server exposes it through an admin route,
-so every front end sees the same faults. The runtime consults it at three points:
+so every front end sees the same faults. The runtime consults it at four points:
 
 - ``on_request()`` at the top of every runtime call (``Execute*Operation`` and
   ``Get*OperationResult``): a pending throttle refuses the request with
@@ -12,7 +12,10 @@ so every front end sees the same faults. The runtime consults it at three points
   ``ValidationException``, is not retried, so the caller's future raises ``ClientError``);
 - ``on_execute(kind)`` when an accepted op is about to run: an ``at="execution"`` fault makes
   it finish ``Failed`` with a message (the caller's future raises ``OperationError``) and
-  changes no state, like any failed op (docs/semantics.md#4).
+  changes no state, like any failed op (docs/semantics.md#4);
+- ``on_start(kind)`` just before that: a ``slow_next`` fault makes the op take that many
+  seconds longer (it sleeps while marked running, then runs as usual), so a test can have a
+  slow op running at a chosen moment (a ``stop()`` or ``delete()`` while it runs).
 
 Each armed fault is consumed by the request or op it hits. ``armed`` is False whenever
 nothing is pending, and the runtime checks it before calling a hook, so an idle ``Faults``
@@ -87,6 +90,8 @@ class Faults:
         self._mutex = threading.Lock()
         self._rules: list[_Rule] = []
         self._throttle = 0
+        #: Pending slow-downs: [kinds (None: every kind), ops left, seconds each].
+        self._slow: list[tuple[frozenset[str] | None, int, float]] = []
         #: Whether any fault is pending (the runtime's zero-cost check before each hook).
         self.armed = False
 
@@ -135,10 +140,24 @@ class Faults:
             self._throttle += count
             self.armed = True
 
+    def slow_next(self, kind: str | Collection[str], seconds: float, count: int = 1) -> None:
+        """Make the next ``count`` ops of ``kind`` (as in :meth:`fail_next`) each take
+        ``seconds`` longer: the op is marked running, waits, then runs and finishes as usual."""
+        kinds = normalise_kinds(kind)
+        count = _check_count(count)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise ValueError(f"slow seconds must be a number, got {seconds!r}")
+        if not 0 < seconds <= 3600:
+            raise ValueError(f"slow seconds must be in (0, 3600], got {seconds!r}")
+        with self._mutex:
+            self._slow.append((kinds, count, float(seconds)))
+            self.armed = True
+
     def clear(self) -> None:
         """Drop every pending fault."""
         with self._mutex:
             self._rules.clear()
+            self._slow.clear()
             self._throttle = 0
             self.armed = False
 
@@ -148,6 +167,10 @@ class Faults:
             return {
                 "throttle": self._throttle,
                 "failures": [rule.describe() for rule in self._rules],
+                "slow": [
+                    {"kinds": sorted(k) if k is not None else ["*"], "remaining": n, "seconds": s}
+                    for k, n, s in self._slow
+                ],
             }
 
     # -- hooks the runtime calls ---------------------------------------------------------
@@ -175,6 +198,20 @@ class Faults:
         )
         raise ServiceError(rule.code, message, vocab.RUNTIME_ERRORS[rule.code])
 
+    def on_start(self, kind: str) -> float:
+        """Seconds a pending ``slow_next`` fault adds to this op of ``kind`` (consuming one);
+        0.0 if none applies."""
+        with self._mutex:
+            for i, (kinds, left, seconds) in enumerate(self._slow):
+                if kinds is None or kind in kinds:
+                    if left == 1:
+                        del self._slow[i]
+                    else:
+                        self._slow[i] = (kinds, left - 1, seconds)
+                    self._rearm()
+                    return seconds
+        return 0.0
+
     def on_execute(self, kind: str) -> str | None:
         """The failure message of a pending ``at="execution"`` fault for ``kind``, else None."""
         rule = self._take(kind, "execution")
@@ -194,4 +231,4 @@ class Faults:
         return None
 
     def _rearm(self) -> None:
-        self.armed = bool(self._rules) or self._throttle > 0
+        self.armed = bool(self._rules) or bool(self._slow) or self._throttle > 0

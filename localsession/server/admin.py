@@ -7,7 +7,8 @@ The SDK never calls these. They are for tests, the fakes and the conformance sui
 - ``POST /_localsession/reset`` → stop and forget every session (packages stay on disk)
 - ``POST /_localsession/faults`` with one of
   ``{"fail": {"kind": "forwardBackward", "count": 1, "at": "execution"|"submit",
-  "code": ..., "message": ...}}``, ``{"throttle": N}``, ``{"expire": "<session name>"}`` or
+  "code": ..., "message": ...}}``, ``{"slow": {"kind": "forwardBackward", "seconds": 6,
+  "count": 1}}``, ``{"throttle": N}``, ``{"expire": "<session name>"}`` or
   ``{"clear": true}``; the runtime's :class:`~localsession.runtime.faults.Faults` does the rest.
 """
 
@@ -31,7 +32,7 @@ PREFIX = "/_localsession"
 def _apply_fault(service: Service, body: dict[str, Any]) -> dict[str, Any]:
     if len(body) != 1:
         raise errors.validation(
-            "a fault request has exactly one of 'fail', 'throttle', 'expire' or 'clear'"
+            "a fault request has exactly one of 'fail', 'slow', 'throttle', 'expire' or 'clear'"
         )
     action, value = next(iter(body.items()))
     if action == "fail" and isinstance(value, dict):
@@ -45,6 +46,14 @@ def _apply_fault(service: Service, body: dict[str, Any]) -> dict[str, Any]:
             code=value.get("code"),
             message=value.get("message"),
         )
+    elif action == "slow" and isinstance(value, dict):
+        kind = value.get("kind")
+        if not isinstance(kind, str):
+            raise errors.validation("slow.kind must name an operation, e.g. 'forwardBackward'")
+        seconds = value.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise errors.validation("slow.seconds must be a number of seconds, e.g. 6")
+        service.faults.slow_next(kind, float(seconds), int(value.get("count", 1)))
     elif action == "throttle" and type(value) is int and value >= 0:
         service.faults.throttle_next(value)
     elif action == "expire" and isinstance(value, str):

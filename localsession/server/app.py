@@ -6,8 +6,9 @@ runtime's, shared with the in-process clients. The only things done here are the
 turn the SDK's fixed 2 s poll and 10 s status wait into near-zero latency (docs/wire.md#6):
 
 - an ``Execute*Operation`` answer is held until its op is terminal (at most ``submit_hold``
-  seconds). The SDK waits for that answer on a future that honours ``result(timeout=t)`` to
-  the millisecond, and its first poll then finds the op complete;
+  seconds, never more than ``MAX_SUBMIT_HOLD_SECONDS``; not at all for a training op queued
+  behind another). The SDK waits for that answer on a future that honours
+  ``result(timeout=t)`` to the millisecond, and its first poll then finds the op complete;
 - a ``Get*OperationResult`` poll of a running op is held until the op is terminal (at most
   ``long_poll`` seconds), so a poll never answers "in progress" for an op that completes
   while the poll is open;
@@ -67,9 +68,18 @@ REGIONAL = ("CreateTrainingSession", "CreateModelPackageGroup")
 #: ``result(timeout=t)`` deadline only between polls and sleeps 2 s after each incomplete one,
 #: so a wait on the poll path ends within t + LONG_POLL_SECONDS + 2 s.
 LONG_POLL_SECONDS = 1.0
-#: Default seconds an ``Execute*Operation`` answer is held for its op to finish: well under
-#: the SDK's 60 s read timeout. Past it the op's id is answered and polls take over.
-SUBMIT_HOLD_SECONDS = 20.0
+#: Seconds the SDK's ``stop()`` and ``delete()`` wait for submits still in flight (its
+#: ``BackgroundSubmitter.close`` timeout, sagemaker-train 1.27.0) before failing them with
+#: "still in flight when its client closed". The SDK sends one training submit at a time, so
+#: while one is held the ops queued after it are still in the client.
+SDK_CLOSE_WAIT_SECONDS = 5.0
+#: The longest a submit may be held: the held submit plus the client's queued ones (each
+#: answered at once, as they queue behind a running op) must reach the server inside
+#: ``SDK_CLOSE_WAIT_SECONDS``, so that a stop skips them as in-process (docs/wire.md#6).
+MAX_SUBMIT_HOLD_SECONDS = 3.0
+#: Default seconds an ``Execute*Operation`` answer is held for its op to finish. Past it the
+#: op's id is answered and the held poll takes over.
+SUBMIT_HOLD_SECONDS = MAX_SUBMIT_HOLD_SECONDS
 #: Sampling submits of one session held at once. The SDK sends submits from a thread pool
 #: of (CPUs + 4) workers shared by a training client and its samplers; a held submit keeps
 #: a worker, so at most this many are held and the rest of a wide fan-out is answered at once.
@@ -98,6 +108,7 @@ class Routes:
     """The route handlers, bound to one :class:`Service` and its long-poll settings."""
 
     def __init__(self, service: Service, long_poll: float, submit_hold: float) -> None:
+        check_submit_hold(submit_hold)
         self.service = service
         self.long_poll = long_poll
         self.submit_hold = submit_hold
@@ -156,19 +167,23 @@ class Routes:
 
     async def _hold_submit(self, name: str, op_id: str, sampling: bool) -> None:
         """Hold an accepted submit's answer until its op is terminal or ``submit_hold``
-        passes; not for a training op queued behind a missing sequence number (it would wait
-        on a submit its client has not sent), nor past :data:`MAX_HELD_SAMPLING`."""
+        passes; not for a training op queued behind another (one running, queued, or a
+        missing sequence number it would wait on), nor past :data:`MAX_HELD_SAMPLING`.
+
+        A queued op answered at once frees the client's turn for its next submit, so every op
+        a client has sent reaches the queue while the head op runs: a ``stop()`` then skips
+        them here instead of the SDK abandoning them after its close wait."""
         if self.submit_hold <= 0:
             return
         if not sampling:
-            await self._wait_done(name, op_id, self.submit_hold, unless_gap=True)
+            await self._wait_done(name, op_id, self.submit_hold, unless_behind=True)
             return
         held = self._held_sampling.get(name, 0)
         if held >= MAX_HELD_SAMPLING:
             return
         self._held_sampling[name] = held + 1
         try:
-            await self._wait_done(name, op_id, self.submit_hold, unless_gap=False)
+            await self._wait_done(name, op_id, self.submit_hold, unless_behind=False)
         finally:
             left = self._held_sampling[name] - 1
             if left:
@@ -193,11 +208,13 @@ class Routes:
 
     async def _long_poll(self, name: str, op_id: str) -> None:
         """Wait, without holding a thread, until the op is terminal or ``long_poll`` passes."""
-        await self._wait_done(name, op_id, self.long_poll, unless_gap=False)
+        await self._wait_done(name, op_id, self.long_poll, unless_behind=False)
 
-    async def _wait_done(self, name: str, op_id: str, seconds: float, *, unless_gap: bool) -> None:
+    async def _wait_done(
+        self, name: str, op_id: str, seconds: float, *, unless_behind: bool
+    ) -> None:
         """Wait, without holding a thread, until the op is terminal or ``seconds`` pass
-        (``unless_gap``: not at all for a training op waiting on a missing number). An
+        (``unless_behind``: not at all for a training op behind another unfinished one). An
         unknown session or op ends the wait; the request's own answer reports it."""
         loop = asyncio.get_running_loop()
         finished = loop.create_future()
@@ -213,7 +230,7 @@ class Routes:
                 pass  # the loop closed (server shutting down)
 
         def watch() -> bool:
-            if unless_gap and self.service.session(name).waits_for_earlier(op_id):
+            if unless_behind and self.service.session(name).runs_behind_another(op_id):
                 return False
             self.service.on_operation_done(name, op_id, wake)
             return True
@@ -227,6 +244,17 @@ class Routes:
             await asyncio.wait_for(finished, seconds)
         except asyncio.TimeoutError:
             pass
+
+
+def check_submit_hold(seconds: float) -> None:
+    """Refuse a submit hold the SDK's ``stop()`` cannot wait out (ValueError, with the fix)."""
+    if not 0 <= seconds <= MAX_SUBMIT_HOLD_SECONDS:
+        raise ValueError(
+            f"submit hold {seconds:g} s is outside 0-{MAX_SUBMIT_HOLD_SECONDS:g} s: the SDK's "
+            f"stop() and delete() wait {SDK_CLOSE_WAIT_SECONDS:g} s for submits in flight and "
+            "then drop their results; use --submit-hold between 0 and "
+            f"{MAX_SUBMIT_HOLD_SECONDS:g}"
+        )
 
 
 def create_app(

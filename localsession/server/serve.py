@@ -7,20 +7,21 @@ from __future__ import annotations
 import functools
 import logging
 import shlex
+import signal
 import socket
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from localsession import wiring
 from localsession.engine_options import EngineOptions, SettingError
 from localsession.runtime.home import HomeError, HomeLock, require_writable
-from localsession.runtime.models import hub
 from localsession.runtime.models.catalog import ModelCatalog
 from localsession.runtime.models.sources import localsession_home, parse_map_entries
 from localsession.runtime.service import Service
-from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS
+from localsession.server.app import LONG_POLL_SECONDS, SUBMIT_HOLD_SECONDS, check_submit_hold
 from localsession.server.auth import Credential
 from localsession.server.endpoints import client_env
 from localsession.server.hosting import make_server, url_of
@@ -33,6 +34,7 @@ from localsession.server.startup import (
     is_loopback,
     warn_if_exposed,
 )
+from localsession.server.warmup import TokenizerWarmup
 
 
 @dataclass
@@ -112,8 +114,11 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
     Raises :class:`StartupError` (one line naming the fix) before anything is served, and
     before the service loads, or rewrites, the home's session records.
     """
+    if not 0 <= options.port <= 65535:
+        raise StartupError(f"--port {options.port} is not a port: use 1-65535, or 0 for a free one")
     try:
         credential = Credential.parse(options.auth) if options.auth else None
+        check_submit_hold(options.submit_hold)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
     model_map = check_model_map_flags(options.model_map)
@@ -147,16 +152,23 @@ def start(options: ServeOptions) -> tuple[Service, socket.socket, HomeLock, Cred
 
 
 def serve(options: ServeOptions) -> int:
-    """Run the server until Ctrl-C (``--replay`` is parity/running.py's, chosen by the CLI)."""
+    """Run the server until Ctrl-C or SIGTERM (``--replay`` is parity/running.py's, chosen by
+    the CLI)."""
     service, sock, lock, credential = start(options)
+    previous = _sigterm_as_ctrl_c()
     try:
         warn_if_exposed(options.host, credential is not None)
         _print_banner(url_of(sock), service, credential)
         say_console(url_of(sock), console_off(options))
-        # Tokenizers the SDK's get_tokenizer() will read, exported before the first describe.
-        threading.Thread(
-            target=hub.export_all, args=(service.catalog, service.hub_cache), daemon=True
-        ).start()
+        # Tokenizers the SDKs' get_tokenizer() will read, exported before the first describe;
+        # Tinker requests that lead to a tokenizer load wait for them (server/warmup.py).
+        warmup = TokenizerWarmup(service.catalog, service.hub_cache)
+        print(
+            "# exporting tokenizers into HF_HUB_CACHE: start clients after '# ready' below "
+            "(until then tinker clients are told to retry)",
+            flush=True,
+        )
+        warmup.start(functools.partial(print, flush=True))
         _log_requests(quiet=options.quiet)
         server = make_server(
             service,
@@ -165,18 +177,37 @@ def serve(options: ServeOptions) -> int:
             credential=credential,
             console=console_off(options),
         )
-        server.config.app = RequestLog(server.config.app)
+        server.config.app = RequestLog(warmup.guard(server.config.app))
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         # uvicorn shut down gracefully, then re-raised the Ctrl-C it captured; or the Ctrl-C
         # came after the banner, while the app was being built: stopped the same way
         pass
     finally:
-        service.close()
-        sock.close()
-        lock.release()
+        try:
+            service.close()
+            sock.close()
+            lock.release()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         print("localsession server stopped", flush=True)
     return 0
+
+
+def _sigterm_as_ctrl_c() -> Any:
+    """Make SIGTERM (``kill``, a supervisor's stop) end the server as Ctrl-C does: sessions
+    stopped, home lock released, exit status 0. uvicorn takes the signal while it serves and
+    raises it again once it has shut down; this handler then turns it into the
+    KeyboardInterrupt that :func:`serve` handles. Returns the handler it replaced (None off
+    the main thread, where signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
 
 
 def _print_banner(url: str, service: Service, credential: Credential | None) -> None:

@@ -38,6 +38,9 @@ PRINTS = {
     "print(sorted(m.model_name": "'localsession/tiny'",
     'print("sample:"': "sample: ' fox jumps over the lazy dog.'",
 }
+#: A warning on stderr, from the ``warnings`` module (``file:line: FutureWarning: ...``) or a
+#: logger (``WARNING ...``, ``... - WARNING - ...``): a README block must run without one.
+WARNING_RE = re.compile(r"^.*(?:\b[A-Z]\w*Warning\b|\bWARNING\b).*$", re.M)
 #: A loaded 2-core machine runs these at a small fraction of their idle speed.
 TIMEOUT_S = 1800
 
@@ -121,6 +124,8 @@ def test_a_runnable_readme_block_runs_in_a_fresh_venv(block: Block, tmp_path: Pa
         argv, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
     )
     assert done.returncode == 0, f"README line {block.line}:\n{done.stdout}\n{done.stderr}"
+    warned = WARNING_RE.findall(done.stderr)
+    assert not warned, f"README line {block.line} warns on stderr: {warned}\n{done.stderr}"
     for marker, printed in PRINTS.items():
         if marker in block.code:
             assert printed in done.stdout, f"README line {block.line}: {done.stdout}"
@@ -136,7 +141,10 @@ def test_make_demo_runs_its_loop_in_the_set_up_venv(tmp_path: Path) -> None:
     install stamps present, so make installs nothing): both accuracy lines, the summary and
     the plot."""
     venv = Path(sys.prefix)
-    stamps = [venv / ".localsession-installed", venv / ".smollm2-installed"]
+    stamps = [
+        venv / name
+        for name in (".localsession-installed", ".smollm2-installed", ".sagemaker-sdk-installed")
+    ]
     if not all(stamp.exists() for stamp in stamps):
         pytest.skip(f"{venv} is not a venv that `make` set up (no {stamps[0].name})")
     run_dir = tmp_path / "demo"

@@ -7,6 +7,7 @@ reached the engine.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ def test_idle_faults_are_disarmed_and_do_nothing() -> None:
     faults.on_request()
     faults.on_submit("forwardBackward")
     assert faults.on_execute("forwardBackward") is None
-    assert faults.pending() == {"throttle": 0, "failures": []}
+    assert faults.on_start("forwardBackward") == 0.0
+    assert faults.pending() == {"throttle": 0, "failures": [], "slow": []}
 
 
 def test_throttle_refuses_exactly_count_requests_with_429() -> None:
@@ -83,7 +85,29 @@ def test_faults_fire_in_arming_order_and_clear_drops_them() -> None:
     faults.fail_next("sample")
     faults.throttle_next(3)
     faults.clear()
-    assert faults.armed is False and faults.pending() == {"throttle": 0, "failures": []}
+    assert faults.armed is False
+    assert faults.pending() == {"throttle": 0, "failures": [], "slow": []}
+
+
+def test_slow_fault_delays_exactly_count_ops_of_its_kind() -> None:
+    faults = Faults()
+    faults.slow_next("forward_backward", 2.5, count=2)
+    assert faults.armed
+    assert faults.pending()["slow"] == [
+        {"kinds": ["forwardBackward"], "remaining": 2, "seconds": 2.5}
+    ]
+    assert faults.on_start("optimizerStep") == 0.0  # another kind: untouched
+    assert [faults.on_start("forwardBackward") for _ in range(3)] == [2.5, 2.5, 0.0]
+    assert faults.armed is False
+    faults.slow_next("*", 1)
+    faults.clear()
+    assert faults.on_start("sample") == 0.0
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, 3601, "6", True, None])
+def test_slow_fault_refuses_a_bad_duration(seconds: Any) -> None:
+    with pytest.raises(ValueError, match="slow seconds"):
+        Faults().slow_next("sample", seconds)
 
 
 @pytest.mark.parametrize(
@@ -187,6 +211,25 @@ def test_submit_fault_refuses_before_the_number_is_recorded(runtime: Any) -> Non
     assert (info.value.code, info.value.http_status) == ("InternalServerException", 500)
     op = service.execute_training_operation("s1", fb(1))["operationId"]  # the retry is accepted
     assert outcome(service, op)["status"] == "Completed"
+    assert engines[0].calls == ["fb1"]
+
+
+def test_a_slow_op_running_at_stop_completes_and_the_queued_one_is_skipped(
+    runtime: Any,
+) -> None:
+    """The in-process stop semantics (docs/semantics.md#4) with an op running: it finishes
+    Completed, the op queued behind it ends Skipped."""
+    service, engines = runtime
+    service.faults.slow_next("forwardBackward", 0.5)
+    running = service.execute_training_operation("s1", fb(1))["operationId"]
+    queued = service.execute_training_operation("s1", fb(2))["operationId"]
+    session = service.session("s1")
+    while session.running_op is None:
+        time.sleep(0.01)
+    assert session.runs_behind_another(queued) and not session.runs_behind_another(running)
+    service.stop_training_session({"TrainingSessionName": "s1"})
+    assert outcome(service, queued)["status"] == "Skipped"
+    assert outcome(service, running)["status"] == "Completed"
     assert engines[0].calls == ["fb1"]
 
 

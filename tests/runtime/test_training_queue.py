@@ -159,3 +159,16 @@ def test_peek_names_the_op_advance_releases_without_releasing_it() -> None:
     assert queue.consume(1) and queue.consume(2)  # refused submits: used, not awaited
     assert queue.peek() is three and len(queue) == 1  # past the lost numbers, still queued
     assert queue.advance(0.0) is three and queue.peek() is None
+
+
+def test_unfinished_before_counts_queued_and_missing_numbers_not_lost_ones() -> None:
+    queue = TrainingQueue("s", gap_timeout=0.0)
+    assert not queue.unfinished_before(1)
+    queue.admit(1, "t1", "forwardBackward", {})
+    assert queue.unfinished_before(2)  # 1 is queued
+    assert isinstance(queue.advance(0.0), Operation)  # 1 released (runs)
+    assert not queue.unfinished_before(2)
+    assert queue.unfinished_before(4)  # 2 and 3 have not arrived
+    queue.consume(2)
+    queue.consume(3)
+    assert not queue.unfinished_before(4)  # recorded lost: nothing to wait for

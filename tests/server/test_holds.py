@@ -24,7 +24,12 @@ from localsession import vocab
 from localsession.port import EngineSpec, SampleRequest
 from localsession.runtime.models.catalog import StaticCatalog
 from localsession.runtime.service import Service, ServiceConfig
-from localsession.server.app import MAX_HELD_SAMPLING
+from localsession.server.app import (
+    MAX_HELD_SAMPLING,
+    MAX_SUBMIT_HOLD_SECONDS,
+    SUBMIT_HOLD_SECONDS,
+    check_submit_hold,
+)
 from localsession.server.endpoints import client_env
 from localsession.server.hosting import ServerThread
 from localsession.wiring import default_engine_factory
@@ -110,7 +115,9 @@ def _fb(seq: int) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("submit_hold", [20.0, 0.0], ids=["held", "answered-at-once"])
+@pytest.mark.parametrize(
+    "submit_hold", [SUBMIT_HOLD_SECONDS, 0.0], ids=["held", "answered-at-once"]
+)
 def test_the_sdk_reads_a_slow_op_in_one_poll_when_its_submit_is_held(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, submit_hold: float
 ) -> None:
@@ -170,11 +177,11 @@ def test_a_submit_behind_a_sequence_gap_is_answered_at_once(tmp_path: Path, runt
     thread: holding 2's answer would stall that client until the gap timeout."""
     service = _stub_service(tmp_path, gap_timeout=60.0)
     try:
-        with ServerThread(service, submit_hold=30.0) as url:
+        with ServerThread(service, submit_hold=MAX_SUBMIT_HOLD_SECONDS) as url:
             rt = runtime(url)
             started = time.monotonic()
             second = rt.execute_training_operation(trainingSessionName="s1", **_fb(2))
-            assert time.monotonic() - started < 10.0  # not held to the 30 s cap
+            assert time.monotonic() - started < 2.0  # not held to the 3 s cap
             op2 = service.operation("s1", second["operationId"])
             assert op2.status not in vocab.OP_TERMINAL
             first = rt.execute_training_operation(trainingSessionName="s1", **_fb(1))
@@ -192,7 +199,7 @@ def test_at_most_a_few_sampling_submits_of_a_session_are_held(tmp_path: Path, ru
     service = _stub_service(tmp_path)
     gate = threading.Barrier(5)
     try:
-        with ServerThread(service, submit_hold=30.0) as url:
+        with ServerThread(service, submit_hold=MAX_SUBMIT_HOLD_SECONDS) as url:
             rt = runtime(url)
 
             def submit(i: int) -> bool:
@@ -216,3 +223,41 @@ def test_at_most_a_few_sampling_submits_of_a_session_are_held(tmp_path: Path, ru
     finally:
         service.close()
     assert sum(done_when_answered) == MAX_HELD_SAMPLING
+
+
+def test_a_submit_queued_behind_a_running_op_is_answered_at_once(
+    tmp_path: Path, runtime: Any
+) -> None:
+    """Op 1 runs (its submit held until it is done); op 2, sent meanwhile from another thread,
+    is answered while op 1 still runs: a client's queued submits all reach the queue, so a
+    stop() skips them instead of the SDK abandoning them (docs/wire.md#6)."""
+    service = _stub_service(tmp_path)
+    try:
+        with ServerThread(service, submit_hold=MAX_SUBMIT_HOLD_SECONDS) as url:
+            rt = runtime(url)
+            with ThreadPoolExecutor(1) as pool:
+                first = pool.submit(
+                    rt.execute_training_operation, trainingSessionName="s1", **_fb(1)
+                )
+                session = service.session("s1")
+                while session.running_op is None:
+                    time.sleep(0.01)
+                op1 = session.running_op
+                second = rt.execute_training_operation(trainingSessionName="s1", **_fb(2))
+                op1_when_2_answered = op1.status
+                op2 = service.operation("s1", second["operationId"])
+                op2_when_answered = op2.status
+                first.result(30)
+            op1_when_1_answered = op1.status
+            assert service.wait_operation("s1", op2.id, 30)
+    finally:
+        service.close()
+    assert op1_when_2_answered not in vocab.OP_TERMINAL
+    assert op2_when_answered not in vocab.OP_TERMINAL
+    assert op1_when_1_answered in vocab.OP_TERMINAL  # the head op's submit was held
+
+
+@pytest.mark.parametrize("seconds", [-1.0, MAX_SUBMIT_HOLD_SECONDS + 0.5, 20.0])
+def test_a_submit_hold_longer_than_the_sdks_close_wait_allows_is_refused(seconds: float) -> None:
+    with pytest.raises(ValueError, match=r"stop\(\) and delete\(\) wait 5 s"):
+        check_submit_hold(seconds)

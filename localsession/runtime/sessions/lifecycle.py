@@ -203,6 +203,18 @@ class Session:
             op = self.ops.get(operation_id)
             return op is not None and op.seq is not None and self.queue.missing_before(op.seq)
 
+    def runs_behind_another(self, operation_id: str) -> bool:
+        """Whether this training op waits for an earlier one: one that runs now, is queued,
+        or has not arrived. False for sampling ops, unknown ids and the op that runs."""
+        with self.lock:
+            op = self.ops.get(operation_id)
+            if op is None or op.seq is None or op is self.running_op:
+                return False
+            if op.status in vocab.OP_TERMINAL:
+                return False
+            running = self.running_op is not None and self.running_op.seq is not None
+            return running or self.queue.unfinished_before(op.seq)
+
     def consume(self, seq: int) -> None:
         """Record a number whose submit was refused as used, so nothing waits on it (the
         server's lenient mode, docs/semantics.md#4). A number already taken is left alone."""

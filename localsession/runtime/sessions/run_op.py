@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 from localsession import vocab
@@ -38,6 +39,9 @@ class Session(Fits, Protocol):
 def execute(session: Session, engine: Engine, op: Operation) -> None:
     """Run ``op`` on ``engine`` (or fail it with an armed injected fault) and finish it."""
     if session.faults is not None and session.faults.armed:
+        delay = session.faults.on_start(op.kind)
+        if delay:  # an injected slow-down (runtime/faults.py): the op runs that much later
+            time.sleep(delay)
         failure = session.faults.on_execute(op.kind)
         if failure is not None:  # an injected fault (runtime/faults.py): nothing changes
             op.finish(vocab.OpStatus.FAILED, error=failure)

@@ -92,6 +92,14 @@ class TrainingQueue:
         ``seq`` cannot run until another submit (or the gap timeout) comes."""
         return any(n not in self._by_seq and n not in self._lost for n in range(self.next_seq, seq))
 
+    def unfinished_before(self, seq: int) -> bool:
+        """Whether a number below ``seq`` is still to be released: queued here, or not yet
+        arrived and not recorded lost (the op the session runs now is not counted)."""
+        return any(
+            n in self._waiting or (n not in self._by_seq and n not in self._lost)
+            for n in range(self.next_seq, seq)
+        )
+
     def consume(self, seq: int) -> bool:
         """Record a number whose submit was refused as used, so nothing waits on it (the
         server's lenient mode). A number already taken is left alone; False then."""

@@ -48,6 +48,7 @@ from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.future_table import Future, FutureTable
 from localsession.server.tinker.numbering import Numbering
 from localsession.server.tinker.samplers import Sampler, Samplers
+from localsession.server.tinker.served import check_served
 from localsession.server.tinker.stability import StabilityRecords
 
 
@@ -179,6 +180,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
         base_model = request.get("base_model")
         if not isinstance(base_model, str) or not base_model:
             raise errors.validation("base_model is required; see get_server_capabilities")
+        check_served(self.service, base_model)
         lora = dict(request.get("lora_config") or {"rank": vocab.TINKER_LORA_RANK})
         rank = lora.get("rank")
         low, high = vocab.LORA_RANK_MIN, vocab.LORA_RANK_MAX

@@ -22,6 +22,7 @@ from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
+from localsession.server.tinker.served import check_served
 
 #: The checkpoint name every inflight save of a model writes (``kind="inflight"``).
 INFLIGHT = "inflight"
@@ -81,6 +82,7 @@ class Samplers:
                 base_model = self.service.registry.get(str(package)).base_model
         if not base_model:
             raise errors.validation("create_sampling_client needs base_model or model_path")
+        check_served(self.service, base_model)
         self.service.resolve_base_model(base_model)
         base_model = self.tokenizer_id(base_model)
         unembed = self.adapts_head(package) if package else False
