@@ -22,6 +22,7 @@ from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
+from localsession.server.tinker.checkpoints import CheckpointIndex
 
 #: The checkpoint name every inflight save of a model writes (``kind="inflight"``).
 INFLIGHT = "inflight"
@@ -58,12 +59,11 @@ class Samplers:
     hidden_used: dict[str, float]
     models: dict[str, Any]
     reaper: Any  # expiry.Reaper
+    checkpoints: CheckpointIndex
     index: Any  # session_index.SessionIndex
 
-    if TYPE_CHECKING:  # provided by Checkpoints and the Dialect
+    if TYPE_CHECKING:  # provided by the Dialect
 
-        def package_of(self, path: str, *, required: bool = True) -> str: ...
-        def adapts_head(self, arn: str) -> bool: ...
         def tokenizer_id(self, base_model: str) -> str: ...
         def canonical(self, base_model: str) -> str: ...
         def _new_session(
@@ -73,7 +73,7 @@ class Samplers:
     def create_sampler(
         self, model_path: str | None, base_model: str | None, session_id: str | None = None
     ) -> str:
-        package = self.package_of(model_path) if model_path else None
+        package = self.checkpoints.package_of(model_path) if model_path else None
         model_id = None
         if model_path:
             model_id = model_path[len("tinker://") :].split("/")[0]
@@ -83,7 +83,7 @@ class Samplers:
             raise errors.validation("create_sampling_client needs base_model or model_path")
         self.service.resolve_base_model(base_model)
         base_model = self.tokenizer_id(base_model)
-        unembed = self.adapts_head(package) if package else False
+        unembed = self.checkpoints.adapts_head(package) if package else False
         sampler_id = f"sampler-{uuid.uuid4().hex}"
         with self.lock:
             self.samplers[sampler_id] = Sampler(
@@ -98,7 +98,9 @@ class Samplers:
         overwrites) reads the newest save of that path: the weights saved when it was made,
         or newer, as the SDK promises; a snapshot sampler the package it was made with."""
         if sampler.model_path and sampler.model_path.endswith(f"/sampler_weights/{INFLIGHT}"):
-            return self.package_of(sampler.model_path, required=False) or sampler.package
+            return (
+                self.checkpoints.package_of(sampler.model_path, required=False) or sampler.package
+            )
         return sampler.package
 
     def sampler(self, sampler_id: Any) -> Sampler:
