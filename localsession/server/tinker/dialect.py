@@ -47,7 +47,8 @@ from localsession.server.tinker.checkpoints import CheckpointIndex, Saving, ttl_
 from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.future_table import Future, FutureTable
 from localsession.server.tinker.numbering import Numbering
-from localsession.server.tinker.samplers import Sampler, Samplers
+from localsession.server.tinker.sampler_table import SamplerTable
+from localsession.server.tinker.samplers import Samplers
 from localsession.server.tinker.stability import StabilityRecords
 
 
@@ -88,10 +89,7 @@ class Dialect(Samplers, Numbering):
         self.finished: set[str] = set()
         self.models: dict[str, Model] = {}
         self.futures = FutureTable()  # the request ids the SDK polls
-        self.samplers: dict[str, Sampler] = {}
-        self.hidden: dict[str, str] = {}  # base model -> sampler session name
-        self.hidden_locks: dict[str, threading.Lock] = {}
-        self.hidden_used: dict[str, float] = {}
+        self.samplers = SamplerTable()  # samplers, hidden sampler sessions (sampler_table.py)
         self.reaper = Reaper(self)
         self.checkpoints = CheckpointIndex(service)  # paths, TTLs, metadata, recipients
         self.stability = StabilityRecords()  # record_stability_info samples (stable_reinforce)
@@ -134,8 +132,7 @@ class Dialect(Samplers, Numbering):
             names = [
                 m.session for m in self.models.values() if m.model_id.startswith(session_id + ":")
             ]
-            for sampler_id in [k for k, v in self.samplers.items() if v.session_id == session_id]:
-                del self.samplers[sampler_id]
+        self.samplers.drop_session(session_id)
         self.stability.drop_session(session_id)
         for name in names:
             try:

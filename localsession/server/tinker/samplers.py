@@ -1,5 +1,5 @@
-"""Sampling sessions (a mixin of the Dialect): which weights a sampler reads, and which
-runtime session runs its requests.
+"""Sampling sessions (a mixin of the Dialect, over its sampler_table.py owner): which
+weights a sampler reads, and which runtime session runs its requests.
 
 A sampler reads a checkpoint's package (``model_path``) or the base model. It runs on the
 runtime session of the model that saved the checkpoint while that model is alive, else on
@@ -13,9 +13,7 @@ it is reclaimed once no live Tinker session holds a sampler on it (expiry.py).
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from localsession import vocab
@@ -23,44 +21,23 @@ from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
 from localsession.server.tinker.checkpoints import CheckpointIndex
+from localsession.server.tinker.sampler_table import Sampler, SamplerTable
 
 #: The checkpoint name every inflight save of a model writes (``kind="inflight"``).
 INFLIGHT = "inflight"
 
 
-@dataclass
-class Sampler:
-    sampler_id: str
-    base_model: str
-    model_path: str | None
-    package: str | None
-    model_id: str | None
-    #: the package adapts the output head (train_unembed): only a session that does reads it
-    unembed: bool = False
-    #: the Tinker session that made it (None: a sample request that named no session)
-    session_id: str | None = None
-
-    @property
-    def key(self) -> str:
-        """The hidden sampler session this sampler runs on when its model is gone."""
-        return self.base_model + (" +unembed" if self.unembed else "")
-
-
 class Samplers:
-    """Sampling sessions by id; the Dialect sets the attributes and the helpers."""
+    """Sampler creation and placement over the Dialect's :class:`SamplerTable`; the Dialect
+    sets the attributes and the helpers."""
 
     service: Service
     lock: threading.Lock
-    samplers: dict[str, Sampler]
-    hidden: dict[str, str]
-    #: one lock per hidden key, held while its session is made
-    hidden_locks: dict[str, threading.Lock]
-    #: hidden key -> when a request last ran on it (time.monotonic)
-    hidden_used: dict[str, float]
+    samplers: SamplerTable
     models: dict[str, Any]
     reaper: Any  # expiry.Reaper
-    checkpoints: CheckpointIndex
     index: Any  # session_index.SessionIndex
+    checkpoints: CheckpointIndex
 
     if TYPE_CHECKING:  # provided by the Dialect
 
@@ -85,10 +62,9 @@ class Samplers:
         base_model = self.tokenizer_id(base_model)
         unembed = self.checkpoints.adapts_head(package) if package else False
         sampler_id = f"sampler-{uuid.uuid4().hex}"
-        with self.lock:
-            self.samplers[sampler_id] = Sampler(
-                sampler_id, base_model, model_path, package, model_id, unembed, session_id
-            )
+        self.samplers.add(
+            Sampler(sampler_id, base_model, model_path, package, model_id, unembed, session_id)
+        )
         self.index.add_sampler(session_id, sampler_id)
         return sampler_id
 
@@ -104,8 +80,7 @@ class Samplers:
         return sampler.package
 
     def sampler(self, sampler_id: Any) -> Sampler:
-        with self.lock:
-            found = self.samplers.get(str(sampler_id))
+        found = self.samplers.get(str(sampler_id))
         if found is None:
             raise errors.not_found(f"sampling session {sampler_id!r} is unknown", runtime=True)
         return found
@@ -122,28 +97,21 @@ class Samplers:
                         return model.session
                 except ServiceError:
                     pass
-            key = sampler.key
-            making = self.hidden_locks.setdefault(key, threading.Lock())
-        with making:  # one maker per key; the others wait here, then find its session
-            with self.lock:
-                name = self.hidden.get(key)
-                self.hidden_used[key] = time.monotonic()
+        key = sampler.key
+        with self.samplers.maker(key):  # one maker per key; the others wait, then find it
+            name = self.samplers.use(key)
             if name is not None and self._running(name):
                 return name
             # seed 0: a hidden session samples packages or the base model (its own LoRA B
             # starts at zero), and stays reproducible
             name = self._new_session(sampler.base_model, 1, 0, sampler.unembed)
-            with self.lock:
-                self.hidden[key] = name
-                self.hidden_used[key] = time.monotonic()
+            self.samplers.set_hidden(key, name)
             self.reaper.ensure()
             status = self.service.wait_for_session(name, vocab.TINKER_START_WAIT_S)
             if (
                 status != vocab.SessionStatus.RUNNING
             ):  # a failed start is named, and the next request retries
-                with self.lock:
-                    if self.hidden.get(key) == name:
-                        del self.hidden[key]
+                self.samplers.drop_hidden(key, name)
                 detail = self.service.session(name).describe().get("ErrorDetails") or status
                 raise ServiceError(
                     vocab.ErrorCode.INTERNAL,
