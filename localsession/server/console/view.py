@@ -13,13 +13,16 @@ import threading
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from localsession import vocab
 from localsession.port_results import SampleResult
 from localsession.runtime.events import OpEvent
 from localsession.runtime.service import Service
 from localsession.runtime.sessions.lifecycle import Session
+
+if TYPE_CHECKING:
+    from localsession.server.tinker.sampler_table import SamplerTable
 
 #: Decoded samples a session page shows (the newest).
 LATEST_SAMPLES = 8
@@ -34,8 +37,7 @@ class TinkerTables(Protocol):
     sessions: dict[str, float]
     finished: set[str]
     models: dict[str, Any]
-    samplers: dict[str, Any]
-    hidden: dict[str, str]
+    samplers: SamplerTable
 
 
 def iso(moment: datetime | float | None) -> str | None:
@@ -75,8 +77,8 @@ class Console:
                     "label": f"training run {model.model_id}",
                     "tinker_session": owner,
                 }
-            for key, name in self.tinker.hidden.items():
-                out[name] = {"dialect": "tinker", "label": f"sampler on {key}"}
+        for key, name in self.tinker.samplers.hidden().items():
+            out[name] = {"dialect": "tinker", "label": f"sampler on {key}"}
         return out
 
     def trace_labels(self, names: list[str] | None = None) -> dict[str, str]:
@@ -131,7 +133,7 @@ class Console:
             ]
             ids += [(sid, None, False) for sid in self.tinker.finished]
             models = list(self.tinker.models.values())
-            samplers = list(self.tinker.samplers.values())
+        samplers = self.tinker.samplers.all()
         out = []
         for sid, seen, live in ids:
             runs = [
@@ -166,9 +168,10 @@ class Console:
                 for m in self.tinker.models.values()
                 if m.model_id.startswith(tinker_session + ":")
             ]
-            for sampler in self.tinker.samplers.values():
-                if sampler.session_id == tinker_session and sampler.key in self.tinker.hidden:
-                    names.append(self.tinker.hidden[sampler.key])
+        hidden = self.tinker.samplers.hidden()
+        for sampler in self.tinker.samplers.all():
+            if sampler.session_id == tinker_session and sampler.key in hidden:
+                names.append(hidden[sampler.key])
         return list(dict.fromkeys(names))
 
     def known_tinker_session(self, tinker_session: str) -> bool:

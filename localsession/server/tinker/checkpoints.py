@@ -1,18 +1,24 @@
-"""Checkpoints: ``tinker://`` paths resolved to model packages (a mixin of the Dialect).
+"""The checkpoint index: ``tinker://`` paths resolved to model packages, with their TTLs,
+user metadata and (for an external export) age recipients. One owner with its own lock.
 
 A checkpoint is a package whose description is its ``tinker://`` path, so it is listed by
 ``localsession packages list`` and survives a restart: a path the in-memory index does not
-know is looked up among the packages of the session group.
+know is looked up among the packages of the session group. What a save asks for (its TTL,
+its metadata, an export's recipients) is noted at submit, keyed to the op, and recorded
+once, when the op completes (:meth:`CheckpointIndex.expect`): never when its result is read,
+so an unread save still expires and a result read twice does not restart its TTL.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from localsession import vocab
+from localsession.port_results import SaveResult
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
@@ -23,14 +29,112 @@ PAGE_SIZE = 100
 HEAD = "lm_head"
 
 
-class Checkpoints:
-    """Path -> package ARN index and TTLs; the Dialect sets the attributes."""
+def utcnow() -> datetime:
+    """The clock TTLs are set and checked by (tests move it)."""
+    return datetime.now(timezone.utc)
 
-    service: Service
-    lock: threading.Lock
-    paths: dict[str, str]
-    ttl: dict[str, datetime]
-    metadata: dict[str, dict[str, Any]]
+
+def ttl_seconds(value: Any) -> int | None:
+    """A save's ``ttl_seconds``, checked at submit (None or 0: no TTL)."""
+    if value is None or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise errors.validation(f"ttl_seconds={value!r} must be a positive integer or None")
+    return value
+
+
+@dataclass(frozen=True)
+class Saving:
+    """What one save asks to record of its path once it completes."""
+
+    path: str
+    ttl_seconds: int | None = None
+    metadata: dict[str, Any] | None = None
+    recipients: list[str] | None = None  # an external export's (None: not an export)
+
+
+class CheckpointIndex:
+    """Path -> package ARN, TTL, user metadata and recipients, thread-safe."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self._lock = threading.Lock()
+        self._paths: dict[str, str] = {}  # tinker:// path -> package ARN
+        self._ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
+        self._metadata: dict[str, dict[str, Any]] = {}  # tinker:// path -> user_metadata
+        self._recipients: dict[str, list[str]] = {}  # external export -> age recipients
+        self._saving: dict[tuple[str, str], Saving] = {}  # (session, op id) -> its record
+
+    # -- saves ---------------------------------------------------------------------------
+
+    def expect(self, session: str, op_id: str, saving: Saving) -> None:
+        """Record ``saving`` when the save op ``op_id`` of ``session`` completes (from the
+        thread that finishes it; at once if it has); a failed save records nothing."""
+        op = self.service.operation(session, op_id)
+        with self._lock:
+            self._saving[(session, op_id)] = saving
+
+        def done() -> None:
+            status, result = op.status, op.result
+            if status == vocab.OpStatus.COMPLETED and isinstance(result, SaveResult):
+                self.completed(session, op_id, result.package_arn)
+            else:
+                with self._lock:
+                    self._saving.pop((session, op_id), None)
+
+        op.add_done_callback(done)
+
+    def completed(self, session: str, op_id: str, arn: str) -> None:
+        """Record a completed save's path (once: a second call, such as a reader that came
+        before the op's callback ran, finds nothing left to record)."""
+        with self._lock:
+            saving = self._saving.pop((session, op_id), None)
+            if saving is None:
+                return
+            path = saving.path
+            self._paths[path] = arn
+            if saving.ttl_seconds:
+                self._ttl[path] = utcnow() + timedelta(seconds=int(saving.ttl_seconds))
+            if saving.metadata is not None:
+                self._metadata[path] = dict(saving.metadata)
+            if saving.recipients is not None:
+                self._recipients[path] = list(saving.recipients)
+
+    # -- reads and edits -----------------------------------------------------------------
+
+    def set_ttl(self, path: str, seconds: int | None) -> None:
+        """``PUT .../ttl``: expire ``path`` ``seconds`` from now (None: never)."""
+        with self._lock:
+            if seconds is None:
+                self._ttl.pop(path, None)
+            else:
+                self._ttl[path] = utcnow() + timedelta(seconds=int(seconds))
+
+    def due(self) -> list[str]:
+        """The paths whose TTL has passed."""
+        now = utcnow()
+        with self._lock:
+            return [path for path, when in self._ttl.items() if when <= now]
+
+    def listed(self, path: str, arn: str) -> tuple[datetime | None, dict[str, Any] | None]:
+        """Note a listed package's path; its expiry and user metadata."""
+        with self._lock:
+            self._paths[path] = arn
+            return self._ttl.get(path), self._metadata.get(path)
+
+    def recipients(self, path: str) -> list[str]:
+        """The age recipients an export is encrypted to (none: served plain)."""
+        with self._lock:
+            return list(self._recipients.get(path, []))
+
+    def forget(self, path: str) -> None:
+        with self._lock:
+            self._paths.pop(path, None)
+            self._ttl.pop(path, None)
+            self._metadata.pop(path, None)
+            self._recipients.pop(path, None)
+
+    # -- lookups -------------------------------------------------------------------------
 
     def packages(self) -> list[dict[str, Any]]:
         """Every package this dialect saved (description = its tinker path), newest first."""
@@ -59,8 +163,8 @@ class Checkpoints:
             if required:
                 raise errors.validation(f"path {path!r} must be a tinker:// checkpoint path")
             return ""
-        with self.lock:
-            arn = self.paths.get(path)
+        with self._lock:
+            arn = self._paths.get(path)
         if arn is None:
             for item in self.packages():
                 if item["ModelPackageDescription"] == path:
@@ -74,8 +178,8 @@ class Checkpoints:
                     runtime=True,
                 )
             return ""
-        with self.lock:
-            self.paths[path] = arn
+        with self._lock:
+            self._paths[path] = arn
         return arn
 
     def adapts_head(self, arn: str) -> bool:
@@ -87,9 +191,3 @@ class Checkpoints:
         except (OSError, ValueError, ServiceError):
             return False  # no adapter config (the fakes' packages): nothing on the head
         return isinstance(targets, list) and HEAD in targets
-
-    def forget(self, path: str) -> None:
-        with self.lock:
-            self.paths.pop(path, None)
-            self.ttl.pop(path, None)
-            self.metadata.pop(path, None)

@@ -43,11 +43,12 @@ from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
 from localsession.server.tinker import dro, sequence_plans, session_index, topk_targets
 from localsession.server.tinker import tinker_commands as parse
-from localsession.server.tinker.checkpoints import Checkpoints
+from localsession.server.tinker.checkpoints import CheckpointIndex, Saving, ttl_seconds
 from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.future_table import Future, FutureTable
 from localsession.server.tinker.numbering import Numbering
-from localsession.server.tinker.samplers import Sampler, Samplers
+from localsession.server.tinker.sampler_table import SamplerTable
+from localsession.server.tinker.samplers import Samplers
 from localsession.server.tinker.served import check_served
 from localsession.server.tinker.stability import StabilityRecords
 
@@ -79,7 +80,7 @@ def _seed(seed: Any) -> int:
     return seed
 
 
-class Dialect(Checkpoints, Samplers, Numbering):
+class Dialect(Samplers, Numbering):
     """The Tinker dialect's state over one :class:`Service` (thread-safe)."""
 
     def __init__(self, service: Service) -> None:
@@ -89,15 +90,9 @@ class Dialect(Checkpoints, Samplers, Numbering):
         self.finished: set[str] = set()
         self.models: dict[str, Model] = {}
         self.futures = FutureTable()  # the request ids the SDK polls
-        self.samplers: dict[str, Sampler] = {}
-        self.hidden: dict[str, str] = {}  # base model -> sampler session name
-        self.hidden_locks: dict[str, threading.Lock] = {}
-        self.hidden_used: dict[str, float] = {}
+        self.samplers = SamplerTable()  # samplers, hidden sampler sessions (sampler_table.py)
         self.reaper = Reaper(self)
-        self.paths: dict[str, str] = {}  # tinker:// path -> package ARN
-        self.ttl: dict[str, datetime] = {}  # tinker:// path -> expiry
-        self.recipients: dict[str, list[str]] = {}  # external export -> its age recipients
-        self.metadata: dict[str, dict[str, Any]] = {}  # tinker:// path -> its user_metadata
+        self.checkpoints = CheckpointIndex(service)  # paths, TTLs, metadata, recipients
         self.stability = StabilityRecords()  # record_stability_info samples (stable_reinforce)
         self.index = session_index.SessionIndex()  # every session seen (list_sessions)
 
@@ -138,8 +133,7 @@ class Dialect(Checkpoints, Samplers, Numbering):
             names = [
                 m.session for m in self.models.values() if m.model_id.startswith(session_id + ":")
             ]
-            for sampler_id in [k for k, v in self.samplers.items() if v.session_id == session_id]:
-                del self.samplers[sampler_id]
+        self.samplers.drop_session(session_id)
         self.stability.drop_session(session_id)
         for name in names:
             try:
@@ -318,17 +312,18 @@ class Dialect(Checkpoints, Samplers, Numbering):
         with self.numbered(model, request.get("seq_id")) as number:
             segment = "sampler_weights" if sampler else "weights"
             path = self.checkpoint_path(model, segment, request.get("path"))
-            if not request.get("overwrite") and self.package_of(path, required=False):
+            if not request.get("overwrite") and self.checkpoints.package_of(path, required=False):
                 raise errors.conflict(
                     f"checkpoint {path} exists; pass overwrite=True or a new name"
                 )
+            metadata = request.get("user_metadata")
+            ttl = ttl_seconds(request.get("ttl_seconds"))
+            saving = Saving(path, ttl, metadata if isinstance(metadata, dict) else None)
             command = SaveCommand(checkpoint=not sampler, description=path)
             op = self.submit(model, number, command)
         kind = command.kind
-        if isinstance(request.get("user_metadata"), dict):
-            with self.lock:
-                self.metadata[path] = dict(request["user_metadata"])
-        extra: dict[str, Any] = {"path": path, "ttl": request.get("ttl_seconds")}
+        self.checkpoints.expect(model.session, op, saving)  # recorded when the save completes
+        extra: dict[str, Any] = {"path": path}
         if sampler and request.get("sampling_session_seq_id") is not None:
             extra["sampler_for"] = model.model_id
             extra["unnamed"] = not request.get("path")  # its answer has no path (tinker 0.16)
@@ -342,13 +337,13 @@ class Dialect(Checkpoints, Samplers, Numbering):
         if request.get("session_id") is None:  # a load into a model: its number is used
             model = self.model(request.get("model_id"))
             with self.numbered(model, request.get("seq_id")) as number:
-                command = LoadCommand(self.package_of(path), with_optimizer)
+                command = LoadCommand(self.checkpoints.package_of(path), with_optimizer)
                 op = self.submit(model, number, command)
         else:  # create-via-load: a new model, whose first op is the load
-            arn = self.package_of(path)
+            arn = self.checkpoints.package_of(path)
             info = self.service.registry.get(arn)
             base, rank = str(request.get("base_model") or info.base_model), info.lora_rank
-            unembed = self.adapts_head(arn)
+            unembed = self.checkpoints.adapts_head(arn)
             name = self._new_session(base, rank, 0, unembed)  # the load sets the adapter
             # the load is the model's first op: it needs the engine up (a few seconds)
             self.service.wait_for_session(name, vocab.TINKER_START_WAIT_S)

@@ -18,10 +18,11 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any, Protocol
+from typing import Protocol
 
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
+from localsession.server.tinker.sampler_table import SamplerTable
 
 
 class Dialect(Protocol):
@@ -30,9 +31,7 @@ class Dialect(Protocol):
     service: Service
     lock: threading.Lock
     sessions: dict[str, float]
-    samplers: dict[str, Any]
-    hidden: dict[str, str]
-    hidden_used: dict[str, float]
+    samplers: SamplerTable
 
     def end_session(self, session_id: str) -> None: ...
 
@@ -59,18 +58,10 @@ def sweep(dialect: Dialect, now: float) -> bool:
         dialect.end_session(session_id)
     with dialect.lock:
         live = set(dialect.sessions)
-        held = {s.key for s in dialect.samplers.values() if s.session_id in live}
-        idle = [
-            (key, name)
-            for key, name in dialect.hidden.items()
-            if key not in held and now - dialect.hidden_used.get(key, 0.0) > timeout
-        ]
-        for key, _ in idle:
-            del dialect.hidden[key]
-        watching = bool(dialect.sessions) or len(dialect.hidden) > 0
-    for _, name in idle:
+    idle, hidden_left = dialect.samplers.reclaim(live, now, timeout)
+    for name in idle:
         stop(dialect, name)
-    return watching
+    return bool(live) or hidden_left
 
 
 def stop(dialect: Dialect, name: str) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from localsession import vocab
 from localsession.port_commands import SaveCommand
 from localsession.runtime import errors
+from localsession.server.tinker.checkpoints import Saving, ttl_seconds
 
 if TYPE_CHECKING:
     from localsession.server.tinker.dialect import Dialect
@@ -70,13 +71,14 @@ def save(dialect: Dialect, request: dict[str, Any]) -> str:
     model = dialect.model(request.get("model_id"))
     with dialect.numbered(model, request.get("seq_id")) as number:
         path = dialect.checkpoint_path(model, SEGMENT, request.get("path"))
-        if dialect.package_of(path, required=False):
+        if dialect.checkpoints.package_of(path, required=False):
             raise errors.conflict(f"checkpoint {path} exists; export under a new name")
+        ttl = ttl_seconds(request.get("ttl_seconds"))
         command = SaveCommand(checkpoint=False, description=path)
         op = dialect.submit(model, number, command)
-    with dialect.lock:
-        dialect.recipients[path] = recipients
-    extra = {"path": path, "ttl": request.get("ttl_seconds"), "external": True}
+    # recorded when the export completes (checkpoints.py)
+    dialect.checkpoints.expect(model.session, op, Saving(path, ttl, recipients=recipients))
+    extra = {"path": path, "external": True}
     future = Future(
         vocab.OpKind.SAVE_WEIGHTS, session=model.session, op_id=op, model_id=model.model_id
     )
@@ -101,10 +103,9 @@ def files(dialect: Dialect, path: str) -> tuple[Path, list[str], list[str]]:
             f"{path} is not an external weights checkpoint (tinker://<run>/{SEGMENT}/<name>); "
             "save one with TrainingClient.save_weights_external"
         )
-    arn = dialect.package_of(path)
+    arn = dialect.checkpoints.package_of(path)
     root = dialect.service.registry.path(arn)
-    with dialect.lock:
-        recipients = list(dialect.recipients.get(path, []))
+    recipients = dialect.checkpoints.recipients(path)
     return root, package_files(root), recipients
 
 

@@ -73,7 +73,7 @@ class OpenAIRoutes:
                 f"model {path!r} is not a sampler checkpoint: name the tinker:// path of one "
                 "saved for sampling (save_weights_for_sampler), .../sampler_weights/<name>"
             )
-        arn = self.dialect.package_of(path)  # 404 naming the path if unknown
+        arn = self.dialect.checkpoints.package_of(path)  # 404 naming the path if unknown
         trained_on = self.service.registry.get(arn).base_model
         if base and self.dialect.canonical(base) != self.dialect.canonical(trained_on):
             raise errors.validation(
@@ -86,7 +86,7 @@ class OpenAIRoutes:
             model_path=path,
             package=arn,
             model_id=path[len("tinker://") :].split("/")[0],
-            unembed=self.dialect.adapts_head(arn),
+            unembed=self.dialect.checkpoints.adapts_head(arn),
         )
         return self.dialect.session_for(sampler), arn
 

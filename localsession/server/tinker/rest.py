@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -31,38 +30,25 @@ Handler = Callable[[Request], Awaitable[Response]]
 LOCAL_OWNER = f"tml:organization_user:{uuid.uuid5(uuid.NAMESPACE_URL, 'localsession')}"
 
 
-def set_ttl(dialect: Dialect, path: str, seconds: int | None) -> None:
-    with dialect.lock:
-        if seconds is None:
-            dialect.ttl.pop(path, None)
-        else:
-            dialect.ttl[path] = datetime.now(timezone.utc) + timedelta(seconds=int(seconds))
-
-
 def expire(dialect: Dialect) -> None:
-    now = datetime.now(timezone.utc)
-    with dialect.lock:
-        due = [path for path, when in dialect.ttl.items() if when <= now]
-    for path in due:
-        arn = dialect.package_of(path, required=False)
+    """Delete the checkpoints whose TTL has passed."""
+    for path in dialect.checkpoints.due():
+        arn = dialect.checkpoints.package_of(path, required=False)
         if arn:
             dialect.service.delete_model_package({"ModelPackageName": arn})
-        dialect.forget(path)
+        dialect.checkpoints.forget(path)
 
 
 def checkpoints(dialect: Dialect, run: str | None = None) -> list[dict[str, Any]]:
     expire(dialect)
     out = []
-    for item in dialect.packages():
+    for item in dialect.checkpoints.packages():
         path = str(item["ModelPackageDescription"])
         run_id, _, checkpoint_id = path[len("tinker://") :].partition("/")
         if run is not None and run_id != run:
             continue
         created = item["CreationTime"]
-        with dialect.lock:
-            dialect.paths[path] = str(item["ModelPackageArn"])
-            expires = dialect.ttl.get(path)
-            metadata = dialect.metadata.get(path)
+        expires, metadata = dialect.checkpoints.listed(path, str(item["ModelPackageArn"]))
         out.append(
             {
                 "checkpoint_id": checkpoint_id,
@@ -93,7 +79,7 @@ def training_run(dialect: Dialect, run: str, ckpts: list[dict[str, Any]]) -> dic
         base, rank = dialect.canonical(model.base_model), model.rank
         last = model.last_request.isoformat()
     else:
-        info = dialect.service.registry.get(dialect.package_of(mine[0]["tinker_path"]))
+        info = dialect.service.registry.get(dialect.checkpoints.package_of(mine[0]["tinker_path"]))
         base, rank, last = info.base_model, info.lora_rank, mine[0]["time"]
     train = [c for c in mine if c["checkpoint_type"] == "training"]
     sampler = [c for c in mine if c["checkpoint_type"] == "sampler"]
@@ -152,9 +138,9 @@ def table(dialect: Dialect) -> list[tuple[str, Handler, str]]:
         path = _path(request)
 
         def run() -> None:
-            arn = dialect.package_of(path)
+            arn = dialect.checkpoints.package_of(path)
             dialect.service.delete_model_package({"ModelPackageName": arn})
-            dialect.forget(path)
+            dialect.checkpoints.forget(path)
 
         await run_in_threadpool(run)
         return JSONResponse({})
@@ -162,21 +148,23 @@ def table(dialect: Dialect) -> list[tuple[str, Handler, str]]:
     async def ttl(request: Request) -> Response:
         path = _path(request)
         body = wire.parse_body(await request.body() or b"{}")
-        await run_in_threadpool(dialect.package_of, path)
+        await run_in_threadpool(dialect.checkpoints.package_of, path)
         seconds = body.get("ttl_seconds")
-        set_ttl(dialect, path, None if seconds is None else int(seconds))
+        dialect.checkpoints.set_ttl(path, None if seconds is None else int(seconds))
         return JSONResponse({})
 
     async def weights_info(request: Request) -> Response:
         body = wire.parse_body(await request.body() or b"{}")
-        arn = await run_in_threadpool(dialect.package_of, str(body.get("tinker_path") or ""))
+        arn = await run_in_threadpool(
+            dialect.checkpoints.package_of, str(body.get("tinker_path") or "")
+        )
         info = dialect.service.registry.get(arn)
         return JSONResponse(
             {
                 "base_model": info.base_model,
                 "is_lora": True,
                 "lora_rank": info.lora_rank,
-                "train_unembed": await run_in_threadpool(dialect.adapts_head, arn),
+                "train_unembed": await run_in_threadpool(dialect.checkpoints.adapts_head, arn),
                 "train_mlp": True,
                 "train_attn": True,
             }

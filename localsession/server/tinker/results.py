@@ -23,7 +23,7 @@ from localsession.port_results import (
     SaveResult,
 )
 from localsession.runtime.errors import ServiceError
-from localsession.server.tinker import codec, dro, json_results, rest, topk_targets
+from localsession.server.tinker import codec, dro, json_results, topk_targets
 from localsession.server.tinker.dialect import Dialect
 from localsession.server.tinker.future_table import Future
 
@@ -76,10 +76,9 @@ def completed(dialect: Dialect, future: Future, result: OpResult, proto: bool = 
         return JSONResponse({"metrics": result.metrics})
     if isinstance(result, SaveResult):
         path = future.extra["path"]
-        with dialect.lock:
-            dialect.paths[path] = result.package_arn
-        if future.extra.get("ttl"):
-            rest.set_ttl(dialect, path, int(future.extra["ttl"]))
+        if future.session is not None and future.op_id is not None:  # recorded once, at the
+            # op's completion (checkpoints.py); this covers a read that came before that
+            dialect.checkpoints.completed(future.session, future.op_id, result.package_arn)
         if kind == vocab.OpKind.SAVE_STATE:
             return JSONResponse({"path": path, "type": "save_weights"})
         if future.extra.get("external"):

@@ -1,5 +1,5 @@
-"""Sampling sessions (a mixin of the Dialect): which weights a sampler reads, and which
-runtime session runs its requests.
+"""Sampling sessions (a mixin of the Dialect, over its sampler_table.py owner): which
+weights a sampler reads, and which runtime session runs its requests.
 
 A sampler reads a checkpoint's package (``model_path``) or the base model. It runs on the
 runtime session of the model that saved the checkpoint while that model is alive, else on
@@ -13,58 +13,35 @@ it is reclaimed once no live Tinker session holds a sampler on it (expiry.py).
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from localsession import vocab
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
+from localsession.server.tinker.checkpoints import CheckpointIndex
+from localsession.server.tinker.sampler_table import Sampler, SamplerTable
 from localsession.server.tinker.served import check_served
 
 #: The checkpoint name every inflight save of a model writes (``kind="inflight"``).
 INFLIGHT = "inflight"
 
 
-@dataclass
-class Sampler:
-    sampler_id: str
-    base_model: str
-    model_path: str | None
-    package: str | None
-    model_id: str | None
-    #: the package adapts the output head (train_unembed): only a session that does reads it
-    unembed: bool = False
-    #: the Tinker session that made it (None: a sample request that named no session)
-    session_id: str | None = None
-
-    @property
-    def key(self) -> str:
-        """The hidden sampler session this sampler runs on when its model is gone."""
-        return self.base_model + (" +unembed" if self.unembed else "")
-
-
 class Samplers:
-    """Sampling sessions by id; the Dialect sets the attributes and the helpers."""
+    """Sampler creation and placement over the Dialect's :class:`SamplerTable`; the Dialect
+    sets the attributes and the helpers."""
 
     service: Service
     lock: threading.Lock
-    samplers: dict[str, Sampler]
-    hidden: dict[str, str]
-    #: one lock per hidden key, held while its session is made
-    hidden_locks: dict[str, threading.Lock]
-    #: hidden key -> when a request last ran on it (time.monotonic)
-    hidden_used: dict[str, float]
+    samplers: SamplerTable
     models: dict[str, Any]
     reaper: Any  # expiry.Reaper
     index: Any  # session_index.SessionIndex
+    checkpoints: CheckpointIndex
 
-    if TYPE_CHECKING:  # provided by Checkpoints and the Dialect
+    if TYPE_CHECKING:  # provided by the Dialect
 
-        def package_of(self, path: str, *, required: bool = True) -> str: ...
-        def adapts_head(self, arn: str) -> bool: ...
         def tokenizer_id(self, base_model: str) -> str: ...
         def canonical(self, base_model: str) -> str: ...
         def _new_session(
@@ -74,7 +51,7 @@ class Samplers:
     def create_sampler(
         self, model_path: str | None, base_model: str | None, session_id: str | None = None
     ) -> str:
-        package = self.package_of(model_path) if model_path else None
+        package = self.checkpoints.package_of(model_path) if model_path else None
         model_id = None
         if model_path:
             model_id = model_path[len("tinker://") :].split("/")[0]
@@ -85,12 +62,11 @@ class Samplers:
         check_served(self.service, base_model)
         self.service.resolve_base_model(base_model)
         base_model = self.tokenizer_id(base_model)
-        unembed = self.adapts_head(package) if package else False
+        unembed = self.checkpoints.adapts_head(package) if package else False
         sampler_id = f"sampler-{uuid.uuid4().hex}"
-        with self.lock:
-            self.samplers[sampler_id] = Sampler(
-                sampler_id, base_model, model_path, package, model_id, unembed, session_id
-            )
+        self.samplers.add(
+            Sampler(sampler_id, base_model, model_path, package, model_id, unembed, session_id)
+        )
         self.index.add_sampler(session_id, sampler_id)
         return sampler_id
 
@@ -100,12 +76,13 @@ class Samplers:
         overwrites) reads the newest save of that path: the weights saved when it was made,
         or newer, as the SDK promises; a snapshot sampler the package it was made with."""
         if sampler.model_path and sampler.model_path.endswith(f"/sampler_weights/{INFLIGHT}"):
-            return self.package_of(sampler.model_path, required=False) or sampler.package
+            return (
+                self.checkpoints.package_of(sampler.model_path, required=False) or sampler.package
+            )
         return sampler.package
 
     def sampler(self, sampler_id: Any) -> Sampler:
-        with self.lock:
-            found = self.samplers.get(str(sampler_id))
+        found = self.samplers.get(str(sampler_id))
         if found is None:
             raise errors.not_found(f"sampling session {sampler_id!r} is unknown", runtime=True)
         return found
@@ -122,28 +99,21 @@ class Samplers:
                         return model.session
                 except ServiceError:
                     pass
-            key = sampler.key
-            making = self.hidden_locks.setdefault(key, threading.Lock())
-        with making:  # one maker per key; the others wait here, then find its session
-            with self.lock:
-                name = self.hidden.get(key)
-                self.hidden_used[key] = time.monotonic()
+        key = sampler.key
+        with self.samplers.maker(key):  # one maker per key; the others wait, then find it
+            name = self.samplers.use(key)
             if name is not None and self._running(name):
                 return name
             # seed 0: a hidden session samples packages or the base model (its own LoRA B
             # starts at zero), and stays reproducible
             name = self._new_session(sampler.base_model, 1, 0, sampler.unembed)
-            with self.lock:
-                self.hidden[key] = name
-                self.hidden_used[key] = time.monotonic()
+            self.samplers.set_hidden(key, name)
             self.reaper.ensure()
             status = self.service.wait_for_session(name, vocab.TINKER_START_WAIT_S)
             if (
                 status != vocab.SessionStatus.RUNNING
             ):  # a failed start is named, and the next request retries
-                with self.lock:
-                    if self.hidden.get(key) == name:
-                        del self.hidden[key]
+                self.samplers.drop_hidden(key, name)
                 detail = self.service.session(name).describe().get("ErrorDetails") or status
                 raise ServiceError(
                     vocab.ErrorCode.INTERNAL,
