@@ -14,6 +14,7 @@ outside site-packages (so, as on a machine without the SDK, ``import tinker`` wo
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,9 +85,15 @@ def test_without_the_sdk_the_tinker_tests_skip_instead_of_failing(tmp_path: Path
     )
     out = done.stdout + done.stderr
     assert "error" not in out.lower(), out
-    assert done.returncode == 5, out  # nothing collected, nothing broken
-    modules = len(list((ROOT / "tests" / "tinker").glob("test_*.py")))
-    assert f"collected 0 items / {modules} skipped" in out, out
+    assert done.returncode in (0, 5), out  # collected (or nothing to collect), nothing broken
+    # the modules that need the SDK skip; those that test the dialect's own classes still run
+    needing = [
+        path
+        for path in (ROOT / "tests" / "tinker").glob("test_*.py")
+        if 'importorskip("tinker")' in path.read_text(encoding="utf-8")
+    ]
+    assert needing, "no test module under tests/tinker asks for the tinker SDK"
+    assert re.search(rf"collected \d+ items / {len(needing)} skipped", out), out
 
 
 def test_conformance_without_pytest_names_the_extra(tmp_path: Path) -> None:
