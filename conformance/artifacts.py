@@ -35,14 +35,16 @@ def _split(uri: str) -> tuple[str, str]:
     return bucket, prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
-def s3_package_files(arn: str) -> dict[str, bytes]:
-    """The package's files through boto3: DescribeModelPackage, then ListObjectsV2 and
-    GetObject under its ``S3Uri``."""
+def s3_package_files(arn: str, session: Any = None) -> dict[str, bytes]:
+    """The package's files through boto3 (``session``: a ``boto3.Session``, default the
+    environment's): DescribeModelPackage, then ListObjectsV2 and GetObject under its
+    ``S3Uri``."""
     import boto3
 
-    uri = s3_uri(boto3.client("sagemaker").describe_model_package(ModelPackageName=arn))
+    session = session or boto3.Session()
+    uri = s3_uri(session.client("sagemaker").describe_model_package(ModelPackageName=arn))
     bucket, prefix = _split(uri)
-    s3 = boto3.client("s3")
+    s3 = session.client("s3")
     files: dict[str, bytes] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
