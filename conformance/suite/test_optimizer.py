@@ -39,7 +39,13 @@ def adapter(backend: Backend, tc: Any, name: str) -> Weights:
     from safetensors.numpy import load
 
     arn = result(tc.save_weights_for_sampler(name), backend).model_package_arn
-    files = backend.package_files(arn)
+    try:
+        files = backend.package_files(arn)
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the artifacts is the finding
+        pytest.fail(
+            f"the artifacts of {arn} could not be read from the S3Uri DescribeModelPackage "
+            f"names ({type(exc).__name__}: {exc}); a saved package's files live in S3"
+        )
     names = [
         path
         for path in files
