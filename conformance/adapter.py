@@ -13,6 +13,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from conformance.artifacts import PackageFiles, s3_package_files
+
 
 class BackendUnavailable(Exception):
     """The backend cannot run here (no credentials, no server...): every test is skipped
@@ -92,6 +94,10 @@ class Backend:
     #: The client surface: ``sagemaker`` (``suite/``) or ``tinker`` (``suite_tinker/``). It
     #: answers the ``surface.*`` capabilities, whatever ``--capabilities`` declares.
     surface: str = "sagemaker"
+    #: The files of a saved model package by its ARN, ``{path under its S3Uri: bytes}``
+    #: (conformance/artifacts.py): how the optimizer tests read the adapter back. By
+    #: default boto3 against the environment's endpoints, as a user reads them.
+    package_files: PackageFiles = field(default_factory=lambda: s3_package_files)
 
     def has(self, capability: str) -> bool:
         if capability.startswith("surface."):

@@ -15,7 +15,18 @@ Each is the fakes backend with one planted defect, selected with
 - ``greedy_ignored``: temperature 0 samples at temperature 1;
 - ``max_tokens_ignored``: samples run 3 tokens past ``max_tokens``;
 - ``no_elementwise_loss``: ``loss_fn_outputs`` lose ``elementwise_loss`` (empty lists);
-- ``refusal_500``: every refusal keeps its error code but is answered HTTP 500.
+- ``refusal_500``: every refusal keeps its error code but is answered HTTP 500;
+- ``sm_lr_doubled``: ``optim_step`` applies twice the requested learning rate (its
+  ``learning_rate`` metric still says 1x);
+- ``sm_betas_swapped``: ``optim_step`` runs with beta1 and beta2 swapped;
+- ``sm_decay_ignored``: ``optim_step`` runs without weight decay;
+- ``sm_clip_ignored``: ``optim_step`` never clips the gradient;
+- ``sm_load_keeps_moments``: ``load_state`` (weights only) keeps the old Adam moments;
+- ``sm_rank_ignored``: every session's adapter has rank 16, whatever was requested;
+- ``sm_temperature_ignored``: every non-zero temperature samples at temperature 1.
+
+The ``sm_`` defects are read back from the saved packages' artifacts (suite/test_optimizer.py,
+suite/test_temperature.py); ``selfcheck_tinker.py`` plants their Tinker twins.
 
 Each backend declares no capability (the plain third-party configuration: the spec points of
 ``capabilities.SPEC`` are checked anyway) but those :data:`DECLARES` names, for a defect
@@ -25,13 +36,13 @@ that breaks a local decision. :data:`EXPECTED` names the tests each defect must 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from conformance.adapter import Backend
 from conformance.backends.fakes import fakes_backend
-from localsession.port import AdamHyperparams, TrainingDatum
+from localsession.port import AdamHyperparams, EngineSpec, TrainingDatum
 from localsession.port_results import OptimResult
 
 EXPECTED: dict[str, set[str]] = {
@@ -55,10 +66,36 @@ EXPECTED: dict[str, set[str]] = {
     "max_tokens_ignored": {"test_sampling.py::test_stop_reason_length_means_max_tokens"},
     "no_elementwise_loss": {"test_losses.py::test_cross_entropy_closed_form"},
     "refusal_500": {"test_validation.py::test_lora_rank_out_of_range_is_refused[300]"},
+    "sm_lr_doubled": {"test_optimizer.py::test_adamw_steps_follow_the_closed_form"},
+    "sm_betas_swapped": {"test_optimizer.py::test_adamw_steps_follow_the_closed_form"},
+    "sm_decay_ignored": {
+        "test_optimizer.py::test_weight_decay_is_decoupled_and_scaled_by_the_learning_rate"
+    },
+    "sm_clip_ignored": {"test_optimizer.py::test_grad_clip_norm_bounds_the_global_gradient_norm"},
+    "sm_load_keeps_moments": {
+        "test_optimizer.py::test_load_state_resets_the_moments_and_with_optimizer_keeps_them"
+    },
+    "sm_rank_ignored": {
+        "test_optimizer.py::test_the_adapter_has_the_requested_rank[2]",
+        "test_optimizer.py::test_the_adapter_has_the_requested_rank[8]",
+    },
+    "sm_temperature_ignored": {
+        "test_temperature.py::test_a_temperature_reshapes_the_distribution_as_the_softmax_says"
+    },
 }
 #: Defects the default suite's meta-test leaves to the full run (make selfcheck) and the
 #: slow tier, to keep the default suite short.
-SLOW = frozenset({"seed_ignored", "stop_ignored", "greedy_ignored", "max_tokens_ignored"})
+SLOW = frozenset(
+    {"seed_ignored", "stop_ignored", "greedy_ignored", "max_tokens_ignored"}
+    | {d for d in EXPECTED if d.startswith("sm_") and d != "sm_lr_doubled"}
+)
+#: What the optimizer defects do to the requested AdamW hyperparameters.
+ADAM_DEFECTS: dict[str, Callable[[AdamHyperparams], AdamHyperparams]] = {
+    "sm_lr_doubled": lambda p: replace(p, learning_rate=2 * p.learning_rate),
+    "sm_betas_swapped": lambda p: replace(p, beta1=p.beta2, beta2=p.beta1),
+    "sm_decay_ignored": lambda p: replace(p, weight_decay=0.0),
+    "sm_clip_ignored": lambda p: replace(p, grad_clip_norm=None),
+}
 #: Local decisions a defect's backend declares (it breaks one); every other defect's backend
 #: declares none.
 DECLARES: dict[str, frozenset[str]] = {
@@ -92,6 +129,11 @@ def _broken_service(defect: str) -> Any:
 
     class BrokenEngine(FakeEngine):
         pending_step: AdamHyperparams | None = None
+
+        def __init__(self, spec: EngineSpec, **kw: Any) -> None:
+            if defect == "sm_rank_ignored":
+                spec = replace(spec, rank=16, alpha=32)
+            super().__init__(spec, **kw)
 
         def forward_backward(self, datums: Sequence[TrainingDatum], *args: Any, **kw: Any) -> Any:
             if defect == "mean_loss":
@@ -131,7 +173,16 @@ def _broken_service(defect: str) -> Any:
                         "num_params_updated": 1.0,
                     }
                 )
+            if defect in ADAM_DEFECTS:
+                out = super().optim_step(ADAM_DEFECTS[defect](adam_params))
+                return OptimResult({**out.metrics, "learning_rate": adam_params.learning_rate})
             return super().optim_step(adam_params)
+
+        def load_package(self, directory: str, *, load_optimizer: bool) -> None:
+            kept = self._optimizer
+            super().load_package(directory, load_optimizer=load_optimizer)
+            if defect == "sm_load_keeps_moments" and not load_optimizer:
+                self._optimizer = kept
 
         def sample(self, weights: str | None, requests: list[Any]) -> Any:
             return super().sample(weights, [_broken_request(defect, r) for r in requests])
@@ -151,6 +202,8 @@ def _broken_request(defect: str, request: Any) -> Any:
     if defect == "stop_ignored":
         return replace(request, stop=())
     if defect == "greedy_ignored" and request.temperature == 0:
+        return replace(request, temperature=1.0)
+    if defect == "sm_temperature_ignored" and request.temperature != 0:
         return replace(request, temperature=1.0)
     if defect == "max_tokens_ignored":
         return replace(request, max_tokens=request.max_tokens + 3)

@@ -6,6 +6,7 @@ import importlib.metadata
 from typing import Any
 
 from conformance.adapter import Backend, Limits
+from conformance.artifacts import runtime_package_files
 from conformance.backends.common import GROUP, xfail_file
 from conformance.capabilities import CAPABILITIES
 
@@ -36,6 +37,7 @@ def fakes_backend(name: str, service: Any, *, xfail: str | None = None) -> Backe
         billable_usage=usage,
         xfail_file=xfail_file(xfail or name),
         close=service.close,
+        package_files=runtime_package_files(service),
         details={"model": "fakes bigram engine"},
     )
 

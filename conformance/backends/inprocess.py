@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.adapter import Backend, Limits
+from conformance.artifacts import runtime_package_files
 from conformance.backends.common import GROUP, REGION, ROLE, S3, xfail_file
 from conformance.capabilities import CAPABILITIES
 
@@ -70,6 +71,7 @@ def make_inprocess(options: dict[str, Any], *, wire: bool = False) -> Backend:
         billable_usage=usage,
         xfail_file=xfail_file("inprocess"),
         close=close,
+        package_files=runtime_package_files(service),
         details={
             "model": "localsession/tiny (CPU)",
             "strict": "strict, like the wire" if wire else "relaxed + strict client",

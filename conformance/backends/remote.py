@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from conformance.adapter import Backend, BackendUnavailable, Limits
+from conformance.artifacts import s3_package_files
 from conformance.backends.common import xfail_file
 
 SETTINGS = {
@@ -70,6 +71,7 @@ def make_remote(options: dict[str, Any]) -> Backend:
         decode=None,
         eos_token_id=None,
         billable_usage=usage if "accounting.tokens" in capabilities else None,
+        package_files=lambda arn: s3_package_files(arn, session),
         xfail_file=options.get("xfail_file") or xfail_file("remote"),
         details={"region": str(values["region"]), "base_model": str(values["base_model"])},
     )
