@@ -94,8 +94,16 @@ def test_cross_entropy_logprobs_grads_and_adamw_step(
     )
     opt.step()
     after = engine.adapter_state_dict()
+    checked = 0
     for name, p in ref_params.items():
-        torch.testing.assert_close(after[name], p.detach(), atol=1e-6, rtol=0)
+        # Adam's first step moves an element by lr * g / (|g| + eps): where |g| is within the
+        # gradient tolerance above (atol 1e-5) of 0 the two sides' g can differ in relative
+        # terms, and so can that step (by at most 2 lr); elsewhere the steps agree to 1e-6
+        sure = p.grad.abs() > 1e-4 if p.grad is not None else torch.ones_like(p, dtype=torch.bool)
+        checked += int(sure.sum())
+        torch.testing.assert_close(after[name][sure], p.detach()[sure], atol=1e-6, rtol=0)
+        assert float((after[name] - p.detach()).abs().max()) <= 2 * 1e-3 + 1e-6
+    assert checked > 0
 
 
 def test_fresh_adapter_equals_base_model(
