@@ -22,7 +22,6 @@ from torch import Tensor
 
 from localsession.engine.batch import Batch
 from localsession.numerics import inputs as checks
-from localsession.numerics.inputs import check_input_keys, datum_tokens
 from localsession.port import EngineInputError, TrainingDatum
 
 _NUMBERS = {float, int, bool}
@@ -50,10 +49,9 @@ def batched(
         tokens: list[list[Any]] = []
         columns: dict[str, list[list[Any]]] = {}
         for i, datum in enumerate(datums):
-            ids = datum_tokens(datum, i)
-            inputs = check_input_keys(i, datum, loss_fn)
-            for key, value in inputs.items():
-                columns.setdefault(key, []).append(checks.column_data(i, key, value, len(ids)))
+            ids, given = checks.datum_columns(i, datum, loss_fn)
+            for key, values in given.items():
+                columns.setdefault(key, []).append(values)
             tokens.append(ids)
         lengths = [len(ids) for ids in tokens]
         width = max(lengths)

@@ -39,8 +39,8 @@ from localsession.engine.batch import Batch, parse_datums
 from localsession.engine.head_logprobs import row_logprobs
 from localsession.engine.loading import LoadedModel
 from localsession.engine.shared_prefix import Plan, chunked, packed_logprobs
-from localsession.numerics.inputs import clip_config, finite_or_raise
-from localsession.numerics.losses import ClipConfig, LossReport, loss_report, loss_terms
+from localsession.numerics.inputs import clip_config
+from localsession.numerics.losses import ClipConfig, LossReport, finite_loss_terms, loss_report
 from localsession.numerics.optim import LoraAdamW
 from localsession.numerics.prefix_groups import Group
 from localsession.port import TrainingDatum
@@ -124,23 +124,33 @@ def loss_step(
     if backward:
         optimizer.install_grad_views()  # gradients then accumulate into its flat buffers
     if step.plan is not None:
-        lp_BT, loss_BT = shared_backward(model, optimizer, step, backward, (device, vocab_size))
+        lp_BT, loss_BT, sums = shared_backward(
+            model, optimizer, step, backward, (device, vocab_size)
+        )
     else:
         height, width = (int(n) for n in batch.tokens_BT.shape)
         rows = rows_per_chunk(height, width, device, vocab_size) if backward else 0
-        lp_BT, loss_BT = row_backward(model, optimizer, step, backward, rows)
-    report = loss_report(step.loss_fn, lp_BT, loss_BT, batch.loss_inputs(), step.clip)
+        lp_BT, loss_BT, sums = row_backward(model, optimizer, step, backward, rows)
+    inputs = batch.loss_inputs()
+    report = loss_report(step.loss_fn, lp_BT, loss_BT, inputs, step.clip, sums)
     return forward_result(batch, lp_BT, loss_BT, report, optimizer.grad_norm())
 
 
-def loss_and_backward(lp_BT: torch.Tensor, sub: Batch, step: Step, backward: bool) -> torch.Tensor:
-    """Steps 3-4 on one (micro-)batch: its elementwise loss ``[B, T]`` from its logprobs
-    ``lp_BT``, refused if its sum is not finite, then differentiated when ``backward``."""
-    loss_BT = loss_terms(step.loss_fn, lp_BT, sub.loss_inputs(), step.clip)
-    finite_or_raise(sum(loss_BT.detach().sum(-1).tolist()), "the loss")  # no gradient yet
+#: A (micro-)batch's logprobs and elementwise loss (``[B, T]`` each) and, when the batch ran
+#: in one piece, each datum's Σ ℓ (``[B]``; None after micro-batches)
+Pass = tuple[torch.Tensor, torch.Tensor, "list[float] | None"]
+
+
+def loss_and_backward(
+    lp_BT: torch.Tensor, sub: Batch, step: Step, backward: bool
+) -> tuple[torch.Tensor, list[float]]:
+    """Steps 3-4 on one (micro-)batch: its elementwise loss ``[B, T]`` and each datum's
+    Σ ℓ from its logprobs ``lp_BT``, refused if not finite, then differentiated when
+    ``backward``."""
+    loss_BT, sums = finite_loss_terms(step.loss_fn, lp_BT, sub.loss_inputs(), step.clip)
     if backward:
         loss_BT.sum().backward()
-    return loss_BT
+    return loss_BT, sums
 
 
 def forward_result(
@@ -172,15 +182,13 @@ def rows_per_chunk(rows: int, width: int, device: torch.device, vocab_size: int)
     return min(rows, max(1, min(by_tokens, by_logits)))
 
 
-def row_backward(
-    model: Any, optimizer: LoraAdamW, step: Step, backward: bool, rows: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def row_backward(model: Any, optimizer: LoraAdamW, step: Step, backward: bool, rows: int) -> Pass:
     """Steps 2-4 over the unshared batch, ``rows`` rows at a time (0: all at once). -> the
-    whole batch's logprobs and elementwise loss, ``[B, T]`` each."""
+    whole batch's logprobs and elementwise loss (and sums: :data:`Pass`)."""
     batch = step.batch
     if rows <= 0 or rows >= len(batch.lengths):  # the whole batch in one forward
         lp_BT = row_logprobs(model, batch.tokens_BT, batch.targets_BT, batch.temperature_BT)
-        return lp_BT, loss_and_backward(lp_BT, batch, step, backward)
+        return (lp_BT, *loss_and_backward(lp_BT, batch, step, backward))
     width = batch.tokens_BT.shape[1]
     lp_parts: list[torch.Tensor] = []
     loss_parts: list[torch.Tensor] = []
@@ -188,11 +196,11 @@ def row_backward(
         for start in range(0, len(batch.lengths), rows):
             sub = batch.rows(start, start + rows)  # trimmed to its own longest row
             lp_BT = row_logprobs(model, sub.tokens_BT, sub.targets_BT, sub.temperature_BT)
-            loss_BT = loss_and_backward(lp_BT, sub, step, backward)
+            loss_BT, _ = loss_and_backward(lp_BT, sub, step, backward)
             pad = (0, width - lp_BT.shape[1])  # back to the batch's width
             lp_parts.append(torch.nn.functional.pad(lp_BT.detach(), pad))
             loss_parts.append(torch.nn.functional.pad(loss_BT.detach(), pad))
-    return torch.cat(lp_parts), torch.cat(loss_parts)
+    return torch.cat(lp_parts), torch.cat(loss_parts), None
 
 
 def _pick(batch: Batch, index: list[int]) -> Batch:
@@ -225,9 +233,9 @@ def shared_backward(
     step: Step,
     backward: bool,
     where: tuple[torch.device, int],
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Pass:
     """Steps 2-4 from packed rows of the plan's groups (shared_prefix.py). -> the batch's
-    logprobs and elementwise loss, ``[B, T]`` each. On a CPU a backward runs whole groups
+    logprobs and elementwise loss (and sums: :data:`Pass`). On a CPU a backward runs whole groups
     at a time under :func:`rows_per_chunk`'s limits on the packed rows; a non-finite chunk
     raises before its backward, after the earlier chunks' gradients are put back."""
     batch, plan = step.batch, step.plan
@@ -244,7 +252,7 @@ def shared_backward(
     runs = chunked(plan.groups, plan.lengths, fits)
     if len(runs) == 1:  # the whole batch in one forward, as unchunked
         lp_BT = packed(plan.groups, batch)
-        return lp_BT, loss_and_backward(lp_BT, batch, step, backward)
+        return (lp_BT, *loss_and_backward(lp_BT, batch, step, backward))
     lp_full = torch.zeros(batch.tokens_BT.shape, dtype=torch.float32, device=device)
     loss_full = torch.zeros_like(lp_full)
     with optimizer.restored_on_error():  # a non-finite chunk undoes the earlier ones
@@ -254,9 +262,9 @@ def shared_backward(
             groups = [Group(tuple(local[i] for i in g.members), g.prefix) for g in run]
             sub = _pick(batch, index)
             lp_BT = packed(groups, sub)
-            loss_BT = loss_and_backward(lp_BT, sub, step, backward)
+            loss_BT, _ = loss_and_backward(lp_BT, sub, step, backward)
             at = torch.tensor(index, device=device)
             width = lp_BT.shape[1]
             lp_full[at, :width] = lp_BT.detach()
             loss_full[at, :width] = loss_BT.detach()
-    return lp_full, loss_full
+    return lp_full, loss_full, None

@@ -103,6 +103,16 @@ def column_data(index: int, key: str, data: list[Any], length: int) -> list[Any]
     return data
 
 
+def datum_columns(
+    index: int, datum: TrainingDatum, loss_fn: str
+) -> tuple[list[int], dict[str, list[Any]]]:
+    """A datum's tokens and its ``loss_fn_inputs`` columns, with the three checks above:
+    tokens given, the keys ``loss_fn`` needs and no other, one value per token."""
+    tokens = datum_tokens(datum, index)
+    given = check_input_keys(index, datum, loss_fn)
+    return tokens, {k: column_data(index, k, v, len(tokens)) for k, v in given.items()}
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool):
         return float(value)

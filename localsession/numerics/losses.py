@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from localsession import vocab
-from localsession.numerics.inputs import ClipConfig, check_loss_fn, clip_config
+from localsession.numerics.inputs import ClipConfig, check_loss_fn, clip_config, finite_or_raise
 from localsession.port import EngineInputError
 
 # The clip bounds live in numerics.inputs (torch-free); re-exported here for the engines.
@@ -47,6 +47,7 @@ __all__ = [
     "compute_loss",
     "cross_entropy",
     "datum_sums",
+    "finite_loss_terms",
     "importance_sampling",
     "loss_report",
     "loss_terms",
@@ -299,6 +300,17 @@ def loss_terms(loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig) -
     return loss
 
 
+def finite_loss_terms(
+    loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig
+) -> tuple[Tensor, list[float]]:
+    """:func:`loss_terms` ``[B, T]`` and each datum's Σ ℓ ``[B]``; raises
+    ``EngineInputError`` when their sum is not finite (call it before any backward)."""
+    loss = loss_terms(loss_fn, lp, inputs, clip)  # [B, T]
+    sums = datum_sums(loss)  # [B]
+    finite_or_raise(sum(sums), "the loss")
+    return loss, sums
+
+
 def _active_weights(inputs: LossInputs) -> Tensor:
     """The weights, zero at masked (padding) positions."""
     if inputs.mask is None:
@@ -347,12 +359,17 @@ class LossReport:
 
 
 def loss_report(
-    loss_fn: str, lp: Tensor, loss: Tensor, inputs: LossInputs, clip: ClipConfig
+    loss_fn: str,
+    lp: Tensor,
+    loss: Tensor,
+    inputs: LossInputs,
+    clip: ClipConfig,
+    sums: list[float] | None = None,
 ) -> LossReport:
     """Each datum's Σ ℓ, the batch's metrics and each datum's diagnostics, from the batch's
     logprobs ``lp`` and elementwise loss ``loss`` (``[B, T]`` each, graph or not: everything
-    here is detached)."""
-    sums = datum_sums(loss)  # [B]
+    here is detached); ``sums``: :func:`datum_sums` of ``loss`` when the caller has them."""
+    sums = datum_sums(loss) if sums is None else sums  # [B]
     metrics = batch_metrics(loss_fn, lp, inputs, clip, sums)
     return LossReport(sums, metrics, datum_metrics(loss_fn, lp, loss, inputs, clip, sums))
 
