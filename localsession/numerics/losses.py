@@ -11,6 +11,8 @@ weights, ``q`` = the sampler's ``logprobs`` input, ``A`` = ``advantages``, ``w``
 | `ppo`                 | ``-w · min(r·A, clip(r, lo, hi)·A)``               |
 | `cispo`               | ``-w · sg(clip(r, lo, hi)) · A · lp``              |
 
+Shapes: every tensor a loss function takes has one shape, ``[B, T]`` (datums × positions,
+right-padded) from the engines or ``[T]`` for one datum, and so does the ℓ it returns.
 Every loss function returns the elementwise ℓ (same shape as its inputs); the caller sums
 (reduction = plain sum, no normalisation, so splitting a batch across calls is exact). Nothing
 here touches a model; ``token_logprobs`` turns logits into ``lp``.
