@@ -1,7 +1,7 @@
 """The fake engine: the runtime's ``Engine`` protocol over the bigram model, instant and exact.
 
 Training uses the numerics the torch engine uses (:mod:`localsession.numerics`):
-``datums.parse_datums`` (every input check, same messages), ``losses.compute_loss`` (the
+``inputs.read_datums`` (every input check, as the light fake's), ``losses.compute_loss`` (the
 losses and metrics of docs/semantics.md#1) and ``adamw.PlainAdamW`` (the AdamW update of
 docs/semantics.md#2, in tensor ops, so no ``torch._dynamo`` import), so losses, gradients
 and ``optim_step`` are real numbers with the documented math; only the model differs
@@ -33,10 +33,12 @@ from fakes.sampler import compute_logprobs, sample_request
 from fakes.script import Script
 from fakes.tokenizer import PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession.numerics.adamw import PlainAdamW
-from localsession.numerics.batch import finite_or_raise, fwd_result
-from localsession.numerics.batch_fast import parse_datums
-from localsession.numerics.inputs import empty_fwd_result
+from localsession.numerics.inputs import (
+    finite_or_raise,
+    read_datums,
+)
 from localsession.numerics.losses import (
+    LossInputs,
     clip_config,
     compute_loss,
     token_logprobs,
@@ -51,6 +53,40 @@ from localsession.port import (
     TrainingDatum,
 )
 from localsession.port_results import ForwardResult, OptimResult, SampleResult
+
+
+class _Padded:
+    """Checked datums (``read_datums``) as right-padded ``[B, T]`` tensors and loss inputs."""
+
+    def __init__(self, datums: Sequence[TrainingDatum], loss_fn: str) -> None:
+        rows = read_datums(datums, loss_fn, VOCAB_SIZE)
+        self.lengths = [len(r.tokens) for r in rows]
+        width = max(self.lengths)
+
+        def pad(lists: list[list[Any]], fill: float, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor([x + [fill] * (width - len(x)) for x in lists], dtype=dtype)
+
+        def column(key: str, fill: float) -> torch.Tensor | None:
+            if not any(key in r.columns for r in rows):
+                return None  # only temperature may be left out by some datums (read_datums)
+            given = [r.columns.get(key, [1.0] * len(r.tokens)) for r in rows]
+            return pad(given, fill, torch.float32)
+
+        self.tokens_BT = pad([r.tokens for r in rows], PAD_ID, torch.long)
+        self.targets_BT = pad([r.targets for r in rows], 0, torch.long)
+        self.temperature_BT = column("temperature", 1.0)
+        weights_BT = column("weights", 0.0)
+        assert weights_BT is not None  # every loss needs it
+        lengths_B = torch.tensor(self.lengths)
+        padded = min(self.lengths) < width
+        self.inputs = LossInputs(
+            weights=weights_BT,
+            sampler_logprobs=column("logprobs", 0.0),
+            advantages=column("advantages", 0.0),
+            ref_logprobs=column("ref_log_prob", 0.0),
+            mask=torch.arange(width) < lengths_B[:, None] if padded else None,
+        )
+
 
 FORMAT = "localsession-fakes-bigram/1"
 ADAPTER, META = "fake_adapter.safetensors", "fake_package.json"
@@ -105,18 +141,18 @@ class FakeEngine:
         self.gate.pass_through()
         clip = clip_config(loss_fn, loss_fn_config)
         if not datums:
-            return empty_fwd_result()
-        batch = parse_datums(datums, loss_fn, VOCAB_SIZE, PAD_ID, torch.device("cpu"))
+            return ForwardResult.empty()
+        batch = _Padded(datums, loss_fn)
         grad: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         with self.lock, grad:
             logits_BTV = self.model.logits(batch.tokens_BT)
             lp_BT = token_logprobs(logits_BTV, batch.targets_BT, batch.temperature_BT)
-            loss_BT, metrics = compute_loss(loss_fn, lp_BT, batch.loss_inputs(), clip)
+            loss_BT, metrics = compute_loss(loss_fn, lp_BT, batch.inputs, clip)
             total = loss_BT.sum()
             finite_or_raise(float(total.detach()), "the loss")  # before any gradient
             if backward:
                 total.backward()
-        return fwd_result(batch, lp_BT, loss_BT, metrics)
+        return ForwardResult.from_rows(batch.lengths, lp_BT.tolist(), loss_BT.tolist(), metrics)
 
     def optim_step(self, adam_params: AdamHyperparams) -> OptimResult:
         self.gate.pass_through()

@@ -43,9 +43,7 @@ from fakes.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from localsession import vocab
 from localsession.numerics.inputs import (
     clip_config,
-    empty_fwd_result,
     finite_or_raise,
-    fwd_result_body,
     read_datums,
     token_ids,
 )
@@ -129,7 +127,7 @@ class LightEngine:
         self.gate.pass_through()
         clip = clip_config(loss_fn, loss_fn_config)
         if not datums:
-            return empty_fwd_result()
+            return ForwardResult.empty()
         rows = read_datums(datums, loss_fn, VOCAB_SIZE)
         grads: dict[int, Row] = {}
         lp_rows: list[list[float]] = []
@@ -178,7 +176,7 @@ class LightEngine:
         if all("ref_log_prob" in d.columns for d in rows):
             metrics[vocab.Metric.KL_REF] = _mean(sums["ref"], sums["w"])
         lengths = [len(d.tokens) for d in rows]
-        return fwd_result_body(
+        return ForwardResult.from_rows(
             lengths, lp_rows, loss_rows, metrics, {vocab.Metric.PG_LOSS: per_datum}
         )
 

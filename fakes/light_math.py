@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 from localsession import vocab
 from localsession.numerics.inputs import ClipConfig
 from localsession.port import SampleRequest
 
 Row = list[float]
+Loss3 = tuple[float, float, float]
 
 
 def _exp(x: float) -> float:
@@ -47,33 +49,63 @@ def lp_row(logits: Row, target: int, temperature: float) -> tuple[float, Row]:
     return scaled[target] - log_total, probs
 
 
+#: One token's ``(ℓ, dℓ/dlp, clipped)`` from its ``lp``, its inputs and the clip bounds.
+TokenLoss = Callable[[float, dict[str, float], ClipConfig], tuple[float, float, float]]
+
+
 def token_loss(
     loss_fn: str, lp: float, inputs: dict[str, float], clip: ClipConfig
 ) -> tuple[float, float, float]:
-    """One token's ``(ℓ, dℓ/dlp, clipped)``; ``clipped`` is 1.0 where clipping changed the
-    term (the ``actor/pg_clipfrac`` indicator), else 0.0."""
+    """One token's ``(ℓ, dℓ/dlp, clipped)``, by the loss's :data:`TOKEN_LOSSES` entry;
+    ``clipped`` is 1.0 where clipping changed the term (the ``actor/pg_clipfrac``
+    indicator), else 0.0."""
+    return TOKEN_LOSSES[loss_fn](lp, inputs, clip)
+
+
+def _cross_entropy(lp: float, inputs: dict[str, float], clip: ClipConfig) -> Loss3:
     w = inputs["weights"]
-    if loss_fn == vocab.LossFunction.CROSS_ENTROPY:
-        return -w * lp, -w, 0.0
-    adv, q_given = inputs["advantages"], inputs["logprobs"]
-    q = q_given if w != 0.0 else lp  # weight 0: ratio 1, so a placeholder cannot overflow
-    log_ratio = lp - q
-    log_ratio_given = lp - q_given
-    if loss_fn == vocab.LossFunction.IMPORTANCE_SAMPLING:
-        r = _exp(log_ratio)
-        return -w * r * adv, -w * r * adv, 0.0
-    if loss_fn == vocab.LossFunction.PPO:
-        clipped = _ppo_clipped(log_ratio_given, adv, clip)
-        if _ppo_clipped(log_ratio, adv, clip):
-            bound = clip.high if adv > 0 else clip.low
-            return -w * bound * adv, 0.0, clipped
-        r = _exp(log_ratio)
-        return -w * r * adv, -w * r * adv, clipped
-    # cispo
+    return -w * lp, -w, 0.0
+
+
+def _ratio(lp: float, inputs: dict[str, float]) -> tuple[float, float, float, float]:
+    """``(w, A, log r, log r as given)``: weight 0 has ratio 1, so a placeholder ``q``
+    cannot overflow."""
+    w, adv, q_given = inputs["weights"], inputs["advantages"], inputs["logprobs"]
+    q = q_given if w != 0.0 else lp
+    return w, adv, lp - q, lp - q_given
+
+
+def _importance_sampling(lp: float, inputs: dict[str, float], clip: ClipConfig) -> Loss3:
+    w, adv, log_ratio, _ = _ratio(lp, inputs)
+    r = _exp(log_ratio)
+    return -w * r * adv, -w * r * adv, 0.0
+
+
+def _ppo(lp: float, inputs: dict[str, float], clip: ClipConfig) -> Loss3:
+    w, adv, log_ratio, log_ratio_given = _ratio(lp, inputs)
+    clipped = _ppo_clipped(log_ratio_given, adv, clip)
+    if _ppo_clipped(log_ratio, adv, clip):
+        bound = clip.high if adv > 0 else clip.low
+        return -w * bound * adv, 0.0, clipped
+    r = _exp(log_ratio)
+    return -w * r * adv, -w * r * adv, clipped
+
+
+def _cispo(lp: float, inputs: dict[str, float], clip: ClipConfig) -> Loss3:
+    w, adv, log_ratio, log_ratio_given = _ratio(lp, inputs)
     r_given = _exp(log_ratio_given)
     clipped = 1.0 if (r_given > clip.high or r_given < clip.low) and adv != 0 else 0.0
     coeff = min(max(_exp(log_ratio), clip.low), clip.high)
     return -w * coeff * adv * lp, -w * coeff * adv, clipped
+
+
+#: Each loss's per-token function, by name (docs/extending.md, "A new loss", step 3).
+TOKEN_LOSSES: dict[str, TokenLoss] = {
+    vocab.LossFunction.CROSS_ENTROPY: _cross_entropy,
+    vocab.LossFunction.IMPORTANCE_SAMPLING: _importance_sampling,
+    vocab.LossFunction.PPO: _ppo,
+    vocab.LossFunction.CISPO: _cispo,
+}
 
 
 def _ppo_clipped(log_ratio: float, adv: float, clip: ClipConfig) -> float:

@@ -9,6 +9,7 @@ SageMaker dialect in ``runtime/sagemaker_wire.py``, the Tinker dialect in
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,6 +44,34 @@ class ForwardResult:
 
     metrics: dict[str, float]
     outputs: list[DatumOutput]
+
+    @classmethod
+    def from_rows(
+        cls,
+        lengths: Sequence[int],
+        lp_rows: Sequence[Sequence[float]],
+        loss_rows: Sequence[Sequence[float]],
+        metrics: dict[str, float],
+        datum_values: Mapping[str, Sequence[float]] | None = None,
+    ) -> ForwardResult:
+        """The result of a batch from its per-datum rows (``[B][T]`` lists, padded past
+        ``lengths`` or not): ``metrics`` plus ``global_token_num``, and per datum its unpadded
+        ``logprobs`` and ``elementwise_loss`` and each ``datum_values[key][i]``."""
+        metrics[vocab.Metric.GLOBAL_TOKEN_NUM] = float(sum(lengths))
+        extras: list[dict[str, float]] = [{} for _ in lengths]
+        for key, values in (datum_values or {}).items():
+            for extra, value in zip(extras, values, strict=True):
+                extra[key] = value
+        outputs = [
+            DatumOutput(list(lp_rows[i][:n]), list(loss_rows[i][:n]), extras[i])
+            for i, n in enumerate(lengths)
+        ]
+        return cls(metrics, outputs)
+
+    @classmethod
+    def empty(cls) -> ForwardResult:
+        """The result of an op over no datums: zero loss, zero tokens, no outputs."""
+        return cls.from_rows((), (), (), {vocab.Metric.LOSS: 0.0})
 
     @property
     def token_count(self) -> int:

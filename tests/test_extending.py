@@ -5,9 +5,15 @@
   from ``spec.options``, is made by a factory, is wired with ``wiring.build_service`` and a
   listed catalog, and is driven by the real in-process client. Its losses, gradients, AdamW
   step, seeded samples and logprobs are checked against closed forms computed here.
-- **A new loss**: every built-in loss is registered at each point the loss checklist names
-  (vocab tables, ``numerics.losses.loss_terms``, the light fake, the semantics table), so a
-  loss added without one of the steps fails here.
+- **A new loss**, added through exactly the page's steps: a toy loss (``ℓ = -w·A·lp``, cross
+  entropy weighted by each token's advantage) named in the vocabulary's tables (step 1),
+  given its elementwise tensor function in ``numerics.losses.ELEMENTWISE`` (step 2) and its
+  per-token function in the light fake's ``light_math.TOKEN_LOSSES`` (step 3), each by
+  monkeypatch (the page's edits, undone after the test), and checked against its closed form
+  through the real client on the torch engine and on the light fake (step 4). And every
+  built-in loss is registered at each point the checklist names (vocab tables, its own
+  ``ELEMENTWISE`` entry, the light fake, the semantics table), so a loss added without one
+  of the steps fails here.
 """
 
 from __future__ import annotations
@@ -264,7 +270,10 @@ def test_every_loss_follows_the_loss_checklist(loss: str) -> None:
 
     # step 1: the vocabulary's tables
     assert loss in vocab.REQUIRED_INPUT_KEYS and loss in vocab.DEFAULT_CLIP
-    # step 2: its own branch of the tensor function: no other loss gives its terms here
+    # step 2: its own entry of the tensor functions: no other loss gives its terms here
+    from localsession.numerics import losses
+
+    assert loss in losses.ELEMENTWISE and loss in light_math.TOKEN_LOSSES
     terms = _numerics_terms(loss)
     for other in vocab.LOSS_FUNCTIONS:
         if other != loss:
@@ -279,3 +288,119 @@ def test_every_loss_follows_the_loss_checklist(loss: str) -> None:
     # step 4: the semantics table lists it
     semantics = (ROOT / "docs" / "semantics.md").read_text(encoding="utf-8")
     assert f"| `{loss}` |" in semantics
+
+
+# -- a new loss, added through exactly the page's steps --------------------------------------
+
+TOY = "advantage_weighted"
+TINY = "localsession/tiny"
+
+
+def _toy_terms(lp_BT: Any, x: Any, clip: Any) -> Any:
+    """Step 2: ℓ = -w·A·lp, ``[B, T]`` in, ``[B, T]`` out (``x``: the batch's LossInputs)."""
+    return -x.weights * x.advantages * lp_BT
+
+
+def _toy_token(lp: float, inputs: dict[str, float], clip: Any) -> tuple[float, float, float]:
+    """Step 3: one token's (ℓ, dℓ/dlp, clipped)."""
+    w, a = inputs["weights"], inputs["advantages"]
+    return -w * a * lp, -w * a, 0.0
+
+
+@pytest.fixture
+def toy_loss(monkeypatch: pytest.MonkeyPatch) -> str:
+    from fakes import light_math
+    from localsession.client import training_client
+    from localsession.numerics import losses
+
+    # step 1: name it (the vocabulary's tables); not a policy-gradient loss, so not RL_LOSSES
+    monkeypatch.setattr(vocab, "LOSS_FUNCTIONS", (*vocab.LOSS_FUNCTIONS, TOY))
+    needs = ("target_tokens", "weights", "advantages")
+    monkeypatch.setitem(vocab.REQUIRED_INPUT_KEYS, TOY, needs)
+    monkeypatch.setitem(vocab.DEFAULT_CLIP, TOY, (0.0, 10.0))
+    # step 2: the math; step 3: the light fake
+    monkeypatch.setitem(losses.ELEMENTWISE, TOY, _toy_terms)
+    monkeypatch.setitem(light_math.TOKEN_LOSSES, TOY, _toy_token)
+    # the SDK sends only the names of its own enum, the service's: its next release, once
+    # the service names the loss, knows it too
+    monkeypatch.setattr(training_client, "_LOSS_NAMES", training_client._LOSS_NAMES | {TOY})
+    return TOY
+
+
+def _toy_batch(weighted: bool) -> list[Datum]:
+    """Two datums of different lengths; ``weighted``: cross_entropy's datums whose weights
+    are the toy's w·A (the same gradient, by the chain rule through lp)."""
+    rows = [([5, 9, 14, 3, 7], [1.0, 0.5, 0.0, 1.0, 2.0], [1.5, -1.0, 3.0, 0.5, -0.25])]
+    rows.append(([2, 11, 6], [1.0, 1.0, 1.0], [0.75, 2.0, -1.5]))
+    batch = []
+    for tokens, w, a in rows:
+        if weighted:
+            inputs: dict[str, Any] = {"weights": [x * y for x, y in zip(w, a, strict=True)]}
+        else:
+            inputs = {"weights": w, "advantages": a}
+        inputs["target_tokens"] = [*tokens[1:], 1]
+        batch.append(Datum(model_input=ModelInput.from_ints(tokens), loss_fn_inputs=inputs))
+    return batch
+
+
+def _check_closed_form(out: Any, batch: list[Datum]) -> None:
+    """Each datum's elementwise loss is -w·A·lp of its own logprobs; ``loss`` their mean sum."""
+    sums = []
+    for datum, got in zip(batch, out.loss_fn_outputs, strict=True):
+        lp = got["logprobs"]["data"]
+        w, a = datum.loss_fn_inputs["weights"], datum.loss_fn_inputs["advantages"]
+        want = [-x * y * z for x, y, z in zip(w, a, lp, strict=True)]
+        assert got["elementwise_loss"]["data"] == pytest.approx(want, rel=1e-6, abs=1e-7)
+        sums.append(math.fsum(want))
+    assert out.metrics["loss"] == pytest.approx(sum(sums) / len(sums), rel=1e-6)
+
+
+@pytest.mark.slow  # ~20 s on a busy 2-core machine; the fakes' twin below runs by default
+def test_a_toy_loss_added_through_the_documented_steps(toy_loss: str, tmp_path: Path) -> None:
+    from localsession import wiring
+
+    built = wiring.build_service(ServiceConfig(home=tmp_path, gap_timeout=0.0))
+    try:
+        client = ServiceClient("us-west-2", role_arn=ROLE, backend=built, strict=False)
+        toy = client.create_lora_training_client(TINY, rank=4, seed=3)
+        ce = client.create_lora_training_client(TINY, rank=4, seed=3)
+        out = toy.forward_backward(_toy_batch(False), toy_loss).result()
+        _check_closed_form(out, _toy_batch(False))
+        # the gradient: cross_entropy with weights w·A at the same weights has the same one
+        same = ce.forward_backward(_toy_batch(True), "cross_entropy").result()
+        for a, b in zip(out.loss_fn_outputs, same.loss_fn_outputs, strict=True):
+            assert a["elementwise_loss"]["data"] == pytest.approx(b["elementwise_loss"]["data"])
+        adam = AdamParams(learning_rate=1e-2)
+        norms = [tc.optim_step(adam).result().metrics["grad_norm"] for tc in (toy, ce)]
+        assert norms[0] > 0 and norms[0] == pytest.approx(norms[1], rel=1e-5)
+        after = [tc.forward(_toy_batch(True)).result().loss_fn_outputs for tc in (toy, ce)]
+        moved = after[0][0]["logprobs"]["data"]
+        assert moved != pytest.approx(out.loss_fn_outputs[0]["logprobs"]["data"], abs=1e-4)
+        for a, b in zip(*after, strict=True):
+            assert a["logprobs"]["data"] == pytest.approx(b["logprobs"]["data"], abs=1e-5)
+        # a datum without the loss's inputs is refused, naming the key
+        bare = [
+            Datum(
+                model_input=ModelInput.from_ints([5, 9]),
+                loss_fn_inputs={"target_tokens": [9, 1], "weights": [1.0, 1.0]},
+            )
+        ]
+        with pytest.raises(Exception, match="advantages"):
+            toy.forward_backward(bare, toy_loss).result()
+        toy.stop()
+        ce.stop()
+    finally:
+        built.close()
+
+
+@pytest.mark.parametrize("numerics", [False, True], ids=["light", "numeric"])
+def test_the_toy_loss_runs_on_the_fakes(toy_loss: str, numerics: bool) -> None:
+    """The same closed form on the light fake (step 3's function) and on the numeric fake
+    (the bigram model through step 2's tensor function): each a real runtime behind the
+    real client."""
+    from fakes import FakeServiceClient
+
+    with FakeServiceClient(strict=False, numerics=numerics) as fake:
+        tc = fake.create_lora_training_client("fake/model", rank=4)
+        batch = _toy_batch(False)
+        _check_closed_form(tc.forward_backward(batch, toy_loss).result(), batch)

@@ -5,7 +5,7 @@ fast path that changes one value makes the comparison fail: it would catch a rea
 
 The fast paths, each a module beside its exact one: ``client/param_check_fast.py`` (the
 strict client's check and copy of a request), ``runtime/wire_datums_fast.py`` (a wire
-``datumList`` read into port datums) and ``numerics/batch_fast.py`` (port datums padded
+``datumList`` read into port datums) and ``engine/batch_fast.py`` (port datums padded
 into one batch).
 """
 
@@ -21,7 +21,7 @@ import torch
 
 from localsession import AdamParams, Datum, ModelInput, ServiceClient, TensorData
 from localsession.client import param_check, param_check_fast
-from localsession.numerics import batch_fast
+from localsession.engine import batch_fast
 from localsession.runtime import wire_datums_fast
 from localsession.runtime.service import Service
 

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from localsession.numerics.batch import check_vocab, int_tensor
+from localsession.engine.batch import check_vocab, int_tensor
 from localsession.port import Admit, EngineInputError, SampleRequest
 
 

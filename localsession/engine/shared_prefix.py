@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 
 from localsession.engine import scoring
+from localsession.engine.batch import Batch
 from localsession.engine.head_logprobs import target_logprobs
 from localsession.engine.loading import LoadedModel
 from localsession.numerics import prefix_groups
-from localsession.numerics.batch import Batch
 from localsession.numerics.prefix_groups import Group
 
 SHARED_ENV = "LOCALSESSION_SHARED_PREFIX"

@@ -69,10 +69,7 @@ from localsession.engine.sampling import BatchSampler
 from localsession.engine.snapshots import SnapshotCache, use_weights
 from localsession.engine.streams import as_sequence
 from localsession.engine.thread_state import plain_torch_thread
-from localsession.engine.train_step import loss_step
-from localsession.numerics.batch_fast import parse_datums
-from localsession.numerics.inputs import empty_fwd_result
-from localsession.numerics.losses import clip_config
+from localsession.engine.train_step import loss_step, prepare
 from localsession.numerics.optim import LoraAdamW
 from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
 from localsession.port_results import ForwardResult, OptimResult, SampleResult
@@ -199,16 +196,13 @@ class TorchEngine:
         backward: bool,
     ) -> ForwardResult:
         """Run the loss (docs/semantics.md#1) over parsed datums; accumulate gradients when
-        ``backward``."""
+        ``backward``. The step, numbered, is train_step.py's."""
         self._check_open()
-        clip = clip_config(loss_fn, loss_fn_config)
-        if not datums:
-            return empty_fwd_result()
         m = self._loaded
-        batch = parse_datums(
-            datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_length=self.max_positions
-        )
-        plan = shared_prefix.batch_plan(batch, m, self._shape)  # None: unshared
+        step = prepare(datums, loss_fn, loss_fn_config, m, self._shape, self.max_positions)
+        if step is None:
+            return ForwardResult.empty()
+        batch, plan = step.batch, step.plan
         mode: AbstractContextManager[Any] = torch.enable_grad() if backward else torch.no_grad()
         try:
             with (
@@ -218,10 +212,8 @@ class TorchEngine:
             ):  # torch threads: thread_policy.py
                 start = time.perf_counter()
                 fwd, optimizer = self._train_forward, self._optimizer
-                result = loss_step(
-                    fwd, optimizer, batch, loss_fn, clip, backward, m.device, m.vocab_size, plan
-                )
-                seconds = time.perf_counter() - start  # .tolist() in fwd_result synchronised
+                result = loss_step(fwd, optimizer, step, backward, m.device, m.vocab_size)
+                seconds = time.perf_counter() - start  # .tolist() in forward_result synchronised
         finally:
             self._trim(int(batch.tokens_BT.numel()) * (self._token_bytes + 4 * self.vocab_size))
         run = list(plan.row_lengths) if plan else batch.lengths  # the rows computed

@@ -1,37 +1,52 @@
-"""One training (or forward-only) step over a parsed batch: the loss, its gradients and the
-per-datum metrics (docs/semantics.md#1).
+"""One ``forward_backward`` (or ``forward``) of the torch engine, read top to bottom
+(docs/architecture.md, "One forward_backward, in the engine"; docs/semantics.md#1).
 
-``TorchEngine.forward_backward`` calls :func:`loss_step` under the session's lock and inside
-``torch.enable_grad()`` or ``torch.no_grad()``. The loss is the plain sum over real tokens, so
-splitting the rows into micro-batches (:func:`chunked_backward`, on a CPU when the padded
-batch is large) gives the same gradients up to float rounding. A non-finite loss raises
-before any gradient is added. A batch whose datums share prefixes comes with a ``Plan``
-(shared_prefix.py) and runs packed (:func:`shared_backward`), in micro-batches of whole
-groups by the same limits.
+``TorchEngine.forward_backward`` calls :func:`prepare` outside the session's lock, then
+:func:`loss_step` under it, inside ``torch.enable_grad()`` or ``torch.no_grad()``:
+
+1. **prepare**: the loss's clip bounds, the datums checked and padded into one
+   :class:`~localsession.engine.batch.Batch` (:func:`parse`: engine/batch.py is the
+   reference, engine/batch_fast.py its optimisation), and the shared-prefix ``Plan``
+   (engine/shared_prefix.py; ``None`` when the rows run unshared). Every check runs here,
+   before any tensor touches the model.
+2. **forward**: each position's log-probability of its target, ``lp`` ``[B, T]``
+   (engine/head_logprobs.py, or packed rows for a plan).
+3. **loss**: the elementwise ℓ ``[B, T]`` (``numerics.losses.loss_terms``, a pure
+   function of ``lp`` and the batch's inputs); a non-finite sum raises here, before any
+   gradient is added.
+4. **backward**: ``ℓ.sum().backward()`` accumulates into the optimizer's flat gradient
+   buffer (``numerics/optim.py``). The loss is a plain sum, so splitting the rows into
+   micro-batches (on a CPU when the padded batch is large; whole groups for a plan) gives
+   the same gradients up to float rounding, and steps 2-4 run once per micro-batch; a
+   non-finite micro-batch puts back the gradients the earlier ones added.
+5. **report**: each datum's Σ ℓ, the batch's metrics and each datum's diagnostics over
+   the whole batch (``numerics.losses.loss_report``), and the norm of the gradient
+   accumulated so far.
+6. **result**: the port's :class:`~localsession.port_results.ForwardResult`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from localsession import vocab
+from localsession import port, vocab
+from localsession.engine import batch_fast, shared_prefix
+from localsession.engine.batch import Batch, parse_datums
 from localsession.engine.head_logprobs import row_logprobs
+from localsession.engine.loading import LoadedModel
 from localsession.engine.shared_prefix import Plan, chunked, packed_logprobs
-from localsession.numerics.batch import Batch, finite_or_raise, fwd_result
-from localsession.numerics.losses import (
-    ClipConfig,
-    batch_metrics,
-    datum_metrics,
-    datum_sums,
-    loss_terms,
-)
+from localsession.numerics.inputs import clip_config
+from localsession.numerics.losses import ClipConfig, LossReport, finite_loss_terms, loss_report
 from localsession.numerics.optim import LoraAdamW
 from localsession.numerics.prefix_groups import Group
+from localsession.port import TrainingDatum
 from localsession.port_results import ForwardResult
 
-#: Padded tokens per training micro-batch on a CPU (:func:`chunked_backward`).
+#: Padded tokens per training micro-batch on a CPU (:func:`rows_per_chunk`).
 CHUNK_TOKENS = 4096
 #: Float32 logits per training micro-batch on a CPU: a large vocabulary's logits (and the
 #: activations that come with as many tokens) set the step's peak memory. Smaller chunks
@@ -41,62 +56,125 @@ CHUNK_TOKENS = 4096
 CHUNK_LOGIT_BYTES = 512 * 2**20
 
 
+@dataclass(frozen=True)
+class Step:
+    """A prepared step: what :func:`loss_step` runs."""
+
+    loss_fn: str
+    clip: ClipConfig
+    batch: Batch
+    plan: Plan | None  # None: the rows run unshared
+
+
+# -- 1. prepare ------------------------------------------------------------------------------
+
+
+def prepare(
+    datums: Sequence[TrainingDatum],
+    loss_fn: str,
+    loss_fn_config: port.LossConfig | None,
+    loaded: LoadedModel,
+    shape: tuple[int, int, int],
+    max_positions: int | None,
+) -> Step | None:
+    """Check and pad the datums for ``loss_fn`` and plan their shared prefixes; ``None``
+    for no datums (after the loss name and config are checked). ``shape``: the model's
+    (non-embedding parameters, layers, width), for the plan's cost rule."""
+    clip = clip_config(loss_fn, loss_fn_config)  # raises on an unknown loss
+    if not datums:
+        return None
+    m = loaded
+    batch = parse(datums, loss_fn, m.vocab_size, m.pad_id, m.device, max_positions)
+    return Step(loss_fn, clip, batch, shared_prefix.batch_plan(batch, m, shape))
+
+
+def parse(
+    datums: Sequence[TrainingDatum],
+    loss_fn: str,
+    vocab_size: int,
+    pad_id: int,
+    device: torch.device,
+    max_length: int | None = None,
+) -> Batch:
+    """The datums as one padded batch on ``device``: the reference ``batch.parse_datums``'s
+    answer, which ``batch_fast.batched`` gives faster for well-formed datums (it declines
+    the rest, and the reference names their problem)."""
+    fast = batch_fast.batched(datums, loss_fn, vocab_size, pad_id, device, max_length)
+    if fast is not None:
+        return fast
+    return parse_datums(datums, loss_fn, vocab_size, pad_id, device, max_length=max_length)
+
+
+# -- 2-6. forward, loss, backward, report, result --------------------------------------------
+
+
 def loss_step(
     model: Any,
     optimizer: LoraAdamW,
-    batch: Batch,
-    loss_fn: str,
-    clip: ClipConfig,
+    step: Step,
     backward: bool,
     device: torch.device,
     vocab_size: int,
-    plan: Plan | None = None,
 ) -> ForwardResult:
-    """Run the peft ``model`` over ``batch``; accumulate the loss's gradients into the
-    trainable parameters ``optimizer`` steps when ``backward``. Returns the typed result
-    (``fwd_result``) with ``actor/grad_norm``: the norm of all gradients accumulated so far.
-    With a ``plan`` the batch runs packed (:func:`shared_backward`)."""
-    rows = chunk_rows(batch, device, vocab_size)
-    inputs = batch.loss_inputs()
+    """Run the peft ``model`` over the prepared batch; accumulate the loss's gradients into
+    the trainable parameters ``optimizer`` steps when ``backward``. The result carries
+    ``actor/grad_norm``: the norm of all gradients accumulated so far (this pass's
+    included; the SDK keeps the last chunk's, which is then the whole batch's)."""
+    batch = step.batch
     if backward:
         optimizer.install_grad_views()  # gradients then accumulate into its flat buffers
-    if plan is not None:
-        lp_BT, loss_BT = shared_backward(
-            model, optimizer, batch, plan, loss_fn, clip, backward, (device, vocab_size)
+    if step.plan is not None:
+        lp_BT, loss_BT, sums = shared_backward(
+            model, optimizer, step, backward, (device, vocab_size)
         )
-        sums = datum_sums(loss_BT)
-    elif backward and rows < len(batch.lengths):
-        with optimizer.restored_on_error():  # a non-finite chunk undoes the earlier ones
-            lp_BT, loss_BT = chunked_backward(model, batch, loss_fn, clip, rows)
-        sums = datum_sums(loss_BT)  # each datum's Σ ℓ, for both metric sets
     else:
-        lp_BT = row_logprobs(model, batch.tokens_BT, batch.targets_BT, batch.temperature_BT)
-        loss_BT = loss_terms(loss_fn, lp_BT, inputs, clip)
-        sums = datum_sums(loss_BT)  # the one read-back before the backward
-        finite_or_raise(sum(sums), "the loss")  # before any gradient is added
-        if backward:
-            loss_BT.sum().backward()
-    # metrics over the whole batch's logprobs, as unchunked
-    metrics = batch_metrics(loss_fn, lp_BT, inputs, clip, sums)
-    values = datum_metrics(loss_fn, lp_BT, loss_BT, inputs, clip, sums)
-    # the norm of the gradient accumulated so far (this pass's included): the SDK keeps
-    # the last chunk's, which is then the whole batch's
-    norm = optimizer.grad_norm()
+        height, width = (int(n) for n in batch.tokens_BT.shape)
+        rows = rows_per_chunk(height, width, device, vocab_size) if backward else 0
+        lp_BT, loss_BT, sums = row_backward(model, optimizer, step, backward, rows)
+    inputs = batch.loss_inputs()
+    report = loss_report(step.loss_fn, lp_BT, loss_BT, inputs, step.clip, sums)
+    return forward_result(batch, lp_BT, loss_BT, report, optimizer.grad_norm())
+
+
+#: A (micro-)batch's logprobs and elementwise loss (``[B, T]`` each) and, when the batch ran
+#: in one piece, each datum's Σ ℓ (``[B]``; None after micro-batches)
+Pass = tuple[torch.Tensor, torch.Tensor, "list[float] | None"]
+
+
+def loss_and_backward(
+    lp_BT: torch.Tensor, sub: Batch, step: Step, backward: bool
+) -> tuple[torch.Tensor, list[float]]:
+    """Steps 3-4 on one (micro-)batch: its elementwise loss ``[B, T]`` and each datum's
+    Σ ℓ from its logprobs ``lp_BT``, refused if not finite, then differentiated when
+    ``backward``."""
+    loss_BT, sums = finite_loss_terms(step.loss_fn, lp_BT, sub.loss_inputs(), step.clip)
+    if backward:
+        loss_BT.sum().backward()
+    return loss_BT, sums
+
+
+def forward_result(
+    batch: Batch, lp_BT: torch.Tensor, loss_BT: torch.Tensor, report: LossReport, norm: float
+) -> ForwardResult:
+    """Step 6: the port's result, ``actor/grad_norm`` added to the batch's and each datum's
+    metrics."""
+    metrics, values = report.metrics, report.per_datum
     metrics[vocab.Metric.ACTOR_GRAD_NORM] = norm
     values[vocab.Metric.ACTOR_GRAD_NORM] = [norm] * len(batch.lengths)
-    return fwd_result(batch, lp_BT, loss_BT, metrics, values)
-
-
-def chunk_rows(batch: Batch, device: torch.device, vocab_size: int) -> int:
-    """Rows per micro-batch: all of them, except on a CPU when the padded batch holds
-    more than ``CHUNK_TOKENS`` tokens or more than ``CHUNK_LOGIT_BYTES`` of float32
-    logits (see :func:`chunked_backward`)."""
-    rows, width = (int(n) for n in batch.tokens_BT.shape)
-    return rows_per_chunk(rows, width, device, vocab_size)
+    # tolist() reads any dtype and device, graph or not, as Python floats: no casts needed
+    lp_rows, loss_rows = lp_BT.tolist(), loss_BT.tolist()  # [B, T] each
+    return ForwardResult.from_rows(batch.lengths, lp_rows, loss_rows, metrics, values)
 
 
 def rows_per_chunk(rows: int, width: int, device: torch.device, vocab_size: int) -> int:
-    """:func:`chunk_rows` of ``rows`` padded rows of ``width`` tokens."""
+    """Rows per training micro-batch of ``rows`` padded rows of ``width`` tokens: all of
+    them, except on a CPU when they hold more than ``CHUNK_TOKENS`` tokens or more than
+    ``CHUNK_LOGIT_BYTES`` of float32 logits.
+
+    On a CPU a batch past ~4k tokens outgrows the caches and runs slower per token
+    (measured: 128×128 tokens at 0.6× the tokens/s of 32×128, raw torch too), and a large
+    vocabulary's logits and activations set the peak memory; the summed loss makes
+    micro-batching exact up to float rounding."""
     if device.type != "cpu":
         return rows
     by_tokens = CHUNK_TOKENS // width
@@ -104,36 +182,25 @@ def rows_per_chunk(rows: int, width: int, device: torch.device, vocab_size: int)
     return min(rows, max(1, min(by_tokens, by_logits)))
 
 
-def chunked_backward(
-    model: Any,
-    batch: Batch,
-    loss_fn: str,
-    clip: ClipConfig,
-    step: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward + backward ``step`` rows at a time, accumulating gradients. -> the whole
-    batch's logprobs and elementwise loss, ``[B, T]`` each.
-
-    On a CPU a batch past ~4k tokens outgrows the caches and runs slower per token
-    (measured: 128×128 tokens at 0.6× the tokens/s of 32×128, raw torch too), and a
-    large vocabulary's logits and activations set the peak memory; the summed loss
-    makes micro-batching exact up to float rounding. The caller computes the metrics over
-    the whole batch's logprobs, as unchunked. A non-finite chunk raises before its backward;
-    the caller puts back the gradients the earlier chunks added.
-    """
+def row_backward(model: Any, optimizer: LoraAdamW, step: Step, backward: bool, rows: int) -> Pass:
+    """Steps 2-4 over the unshared batch, ``rows`` rows at a time (0: all at once). -> the
+    whole batch's logprobs and elementwise loss (and sums: :data:`Pass`)."""
+    batch = step.batch
+    if rows <= 0 or rows >= len(batch.lengths):  # the whole batch in one forward
+        lp_BT = row_logprobs(model, batch.tokens_BT, batch.targets_BT, batch.temperature_BT)
+        return (lp_BT, *loss_and_backward(lp_BT, batch, step, backward))
     width = batch.tokens_BT.shape[1]
     lp_parts: list[torch.Tensor] = []
     loss_parts: list[torch.Tensor] = []
-    for start in range(0, len(batch.lengths), step):
-        sub = batch.rows(start, start + step)
-        lp_BT = row_logprobs(model, sub.tokens_BT, sub.targets_BT, sub.temperature_BT)
-        loss_BT = loss_terms(loss_fn, lp_BT, sub.loss_inputs(), clip)
-        finite_or_raise(sum(datum_sums(loss_BT)), "the loss")
-        loss_BT.sum().backward()
-        pad = (0, width - lp_BT.shape[1])  # back to the batch's width
-        lp_parts.append(torch.nn.functional.pad(lp_BT.detach(), pad))
-        loss_parts.append(torch.nn.functional.pad(loss_BT.detach(), pad))
-    return torch.cat(lp_parts), torch.cat(loss_parts)
+    with optimizer.restored_on_error():  # a non-finite chunk undoes the earlier ones
+        for start in range(0, len(batch.lengths), rows):
+            sub = batch.rows(start, start + rows)  # trimmed to its own longest row
+            lp_BT = row_logprobs(model, sub.tokens_BT, sub.targets_BT, sub.temperature_BT)
+            loss_BT, _ = loss_and_backward(lp_BT, sub, step, backward)
+            pad = (0, width - lp_BT.shape[1])  # back to the batch's width
+            lp_parts.append(torch.nn.functional.pad(lp_BT.detach(), pad))
+            loss_parts.append(torch.nn.functional.pad(loss_BT.detach(), pad))
+    return torch.cat(lp_parts), torch.cat(loss_parts), None
 
 
 def _pick(batch: Batch, index: list[int]) -> Batch:
@@ -163,40 +230,29 @@ _ROW_FIELDS = (
 def shared_backward(
     model: Any,
     optimizer: LoraAdamW,
-    batch: Batch,
-    plan: Plan,
-    loss_fn: str,
-    clip: ClipConfig,
+    step: Step,
     backward: bool,
     where: tuple[torch.device, int],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch's logprobs and elementwise loss (``[B, T]`` each) from packed rows of its
-    groups (shared_prefix.py), the loss's gradients accumulated when ``backward``. On a CPU a
-    backward runs whole groups at a time under :func:`rows_per_chunk`'s limits on the packed
-    rows; a non-finite chunk raises before its backward, after the earlier chunks' gradients
-    are put back."""
+) -> Pass:
+    """Steps 2-4 from packed rows of the plan's groups (shared_prefix.py). -> the batch's
+    logprobs and elementwise loss (and sums: :data:`Pass`). On a CPU a backward runs whole groups
+    at a time under :func:`rows_per_chunk`'s limits on the packed rows; a non-finite chunk
+    raises before its backward, after the earlier chunks' gradients are put back."""
+    batch, plan = step.batch, step.plan
+    assert plan is not None
     device, vocab_size = where
-    dtype = plan.dtype
 
     def fits(rows: int, width: int) -> bool:
         return not backward or rows <= rows_per_chunk(rows, width, device, vocab_size)
 
+    def packed(groups: Sequence[Group], sub: Batch) -> torch.Tensor:
+        tokens, targets, tau = sub.tokens_BT, sub.targets_BT, sub.temperature_BT
+        return packed_logprobs(model, groups, sub.lengths, tokens, targets, tau, plan.dtype)
+
     runs = chunked(plan.groups, plan.lengths, fits)
     if len(runs) == 1:  # the whole batch in one forward, as unchunked
-        lp_BT = packed_logprobs(
-            model,
-            plan.groups,
-            batch.lengths,
-            batch.tokens_BT,
-            batch.targets_BT,
-            batch.temperature_BT,
-            dtype,
-        )
-        loss_BT = loss_terms(loss_fn, lp_BT, batch.loss_inputs(), clip)
-        finite_or_raise(sum(datum_sums(loss_BT)), "the loss")  # before any gradient is added
-        if backward:
-            loss_BT.sum().backward()
-        return lp_BT, loss_BT
+        lp_BT = packed(plan.groups, batch)
+        return (lp_BT, *loss_and_backward(lp_BT, batch, step, backward))
     lp_full = torch.zeros(batch.tokens_BT.shape, dtype=torch.float32, device=device)
     loss_full = torch.zeros_like(lp_full)
     with optimizer.restored_on_error():  # a non-finite chunk undoes the earlier ones
@@ -205,21 +261,10 @@ def shared_backward(
             local = {i: k for k, i in enumerate(index)}
             groups = [Group(tuple(local[i] for i in g.members), g.prefix) for g in run]
             sub = _pick(batch, index)
-            lp_BT = packed_logprobs(
-                model,
-                groups,
-                sub.lengths,
-                sub.tokens_BT,
-                sub.targets_BT,
-                sub.temperature_BT,
-                dtype,
-            )
-            loss_BT = loss_terms(loss_fn, lp_BT, sub.loss_inputs(), clip)
-            finite_or_raise(sum(datum_sums(loss_BT)), "the loss")
-            if backward:
-                loss_BT.sum().backward()
+            lp_BT = packed(groups, sub)
+            loss_BT, _ = loss_and_backward(lp_BT, sub, step, backward)
             at = torch.tensor(index, device=device)
             width = lp_BT.shape[1]
             lp_full[at, :width] = lp_BT.detach()
             loss_full[at, :width] = loss_BT.detach()
-    return lp_full, loss_full
+    return lp_full, loss_full, None

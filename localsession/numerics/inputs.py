@@ -13,8 +13,10 @@ whichever engine runs it, and always before any state changes:
   one value per token (:func:`column_data`) and, as plain lists, every value
   (:func:`read_datums`). The wire structure was checked once, by the runtime; what is left
   here are the checks only an engine can make, which fail the op (``datum 3: ...``);
-- the typed :class:`~localsession.port_results.ForwardResult` built from per-datum rows
-  (:func:`fwd_result_body`), or of no datums at all (:func:`empty_fwd_result`).
+- whether a computed loss is finite (:func:`finite_or_raise`), before any gradient is added.
+
+Results are the port's own values, built by each engine
+(:meth:`~localsession.port_results.ForwardResult.from_rows`).
 
 Names and ranges come from :mod:`localsession.vocab`.
 """
@@ -22,13 +24,12 @@ Names and ranges come from :mod:`localsession.vocab`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from localsession import vocab
 from localsession.port import EngineInputError, LossConfig, TrainingDatum
-from localsession.port_results import DatumOutput, ForwardResult
 
 # -- losses ---------------------------------------------------------------------------------
 
@@ -54,7 +55,8 @@ def clip_config(loss_fn: str, config: LossConfig | None) -> ClipConfig:
     (docs/semantics.md#1): the bounds given, the loss's defaults for the rest."""
     check_loss_fn(loss_fn)
     if config is None:  # the usual case, on every op
-        return _DEFAULT_CLIPS[loss_fn]
+        found = _DEFAULT_CLIPS.get(loss_fn)  # a loss added later: vocab.DEFAULT_CLIP's
+        return found if found is not None else ClipConfig(*vocab.DEFAULT_CLIP[loss_fn])
     return ClipConfig(*config.bounds(loss_fn))
 
 
@@ -99,6 +101,16 @@ def column_data(index: int, key: str, data: list[Any], length: int) -> list[Any]
             "(give one value per model_input token)"
         )
     return data
+
+
+def datum_columns(
+    index: int, datum: TrainingDatum, loss_fn: str
+) -> tuple[list[int], dict[str, list[Any]]]:
+    """A datum's tokens and its ``loss_fn_inputs`` columns, with the three checks above:
+    tokens given, the keys ``loss_fn`` needs and no other, one value per token."""
+    tokens = datum_tokens(datum, index)
+    given = check_input_keys(index, datum, loss_fn)
+    return tokens, {k: column_data(index, k, v, len(tokens)) for k, v in given.items()}
 
 
 def _number(value: Any) -> float | None:
@@ -183,30 +195,3 @@ def finite_or_raise(value: float, what: str) -> float:
             "values (the ratio exp(lp - logprobs) overflowed)"
         )
     return value
-
-
-def fwd_result_body(
-    lengths: Sequence[int],
-    lp_rows: Sequence[Sequence[float]],
-    loss_rows: Sequence[Sequence[float]],
-    metrics: dict[str, float],
-    datum_values: Mapping[str, Sequence[float]] | None = None,
-) -> ForwardResult:
-    """The op's :class:`ForwardResult`: the metrics (plus ``global_token_num``) and, per
-    datum, its unpadded ``logprobs`` and ``elementwise_loss`` (rows may be padded past
-    ``lengths``), plus each ``datum_values[key][i]`` (the ``actor/*`` diagnostics)."""
-    metrics[vocab.Metric.GLOBAL_TOKEN_NUM] = float(sum(lengths))
-    extras: list[dict[str, float]] = [{} for _ in lengths]
-    for key, values in (datum_values or {}).items():
-        for extra, value in zip(extras, values, strict=True):
-            extra[key] = value
-    outputs = [
-        DatumOutput(list(lp_rows[i][:n]), list(loss_rows[i][:n]), extras[i])
-        for i, n in enumerate(lengths)
-    ]
-    return ForwardResult(metrics, outputs)
-
-
-def empty_fwd_result() -> ForwardResult:
-    """The result of an op over no datums: zero loss, zero tokens, no outputs."""
-    return fwd_result_body((), (), (), {vocab.Metric.LOSS: 0.0})

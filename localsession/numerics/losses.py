@@ -11,6 +11,8 @@ weights, ``q`` = the sampler's ``logprobs`` input, ``A`` = ``advantages``, ``w``
 | `ppo`                 | ``-w · min(r·A, clip(r, lo, hi)·A)``               |
 | `cispo`               | ``-w · sg(clip(r, lo, hi)) · A · lp``              |
 
+Shapes: every tensor a loss function takes has one shape, ``[B, T]`` (datums × positions,
+right-padded) from the engines or ``[T]`` for one datum, and so does the ℓ it returns.
 Every loss function returns the elementwise ℓ (same shape as its inputs); the caller sums
 (reduction = plain sum, no normalisation, so splitting a batch across calls is exact). Nothing
 here touches a model; ``token_logprobs`` turns logits into ``lp``.
@@ -24,19 +26,22 @@ sum. Each datum's own diagnostics come from :func:`datum_metrics`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from localsession import vocab
-from localsession.numerics.inputs import ClipConfig, check_loss_fn, clip_config
+from localsession.numerics.inputs import ClipConfig, check_loss_fn, clip_config, finite_or_raise
 from localsession.port import EngineInputError
 
 # The clip bounds live in numerics.inputs (torch-free); re-exported here for the engines.
 __all__ = [
+    "ELEMENTWISE",
     "ClipConfig",
     "LossInputs",
+    "LossReport",
     "batch_metrics",
     "check_loss_fn",
     "cispo",
@@ -44,7 +49,9 @@ __all__ = [
     "compute_loss",
     "cross_entropy",
     "datum_sums",
+    "finite_loss_terms",
     "importance_sampling",
+    "loss_report",
     "loss_terms",
     "ppo",
     "ppo_clipped_side",
@@ -233,32 +240,77 @@ def _mean(values: list[float]) -> float:
     return _finite(math.fsum(values) / len(values)) if values else 0.0
 
 
-def loss_terms(loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig) -> Tensor:
-    """Elementwise ℓ (zero at masked positions); its plain sum is what is differentiated.
+#: One loss's elementwise ℓ ``[B, T]`` from ``lp`` ``[B, T]``, the batch's inputs (weights
+#: already zero on padding, sampler logprobs already made safe: :func:`loss_terms`) and
+#: the clip bounds.
+Elementwise = Callable[[Tensor, LossInputs, ClipConfig], Tensor]
 
-    Positions that cannot contribute (weight 0, or padding) have ``q`` replaced by ``lp``
-    (ratio 1) before the loss, so whatever a caller put there (a ``-1e4`` placeholder on
-    prompt tokens, say) can neither overflow ``exp`` nor leak a ``0·inf = NaN`` gradient.
+
+def _ratio_inputs(loss_fn: str, inputs: LossInputs) -> tuple[Tensor, Tensor]:
+    """``(q, A)`` of a ratio loss, refused when the batch lacks either."""
+    if inputs.sampler_logprobs is None or inputs.advantages is None:
+        raise EngineInputError(f"{loss_fn} needs `logprobs` and `advantages` inputs")
+    return inputs.sampler_logprobs, inputs.advantages
+
+
+def _importance_sampling_terms(lp: Tensor, x: LossInputs, clip: ClipConfig) -> Tensor:
+    q, adv = _ratio_inputs(vocab.LossFunction.IMPORTANCE_SAMPLING, x)
+    return importance_sampling(lp, q, adv, x.weights)
+
+
+def _ppo_terms(lp: Tensor, x: LossInputs, clip: ClipConfig) -> Tensor:
+    q, adv = _ratio_inputs(vocab.LossFunction.PPO, x)
+    return ppo(lp, q, adv, x.weights, clip.low, clip.high)
+
+
+def _cispo_terms(lp: Tensor, x: LossInputs, clip: ClipConfig) -> Tensor:
+    q, adv = _ratio_inputs(vocab.LossFunction.CISPO, x)
+    return cispo(lp, q, adv, x.weights, clip.low, clip.high)
+
+
+#: Each loss's elementwise function, by name: the one place :func:`loss_terms` dispatches
+#: on a loss name (docs/extending.md, "A new loss", step 2).
+ELEMENTWISE: dict[str, Elementwise] = {
+    vocab.LossFunction.CROSS_ENTROPY: lambda lp, x, clip: cross_entropy(lp, x.weights),
+    vocab.LossFunction.IMPORTANCE_SAMPLING: _importance_sampling_terms,
+    vocab.LossFunction.PPO: _ppo_terms,
+    vocab.LossFunction.CISPO: _cispo_terms,
+}
+
+
+def loss_terms(loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig) -> Tensor:
+    """Elementwise ℓ ``[B, T]`` of ``lp`` ``[B, T]`` (zero at masked positions), by the
+    loss's :data:`ELEMENTWISE` function; its plain sum is what is differentiated.
+
+    That function sees the weights zero at padding, and positions that cannot contribute
+    (weight 0, or padding) with ``q`` replaced by ``lp`` (ratio 1), so whatever a caller put
+    there (a ``-1e4`` placeholder on prompt tokens, say) can neither overflow ``exp`` nor
+    leak a ``0·inf = NaN`` gradient.
     """
     check_loss_fn(loss_fn)
-    w = _active_weights(inputs)
-    if loss_fn == vocab.LossFunction.CROSS_ENTROPY:
-        loss = cross_entropy(lp, w)
-    else:
-        if inputs.sampler_logprobs is None or inputs.advantages is None:
-            raise EngineInputError(f"{loss_fn} needs `logprobs` and `advantages` inputs")
-        active = w != 0  # masked positions have w = 0 here
-        q = torch.where(active, inputs.sampler_logprobs, lp.detach())
-        adv = inputs.advantages
-        if loss_fn == vocab.LossFunction.IMPORTANCE_SAMPLING:
-            loss = importance_sampling(lp, q, adv, w)
-        elif loss_fn == vocab.LossFunction.PPO:
-            loss = ppo(lp, q, adv, w, clip.low, clip.high)
-        else:
-            loss = cispo(lp, q, adv, w, clip.low, clip.high)
+    elementwise = ELEMENTWISE.get(loss_fn)
+    if elementwise is None:
+        raise EngineInputError(f"loss_fn {loss_fn!r} has no elementwise function (ELEMENTWISE)")
+    w = _active_weights(inputs)  # [B, T]
+    q = inputs.sampler_logprobs
+    if q is not None:  # masked positions have w = 0 here
+        q = torch.where(w != 0, q, lp.detach())  # [B, T]
+    safe = LossInputs(w, q, inputs.advantages, inputs.ref_logprobs, inputs.mask)
+    loss = elementwise(lp, safe, clip)  # [B, T]
     if inputs.mask is not None:
         loss = torch.where(inputs.mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
     return loss
+
+
+def finite_loss_terms(
+    loss_fn: str, lp: Tensor, inputs: LossInputs, clip: ClipConfig
+) -> tuple[Tensor, list[float]]:
+    """:func:`loss_terms` ``[B, T]`` and each datum's Σ ℓ ``[B]``; raises
+    ``EngineInputError`` when their sum is not finite (call it before any backward)."""
+    loss = loss_terms(loss_fn, lp, inputs, clip)  # [B, T]
+    sums = datum_sums(loss)  # [B]
+    finite_or_raise(sum(sums), "the loss")
+    return loss, sums
 
 
 def _active_weights(inputs: LossInputs) -> Tensor:
@@ -297,6 +349,31 @@ def batch_metrics(
     if inputs.ref_logprobs is not None:
         metrics[vocab.Metric.KL_REF] = _weighted_mean(lp_d - inputs.ref_logprobs, w)
     return metrics
+
+
+@dataclass
+class LossReport:
+    """What one batch's loss reports (:func:`loss_report`)."""
+
+    sums: list[float]  # [B]: each datum's Σ ℓ, as computed (possibly non-finite)
+    metrics: dict[str, float]  # the batch's (:func:`batch_metrics`)
+    per_datum: dict[str, list[float]]  # name -> [B], each datum's (:func:`datum_metrics`)
+
+
+def loss_report(
+    loss_fn: str,
+    lp: Tensor,
+    loss: Tensor,
+    inputs: LossInputs,
+    clip: ClipConfig,
+    sums: list[float] | None = None,
+) -> LossReport:
+    """Each datum's Σ ℓ, the batch's metrics and each datum's diagnostics, from the batch's
+    logprobs ``lp`` and elementwise loss ``loss`` (``[B, T]`` each, graph or not: everything
+    here is detached); ``sums``: :func:`datum_sums` of ``loss`` when the caller has them."""
+    sums = datum_sums(loss) if sums is None else sums  # [B]
+    metrics = batch_metrics(loss_fn, lp, inputs, clip, sums)
+    return LossReport(sums, metrics, datum_metrics(loss_fn, lp, loss, inputs, clip, sums))
 
 
 def compute_loss(

@@ -202,7 +202,7 @@ def test_an_overflowing_loss_raises_before_any_gradient(
 def test_micro_batched_backward_reports_what_one_pass_reports(
     make_engine: Callable[..., TorchEngine], monkeypatch: pytest.MonkeyPatch, loss_fn: str
 ) -> None:
-    """The CPU's micro-batching (train_step.chunked_backward, one row a chunk here) gives the
+    """The CPU's micro-batching (train_step.row_backward, one row a chunk here) gives the
     unchunked pass's metrics, per-datum outputs and gradients, to float rounding."""
     whole, chunked = make_engine(seed=3), make_engine(seed=3)
     for engine in (whole, chunked):  # one identical step so LoRA B is non-zero

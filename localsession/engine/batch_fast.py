@@ -1,11 +1,14 @@
-"""The fast path of building a training batch: one tensor per column for the whole batch.
+"""An optimisation of engine/batch.py: the same training batch, one tensor per column.
 
-The exact path is numerics/batch.py (one datum and one column at a time); this module only
-ever returns what that one returns, or hands the datums to it. Well-formed datums take
-:func:`batched`, each check one tensor op. Anything it does not accept as it stands (a bad
-value, integral floats as ids, a column some datums lack) goes through the exact path, which
-converts what may be converted and raises the error naming the datum and key
-(tests/numerics/test_batch_fast.py holds the two to the same batches and errors).
+The reference is :func:`localsession.engine.batch.parse_datums` (one datum and one column at
+a time, naming the first problem); read that one first. :func:`batched` only ever returns
+what it returns, or ``None``: well-formed datums take this path, each check one tensor op
+over the whole batch; anything it does not accept as it stands (a bad value, integral
+floats as ids, a column some datums lack, a datum past the context) is declined, and the
+caller (``train_step.parse``) hands the datums to the reference, which converts what may be
+converted and raises the error naming the datum and key. tests/engine/test_batch_fast.py
+holds the two to the same batches and errors, and tests/test_fast_paths.py runs a training
+loop with this path declining every batch, byte for byte alike.
 """
 
 from __future__ import annotations
@@ -17,28 +20,9 @@ import numpy
 import torch
 from torch import Tensor
 
-from localsession.numerics import batch as exact
-from localsession.numerics.batch import Batch
-from localsession.numerics.inputs import check_input_keys, check_loss_fn, column_data, datum_tokens
+from localsession.engine.batch import Batch
+from localsession.numerics import inputs as checks
 from localsession.port import EngineInputError, TrainingDatum
-
-
-def parse_datums(
-    datums: Sequence[TrainingDatum],
-    loss_fn: str,
-    vocab_size: int,
-    pad_id: int,
-    device: torch.device,
-    *,
-    max_length: int | None = None,
-) -> Batch:
-    """``batch.parse_datums``: :func:`batched` when it accepts the datums, else the exact path."""
-    check_loss_fn(loss_fn)
-    fast = batched(datums, loss_fn, vocab_size, pad_id, device, max_length)
-    if fast is not None:
-        return fast
-    return exact.parse_datums(datums, loss_fn, vocab_size, pad_id, device, max_length=max_length)
-
 
 _NUMBERS = {float, int, bool}
 
@@ -65,10 +49,9 @@ def batched(
         tokens: list[list[Any]] = []
         columns: dict[str, list[list[Any]]] = {}
         for i, datum in enumerate(datums):
-            ids = datum_tokens(datum, i)
-            inputs = check_input_keys(i, datum, loss_fn)
-            for key, value in inputs.items():
-                columns.setdefault(key, []).append(column_data(i, key, value, len(ids)))
+            ids, given = checks.datum_columns(i, datum, loss_fn)
+            for key, values in given.items():
+                columns.setdefault(key, []).append(values)
             tokens.append(ids)
         lengths = [len(ids) for ids in tokens]
         width = max(lengths)

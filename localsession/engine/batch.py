@@ -1,20 +1,26 @@
-"""Parsed datums -> one padded training batch, with every semantic check done up front.
+"""Parsed datums -> one right-padded training batch, every semantic check done first: the
+reference path of the step's batch preparation (engine/train_step.py, step 1).
 
-The exact path (numerics/batch_fast.py builds the same batch faster, or hands it here).
-``parse_datums`` turns the runtime's :class:`~localsession.port.TrainingDatum` values (tokens,
-flat ``loss_fn_inputs`` columns) into right-padded ``[B, T]`` tensors. It raises
-``EngineInputError`` naming the datum index and the key *before* any tensor touches the model,
-so a failing operation never adds gradient (docs/semantics.md#1, #4).
-The list-level checks are shared with the torch-free engines (:mod:`.inputs`).
+``parse_datums`` turns the runtime's :class:`~localsession.port.TrainingDatum` values
+(tokens, flat ``loss_fn_inputs`` columns) into right-padded ``[B, T]`` tensors, one datum
+and one column at a time. It raises ``EngineInputError`` naming the datum index and the key
+*before* any tensor touches the model, so a failing operation never adds gradient
+(docs/semantics.md#1, #4). The list-level checks are the ones every engine shares
+(:mod:`localsession.numerics.inputs`, torch-free).
+
+engine/batch_fast.py is an optimisation of this module: for well-formed datums it builds
+the same :class:`Batch` a column at a time, and declines anything else, which then comes
+here (tests/engine/test_batch_fast.py holds the two to the same batches and errors).
 
 Checks: the loss's required keys are present and no unsupported key is; every per-token input
 has one value per ``modelInput`` token; values are numbers (JSON booleans count as 0/1) and
-finite; token ids (input and targets) are integers inside the vocabulary; temperatures > 0.
+finite; token ids (input and targets) are integers inside the vocabulary; temperatures > 0;
+no datum is longer than the model's context.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,27 +29,14 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
 from localsession import vocab
+from localsession.numerics import inputs as checks
 from localsession.numerics.inputs import (
     check_input_keys,
     check_loss_fn,
-    column_data,
     datum_tokens,
-    finite_or_raise,
-    fwd_result_body,
 )
 from localsession.numerics.losses import LossInputs
 from localsession.port import EngineInputError, TrainingDatum
-from localsession.port_results import ForwardResult
-
-__all__ = [
-    "Batch",
-    "check_vocab",
-    "datum_tokens",
-    "finite_or_raise",
-    "fwd_result",
-    "int_tensor",
-    "parse_datums",
-]
 
 
 @dataclass
@@ -123,7 +116,7 @@ def check_vocab(ids: Tensor, vocab_size: int, what: str) -> None:
 
 def _input_tensor(datum: int, key: str, value: list[Any], length: int) -> Tensor:
     where = f"datum {datum}: `{key}`"
-    data = column_data(datum, key, value, length)
+    data = checks.column_data(datum, key, value, length)  # conformance plants a defect there
     if key == "target_tokens":
         return int_tensor(data, where)
     try:
@@ -200,18 +193,3 @@ def parse_datums(
         ref_log_prob_BT=pad("ref_log_prob", 0.0),
         temperature_BT=pad("temperature", 1.0),
     )
-
-
-def fwd_result(
-    batch: Batch,
-    lp_BT: Tensor,
-    loss_BT: Tensor,
-    metrics: dict[str, float],
-    datum_values: Mapping[str, list[float]] | None = None,
-) -> ForwardResult:
-    """The :class:`ForwardResult` of a batch: its metrics (plus ``global_token_num``) and,
-    per datum, its unpadded ``logprobs`` and ``elementwise_loss``, plus each
-    ``datum_values[key][i]`` (the ``actor/*`` diagnostics)."""
-    # tolist() reads any dtype and device, graph or not, as Python floats: no casts needed
-    lp_rows, loss_rows = lp_BT.tolist(), loss_BT.tolist()  # [B, T] each
-    return fwd_result_body(batch.lengths, lp_rows, loss_rows, metrics, datum_values)

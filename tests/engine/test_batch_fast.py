@@ -1,5 +1,5 @@
-"""``batch_fast.parse_datums``'s batched path (one tensor per column) against the exact
-datum-by-datum path (``batch.parse_datums``):
+"""``train_step.parse``'s batched path (``batch_fast.batched``, one tensor per column) against the
+reference datum-by-datum path (``batch.parse_datums``):
 the same batch for well-formed datums of every loss, and for anything else the same error
 (the batched path declines it and the checked path names the datum and key). The batched
 path converts a small batch with Python's builtins and a large one through numpy; the
@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-from localsession.numerics import batch_fast
-from localsession.numerics.batch import Batch
-from localsession.numerics.batch import parse_datums as exact_parse
-from localsession.numerics.batch_fast import batched, parse_datums
+from localsession.engine import batch_fast
+from localsession.engine.batch import Batch
+from localsession.engine.batch import parse_datums as exact_parse
+from localsession.engine.batch_fast import batched
+from localsession.engine.train_step import parse as parse_datums
 from localsession.port import EngineInputError, TrainingDatum
 
 CPU = torch.device("cpu")
