@@ -19,6 +19,10 @@ weights are likewise gathered and run as one engine call, where the engine offer
   not split into sequential batches: an engine that admits requests (``admits_requests``,
   port.Admit) takes jobs queued for the same session and weights into the running
   batch between decode steps (continuous batching), each with its own prefill.
+- **Mixing adapters:** where the engine can (``mixes_weights``, port.MixedAdmit), one
+  session's sample jobs for different weights (checkpoints, the base) form one batch, each
+  row decoding with its own adapter (``engine/multi_lora.py``); a batch that starts mixed
+  admits that session's jobs of any weights. A batch of one weights runs as before.
 - **One thread:** every generation runs on the scheduler's single thread, one batch at a
   time (parallel generation threads measured 2× slower than sequential on CPU). Sampling
   never waits on a session's training queue.
@@ -34,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from localsession import cpu_threads, vocab
-from localsession.port import Admit, EngineInputError, SampleRequest
+from localsession.port import Admit, EngineInputError, MixedAdmit, SampleRequest
 from localsession.port_results import LogprobsResult
 from localsession.runtime import errors
 from localsession.runtime.events import op_summary
@@ -108,9 +112,10 @@ class SamplingScheduler:
             batch = [first]
             budget = MAX_BATCH_SEQUENCES - _sequences(first)
             keep: deque[_Job] = deque()
+            mixes = not logprobs and _mixes_weights(first)
             while self._jobs:
                 job = self._jobs.popleft()
-                same = job.session is first.session and job.weights == first.weights
+                same = job.session is first.session and (mixes or job.weights == first.weights)
                 if same and (job.request is None) == logprobs and _sequences(job) <= budget:
                     batch.append(job)
                     budget -= _sequences(job)
@@ -165,9 +170,21 @@ class SamplingScheduler:
         weights, within ``MAX_BATCH_SEQUENCES``), appends them to ``batch`` and hands the
         engine their checked requests. A job failing the check finishes Failed alone. Only
         the head is taken, so admission never jumps past other sessions' work."""
-        first = batch[0]
+        admit_pairs = self._mixed_admitter(batch, mixed=False)
 
         def admit(check: Callable[[SampleRequest], SampleRequest]) -> list[SampleRequest]:
+            return [request for _, request in admit_pairs(lambda _w, r: check(r))]
+
+        return admit
+
+    def _mixed_admitter(self, batch: list[_Job], *, mixed: bool = True) -> MixedAdmit:
+        """``_admitter`` for a batch that mixes weights (port.MixedAdmit): the head jobs of
+        the same session, whatever their weights (``mixed``; else the same weights only)."""
+        first = batch[0]
+
+        def admit(
+            check: Callable[[str | None, SampleRequest], SampleRequest],
+        ) -> list[tuple[str | None, SampleRequest]]:
             taken: list[_Job] = []
             with self._cond:
                 if self._closing:
@@ -179,26 +196,26 @@ class SamplingScheduler:
                     job = self._jobs[0]
                     if not (
                         job.session is first.session
-                        and job.weights == first.weights
+                        and (mixed or job.weights == first.weights)
                         and job.request is not None
                         and job.request.num_samples <= budget
                     ):
                         break
                     taken.append(self._jobs.popleft())
                     budget -= job.request.num_samples
-            admitted: list[SampleRequest] = []
+            admitted: list[tuple[str | None, SampleRequest]] = []
             for job in taken:
                 if not self._start(job):
                     continue
                 assert job.request is not None
                 try:
-                    request = check(job.request)
+                    request = check(job.weights, job.request)
                 except EngineInputError as exc:
                     details = errors.op_error_details(exc, "sampling", (EngineInputError,))
                     job.op.finish(vocab.OpStatus.FAILED, error=details)
                     continue
                 batch.append(job)
-                admitted.append(request)
+                admitted.append((job.weights, request))
             return admitted
 
         return admit
@@ -233,7 +250,12 @@ class SamplingScheduler:
                     job.op.finish(vocab.OpStatus.COMPLETED, result=LogprobsResult(logprobs))
                 return True
             requests = [job.request for job in batch if job.request is not None]
-            if isolate and getattr(engine, "admits_requests", False):
+            if len({job.weights for job in batch}) > 1:  # _take_batch: _mixes_weights
+                responses = engine.sample_mixed(  # type: ignore[attr-defined]
+                    [(job.weights, job.request) for job in batch],
+                    admit=self._mixed_admitter(batch) if isolate else None,
+                )
+            elif isolate and getattr(engine, "admits_requests", False):
                 responses = engine.sample(  # type: ignore[call-arg]
                     batch[0].weights, requests, admit=self._admitter(batch)
                 )
@@ -261,6 +283,11 @@ class SamplingScheduler:
 def _sequences(job: _Job) -> int:
     """The rows a job adds to a batch: its samples, or one prompt (``compute_logprobs``)."""
     return 1 if job.request is None else job.request.num_samples
+
+
+def _mixes_weights(job: _Job) -> bool:
+    """Whether ``job``'s engine samples several weights in one batch (port.MixedAdmit)."""
+    return bool(getattr(job.session.engine, "mixes_weights", False))
 
 
 def _batches_logprobs(job: _Job) -> bool:
