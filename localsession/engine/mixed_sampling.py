@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 from localsession.engine import scoring, thread_policy
+from localsession.engine.base_pool import SharedBase
+from localsession.engine.checkpoint import AdapterLayout
 from localsession.engine.decoders import Decoders
 from localsession.engine.loading import LoadedModel
 from localsession.engine.multi_lora import MultiLora
@@ -134,6 +136,8 @@ class MixedSampling:
     _token_bytes: int
     _released: bool
     max_positions: int | None
+    _shared: SharedBase | None
+    _layout: AdapterLayout
     _check_open: Callable[[], None]
     _trim: Callable[[int], None]
 
@@ -141,6 +145,15 @@ class MixedSampling:
     def mixes_weights(self) -> bool:
         """Whether ``sample_mixed`` may be given several weights (multi_lora.can_mix)."""
         return not self._released and self._decoders.can_mix
+
+    @property
+    def mix_key(self) -> Hashable | None:
+        """Engines with equal keys may sample each other's packages in one batch: one
+        shared base (base_pool.py) and one set of adapted modules (any rank and alpha: a
+        package of another reads as ``snapshots.ForeignSnapshot``). None: mix with none."""
+        if not self.mixes_weights or self._shared is None:
+            return None
+        return (id(self._shared), frozenset(self._layout.names))
 
     def sample_mixed(
         self, items: list[tuple[str | None, SampleRequest]], admit: MixedAdmit | None = None

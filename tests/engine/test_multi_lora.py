@@ -206,3 +206,31 @@ def test_only_plain_lora_layers_mix(setup: tuple[TorchEngine, list[str]]) -> Non
     closed = TorchEngine(EngineSpec(TINY, rank=4, alpha=8, seed=0, options=OPTIONS))
     closed.close()
     assert not closed.mixes_weights
+
+
+def test_sessions_on_one_base_mix_each_others_packages(
+    setup: tuple[TorchEngine, list[str]],
+) -> None:
+    """Engines on one pooled base and adapted modules share a ``mix_key`` (any rank); one
+    decodes the other's package, its own and the base in one batch, each as the saving
+    engine decodes it alone. A private base or an adapted head gives another key."""
+    engine, packages = setup
+    other = TorchEngine(EngineSpec(TINY, rank=4, alpha=8, seed=2, options=OPTIONS))
+    unembed = TorchEngine(
+        EngineSpec(TINY, rank=8, alpha=16, seed=0, train_unembed=True, options=OPTIONS)
+    )
+    try:
+        assert engine.mix_key is not None and other.mix_key == engine.mix_key
+        assert unembed.mix_key is not None and unembed.mix_key != engine.mix_key
+        theirs = _random_package(other, Path(packages[0]).parent / "other", seed=5)
+        items = [(theirs, REQUESTS[1]), (packages[2], REQUESTS[0]), (None, REQUESTS[4])]
+        alone = [
+            other.sample(theirs, [REQUESTS[1]])[0],
+            engine.sample(packages[2], [REQUESTS[0]])[0],
+            other.sample(None, [REQUESTS[4]])[0],
+        ]
+        for a, b in zip(alone, engine.sample_mixed(items), strict=True):
+            assert_same(a, b)
+    finally:
+        other.close()
+        unembed.close()

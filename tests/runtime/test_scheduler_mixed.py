@@ -148,3 +148,49 @@ def test_a_mixed_batch_admits_its_sessions_jobs_of_any_weights() -> None:
         assert tokens == [[11], [20], [33], [50], [60], [70]]
     finally:
         scheduler.close()
+
+
+class KeyedStub(MixingStub):
+    """A mixing engine that reports ``mix_key`` (TorchEngine: one shared base and layout)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.mix_key = key
+        self.queued.set()
+
+
+class CountingSession(StubSession):
+    def __init__(self, engine: MixingStub) -> None:
+        super().__init__(engine)
+        self.usage: list[tuple[int, int]] = []
+
+    def add_sample_usage(self, prefill: int, decode: int) -> None:
+        self.usage.append((prefill, decode))
+
+
+def test_sessions_whose_engines_share_a_mix_key_are_one_batch() -> None:
+    """Two sessions on one base (equal ``mix_key``) sample in one call on the first job's
+    engine, each job's usage counted to its own session; a session with another key runs
+    in a batch of its own."""
+    scheduler = SamplingScheduler(gather_quiet_s=0.0)
+    try:
+        lead, peer, apart = KeyedStub("base-a"), KeyedStub("base-a"), KeyedStub("base-b")
+        sessions = [CountingSession(e) for e in (lead, peer, apart)]
+        with scheduler._cond:
+            ops = [
+                submit(scheduler, sessions[0], seed=1, weights="/p/1"),
+                submit(scheduler, sessions[2], seed=2, weights="/p/2"),
+                submit(scheduler, sessions[1], seed=3, weights="/p/3"),
+                submit(scheduler, sessions[1], seed=4, weights=None),
+            ]
+        assert all(op.done.wait(10) for op in ops)
+        assert lead.mixed == [[("/p/1", 1), ("/p/3", 3), (None, 4)]]
+        assert peer.mixed == [] and peer.batches == []
+        assert apart.batches == [("/p/2", [2])]
+        tokens = [op.result.sequences[0].tokens for op in ops if op.result]
+        assert tokens == [[11], [22], [33], [40]]
+        # prompt [1, 2] x 2 samples, one token each
+        assert [len(s.usage) for s in sessions] == [1, 2, 1]
+        assert sessions[1].usage == [(4, 2), (4, 2)]
+    finally:
+        scheduler.close()

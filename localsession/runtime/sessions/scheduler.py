@@ -19,10 +19,13 @@ weights are likewise gathered and run as one engine call, where the engine offer
   not split into sequential batches: an engine that admits requests (``admits_requests``,
   port.Admit) takes jobs queued for the same session and weights into the running
   batch between decode steps (continuous batching), each with its own prefill.
-- **Mixing adapters:** where the engine can (``mixes_weights``, port.MixedAdmit), one
-  session's sample jobs for different weights (checkpoints, the base) form one batch, each
-  row decoding with its own adapter (``engine/multi_lora.py``); a batch that starts mixed
-  admits that session's jobs of any weights. A batch of one weights runs as before.
+- **Mixing adapters:** where the engines can (``mixes_weights``, port.MixedAdmit), sample
+  jobs for different weights (checkpoints, the base) form one batch, each row decoding with
+  its own adapter (``engine/multi_lora.py``): one session's jobs, and jobs of sessions whose
+  engines report the same ``mix_key`` (one shared base, one adapter layout; e.g. Tinker's
+  sampling clients of one base). The first job's engine runs the batch; each job's usage
+  and log line go to its own session. A batch that starts mixed admits mixable jobs of any
+  weights; a batch of one session and weights runs, and admits, as before.
 - **One thread:** every generation runs on the scheduler's single thread, one batch at a
   time (parallel generation threads measured 2× slower than sequential on CPU). Sampling
   never waits on a session's training queue.
@@ -112,10 +115,10 @@ class SamplingScheduler:
             batch = [first]
             budget = MAX_BATCH_SEQUENCES - _sequences(first)
             keep: deque[_Job] = deque()
-            mixes = not logprobs and _mixes_weights(first)
             while self._jobs:
                 job = self._jobs.popleft()
-                same = job.session is first.session and (mixes or job.weights == first.weights)
+                same = job.session is first.session and job.weights == first.weights
+                same = same or (not logprobs and _mixable(job, first))
                 if same and (job.request is None) == logprobs and _sequences(job) <= budget:
                     batch.append(job)
                     budget -= _sequences(job)
@@ -178,8 +181,9 @@ class SamplingScheduler:
         return admit
 
     def _mixed_admitter(self, batch: list[_Job], *, mixed: bool = True) -> MixedAdmit:
-        """``_admitter`` for a batch that mixes weights (port.MixedAdmit): the head jobs of
-        the same session, whatever their weights (``mixed``; else the same weights only)."""
+        """``_admitter`` for a batch that mixes weights (port.MixedAdmit): the head jobs
+        mixable with it, whatever their weights and session (``mixed``; else the same session
+        and weights only)."""
         first = batch[0]
 
         def admit(
@@ -194,9 +198,9 @@ class SamplingScheduler:
                 )
                 while self._jobs:
                     job = self._jobs[0]
+                    same = job.session is first.session and job.weights == first.weights
                     if not (
-                        job.session is first.session
-                        and (mixed or job.weights == first.weights)
+                        (same or (mixed and _mixable(job, first)))
                         and job.request is not None
                         and job.request.num_samples <= budget
                     ):
@@ -227,11 +231,12 @@ class SamplingScheduler:
         # a re-run alone (isolate=False) starts now; a batch when its jobs were started
         started = self._began if isolate else time.time()
         ran = self._run_batch_ops(batch, isolate=isolate)
-        log = getattr(batch[0].session, "events", None)  # (a test's stub session has none)
-        if ran and log is not None:
-            tokens = sum(op_summary(job.op.result)[1] for job in batch)
-            ops = [job.op.id for job in batch]
-            log.batch(batch[0].session.name, batch[0].op.kind, started, ops, tokens)
+        for session in dict.fromkeys(job.session for job in batch) if ran else ():
+            log = getattr(session, "events", None)  # (a test's stub session has none)
+            if log is not None:  # each session logs its own jobs of a mixed batch
+                mine = [job for job in batch if job.session is session]
+                tokens = sum(op_summary(job.op.result)[1] for job in mine)
+                log.batch(session.name, batch[0].op.kind, started, [j.op.id for j in mine], tokens)
         return ran
 
     def _run_batch_ops(self, batch: list[_Job], *, isolate: bool) -> bool:
@@ -250,7 +255,8 @@ class SamplingScheduler:
                     job.op.finish(vocab.OpStatus.COMPLETED, result=LogprobsResult(logprobs))
                 return True
             requests = [job.request for job in batch if job.request is not None]
-            if len({job.weights for job in batch}) > 1:  # _take_batch: _mixes_weights
+            mixed = {(id(job.session), job.weights) for job in batch}
+            if len(mixed) > 1:  # several weights or sessions: _take_batch's _mixable
                 responses = engine.sample_mixed(  # type: ignore[attr-defined]
                     [(job.weights, job.request) for job in batch],
                     admit=self._mixed_admitter(batch) if isolate else None,
@@ -273,7 +279,7 @@ class SamplingScheduler:
         for job, response in zip(batch, responses, strict=True):
             decoded = sum(len(s.tokens) for s in response.sequences)
             prefill = len(job.tokens) * len(response.sequences)
-            session.add_sample_usage(prefill, decoded)
+            job.session.add_sample_usage(prefill, decoded)
             job.op.finish(
                 vocab.OpStatus.COMPLETED, result=replace(response, prompt_tokens=len(job.tokens))
             )
@@ -285,9 +291,17 @@ def _sequences(job: _Job) -> int:
     return 1 if job.request is None else job.request.num_samples
 
 
-def _mixes_weights(job: _Job) -> bool:
-    """Whether ``job``'s engine samples several weights in one batch (port.MixedAdmit)."""
-    return bool(getattr(job.session.engine, "mixes_weights", False))
+def _mixable(job: _Job, first: _Job) -> bool:
+    """Whether sample ``job`` may join a batch led by ``first`` whatever its weights: both
+    engines mix weights (port.MixedAdmit), and they are one session's, or their engines
+    report the same ``mix_key`` (one shared base and adapter layout: TorchEngine's)."""
+    mine, lead = job.session.engine, first.session.engine
+    if not (getattr(mine, "mixes_weights", False) and getattr(lead, "mixes_weights", False)):
+        return False
+    if job.session is first.session:
+        return True
+    key = getattr(lead, "mix_key", None)
+    return key is not None and key == getattr(mine, "mix_key", None)
 
 
 def _batches_logprobs(job: _Job) -> bool:
