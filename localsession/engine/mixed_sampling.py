@@ -1,7 +1,8 @@
-"""One sampling batch over several weights of one session: each row with its own adapter.
+"""One sampling batch over several weights: each row with its own adapter.
 
 ``TorchEngine.sample_mixed`` takes (weights, request) pairs, ``weights`` a package directory
-or ``None`` (the base), and decodes them all in one batch through
+(this session's, or another's on the same base: equal ``mix_key``) or ``None`` (the base),
+and decodes them all in one batch through
 :class:`~localsession.engine.multi_lora.MultiLora`: every distinct adapter gets a slot (the
 base is slot 0), each request's rows decode with its slot, and requests joining mid-batch
 (``port.MixedAdmit``) may bring adapters the batch has not met yet. Packages are read before
@@ -159,8 +160,11 @@ class MixedSampling:
         self, items: list[tuple[str | None, SampleRequest]], admit: MixedAdmit | None = None
     ) -> list[SampleResult]:
         """(weights, request) pairs as one batch, each row with its own adapter, joined by
-        ``admit``'s pairs (port.MixedAdmit); for weights ``mixes_weights`` must hold."""
+        ``admit``'s pairs (port.MixedAdmit). Where ``mixes_weights`` does not hold (DoRA),
+        each weights runs as a batch of its own, in turn, and ``admit`` is not called."""
         self._check_open()
+        if not self._decoders.can_mix:
+            return self._one_weights_at_a_time(items)
 
         def check(i: int, request: SampleRequest) -> SampleRequest:
             return check_request(i, request, self._loaded.vocab_size, self.max_positions)
@@ -182,3 +186,15 @@ class MixedSampling:
         streams = sum(r.num_samples * (len(r.prompt) + r.max_tokens) for r in batch.requests)
         self._trim(streams * self._token_bytes)
         return responses
+
+    def _one_weights_at_a_time(
+        self, items: list[tuple[str | None, SampleRequest]]
+    ) -> list[SampleResult]:
+        sample: Callable[[str | None, list[SampleRequest]], list[SampleResult]]
+        sample = self.sample  # type: ignore[attr-defined]  # the engine's
+        results: list[SampleResult | None] = [None] * len(items)
+        for weights in dict.fromkeys(w for w, _ in items):
+            mine = [i for i, (w, _) in enumerate(items) if w == weights]
+            for i, result in zip(mine, sample(weights, [items[i][1] for i in mine]), strict=True):
+                results[i] = result
+        return [r for r in results if r is not None]

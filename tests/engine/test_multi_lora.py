@@ -234,3 +234,19 @@ def test_sessions_on_one_base_mix_each_others_packages(
     finally:
         other.close()
         unembed.close()
+
+
+def test_an_engine_that_cannot_mix_runs_each_weights_in_turn(
+    setup: tuple[TorchEngine, list[str]], make_engine: Callable[..., TorchEngine]
+) -> None:
+    _, packages = setup
+    engine = make_engine()
+    engine._decoders.can_mix = False  # as for a DoRA adapter
+    weights = [packages[0], None, packages[1], packages[0]]
+    requests = [REQUESTS[0], REQUESTS[1], REQUESTS[2], REQUESTS[3]]
+    got = engine.sample_mixed(list(zip(weights, requests, strict=True)))
+    assert engine._decoders._multi is None and not engine.mixes_weights
+    want = engine.sample(packages[0], [REQUESTS[0], REQUESTS[3]])
+    assert got[0] == want[0] and got[3] == want[1]
+    assert got[1] == engine.sample(None, [REQUESTS[1]])[0]
+    assert got[2] == engine.sample(packages[1], [REQUESTS[2]])[0]
