@@ -101,6 +101,16 @@ def test_after_a_batch_the_adapters_are_dropped(setup: tuple[TorchEngine, list[s
     multi = engine._decoders.multi()
     assert multi.adapters == 0
     assert all(m.a_CI is None and m.b_OC is None for m in multi._layers.values())
+    # rows of the base only, adapters stacked or not: no low-rank term at all
+    key, snapshot = engine._snapshots.get(packages[0])
+    try:
+        assert multi.slot(key, snapshot) == 1
+        multi.set_rows([0, 0])
+        assert multi._rows.mask_SC is None
+        multi.set_rows([0, 1])
+        assert multi._rows.mask_SC is not None and multi._rows.mask_SC[0].abs().sum() == 0
+    finally:
+        multi.clear()
 
 
 REQUESTS = [
