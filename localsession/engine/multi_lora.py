@@ -23,10 +23,10 @@ base matmul while C is small against the layer's width (4 adapters of rank 32 on
 and ``B`` per layer per step instead. Measured on a CPU (1 thread, on a shared and loaded
 2-core box, medians of 2-5 alternating runs), 4 adapters × 4 requests in one batch against
 four one-adapter (merged) batches: SmolLM2-135M, 24 tokens each, 15.6 s against 32.4 s;
-the tiny model, 64 tokens, 0.79 s against 1.65 s. The price is per row: 16 rows of one
-adapter decode 8% slower this way than merged on SmolLM2 (11.4 s against 10.6 s) and about
-1.5× slower on the tiny model, whose layers are 128 wide; so a batch of one weights stays
-merged (decoders.py).
+the tiny model, 64 tokens, 0.79 s against 1.65 s (1.39 s against 2.66 s in a busier run).
+The price is per row: 16 rows of one adapter decode 8% slower this way than merged on
+SmolLM2 (11.4 s against 10.6 s) and about 1.5× slower on the tiny model, whose layers are
+128 wide; so a batch of one weights stays merged (decoders.py).
 
 Adapters are added as a batch meets them (:meth:`MultiLora.slot`; a request joining
 mid-batch may bring a new one: the stacks are rebuilt and the running rows keep their slots)
