@@ -47,6 +47,16 @@ TokenCallback = Callable[[int, int, float], None]
 #: the running batch and returns their responses after the batch's own, in admission order.
 Admit = Callable[[Callable[["SampleRequest"], "SampleRequest"]], list["SampleRequest"]]
 
+#: ``admit(check)`` of a batch that mixes weights: an engine whose ``mixes_weights`` is true
+#: takes ``sample_mixed(items, admit=)``, ``items`` (weights, request) pairs, and decodes them
+#: in one batch, each row with its own adapter. This ``admit`` returns pairs that arrived
+#: since for the same session, any weights, each passed through ``check(weights, request)``
+#: (which also reads the package: a bad one raises ``EngineInputError`` for that job alone).
+MixedAdmit = Callable[
+    [Callable[[str | None, "SampleRequest"], "SampleRequest"]],
+    list[tuple[str | None, "SampleRequest"]],
+]
+
 
 class EngineInputError(Exception):
     """An operation's inputs are well-formed on the wire but cannot be run.

@@ -6,6 +6,10 @@ with the live model). For a package snapshot it is a merged copy in the process-
 place into a copy the cache hands back (``remerge_``) or newly made. ``None`` means decode
 with the peft model over the shared base, the snapshot swapped in: half precision, no cache
 key, or a merged copy larger than the whole budget.
+
+A batch that mixes adapters (several packages, or packages and the base) decodes with
+:meth:`Decoders.multi`: the plain base with every adapted layer a ``MultiLoraLinear``
+(multi_lora.py), made once per engine; it shares every base tensor.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch
 
 from localsession.engine import head_logprobs, memory
 from localsession.engine.merged import MERGED_CACHE, can_merge, merged_bytes, plain_model, remerge_
+from localsession.engine.multi_lora import MultiLora, can_mix
 from localsession.engine.snapshots import SnapshotKey, use_weights
 from localsession.engine_options import EngineOptions
 
@@ -40,6 +45,9 @@ class Decoders:
         self._can_merge = can_merge(model, dtype)
         self._merged_bytes = merged_bytes(model) if self._can_merge else 0
         self._plain_base: torch.nn.Module | None = None
+        #: whether one batch may mix adapters (multi_lora.can_mix), and its model once made
+        self.can_mix = can_mix(model)
+        self._multi: MultiLora | None = None
         #: this engine's key in ``MERGED_CACHE``
         self.owner = object()
 
@@ -72,7 +80,14 @@ class Decoders:
             memory.trim()  # adapter) are garbage now: once per snapshot, not per step
         return merged
 
+    def multi(self) -> MultiLora:
+        """The multi-adapter decoding model (made the first time; ``can_mix`` must hold)."""
+        if self._multi is None:
+            self._multi = MultiLora(self._model, self._adapter, self._device)
+        return self._multi
+
     def drop(self) -> None:
         """Forget the plain base and every merged copy this engine holds in the cache."""
         self._plain_base = None
+        self._multi = None
         MERGED_CACHE.drop_owner(self.owner)

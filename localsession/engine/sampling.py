@@ -98,6 +98,8 @@ class BatchSampler:
         self.pad_id = pad_id
         self.device = device
         self.cache_kw, self.has_logits_to_keep = _forward_kwargs(model)
+        #: ``run``'s ``row_hook``: told each forward's rows, by request index (multi_lora.py)
+        self._rows: Callable[[Sequence[int]], None] | None = None
 
     def _step(self, model: torch.nn.Module, **kwargs: Any) -> tuple[Tensor, Any]:
         """Run ``model``; return (last-position logits [S, V] in float32, the cache)."""
@@ -170,6 +172,8 @@ class BatchSampler:
     ) -> Live:
         """Prefill each request of ``rows`` once, then fan its cache out to its streams."""
         used = sorted({s.request for s in rows})
+        if self._rows is not None:
+            self._rows(used)
         logits_RV, cache, mask_RL, last_R = self._prefill(model, [requests[r].prompt for r in used])
         row_of = {r: k for k, r in enumerate(used)}
         index = torch.tensor([row_of[s.request] for s in rows], device=self.device)
@@ -220,6 +224,7 @@ class BatchSampler:
         requests: Sequence[SampleRequest],
         model: torch.nn.Module | None = None,
         admit: Callable[[], list[SampleRequest]] | None = None,
+        row_hook: Callable[[Sequence[int]], None] | None = None,
     ) -> list[list[SampledStream]]:
         """Decode every stream of every request; returns the streams grouped per request.
 
@@ -232,7 +237,12 @@ class BatchSampler:
         length, masked out). Their stream groups follow ``requests``' in the result, in
         admission order. Only a model whose KV cache is a plain full-attention
         ``DynamicCache`` admits; otherwise ``admit`` is never called.
+
+        ``row_hook`` (multi-adapter batches, ``multi_lora.py``): called before every forward
+        with the request index of each of its rows, so ``model`` can give each row its own
+        adapter; rows carry their request through joins and compaction.
         """
+        self._rows = row_hook
         model = model if model is not None else self.model
         requests = list(requests)
         grouped: list[list[SampledStream]] = [[] for _ in requests]
@@ -271,6 +281,8 @@ class BatchSampler:
                 [live.mask_SL, live.mask_SL.new_ones(len(live.rows), 1)], dim=1
             )
             live.last_S = live.last_S + 1
+            if row_hook is not None:
+                row_hook([s.request for s in live.rows])
             live.logits_SV, live.cache = self._step(
                 model,
                 input_ids=chosen_S.unsqueeze(-1),

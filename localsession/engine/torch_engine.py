@@ -30,7 +30,7 @@ Beside it: ``train_step`` (loss, gradients, CPU micro-batches), ``shared_prefix`
 prefix runs once), ``compiled`` (the opt-in ``torch.compile`` training forward),
 ``snapshots`` (package adapters), ``decoders`` (which plain model decodes), ``sampling``
 (the decoder), ``scoring`` (prompt, target and alternative-token logprobs),
-``request_checks``.
+``request_checks``, ``mixed_sampling`` (several adapters in one batch: ``sample_mixed``).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from localsession.engine.compiled import TrainingForward
 from localsession.engine.decoders import Decoders
 from localsession.engine.flops import count_params, model_flops, peak_flops, throughput_metrics
 from localsession.engine.loading import LoadedModel
+from localsession.engine.mixed_sampling import MixedSampling
 from localsession.engine.request_checks import admitter, check_logprobs_prompt, check_request
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.snapshots import SnapshotCache, use_weights
@@ -75,7 +76,7 @@ from localsession.port import Admit, EngineSpec, SampleRequest, TrainingDatum
 from localsession.port_results import ForwardResult, OptimResult, SampleResult
 
 
-class TorchEngine:
+class TorchEngine(MixedSampling):
     """One session's LoRA model on a local device (CPU float32 or CUDA bfloat16)."""
 
     def __init__(self, spec: EngineSpec, loaded: LoadedModel | None = None) -> None:

@@ -19,6 +19,13 @@ weights are likewise gathered and run as one engine call, where the engine offer
   not split into sequential batches: an engine that admits requests (``admits_requests``,
   port.Admit) takes jobs queued for the same session and weights into the running
   batch between decode steps (continuous batching), each with its own prefill.
+- **Mixing adapters:** where the engines can (``mixes_weights``, port.MixedAdmit), sample
+  jobs for different weights (checkpoints, the base) form one batch, each row decoding with
+  its own adapter (``engine/multi_lora.py``): one session's jobs, and jobs of sessions whose
+  engines report the same ``mix_key`` (one shared base, one adapter layout; e.g. Tinker's
+  sampling clients of one base). The first job's engine runs the batch; each job's usage
+  and log line go to its own session. A batch that starts mixed admits mixable jobs of any
+  weights; a batch of one session and weights runs, and admits, as before.
 - **One thread:** every generation runs on the scheduler's single thread, one batch at a
   time (parallel generation threads measured 2× slower than sequential on CPU). Sampling
   never waits on a session's training queue.
@@ -34,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from localsession import cpu_threads, vocab
-from localsession.port import Admit, EngineInputError, SampleRequest
+from localsession.port import Admit, EngineInputError, MixedAdmit, SampleRequest
 from localsession.port_results import LogprobsResult
 from localsession.runtime import errors
 from localsession.runtime.events import op_summary
@@ -111,6 +118,7 @@ class SamplingScheduler:
             while self._jobs:
                 job = self._jobs.popleft()
                 same = job.session is first.session and job.weights == first.weights
+                same = same or (not logprobs and _mixable(job, first))
                 if same and (job.request is None) == logprobs and _sequences(job) <= budget:
                     batch.append(job)
                     budget -= _sequences(job)
@@ -165,9 +173,22 @@ class SamplingScheduler:
         weights, within ``MAX_BATCH_SEQUENCES``), appends them to ``batch`` and hands the
         engine their checked requests. A job failing the check finishes Failed alone. Only
         the head is taken, so admission never jumps past other sessions' work."""
-        first = batch[0]
+        admit_pairs = self._mixed_admitter(batch, mixed=False)
 
         def admit(check: Callable[[SampleRequest], SampleRequest]) -> list[SampleRequest]:
+            return [request for _, request in admit_pairs(lambda _w, r: check(r))]
+
+        return admit
+
+    def _mixed_admitter(self, batch: list[_Job], *, mixed: bool = True) -> MixedAdmit:
+        """``_admitter`` for a batch that mixes weights (port.MixedAdmit): the head jobs
+        mixable with it, whatever their weights and session (``mixed``; else the same session
+        and weights only)."""
+        first = batch[0]
+
+        def admit(
+            check: Callable[[str | None, SampleRequest], SampleRequest],
+        ) -> list[tuple[str | None, SampleRequest]]:
             taken: list[_Job] = []
             with self._cond:
                 if self._closing:
@@ -177,28 +198,28 @@ class SamplingScheduler:
                 )
                 while self._jobs:
                     job = self._jobs[0]
+                    same = job.session is first.session and job.weights == first.weights
                     if not (
-                        job.session is first.session
-                        and job.weights == first.weights
+                        (same or (mixed and _mixable(job, first)))
                         and job.request is not None
                         and job.request.num_samples <= budget
                     ):
                         break
                     taken.append(self._jobs.popleft())
                     budget -= job.request.num_samples
-            admitted: list[SampleRequest] = []
+            admitted: list[tuple[str | None, SampleRequest]] = []
             for job in taken:
                 if not self._start(job):
                     continue
                 assert job.request is not None
                 try:
-                    request = check(job.request)
+                    request = check(job.weights, job.request)
                 except EngineInputError as exc:
                     details = errors.op_error_details(exc, "sampling", (EngineInputError,))
                     job.op.finish(vocab.OpStatus.FAILED, error=details)
                     continue
                 batch.append(job)
-                admitted.append(request)
+                admitted.append((job.weights, request))
             return admitted
 
         return admit
@@ -210,11 +231,12 @@ class SamplingScheduler:
         # a re-run alone (isolate=False) starts now; a batch when its jobs were started
         started = self._began if isolate else time.time()
         ran = self._run_batch_ops(batch, isolate=isolate)
-        log = getattr(batch[0].session, "events", None)  # (a test's stub session has none)
-        if ran and log is not None:
-            tokens = sum(op_summary(job.op.result)[1] for job in batch)
-            ops = [job.op.id for job in batch]
-            log.batch(batch[0].session.name, batch[0].op.kind, started, ops, tokens)
+        for session in dict.fromkeys(job.session for job in batch) if ran else ():
+            log = getattr(session, "events", None)  # (a test's stub session has none)
+            if log is not None:  # each session logs its own jobs of a mixed batch
+                mine = [job for job in batch if job.session is session]
+                tokens = sum(op_summary(job.op.result)[1] for job in mine)
+                log.batch(session.name, batch[0].op.kind, started, [j.op.id for j in mine], tokens)
         return ran
 
     def _run_batch_ops(self, batch: list[_Job], *, isolate: bool) -> bool:
@@ -233,7 +255,13 @@ class SamplingScheduler:
                     job.op.finish(vocab.OpStatus.COMPLETED, result=LogprobsResult(logprobs))
                 return True
             requests = [job.request for job in batch if job.request is not None]
-            if isolate and getattr(engine, "admits_requests", False):
+            mixed = {(id(job.session), job.weights) for job in batch}
+            if len(mixed) > 1:  # several weights or sessions: _take_batch's _mixable
+                responses = engine.sample_mixed(  # type: ignore[attr-defined]
+                    [(job.weights, job.request) for job in batch],
+                    admit=self._mixed_admitter(batch) if isolate else None,
+                )
+            elif isolate and getattr(engine, "admits_requests", False):
                 responses = engine.sample(  # type: ignore[call-arg]
                     batch[0].weights, requests, admit=self._admitter(batch)
                 )
@@ -251,7 +279,7 @@ class SamplingScheduler:
         for job, response in zip(batch, responses, strict=True):
             decoded = sum(len(s.tokens) for s in response.sequences)
             prefill = len(job.tokens) * len(response.sequences)
-            session.add_sample_usage(prefill, decoded)
+            job.session.add_sample_usage(prefill, decoded)
             job.op.finish(
                 vocab.OpStatus.COMPLETED, result=replace(response, prompt_tokens=len(job.tokens))
             )
@@ -261,6 +289,19 @@ class SamplingScheduler:
 def _sequences(job: _Job) -> int:
     """The rows a job adds to a batch: its samples, or one prompt (``compute_logprobs``)."""
     return 1 if job.request is None else job.request.num_samples
+
+
+def _mixable(job: _Job, first: _Job) -> bool:
+    """Whether sample ``job`` may join a batch led by ``first`` whatever its weights: both
+    engines mix weights (port.MixedAdmit), and they are one session's, or their engines
+    report the same ``mix_key`` (one shared base and adapter layout: TorchEngine's)."""
+    mine, lead = job.session.engine, first.session.engine
+    if not (getattr(mine, "mixes_weights", False) and getattr(lead, "mixes_weights", False)):
+        return False
+    if job.session is first.session:
+        return True
+    key = getattr(lead, "mix_key", None)
+    return key is not None and key == getattr(mine, "mix_key", None)
 
 
 def _batches_logprobs(job: _Job) -> bool:

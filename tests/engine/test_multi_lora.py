@@ -1,0 +1,262 @@
+"""Multi-adapter batches (issue 56 item 2): rows of one batch, each decoding with its own
+LoRA over one shared base (engine/multi_lora.py, engine/mixed_sampling.py).
+
+References are independent of the multi-adapter path: the peft model with the package's
+adapter swapped in (``use_weights``, peft's own LoRA forward) for the layer maths, and the
+same request sampled alone through the engine's ordinary one-adapter path (a merged copy)
+for whole requests. Adapters are random (scale 0.1) so different packages give visibly
+different tokens, which each test checks first: a mix-up of slots could not pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from localsession.engine.builtin import build_builtin
+from localsession.engine.multi_lora import can_mix
+from localsession.engine.snapshots import use_weights
+from localsession.engine.torch_engine import TorchEngine
+from localsession.port import EngineSpec, SampleRequest
+from localsession.port_results import SampleResult
+
+from .conftest import OPTIONS, TINY
+
+PROMPT = [257, *b"Once upon a time"]
+OTHER = [257, *b"The cat"]
+
+
+def _random_package(engine: TorchEngine, directory: Path, seed: int) -> str:
+    """Save ``engine`` with its adapter set to random values (scale 0.1) as a package."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in engine.model.parameters():
+            if p.requires_grad:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    engine.save_package(str(directory), include_optimizer=False, merge_weights=False)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TorchEngine, list[str]]]:
+    """An engine (rank 8, alpha 16) and four packages: three of its own rank, and one of
+    rank 4, alpha 32 saved by another session (its own scale)."""
+    root = tmp_path_factory.mktemp("multi_lora")
+    engine = TorchEngine(EngineSpec(TINY, rank=8, alpha=16, seed=0, options=OPTIONS))
+    other = TorchEngine(EngineSpec(TINY, rank=4, alpha=32, seed=1, options=OPTIONS))
+    try:
+        packages = [_random_package(engine, root / f"pkg{k}", seed=k) for k in range(3)]
+        packages.append(_random_package(other, root / "rank4", seed=9))
+        other.close()
+        yield engine, packages
+    finally:
+        other.close()
+        engine.close()
+
+
+def assert_same(alone: SampleResult, mixed: SampleResult) -> None:
+    assert len(alone.sequences) == len(mixed.sequences)
+    for a, b in zip(alone.sequences, mixed.sequences, strict=True):
+        assert a.tokens == b.tokens and a.stop_reason == b.stop_reason
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+        )
+
+
+def test_each_row_of_a_forward_gets_its_own_adapter(
+    setup: tuple[TorchEngine, list[str]],
+) -> None:
+    """The multi-adapter model's logits, rows of slots [1, 0, 2, 3, 1] in one forward, equal
+    each row's prompt run alone through the peft model with its adapter (1e-5, float32)."""
+    engine, packages = setup
+    multi = engine._decoders.multi()
+    weights = [packages[0], None, packages[1], packages[3], packages[0]]
+    snapshots = [engine._snapshots.get(w) for w in weights]
+    ids_SL = torch.tensor([PROMPT[:8], PROMPT[4:12], PROMPT[:8], PROMPT[2:10], PROMPT[6:14]])
+    try:
+        slots = [multi.slot(key, snap) for key, snap in snapshots]
+        assert slots == [1, 0, 2, 3, 1] and multi.adapters == 3
+        multi.set_rows(slots)
+        with torch.no_grad():
+            got_SLV = multi.model(input_ids=ids_SL).logits
+    finally:
+        multi.clear()
+    for row, (_, snap) in enumerate(snapshots):
+        with torch.no_grad(), use_weights(engine.model, engine._adapter, snap):
+            want_LV = engine.model(input_ids=ids_SL[row : row + 1]).logits[0]
+        torch.testing.assert_close(got_SLV[row], want_LV, atol=1e-5, rtol=0)
+    base_LV = got_SLV[1]
+    for row in (0, 2, 3):  # the adapters change the logits well past rounding
+        assert (got_SLV[row] - base_LV).abs().max() > 0.1
+
+
+def test_after_a_batch_the_adapters_are_dropped(setup: tuple[TorchEngine, list[str]]) -> None:
+    engine, packages = setup
+    request = SampleRequest(prompt=PROMPT, max_tokens=3, temperature=0.0)
+    engine.sample_mixed([(packages[0], request), (None, request)])
+    multi = engine._decoders.multi()
+    assert multi.adapters == 0
+    assert all(m.a_CI is None and m.b_OC is None for m in multi._layers.values())
+    # rows of the base only, adapters stacked or not: no low-rank term at all
+    key, snapshot = engine._snapshots.get(packages[0])
+    try:
+        assert multi.slot(key, snapshot) == 1
+        multi.set_rows([0, 0])
+        assert multi._rows.mask_SC is None
+        multi.set_rows([0, 1])
+        assert multi._rows.mask_SC is not None and multi._rows.mask_SC[0].abs().sum() == 0
+    finally:
+        multi.clear()
+
+
+REQUESTS = [
+    SampleRequest(prompt=PROMPT, max_tokens=14, temperature=0.0, seed=1),
+    SampleRequest(prompt=PROMPT, max_tokens=14, temperature=1.0, seed=2, num_samples=2),
+    SampleRequest(prompt=OTHER, max_tokens=10, temperature=0.7, seed=3, top_k=20),
+    SampleRequest(prompt=PROMPT, max_tokens=14, temperature=0.0, seed=4),
+    SampleRequest(prompt=OTHER, max_tokens=12, temperature=1.0, seed=5, top_p=0.9),
+]
+
+
+def test_a_mixed_batch_decodes_each_request_as_alone(
+    setup: tuple[TorchEngine, list[str]],
+) -> None:
+    """Five requests over three packages, a package of another rank and the base, greedy
+    and seeded, in one batch: each gives the tokens and logprobs it gives alone."""
+    engine, packages = setup
+    weights = [packages[0], packages[1], None, packages[3], packages[2]]
+    alone = [engine.sample(w, [r])[0] for w, r in zip(weights, REQUESTS, strict=True)]
+    greedy = [alone[0], alone[3]]
+    assert greedy[0].sequences[0].tokens != greedy[1].sequences[0].tokens
+    mixed = engine.sample_mixed(list(zip(weights, REQUESTS, strict=True)))
+    for a, b in zip(alone, mixed, strict=True):
+        assert_same(a, b)
+    # the same prompt, greedy, through package 0 and package 2: different adapters rows
+    tokens = {w: engine.sample(w, [REQUESTS[0]])[0].sequences[0].tokens for w in (None, *packages)}
+    assert len({tuple(t) for t in tokens.values()}) == len(tokens)
+
+
+def test_rows_joining_mid_batch_bring_their_own_adapter(
+    setup: tuple[TorchEngine, list[str]],
+) -> None:
+    """A batch of package 0 and the base, joined after 3 steps by a request on a package
+    the batch has not met (its slot is stacked mid-batch) and after 8 by the base and
+    package 0 again: every request decodes as alone, the running ones unaffected."""
+    engine, packages = setup
+    start = [(packages[0], REQUESTS[1]), (None, REQUESTS[0])]
+    later = {3: [(packages[3], REQUESTS[2])], 8: [(None, REQUESTS[4]), (packages[0], REQUESTS[3])]}
+    order = start + later[3] + later[8]
+    alone = [engine.sample(w, [r])[0] for w, r in order]
+    calls = 0
+    checked: list[str | None] = []
+
+    def admit(
+        check: Callable[[str | None, SampleRequest], SampleRequest],
+    ) -> list[tuple[str | None, SampleRequest]]:
+        nonlocal calls
+        calls += 1
+        joining = later.get(calls, [])
+        checked.extend(w for w, _ in joining)
+        return [(w, check(w, r)) for w, r in joining]
+
+    mixed = engine.sample_mixed(start, admit=admit)
+    assert calls > 8 and checked == [packages[3], None, packages[0]]
+    for a, b in zip(alone, mixed, strict=True):
+        assert_same(a, b)
+
+
+def test_a_bad_joiner_package_fails_in_its_check(
+    setup: tuple[TorchEngine, list[str]], tmp_path: Path
+) -> None:
+    engine, packages = setup
+    errors: list[str] = []
+
+    def admit(
+        check: Callable[[str | None, SampleRequest], SampleRequest],
+    ) -> list[tuple[str | None, SampleRequest]]:
+        try:
+            check(str(tmp_path / "missing"), REQUESTS[0])
+        except Exception as exc:  # noqa: BLE001 - the test reads the message
+            errors.append(str(exc))
+        return []
+
+    result = engine.sample_mixed([(packages[0], REQUESTS[0])], admit=admit)
+    assert errors and "missing" in errors[0]
+    assert_same(engine.sample(packages[0], [REQUESTS[0]])[0], result[0])
+
+
+def test_prompt_logprobs_of_a_mixed_batch_are_each_weights_own(
+    setup: tuple[TorchEngine, list[str]],
+) -> None:
+    engine, packages = setup
+    request = SampleRequest(
+        prompt=PROMPT, max_tokens=2, temperature=0.0, include_prompt_logprobs=True
+    )
+    mixed = engine.sample_mixed([(packages[1], request), (None, request)])
+    for weights, result in zip([packages[1], None], mixed, strict=True):
+        want = engine.compute_logprobs(weights, PROMPT)
+        torch.testing.assert_close(
+            torch.tensor(result.prompt_logprobs[1:]), torch.tensor(want[1:]), atol=1e-5, rtol=0
+        )
+    assert abs(mixed[0].prompt_logprobs[-1] - mixed[1].prompt_logprobs[-1]) > 1e-3
+
+
+def test_only_plain_lora_layers_mix(setup: tuple[TorchEngine, list[str]]) -> None:
+    """DoRA layers (a norm of the merged weight per row) are not a low-rank delta: such a
+    model keeps one batch per adapter; a closed engine mixes nothing."""
+    engine, _ = setup
+    assert can_mix(engine.model) and engine.mixes_weights
+    base, _ = build_builtin(TINY)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", use_dora=True)
+    assert not can_mix(get_peft_model(base, config))
+    closed = TorchEngine(EngineSpec(TINY, rank=4, alpha=8, seed=0, options=OPTIONS))
+    closed.close()
+    assert not closed.mixes_weights
+
+
+def test_sessions_on_one_base_mix_each_others_packages(
+    setup: tuple[TorchEngine, list[str]],
+) -> None:
+    """Engines on one pooled base and adapted modules share a ``mix_key`` (any rank); one
+    decodes the other's package, its own and the base in one batch, each as the saving
+    engine decodes it alone. A private base or an adapted head gives another key."""
+    engine, packages = setup
+    other = TorchEngine(EngineSpec(TINY, rank=4, alpha=8, seed=2, options=OPTIONS))
+    unembed = TorchEngine(
+        EngineSpec(TINY, rank=8, alpha=16, seed=0, train_unembed=True, options=OPTIONS)
+    )
+    try:
+        assert engine.mix_key is not None and other.mix_key == engine.mix_key
+        assert unembed.mix_key is not None and unembed.mix_key != engine.mix_key
+        theirs = _random_package(other, Path(packages[0]).parent / "other", seed=5)
+        items = [(theirs, REQUESTS[1]), (packages[2], REQUESTS[0]), (None, REQUESTS[4])]
+        alone = [
+            other.sample(theirs, [REQUESTS[1]])[0],
+            engine.sample(packages[2], [REQUESTS[0]])[0],
+            other.sample(None, [REQUESTS[4]])[0],
+        ]
+        for a, b in zip(alone, engine.sample_mixed(items), strict=True):
+            assert_same(a, b)
+    finally:
+        other.close()
+        unembed.close()
+
+
+def test_an_engine_that_cannot_mix_runs_each_weights_in_turn(
+    setup: tuple[TorchEngine, list[str]], make_engine: Callable[..., TorchEngine]
+) -> None:
+    _, packages = setup
+    engine = make_engine()
+    engine._decoders.can_mix = False  # as for a DoRA adapter
+    weights = [packages[0], None, packages[1], packages[0]]
+    requests = [REQUESTS[0], REQUESTS[1], REQUESTS[2], REQUESTS[3]]
+    got = engine.sample_mixed(list(zip(weights, requests, strict=True)))
+    assert engine._decoders._multi is None and not engine.mixes_weights
+    want = engine.sample(packages[0], [REQUESTS[0], REQUESTS[3]])
+    assert got[0] == want[0] and got[3] == want[1]
+    assert got[1] == engine.sample(None, [REQUESTS[1]])[0]
+    assert got[2] == engine.sample(packages[1], [REQUESTS[2]])[0]
