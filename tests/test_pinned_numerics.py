@@ -124,6 +124,11 @@ def _sagemaker_run(service: Any) -> dict[str, Any]:
     return out
 
 
+def _ready(client: Any) -> Any:
+    """The client a tinker SDK call made (its future's result, where it returns one)."""
+    return client.result() if hasattr(client, "result") else client
+
+
 def _tinker_run() -> dict[str, Any]:
     tinker = pytest.importorskip("tinker")
     types = tinker.types
@@ -142,7 +147,7 @@ def _tinker_run() -> dict[str, Any]:
     rl = [datum(RL_TOKENS, advantages=ADVANTAGES[:4], logprobs=OLD_LOGPROBS[:4])]
     sc = tinker.ServiceClient()
     out: dict[str, Any] = {"steps": []}
-    tc = sc.create_lora_training_client(base_model=MODEL, rank=4, seed=0)
+    tc = _ready(sc.create_lora_training_client(base_model=MODEL, rank=4, seed=0))
     for _ in range(2):
         ce = tc.forward_backward(sft, "cross_entropy").result()
         ppo = tc.forward_backward(rl, "ppo", loss_fn_config=CLIP).result()
@@ -157,13 +162,11 @@ def _tinker_run() -> dict[str, Any]:
     after = tc.forward(sft, "cross_entropy").result()
     out["forward"] = [_untimed(after.metrics), _outputs(after.loss_fn_outputs)]
     path = tc.save_state("pinned").result().path
-    sampler = tc.save_weights_and_get_sampling_client()
-    sampler = sampler.result() if hasattr(sampler, "result") else sampler
+    sampler = _ready(tc.save_weights_and_get_sampling_client())
     params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=11)
     sampled = sampler.sample(types.ModelInput.from_ints(PROMPT), 2, params).result()
     out["samples"] = [[list(s.tokens), [float(v) for v in s.logprobs]] for s in sampled.sequences]
-    resumed = sc.create_training_client_from_state_with_optimizer(path)
-    resumed = resumed.result() if hasattr(resumed, "result") else resumed
+    resumed = _ready(sc.create_training_client_from_state_with_optimizer(path))
     loaded = resumed.forward(sft, "cross_entropy").result()
     out["loaded_forward"] = [_untimed(loaded.metrics), _outputs(loaded.loss_fn_outputs)]
     step = resumed.optim_step(types.AdamParams(learning_rate=1e-2)).result()

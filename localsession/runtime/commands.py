@@ -2,9 +2,10 @@
 
 Both dialects hand the runtime ``port_commands`` values: the SageMaker wire is parsed into
 them by ``validate.py``, the Tinker wire by ``server/tinker/``. :func:`check` judges a
-command's values once for both (LoRA rank and alpha, loss name and clip bounds, datums,
-Adam's service ranges in strict sessions, a package description's length, the sampling
-parameters and their strict limits). It raises :class:`Refusal`, the fact (which field,
+command's values once for both (LoRA rank and alpha, loss name and clip bounds, Adam's
+service ranges in strict sessions, a package description's length, the sampling parameters
+and their strict limits); structure is each parse's (a typed forward's datums:
+:func:`checked`). It raises :class:`Refusal`, the fact (which field,
 the value, the bounds it broke), not a sentence: each dialect words the fact in its own
 field names. :func:`words` is the typed entry points' wording (the port's field names,
 what the Tinker dialect passes on); the SageMaker wire's is ``sagemaker_wire.refusal``.
@@ -94,7 +95,6 @@ def check(command: TrainingCommand | SessionCommand | SampleCommand, strict: boo
                 raise Refusal(Fact.LOSS_FN, command.loss_fn)
             if command.loss_config is not None:
                 _bounds(command.loss_config)
-            _datums(command.datums, command.kind)
         case OptimCommand():
             if strict:
                 _adam_in_range(command)
@@ -167,10 +167,14 @@ def words(refusal: Refusal) -> str:
 
 
 def checked(command: TrainingCommand | SessionCommand | SampleCommand, strict: bool) -> None:
-    """:func:`check`, a refusal raised as the ValidationException the typed entry points
-    answer (in the port's field names, :func:`words`)."""
+    """What the typed entry points check: :func:`check`, and a forward's datums' structure
+    (tokens are ids, inputs are lists: what the SageMaker wire's own parse,
+    ``wire_datums.py``, checks member by member); a refusal raised as the
+    ValidationException they answer (in the port's field names, :func:`words`)."""
     try:
         check(command, strict)
+        if isinstance(command, ForwardCommand):
+            _datums(command.datums, command.kind)
     except Refusal as refusal:
         raise validation(words(refusal)) from None
 

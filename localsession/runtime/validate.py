@@ -211,18 +211,17 @@ def _adam(body: dict[str, Any]) -> AdamHyperparams:
 
 
 def _floats(command: TrainingCommand) -> TrainingCommand:
-    """A checked command with its wire numbers as floats (the values an engine reads)."""
+    """A checked command with its wire numbers as floats (the values an engine reads): the
+    ints a request gave (``"weightDecay": 0``) become floats; floats are kept as they are."""
     if isinstance(command, OptimCommand):
-        adam = command.adam
-        given = {f.name: getattr(adam, f.name) for f in dataclasses.fields(adam)}
-        floats = {key: float(v) for key, v in given.items() if v is not None}
-        return OptimCommand(dataclasses.replace(adam, **floats))
+        ints = {k: float(v) for k, v in vars(command.adam).items() if type(v) is int}
+        return OptimCommand(dataclasses.replace(command.adam, **ints)) if ints else command
     if isinstance(command, ForwardCommand) and command.loss_config is not None:
-        low, high = command.loss_config.clip_low_threshold, command.loss_config.clip_high_threshold
-        config = LossConfig(
-            None if low is None else float(low), None if high is None else float(high)
-        )
-        return dataclasses.replace(command, loss_config=config)
+        ints = {k: float(v) for k, v in vars(command.loss_config).items() if type(v) is int}
+        if ints:
+            return dataclasses.replace(
+                command, loss_config=dataclasses.replace(command.loss_config, **ints)
+            )
     return command
 
 
