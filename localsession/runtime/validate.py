@@ -325,12 +325,4 @@ def sampling_request(
     return kind, command, tokens, arn
 
 
-def optional_str(value: Any, field: str, max_len: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > max_len:
-        raise validation(f"{field} must be a string of at most {max_len} characters")
-    return value
-
-
 __all__ = ["ServiceError", "training_request", "sampling_request", "session_name"]

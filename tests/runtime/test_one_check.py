@@ -214,3 +214,17 @@ def test_the_key_rule_finds_a_planted_violation(tmp_path: Path) -> None:
     assert sagemaker_keys_written(tmp_path) == [
         "localsession/runtime/sessions/run_op.py:2: 'datumList'"
     ]
+
+
+def test_a_relaxed_session_lifts_the_service_limits_but_not_top_p(tmp_path: Path) -> None:
+    """Relaxed, the SageMaker wire's maxTokens floor and temperature ceiling are lifted (the
+    check's strict limits); ``top_p`` above 1 is refused in both dialects alike."""
+    service, _ = stub_service(tmp_path, strict=False)
+    try:
+        ok = service.execute_sampling_operation("s1", _sample_wire(maxTokens=3, temperature=3.0))
+        assert service.wait_operation("s1", ok["operationId"], 60)
+        assert _refused(service.execute_sampling_operation, "s1", _sample_wire(topP=1.5)) == (
+            "sample.samplingParams.topP=1.5 must be in [0, 1.0]"
+        )
+    finally:
+        service.close()
