@@ -4,6 +4,8 @@ An operation moves Pending → InProgress → Completed | Failed | Skipped exact
 block on its latch. A training op holds the typed command it runs (``port_commands``); its
 ``result`` is typed (``port_results``); its ``response()`` is the body of
 ``Get*OperationResult``, written by the SageMaker wire's serialiser (``sagemaker_wire``).
+Beside them, :class:`TokenUsage`: a session's token counts, typed, said in the wire's
+names only by ``sagemaker_wire``.
 """
 
 from __future__ import annotations
