@@ -1,11 +1,12 @@
 """Typed commands: what a dialect asks the runtime to run, parsed from its own wire.
 
-A leaf beside :mod:`localsession.port`. The SageMaker dialect's wire is parsed by the
-runtime itself (``runtime/validate.py``); another dialect (Tinker, ``server/tinker/``)
-parses its wire into these values and calls the runtime's typed entry points
+A leaf beside :mod:`localsession.port`. Every dialect's wire is parsed into these values
+once: the SageMaker wire by the runtime itself (``runtime/validate.py``), another dialect's
+(Tinker, ``server/tinker/``) by the dialect, which calls the runtime's typed entry points
 (``Service.create_session``, ``Service.submit_training``, ``Service.submit_sample``), so
-no dialect builds another dialect's request shapes for the runtime to parse again. The
-runtime checks each command's values (ranges, structure) as it checks the SageMaker wire's.
+no dialect builds another dialect's request shapes for the runtime to parse again. One
+check judges every dialect's commands (``runtime/commands.check``); a queued op holds its
+command and ``run_op`` matches on its type.
 """
 
 from __future__ import annotations

@@ -146,16 +146,7 @@ class Service:
         ARN and its packages' ARNs name (default: the service's)."""
         name = validate.session_name(request.get("TrainingSessionName"))
         validate.create_request(request, check_members=self.config.check_create_members)
-        rank, alpha, base_model = validate.lora_and_base_model(request)
-        command = SessionCommand(
-            name=name,
-            base_model=base_model,
-            rank=rank,
-            alpha=alpha,
-            strict=strict,
-            region=region,
-            details=validate.session_details(request),
-        )
+        command = validate.session_command(request, name, strict=strict, region=region)
         return {"TrainingSessionArn": self.create_session(command)}
 
     def create_session(self, command: SessionCommand) -> str:

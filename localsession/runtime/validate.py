@@ -8,22 +8,38 @@ engine, which fails the op instead (docs/semantics.md#4, rule 1).
 
 Every message names the offending field and the fix.
 
-Parse once: a ``forward``/``forwardBackward`` body leaves here with its ``datumList`` as
-:class:`~localsession.port.TrainingDatum` values (tokens concatenated, inputs flattened) and
-its ``lossFnConfig`` as a :class:`~localsession.port.LossConfig`; an ``optimizerStep`` body
-with its ``adamParamsConfig`` as :class:`~localsession.port.AdamHyperparams`. No engine reads
-a wire request again.
+Parse once: the SageMaker wire's requests leave here as the typed commands every dialect
+hands the runtime (``port_commands``): a ``forward``/``forwardBackward`` as a
+``ForwardCommand`` of :class:`~localsession.port.TrainingDatum` values (tokens concatenated,
+inputs flattened) with its ``lossFnConfig`` as a :class:`~localsession.port.LossConfig`, an
+``optimizerStep`` as an ``OptimCommand`` of :class:`~localsession.port.AdamHyperparams`, a
+``sample`` as a ``SampleCommand``, a CreateTrainingSession as a ``SessionCommand``. This
+module checks the wire's structure (members, types); the values (ranges, limits) are judged
+by the one check of every dialect's commands (``commands.check``), whose refusals are worded
+here in the wire's field names (``sagemaker_wire.refusal``). No engine reads a wire request
+again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any, TypeGuard
 
 from localsession import vocab
-from localsession.port import AdamHyperparams, LossConfig
-from localsession.runtime import members
+from localsession.port import AdamHyperparams, LossConfig, SampleRequest
+from localsession.port_commands import (
+    ForwardCommand,
+    LoadCommand,
+    OptimCommand,
+    SampleCommand,
+    SaveCommand,
+    SessionCommand,
+    TrainingCommand,
+)
+from localsession.runtime import commands, members, sagemaker_wire
+from localsession.runtime.commands import Fact, Refusal
 from localsession.runtime.errors import ServiceError, validation
 from localsession.runtime.members import known_members
 from localsession.runtime.packages.registry import group_name, parse_arn
@@ -32,11 +48,6 @@ from localsession.runtime.wire_datums_fast import training_datums
 
 _TOKEN_RE = re.compile(r"^[a-zA-Z0-9-]{1,128}\Z")
 _SESSION_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
-
-#: (wire key, minimum, maximum, required) for AdamParamsConfig, per the service model.
-_ADAM_RANGES: tuple[tuple[str, float, float, bool], ...] = tuple(
-    (key, lo, hi, key in vocab.ADAM_REQUIRED) for key, (lo, hi) in vocab.ADAM_RANGES.items()
-)
 
 #: The members each request structure may carry (botocore's model; see runtime/members.py).
 #: Anything else is refused, as botocore refuses it client-side; only the open maps and
@@ -75,21 +86,23 @@ def create_request(request: dict[str, Any], *, check_members: bool = True) -> No
         group_name(group, field="ModelPackageGroupArn")
 
 
-def lora_and_base_model(request: dict[str, Any]) -> tuple[int, int, str]:
-    """A CreateTrainingSession's LoRA rank and alpha and its ``BaseModelArn``, checked."""
+def session_command(
+    request: dict[str, Any], name: str, *, strict: bool | None, region: str | None
+) -> SessionCommand:
+    """A CreateTrainingSession (its members checked by :func:`create_request`) as the typed
+    command, its LoRA and base model checked (``commands.check``, in the wire's words)."""
     lora = request.get("LoraConfig") or {}
-    rank, alpha = lora.get("Rank"), lora.get("Alpha")
-    if not isinstance(rank, int) or not vocab.LORA_RANK_MIN <= rank <= vocab.LORA_RANK_MAX:
-        raise validation(
-            f"LoraConfig.Rank={rank!r} must be an integer in "
-            f"[{vocab.LORA_RANK_MIN}, {vocab.LORA_RANK_MAX}]"
-        )
-    if not isinstance(alpha, int) or alpha < 1:
-        raise validation(f"LoraConfig.Alpha={alpha!r} must be an integer >= 1")
-    base_model = (request.get("ModelConfig") or {}).get("BaseModelArn")
-    if not isinstance(base_model, str) or not base_model:
-        raise validation("ModelConfig.BaseModelArn is required")
-    return rank, alpha, base_model
+    command = SessionCommand(
+        name=name,
+        base_model=(request.get("ModelConfig") or {}).get("BaseModelArn"),  # type: ignore[arg-type]
+        rank=lora.get("Rank"),  # type: ignore[arg-type]  # the check's to judge
+        alpha=lora.get("Alpha"),  # type: ignore[arg-type]
+        strict=strict,
+        region=region,
+        details=session_details(request),
+    )
+    _checked(command, False, "CreateTrainingSession")
+    return command
 
 
 #: The CreateTrainingSession members a session keeps and DescribeTrainingSession reports.
@@ -143,8 +156,22 @@ def one_member(config: Any, allowed: tuple[str, ...], field: str) -> tuple[str, 
     return members[0], body
 
 
+def _checked(command: Any, strict: bool, kind: str) -> None:
+    """The one check of every dialect's commands (``commands.check``), a refusal in the
+    wire's words (``sagemaker_wire.refusal``)."""
+    try:
+        commands.check(command, strict)
+    except commands.Refusal as refusal:
+        raise validation(sagemaker_wire.refusal(refusal, kind)) from None
+
+
+def _refused(fact: commands.Refusal, kind: str) -> ServiceError:
+    """A value the wire's structure refuses, in the words the check's fact would have."""
+    return validation(sagemaker_wire.refusal(fact, kind))
+
+
 def _loss_fn_config(config: Any, op: str) -> LossConfig | None:
-    """Clip bounds only, each a number in its range (docs/semantics.md#1); as the port's value."""
+    """Clip bounds only, each a number (ranges: the check); as the port's value."""
     if config is None:
         return None
     if not isinstance(config, dict):
@@ -155,160 +182,147 @@ def _loss_fn_config(config: Any, op: str) -> LossConfig | None:
                 f"{op}.lossFnConfig has unknown key {key!r}; the keys are "
                 + " and ".join(vocab.LOSS_CONFIG_RANGES)
             )
-        lo, hi = vocab.LOSS_CONFIG_RANGES[key]
-        if not _is_number(value) or not lo <= value <= hi:
-            raise validation(f"{op}.lossFnConfig.{key}={value!r} must be a number in [{lo}, {hi}]")
-    return LossConfig(**{key: float(value) for key, value in config.items()})
+        if not _is_number(value):
+            lo, hi = vocab.LOSS_CONFIG_RANGES[key]
+            raise _refused(Refusal(Fact.LOSS_BOUND, value, field=key, low=lo, high=hi), op)
+    return LossConfig(**config)  # the numbers as sent, so a refusal quotes them so
 
 
-def _loss_body(body: dict[str, Any], op: str) -> dict[str, Any]:
-    """Check a forward(_backward) body's structure; the body with its datums and its
-    ``lossFnConfig`` (when given) as port values."""
-    known_members(body, op, op)
-    loss_fn = body.get("lossFnName")
-    if loss_fn not in vocab.LOSS_FUNCTIONS:
-        raise validation(
-            f"{op}.lossFnName {loss_fn!r} is not one of {', '.join(vocab.LOSS_FUNCTIONS)}"
-        )
-    parsed = {**body}
-    if "lossFnConfig" in body:
-        parsed["lossFnConfig"] = _loss_fn_config(body["lossFnConfig"], op)
-    parsed["datumList"] = training_datums(body.get("datumList"), op)
-    return parsed
-
-
-def _adam(body: dict[str, Any], strict: bool) -> AdamHyperparams:
-    """Check an optimizerStep body; its ``adamParamsConfig`` as the port's value (the SDK's
-    defaults for keys left out)."""
-    known_members(body, vocab.OpKind.OPTIMIZER_STEP, vocab.OpKind.OPTIMIZER_STEP)
+def _adam(body: dict[str, Any]) -> AdamHyperparams:
+    """An optimizerStep body's structure; its ``adamParamsConfig`` as the port's value (the
+    SDK's defaults for keys left out; ranges: the check)."""
     params = body.get("adamParamsConfig")
     if not isinstance(params, dict):
         raise validation("optimizerStep.adamParamsConfig is required (learningRate at least)")
-    known = {key for key, *_ in _ADAM_RANGES}
     for key in params:
-        if key not in known:
+        if key not in vocab.ADAM_WIRE_KEYS:
             raise validation(f"optimizerStep.adamParamsConfig has unknown member {key!r}")
-    out: dict[str, float] = {}
-    for key, lo, hi, required in _ADAM_RANGES:
+    given: dict[str, Any] = {}
+    for key, port in vocab.ADAM_WIRE_KEYS.items():
         value = params.get(key)
         if value is None:
-            if required:
+            if key in vocab.ADAM_REQUIRED:
                 raise validation(f"optimizerStep.adamParamsConfig.{key} is required")
             continue
         if not _is_number(value):
             raise validation(f"optimizerStep.adamParamsConfig.{key} must be a finite number")
-        if strict and not lo <= value <= hi:
-            raise validation(
-                f"optimizerStep.adamParamsConfig.{key}={value} is outside the service range "
-                f"[{lo}, {hi}]; use a value in range, or run relaxed (strict=False / --relaxed)"
+        given[port] = value
+    return AdamHyperparams(**given)
+
+
+def _floats(command: TrainingCommand) -> TrainingCommand:
+    """A checked command with its wire numbers as floats (the values an engine reads): the
+    ints a request gave (``"weightDecay": 0``) become floats; floats are kept as they are."""
+    if isinstance(command, OptimCommand):
+        ints = {k: float(v) for k, v in vars(command.adam).items() if type(v) is int}
+        return OptimCommand(dataclasses.replace(command.adam, **ints)) if ints else command
+    if isinstance(command, ForwardCommand) and command.loss_config is not None:
+        ints = {k: float(v) for k, v in vars(command.loss_config).items() if type(v) is int}
+        if ints:
+            return dataclasses.replace(
+                command, loss_config=dataclasses.replace(command.loss_config, **ints)
             )
-        if strict and key == "learningRate" and value <= 0:
-            raise validation("optimizerStep.adamParamsConfig.learningRate must be greater than 0")
-        out[vocab.ADAM_WIRE_KEYS[key]] = float(value)
-    return AdamHyperparams(**out)
+    return command
 
 
-def training_request(request: Any, strict: bool) -> tuple[int, str, str, dict[str, Any]]:
-    """Check an ExecuteTrainingOperation body; return (seq, token, op kind, normalised body)."""
+def _training_command(kind: str, body: dict[str, Any]) -> TrainingCommand:
+    """One ``operationConfig`` member's structure, parsed into its typed command."""
+    known_members(body, kind, kind)
+    if kind in (vocab.OpKind.FORWARD, vocab.OpKind.FORWARD_BACKWARD):
+        config = _loss_fn_config(body.get("lossFnConfig"), kind)
+        return ForwardCommand(
+            datums=training_datums(body.get("datumList"), kind),
+            loss_fn=body.get("lossFnName"),  # type: ignore[arg-type]  # the check's to judge
+            loss_config=config,
+            backward=kind == vocab.OpKind.FORWARD_BACKWARD,
+        )
+    if kind == vocab.OpKind.OPTIMIZER_STEP:
+        return OptimCommand(_adam(body))
+    if kind == vocab.OpKind.LOAD_STATE:
+        parse_arn(body.get("modelPackageArn"))
+        if not isinstance(body.get("loadOptimizer"), bool):
+            raise validation("loadState.loadOptimizer is required: true or false")
+        return LoadCommand(body["modelPackageArn"], body["loadOptimizer"])
+    description = body.get("description")
+    if description is not None and not isinstance(description, str):
+        raise _refused(Refusal(Fact.DESCRIPTION, description, high=commands.DESCRIPTION_MAX), kind)
+    merge = body.get("mergeWeights", False)
+    if kind == vocab.OpKind.SAVE_WEIGHTS and not isinstance(merge, bool):
+        raise validation("saveWeights.mergeWeights must be true or false")
+    checkpoint = kind == vocab.OpKind.SAVE_STATE
+    return SaveCommand(checkpoint, description, merge_weights=not checkpoint and merge)
+
+
+def training_request(request: Any, strict: bool) -> tuple[int, str, TrainingCommand]:
+    """An ExecuteTrainingOperation body parsed and checked: (seq, token, typed command)."""
     if not isinstance(request, dict):
         raise validation("the request body must be a JSON object")
     known_members(request, "ExecuteTrainingOperation", "the request")
-    seq: Any = request.get("sequenceNumber")
-    if not is_int(seq) or seq < 1:
-        raise validation(f"sequenceNumber must be an integer >= 1, got {seq!r}")
+    seq = commands.sequence_number(request.get("sequenceNumber"))
     token = request.get("clientToken")
     if token is None:
         token = ""
     elif not isinstance(token, str) or not _TOKEN_RE.match(token):
         raise validation("clientToken must be 1-128 letters, digits or hyphens")
     kind, body = one_member(request.get("operationConfig"), vocab.TRAINING_OPS, "operationConfig")
-    if kind in (vocab.OpKind.FORWARD, vocab.OpKind.FORWARD_BACKWARD):
-        body = _loss_body(body, kind)
-    elif kind == vocab.OpKind.OPTIMIZER_STEP:
-        body = {"adamParamsConfig": _adam(body, strict)}
-    elif kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE, vocab.OpKind.LOAD_STATE):
-        known_members(body, kind, kind)
-    if kind in (vocab.OpKind.SAVE_WEIGHTS, vocab.OpKind.SAVE_STATE):
-        optional_str(body.get("description"), f"{kind}.description", 1024)
-        if kind == vocab.OpKind.SAVE_WEIGHTS and not isinstance(
-            body.get("mergeWeights", False), bool
-        ):
-            raise validation("saveWeights.mergeWeights must be true or false")
-    elif kind == vocab.OpKind.LOAD_STATE:
-        parse_arn(body.get("modelPackageArn"))
-        if not isinstance(body.get("loadOptimizer"), bool):
-            raise validation("loadState.loadOptimizer is required: true or false")
-    return seq, token, kind, body
+    command = _training_command(kind, body)
+    _checked(command, strict, kind)
+    return seq, token, _floats(command)
 
 
-def _sampling_params(params: Any, strict: bool) -> dict[str, Any]:
+def _sample_command(body: dict[str, Any], tokens: list[int]) -> SampleCommand:
+    """A ``sample`` member's structure, parsed into its typed command (values: the check)."""
+    params = body.get("samplingParams")
     if not isinstance(params, dict):
         raise validation("sample.samplingParams is required (maxTokens at least)")
-    allowed = ("maxTokens", "temperature", "topP", "topK", "seed", "stop")
     for key in params:
-        if key not in allowed:
+        if key not in ("maxTokens", "temperature", "topP", "topK", "seed", "stop"):
             raise validation(f"sample.samplingParams has unknown member {key!r}")
-    max_tokens: Any = params.get("maxTokens")
-    if not is_int(max_tokens) or max_tokens < 1:
-        raise validation("sample.samplingParams.maxTokens must be a positive integer")
-    if strict and not 512 <= max_tokens <= 131072:
-        raise validation(
-            f"sample.samplingParams.maxTokens={max_tokens} is outside the service range "
-            "[512, 131072]; run relaxed (strict=False / --relaxed) for shorter generations"
-        )
-    for key, hi in (("temperature", 2.0), ("topP", 1.0)):
-        value = params.get(key)
-        if value is None:
-            continue
-        if not _is_number(value) or value < 0 or (strict and value > hi):
-            raise validation(f"sample.samplingParams.{key}={value!r} must be in [0, {hi}]")
-    for key in ("topK", "seed"):
-        value = params.get(key)
-        if value is not None and not is_int(value):
-            raise validation(f"sample.samplingParams.{key} must be an integer")
-    top_k: Any = params.get("topK")
-    if top_k is not None and top_k < 1 and top_k != -1:
-        raise validation("sample.samplingParams.topK must be >= 1, or -1 to disable it")
+    for port, key in (("temperature", "temperature"), ("top_p", "topP")):
+        if params.get(key) is not None and not _is_number(params[key]):
+            raise _refused(Refusal(Fact.NOT_NEGATIVE, params[key], field=port), vocab.OpKind.SAMPLE)
     stop = params.get("stop")
-    if stop is not None and (
-        not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)
-    ):
-        raise validation("sample.samplingParams.stop must be a list of non-empty strings")
-    return params
+    if stop is not None and not isinstance(stop, list):
+        raise _refused(Refusal(Fact.STOP, stop), vocab.OpKind.SAMPLE)
+    if not isinstance(body.get("includePromptLogprobs", False), bool):
+        raise validation("sample.includePromptLogprobs must be true or false")
+    given = {key: params.get(key) for key in ("temperature", "topP", "topK")}
+    request = SampleRequest(
+        prompt=tokens,
+        num_samples=body.get("numSamples"),  # type: ignore[arg-type]  # the check's to judge
+        max_tokens=params.get("maxTokens"),  # type: ignore[arg-type]
+        temperature=1.0 if given["temperature"] is None else given["temperature"],
+        top_p=1.0 if given["topP"] is None else given["topP"],
+        top_k=-1 if given["topK"] is None else given["topK"],
+        stop=tuple(stop or ()),
+        include_prompt_logprobs=bool(body.get("includePromptLogprobs")),
+        topk_prompt_logprobs=body.get("topkPromptLogprobs"),
+    )
+    return SampleCommand(request, params.get("seed"), body.get("modelPackageArn"))
 
 
-def sampling_request(request: Any, strict: bool) -> tuple[str, dict[str, Any], list[int]]:
-    """Check an ExecuteSamplingOperation body; return (op kind, body, prompt tokens)."""
+def sampling_request(
+    request: Any, strict: bool
+) -> tuple[str, SampleCommand | None, list[int], str | None]:
+    """An ExecuteSamplingOperation body parsed and checked: (op kind, the typed command of
+    a ``sample``, the prompt tokens, the model package ARN given)."""
     if not isinstance(request, dict):
         raise validation("the request body must be a JSON object")
     known_members(request, "ExecuteSamplingOperation", "the request")
     kind, body = one_member(request.get("operationConfig"), vocab.SAMPLING_OPS, "operationConfig")
     known_members(body, kind, kind)
+    arn = body.get("modelPackageArn")
     if kind == vocab.OpKind.LOAD_WEIGHTS_FOR_SAMPLING:
-        parse_arn(body.get("modelPackageArn"))
-        return kind, body, []
+        parse_arn(arn)
+        return kind, None, [], arn
     tokens = model_input_tokens(body.get("prompt"), f"{kind}.prompt")
+    command = None
     if kind == vocab.OpKind.SAMPLE:
-        n: Any = body.get("numSamples")
-        if not is_int(n) or n < 1 or (strict and n > 1000):
-            raise validation(f"sample.numSamples={n!r} must be an integer in [1, 1000]")
-        _sampling_params(body.get("samplingParams"), strict)
-        k: Any = body.get("topkPromptLogprobs")
-        if k is not None and (not is_int(k) or k < 0):
-            raise validation("sample.topkPromptLogprobs must be an integer >= 0")
-        if not isinstance(body.get("includePromptLogprobs", False), bool):
-            raise validation("sample.includePromptLogprobs must be true or false")
-    if body.get("modelPackageArn") is not None:
-        parse_arn(body["modelPackageArn"])
-    return kind, body, tokens
-
-
-def optional_str(value: Any, field: str, max_len: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > max_len:
-        raise validation(f"{field} must be a string of at most {max_len} characters")
-    return value
+        command = _sample_command(body, tokens)
+        _checked(command, strict, kind)
+    elif arn is not None:
+        parse_arn(arn)
+    return kind, command, tokens, arn
 
 
 __all__ = ["ServiceError", "training_request", "sampling_request", "session_name"]

@@ -36,7 +36,7 @@ def test_every_blocked_waiter_passes_when_it_opens() -> None:
 
 
 def test_an_op_finishes_once_and_later_finishes_change_nothing() -> None:
-    op = Operation(kind="forwardBackward", body={})
+    op = Operation(kind="forwardBackward")
     seen: list[str] = []
     op.add_done_callback(lambda: seen.append(op.status))
     racers = [

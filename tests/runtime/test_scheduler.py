@@ -69,7 +69,7 @@ def submit(
     weights: str | None = None,
     prompt: list[int] | None = None,
 ) -> Operation:
-    op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+    op = Operation(kind="sample", id=str(uuid.uuid4()))
     request = SampleRequest(prompt=prompt or [1, 2], num_samples=4, seed=seed)
     sched.submit(make_job(session, op, weights, request, request.prompt))
     return op
@@ -251,7 +251,7 @@ class LogprobBatchStub(StubEngine):
 def submit_logprobs(
     sched: SamplingScheduler, session: Any, prompt: list[int], weights: str | None = None
 ) -> Operation:
-    op = Operation(kind="computeLogprobs", body={}, id=str(uuid.uuid4()))
+    op = Operation(kind="computeLogprobs", id=str(uuid.uuid4()))
     sched.submit(make_job(session, op, weights, None, prompt))
     return op
 

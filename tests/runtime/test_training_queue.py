@@ -8,19 +8,23 @@ The same rules through a running session are in ``test_queue.py``.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
 
+from localsession.port import AdamHyperparams
+from localsession.port_commands import OptimCommand, SaveCommand
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.sessions.operations import Operation
 from localsession.runtime.sessions.training_queue import Gap, TrainingQueue
 
-STEP: dict[str, Any] = {"adamParamsConfig": {"learningRate": 1e-3}}
+
+def step(seq: int) -> OptimCommand:
+    """A command that differs per number (its learning rate), as ops' bodies do."""
+    return OptimCommand(AdamHyperparams(learning_rate=seq * 1e-4))
 
 
 def admit(queue: TrainingQueue, seq: int, token: str = "") -> Operation:
-    return queue.admit(seq, token, "optimizerStep", {**STEP, "tag": seq})
+    return queue.admit(seq, token, step(seq))
 
 
 def released(queue: TrainingQueue, now: float = 0.0) -> list[int | None]:
@@ -86,7 +90,7 @@ def test_an_identical_retry_gets_the_original_and_other_reuse_is_refused() -> No
     with pytest.raises(ServiceError, match="already used") as other_token:
         admit(queue, 1, token="t2")
     with pytest.raises(ServiceError, match="already used"):
-        queue.admit(1, "t1", "optimizerStep", {**STEP, "tag": 99})  # same token, other body
+        queue.admit(1, "t1", step(99))  # same token, other command
     with pytest.raises(ServiceError, match="already used"):
         admit(queue, 1)  # no token: never a retry
     assert other_token.value.code == "ValidationException"
@@ -164,7 +168,7 @@ def test_peek_names_the_op_advance_releases_without_releasing_it() -> None:
 def test_unfinished_before_counts_queued_and_missing_numbers_not_lost_ones() -> None:
     queue = TrainingQueue("s", gap_timeout=0.0)
     assert not queue.unfinished_before(1)
-    queue.admit(1, "t1", "forwardBackward", {})
+    queue.admit(1, "t1", SaveCommand(checkpoint=True))
     assert queue.unfinished_before(2)  # 1 is queued
     assert isinstance(queue.advance(0.0), Operation)  # 1 released (runs)
     assert not queue.unfinished_before(2)

@@ -14,6 +14,7 @@ from testkit import forward_backward, stub_service
 
 from localsession import vocab
 from localsession.port import AdamHyperparams, EngineInputError, LossConfig, TrainingDatum
+from localsession.port_commands import ForwardCommand, OptimCommand, TrainingCommand
 from localsession.runtime import validate
 from localsession.runtime.errors import ServiceError
 
@@ -27,6 +28,12 @@ def fb_request(config: Any = None, *, given: bool = True) -> dict[str, Any]:
 
 def step_request(params: Any) -> dict[str, Any]:
     return {"sequenceNumber": 1, "operationConfig": {"optimizerStep": {"adamParamsConfig": params}}}
+
+
+def _forward(parsed: tuple[int, str, TrainingCommand]) -> ForwardCommand:
+    command = parsed[2]
+    assert isinstance(command, ForwardCommand)
+    return command
 
 
 def refusal(request: dict[str, Any], strict: bool = True) -> str:
@@ -46,20 +53,22 @@ def test_port_fields_are_the_vocabulary() -> None:
 
 
 def test_loss_config_leaves_the_runtime_typed() -> None:
-    _, _, kind, body = validate.training_request(
+    _, _, command = validate.training_request(
         fb_request({"clip_low_threshold": 0, "clip_high_threshold": 10}), True
     )
-    assert kind == "forwardBackward"
-    config = body["lossFnConfig"]
+    assert isinstance(command, ForwardCommand) and command.kind == "forwardBackward"
+    config = command.loss_config
+    assert config is not None
     assert config == LossConfig(clip_low_threshold=0.0, clip_high_threshold=10.0)
     assert type(config.clip_low_threshold) is float and type(config.clip_high_threshold) is float
     assert config.bounds("ppo") == (0.0, 10.0)
-    assert all(isinstance(d, TrainingDatum) for d in body["datumList"])
-    half = validate.training_request(fb_request({"clip_high_threshold": 1.5}), True)[3]
-    assert half["lossFnConfig"].bounds("ppo") == (0.8, 1.5)  # the loss's default low
-    assert half["lossFnConfig"].bounds("cispo") == (0.0, 1.5)
-    assert validate.training_request(fb_request(None), True)[3]["lossFnConfig"] is None
-    assert "lossFnConfig" not in validate.training_request(fb_request(given=False), True)[3]
+    assert all(isinstance(d, TrainingDatum) for d in command.datums)
+    half = _forward(validate.training_request(fb_request({"clip_high_threshold": 1.5}), True))
+    assert half.loss_config is not None
+    assert half.loss_config.bounds("ppo") == (0.8, 1.5)  # the loss's default low
+    assert half.loss_config.bounds("cispo") == (0.0, 1.5)
+    assert _forward(validate.training_request(fb_request(None), True)).loss_config is None
+    assert _forward(validate.training_request(fb_request(given=False), True)).loss_config is None
 
 
 @pytest.mark.parametrize(
@@ -101,13 +110,13 @@ def test_adam_params_leave_the_runtime_typed() -> None:
         "gradClipNorm": 1,
         "loraPlusLrRatio": 8,
     }
-    _, _, kind, body = validate.training_request(step_request(wire), True)
-    assert kind == "optimizerStep"
-    hp = body["adamParamsConfig"]
+    _, _, command = validate.training_request(step_request(wire), True)
+    assert isinstance(command, OptimCommand) and command.kind == "optimizerStep"
+    hp = command.adam
     assert hp == AdamHyperparams(1e-4, 0.8, 0.9, 1e-7, 0.0, 1.0, 8.0)
     assert all(type(getattr(hp, f.name)) is float for f in dataclasses.fields(hp))
-    only_lr = validate.training_request(step_request({"learningRate": 0.005}), True)[3]
-    assert only_lr["adamParamsConfig"] == AdamHyperparams(learning_rate=0.005)  # SDK defaults
+    only_lr = validate.training_request(step_request({"learningRate": 0.005}), True)[2]
+    assert only_lr == OptimCommand(AdamHyperparams(learning_rate=0.005))  # SDK defaults
 
 
 @pytest.mark.parametrize(
@@ -149,9 +158,10 @@ def test_adam_params_refused(params: Any, strict: bool, message: str) -> None:
 
 def test_relaxed_adam_params_reach_the_engine_which_judges_them() -> None:
     """Relaxed, the service range is lifted; what AdamW cannot run with fails in the engine."""
-    body = validate.training_request(step_request({"learningRate": -1, "eps": 0}), False)[3]
+    command = validate.training_request(step_request({"learningRate": -1, "eps": 0}), False)[2]
+    assert isinstance(command, OptimCommand)
     with pytest.raises(EngineInputError) as err:
-        body["adamParamsConfig"].check()
+        command.adam.check()
     assert str(err.value) == (
         "adam_params: `learningRate` must be >= 0, got -1.0; `eps` must be > 0, got 0.0"
     )

@@ -165,7 +165,7 @@ class Completions:
             return
 
         def submit(request: SampleRequest) -> Operation:
-            op = Operation(kind=vocab.OpKind.SAMPLE, body={}, id=str(uuid.uuid4()))
+            op = Operation(kind=vocab.OpKind.SAMPLE, id=str(uuid.uuid4()))
             job = make_job(prepared.session, op, prepared.weights, request, request.prompt)
             self.service.scheduler.submit(job)
             return op
@@ -221,7 +221,7 @@ class Completions:
         self, session: Session, weights: str | None, request: SampleRequest
     ) -> SampleResult:
         """Run one sample request through the scheduler and wait for its result."""
-        op = Operation(kind=vocab.OpKind.SAMPLE, body={}, id=str(uuid.uuid4()))
+        op = Operation(kind=vocab.OpKind.SAMPLE, id=str(uuid.uuid4()))
         self.service.scheduler.submit(make_job(session, op, weights, request, request.prompt))
         op.done.wait()
         if op.status != vocab.OpStatus.COMPLETED or not isinstance(op.result, SampleResult):

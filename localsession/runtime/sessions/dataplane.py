@@ -32,23 +32,6 @@ from localsession.runtime.sessions.scheduler import SamplingScheduler, make_job
 Observer = Callable[[str, dict[str, Any], "dict[str, Any] | errors.ServiceError"], None]
 
 
-def sample_request(body: dict[str, Any], tokens: list[int]) -> SampleRequest:
-    """The request a checked wire ``sample`` op body asks for, before the runtime settles its
-    seed and stop token ids (``DataPlane._settled``)."""
-    params = body["samplingParams"]
-    return SampleRequest(
-        prompt=tokens,
-        num_samples=body["numSamples"],
-        max_tokens=params["maxTokens"],
-        temperature=params.get("temperature", 1.0),
-        top_p=params.get("topP", 1.0),
-        top_k=params.get("topK", -1),
-        stop=tuple(params.get("stop") or ()),
-        include_prompt_logprobs=bool(body.get("includePromptLogprobs")),
-        topk_prompt_logprobs=body.get("topkPromptLogprobs"),
-    )
-
-
 class SessionsView(Protocol):
     """What the data plane needs of the service that holds the sessions."""
 
@@ -96,10 +79,10 @@ class DataPlane:
             faults.on_request()
         session = self.service.session(name)
         try:
-            seq, token, kind, body = validate.training_request(request, session.strict)
+            seq, token, command = validate.training_request(request, session.strict)
             if faults.armed:
-                faults.on_submit(kind)
-            return {"operationId": session.submit_training(seq, token, kind, body)}
+                faults.on_submit(command.kind)
+            return {"operationId": session.submit_training(seq, token, command)}
         except errors.ServiceError as exc:
             number = request.get("sequenceNumber")
             refused = (
@@ -121,10 +104,10 @@ class DataPlane:
         session = self.service.session(name)
         try:
             number = commands.sequence_number(seq)
-            kind, body = commands.training_body(command, session.strict)
+            commands.checked(command, session.strict)
             if faults.armed:
-                faults.on_submit(kind)
-            return session.submit_training(number, client_token, kind, body)
+                faults.on_submit(command.kind)
+            return session.submit_training(number, client_token, command)
         except errors.ServiceError as exc:
             refused = (
                 exc.http_status < 500 and exc.code != vocab.ErrorCode.THROTTLING
@@ -148,14 +131,8 @@ class DataPlane:
             faults.on_request()
         session = self.service.session(name)
         session.require_accepting()
-        kind, body, tokens = validate.sampling_request(request, session.strict)
-        command = None
-        if kind == vocab.OpKind.SAMPLE:
-            command = SampleCommand(
-                sample_request(body, tokens), body["samplingParams"].get("seed"), None
-            )
-        arn = body.get("modelPackageArn")
-        return {"operationId": self._submit_sampling(session, kind, body, tokens, command, arn)}
+        kind, command, tokens, arn = validate.sampling_request(request, session.strict)
+        return {"operationId": self._submit_sampling(session, kind, tokens, command, arn)}
 
     def submit_sample(self, name: str, command: SampleCommand) -> str:
         """Submit a typed ``sample`` command; return its operation id."""
@@ -164,18 +141,18 @@ class DataPlane:
             faults.on_request()
         session = self.service.session(name)
         session.require_accepting()
-        commands.check_sample(command.request)
-        commands.seed(command.seed)
+        # the strict limits are the SageMaker service's own (a typed sample is never held
+        # to them)
+        commands.checked(command, strict=False)
         prompt = list(command.request.prompt)
         return self._submit_sampling(
-            session, vocab.OpKind.SAMPLE, {}, prompt, command, command.package_arn
+            session, vocab.OpKind.SAMPLE, prompt, command, command.package_arn
         )
 
     def _submit_sampling(
         self,
         session: Session,
         kind: str,
-        body: dict[str, Any],
         tokens: list[int],
         command: SampleCommand | None,
         arn: str | None,
@@ -187,7 +164,7 @@ class DataPlane:
         if faults.armed:
             faults.on_submit(kind)
         weights = self.service.sampling_weights(session, arn)
-        op = Operation(kind=kind, body=body, id=str(uuid.uuid4()))
+        op = Operation(kind=kind, id=str(uuid.uuid4()))
         with session.lock:
             session.ops[op.id] = op
         session.track(op)

@@ -21,11 +21,12 @@ from typing import Any
 
 from localsession import vocab
 from localsession.port import Engine, EngineSpec, ResolvedModel
+from localsession.port_commands import TrainingCommand
 from localsession.runtime import errors
 from localsession.runtime.events import EventLog, Phase, op_summary
 from localsession.runtime.faults import Faults
 from localsession.runtime.packages.registry import Registry
-from localsession.runtime.sessions.operations import Operation
+from localsession.runtime.sessions.operations import Operation, TokenUsage
 from localsession.runtime.sessions.runner import Runner
 from localsession.runtime.sessions.training_queue import TrainingQueue
 from localsession.vocab import SessionStatus
@@ -69,7 +70,8 @@ class Session:
         self.creation_time = self.last_modified_time = _now()
         self.end_time: datetime | None = None
         self.last_activity = time.monotonic()
-        self.usage = {"PrefillTokenCount": 0, "SampleTokenCount": 0, "TrainingTokenCount": 0}
+        #: The tokens its ops prefilled, sampled and trained on (billed, as the service does).
+        self.usage = TokenUsage()
         self.engine: Engine | None = None
         self.ops: dict[str, Operation] = {}
         #: Held for any state change (a C-level RLock: entering ``cond`` itself costs two
@@ -118,7 +120,7 @@ class Session:
                 "CreationTime": self.creation_time,
                 "LastModifiedTime": self.last_modified_time,
                 "LastReceivedSequenceNumber": self.queue.last_received,
-                "BillableTokenUsage": dict(self.usage),
+                "BillableTokenUsage": self.usage.wire(),
                 **self.details,
             }
             if self.end_time is not None:
@@ -157,12 +159,13 @@ class Session:
 
     # -- training queue (runtime/sessions/training_queue.py) ---------------------------------------
 
-    def submit_training(self, seq: int, token: str, kind: str, body: dict[str, Any]) -> str:
-        """Queue an op under its sequence number; return its operation id (idempotent)."""
+    def submit_training(self, seq: int, token: str, command: TrainingCommand) -> str:
+        """Queue a checked command under its sequence number; return its operation id
+        (idempotent)."""
         with self.lock:
             self.require_accepting()
             self.last_activity = time.monotonic()
-            op = self.queue.admit(seq, token, kind, body)
+            op = self.queue.admit(seq, token, command)
             if op.id not in self.ops:  # not a retry of one already logged
                 self.track(op)
             self.ops[op.id] = op
@@ -224,6 +227,6 @@ class Session:
 
     def add_sample_usage(self, prefill: int, decode: int) -> None:
         with self.lock:
-            self.usage["PrefillTokenCount"] += prefill
-            self.usage["SampleTokenCount"] += decode
+            self.usage.prefill += prefill
+            self.usage.sampled += decode
             self.last_activity = time.monotonic()

@@ -1,8 +1,11 @@
 """Operation records: one per accepted training or sampling op, with its status and result.
 
 An operation moves Pending → InProgress → Completed | Failed | Skipped exactly once; waiters
-block on its latch. Its ``result`` is typed (``port_results``); its ``response()`` is the body
-of ``Get*OperationResult``, the result in the SageMaker wire's shape (``sagemaker_wire``).
+block on its latch. A training op holds the typed command it runs (``port_commands``); its
+``result`` is typed (``port_results``); its ``response()`` is the body of
+``Get*OperationResult``, written by the SageMaker wire's serialiser (``sagemaker_wire``).
+Beside them, :class:`TokenUsage`: a session's token counts, typed, said in the wire's
+names only by ``sagemaker_wire``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from localsession import vocab
 from localsession.ids import uuid4_text
+from localsession.port_commands import TrainingCommand
 from localsession.port_results import OpResult
 from localsession.runtime import sagemaker_wire
 
@@ -42,18 +46,35 @@ class Latch:
 
 
 @dataclass
+class TokenUsage:
+    """A session's token counts (guarded by its lock); the wire's names: :meth:`wire`."""
+
+    prefill: int = 0
+    sampled: int = 0
+    training: int = 0
+
+    def wire(self) -> dict[str, int]:
+        """As ``BillableTokenUsage`` (and the session's on-disk record) says them."""
+        return sagemaker_wire.usage_body(self.prefill, self.sampled, self.training)
+
+    def restore(self, wire: dict[str, Any]) -> None:
+        """Take the counts of a :meth:`wire` body (a session record's)."""
+        self.prefill, self.sampled, self.training = sagemaker_wire.usage_counts(wire)
+
+
+@dataclass
 class Operation:
-    """One accepted op. ``body`` is the normalised union member, ``kind`` its name."""
+    """One accepted op of ``kind``: a training op runs its typed ``command``; a sampling op
+    (``command`` None) carries its request in the scheduler's job."""
 
     kind: str
-    body: dict[str, Any]
+    command: TrainingCommand | None = None
     seq: int | None = None
     client_token: str = ""
     id: str = field(default_factory=uuid4_text)
     status: str = vocab.OpStatus.PENDING
     result: OpResult | None = None
     error: str | None = None
-    token_usage: dict[str, int] | None = None
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
     finished_at: float | None = None
@@ -77,7 +98,6 @@ class Operation:
         *,
         result: OpResult | None = None,
         error: str | None = None,
-        token_usage: dict[str, int] | None = None,
     ) -> None:
         """Move to a terminal status once; later calls are ignored."""
         with self._callbacks_lock:  # one finish only, even from two threads: the latch opens once
@@ -85,7 +105,6 @@ class Operation:
                 return
             self.result = result
             self.error = error
-            self.token_usage = token_usage
             self.finished_at = time.monotonic()
             self.status = status
             callbacks, self._callbacks = self._callbacks, []
@@ -108,15 +127,10 @@ class Operation:
 
     def response(self) -> dict[str, Any]:
         """The ``Get*OperationResult`` body for this op's current state."""
-        body: dict[str, Any] = {"status": self.status}
-        wire = self.wire_result()
-        if wire is not None:
-            body["operationResult"] = {self.kind: wire}
-        if self.status in (vocab.OpStatus.FAILED, vocab.OpStatus.SKIPPED) and self.error:
-            body["errorDetails"] = self.error
-        if self.token_usage is not None and self.status == vocab.OpStatus.COMPLETED:
-            body["tokenUsage"] = self.token_usage
-        return body
+        status = self.status  # read once: the result is set before the status moves
+        return sagemaker_wire.operation_body(
+            status, self.kind, self.wire_result(), self.error, self.result
+        )
 
     def wire_result(self) -> dict[str, Any] | None:
         """A completed op's result in the SageMaker wire's shape (made once), else None."""
@@ -126,5 +140,6 @@ class Operation:
             self._wire = sagemaker_wire.result_body(self.result)
         return self._wire
 
-    def same_request(self, kind: str, body: dict[str, Any]) -> bool:
-        return self.kind == kind and self.body == body
+    def same_request(self, command: TrainingCommand) -> bool:
+        """Whether ``command`` asks for what this op's did (a retry of it)."""
+        return self.command == command

@@ -139,7 +139,7 @@ def session_record(session: Session) -> dict[str, Any]:
             "last_modified_time": session.last_modified_time.isoformat(),
             "end_time": session.end_time.isoformat() if session.end_time else None,
             "last_received": session.queue.last_received,
-            "usage": dict(session.usage),
+            "usage": session.usage.wire(),
             "spec": {
                 "base_model": session.spec.base_model,
                 "rank": session.spec.rank,
@@ -180,7 +180,7 @@ def restore_session(
     elif session.status != record["status"]:
         session.end_time = session.last_modified_time
     session.queue.last_received = int(record.get("last_received", 0))
-    session.usage.update(record.get("usage") or {})
+    session.usage.restore(record.get("usage") or {})
     return session
 
 

@@ -1,5 +1,7 @@
 """What each training op does: the engine call, its result and how a failure reads.
 
+An op holds the typed command it runs (``port_commands``, whichever dialect sent it), and
+:func:`_run` matches on its type: one engine call per command, a typed result.
 ``execute`` runs one op that the session has marked running, on whichever thread runs it
 (the session's worker, or a caller in ``Runner.run_here``), and always finishes it:
 Completed with the engine's result, or Failed with details that name the problem. An
@@ -15,11 +17,12 @@ from typing import Any, Protocol
 
 from localsession import vocab
 from localsession.port import Engine, EngineInputError
+from localsession.port_commands import ForwardCommand, LoadCommand, OptimCommand, SaveCommand
 from localsession.port_results import LoadResult, SaveResult
 from localsession.runtime import errors
 from localsession.runtime.faults import Faults
 from localsession.runtime.packages.registry import CHECKPOINT, MODEL
-from localsession.runtime.sessions.operations import Operation
+from localsession.runtime.sessions.operations import Operation, TokenUsage
 from localsession.runtime.sessions.package_fit import Fits, PackageMismatch, compatible_package
 
 _log = logging.getLogger(__name__)
@@ -33,7 +36,7 @@ class Session(Fits, Protocol):
     details: dict[str, Any]
     faults: Faults | None
     lock: threading.RLock
-    usage: dict[str, int]
+    usage: TokenUsage
 
 
 def execute(session: Session, engine: Engine, op: Operation) -> None:
@@ -47,32 +50,7 @@ def execute(session: Session, engine: Engine, op: Operation) -> None:
             op.finish(vocab.OpStatus.FAILED, error=failure)
             return
     try:
-        if op.kind in (vocab.OpKind.FORWARD, vocab.OpKind.FORWARD_BACKWARD):
-            result = engine.forward_backward(
-                op.body["datumList"],
-                op.body["lossFnName"],
-                op.body.get("lossFnConfig"),
-                backward=op.kind == vocab.OpKind.FORWARD_BACKWARD,
-            )
-            tokens = result.token_count
-            with session.lock:
-                session.usage["TrainingTokenCount"] += tokens
-            op.finish(
-                vocab.OpStatus.COMPLETED, result=result, token_usage={"trainingTokens": tokens}
-            )
-        elif op.kind == vocab.OpKind.OPTIMIZER_STEP:
-            op.finish(
-                vocab.OpStatus.COMPLETED, result=engine.optim_step(op.body["adamParamsConfig"])
-            )
-        elif op.kind in (vocab.OpKind.SAVE_STATE, vocab.OpKind.SAVE_WEIGHTS):
-            arn = _save(session, engine, op.kind, op.body)
-            op.finish(vocab.OpStatus.COMPLETED, result=SaveResult(arn))
-        elif op.kind == vocab.OpKind.LOAD_STATE:
-            path = compatible_package(session, op.body["modelPackageArn"], training=True)
-            engine.load_package(str(path), load_optimizer=bool(op.body["loadOptimizer"]))
-            op.finish(vocab.OpStatus.COMPLETED, result=LoadResult())
-        else:  # pragma: no cover - validate.py admits only the kinds above
-            op.finish(vocab.OpStatus.FAILED, error=f"Unsupported operation {op.kind}")
+        _run(session, engine, op)
     except Exception as exc:  # noqa: BLE001 - an op failure must not kill the worker
         if isinstance(exc, OSError) and op.kind in (
             vocab.OpKind.SAVE_STATE,
@@ -95,17 +73,38 @@ def execute(session: Session, engine: Engine, op: Operation) -> None:
         op.finish(vocab.OpStatus.FAILED, error=details)
 
 
-def _save(session: Session, engine: Engine, kind: str, body: dict[str, Any]) -> str:
+def _run(session: Session, engine: Engine, op: Operation) -> None:
+    """The engine call of ``op``'s typed command; finish ``op`` Completed with its result."""
+    match op.command:
+        case ForwardCommand() as command:
+            result = engine.forward_backward(
+                command.datums, command.loss_fn, command.loss_config, backward=command.backward
+            )
+            with session.lock:
+                session.usage.training += result.token_count
+            op.finish(vocab.OpStatus.COMPLETED, result=result)
+        case OptimCommand() as command:
+            op.finish(vocab.OpStatus.COMPLETED, result=engine.optim_step(command.adam))
+        case SaveCommand() as command:
+            op.finish(vocab.OpStatus.COMPLETED, result=SaveResult(_save(session, engine, command)))
+        case LoadCommand() as command:
+            path = compatible_package(session, command.package_arn, training=True)
+            engine.load_package(str(path), load_optimizer=command.load_optimizer)
+            op.finish(vocab.OpStatus.COMPLETED, result=LoadResult())
+        case _:  # pragma: no cover - only training commands are queued
+            op.finish(vocab.OpStatus.FAILED, error=f"Unsupported operation {op.kind}")
+
+
+def _save(session: Session, engine: Engine, command: SaveCommand) -> str:
     """Write a CHECKPOINT (saveState) or MODEL (saveWeights) package; return its ARN."""
-    checkpoint = kind == vocab.OpKind.SAVE_STATE
-    merged = bool(body.get("mergeWeights"))
+    checkpoint, merged = command.checkpoint, command.merge_weights
     info = session.registry().create(
         session.details.get("ModelPackageGroupArn") or vocab.DEFAULT_GROUP,
         kind=CHECKPOINT if checkpoint else MODEL,
         base_model=session.spec.base_model,
         lora_rank=session.spec.rank,
         lora_alpha=session.spec.alpha,
-        description=body.get("description") or f"{kind} of training session {session.name}",
+        description=command.description or f"{command.kind} of training session {session.name}",
         session=session.name,
         merged=merged,
         write=lambda tmp: engine.save_package(

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from localsession import vocab
+from localsession.port_commands import TrainingCommand
 from localsession.runtime import errors
 from localsession.runtime.sessions.operations import Operation
 
@@ -57,11 +57,11 @@ class TrainingQueue:
         """Ops accepted and not yet released."""
         return len(self._waiting)
 
-    def admit(self, seq: int, token: str, kind: str, body: dict[str, Any]) -> Operation:
+    def admit(self, seq: int, token: str, command: TrainingCommand) -> Operation:
         """The op under ``seq``: a new one, queued; or the original for an identical retry."""
         seen = self._by_seq.get(seq)
         if seen is not None:
-            if token and seen.client_token == token and seen.same_request(kind, body):
+            if token and seen.client_token == token and seen.same_request(command):
                 return seen
             raise errors.validation(
                 f"sequenceNumber {seq} was already used by another operation in session "
@@ -81,7 +81,7 @@ class TrainingQueue:
                 f"operations queued (the limit is {self.max_queued}); retry once earlier "
                 "ones finish, or raise the limit (--max-queued-ops)."
             )
-        op = Operation(kind=kind, body=body, seq=seq, client_token=token)
+        op = Operation(kind=command.kind, command=command, seq=seq, client_token=token)
         self._by_seq[seq] = op
         self._waiting[seq] = op
         self.last_received = max(self.last_received, seq)

@@ -111,7 +111,7 @@ class Console:
                 "last_activity": iso(wall(session.last_activity)),
                 "ended": iso(session.end_time),
                 "ops": len(session.ops),
-                "usage": dict(session.usage),
+                "usage": session.usage.wire(),
             }
         row.update({"dialect": "sagemaker", "label": ""})
         row.update(labels.get(session.name, {}))
