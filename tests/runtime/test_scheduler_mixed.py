@@ -32,7 +32,7 @@ def submit(
     weights: str | None = None,
     prompt: list[int] | None = None,
 ) -> Operation:
-    op = Operation(kind="sample", body={}, id=str(uuid.uuid4()))
+    op = Operation(kind="sample", id=str(uuid.uuid4()))
     request = SampleRequest(prompt=prompt or [1, 2], num_samples=2, seed=seed)
     sched.submit(make_job(session, op, weights, request, request.prompt))  # type: ignore[arg-type]
     return op
