@@ -147,7 +147,7 @@ def training_body(command: TrainingCommand, strict: bool) -> tuple[str, dict[str
         description = command.description
         if description is not None and len(description) > 1024:
             raise validation("a package description holds at most 1024 characters")
-        body = {"description": description}
+        body = {"description": description, "key": command.key}
         if not command.checkpoint:
             body["mergeWeights"] = bool(command.merge_weights)
         return command.kind, body

@@ -113,6 +113,7 @@ def _save(session: Session, engine: Engine, kind: str, body: dict[str, Any]) -> 
         ),
         region=session.arn.split(":")[3],  # the session's region: its packages name it too
         s3_output_path=_s3_output_path(session.details),
+        key=body.get("key") or "",
     )
     return info.arn
 
