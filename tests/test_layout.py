@@ -21,12 +21,17 @@
   SDK-forced ``types.py``) writes a word of a ``vocab.Word`` enum as a string literal, and
   none binds a module-level name to a vocab name (or a copy of one) unless the SDK exports
   that name (``SDK_NAMES``).
+- A typed control plane: no dialect (nor the console, a reader of both) builds or reads a
+  dict with a SageMaker key, calls ``.describe()`` or a SageMaker-shaped ``Service``
+  operation, or reaches ``.registry``; a dialect reads no runtime ``Session``/``Operation``
+  object either (``service.session(...)``): it calls ``Service.control`` instead.
 - No ``.py`` file in ``localsession/``, ``fakes/`` or ``conformance/`` is longer than
   ``MAX_LINES`` unless its module docstring has a line starting with ``LENGTH_MARKER``
   followed by the reason.
 
 Imports are read with ``ast`` (every ``import`` statement, including those inside functions
-and under ``TYPE_CHECKING``), so nothing here imports torch.
+and under ``TYPE_CHECKING``), as are the control plane's calls, keys and attributes, so
+nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -681,6 +686,12 @@ TYPED_CALLERS = ("localsession.server.tinker", "localsession.server.console")
 _PASCAL = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}$")
 #: Reaches into the runtime's insides: the package registry (``Service.control`` reads it).
 RUNTIME_INSIDES = frozenset({"registry", "_registry"})
+#: The service's runtime objects (its ``Session`` and ``Operation`` records, tables and
+#: schedulers): a dialect reads their state through typed calls instead (``Service.control``,
+#: ``operation_outcome``). The console, which shows those records, may read them.
+RUNTIME_OBJECTS = frozenset(
+    {"session", "sessions", "operation", "table", "dataplane", "packages", "scheduler"}
+)
 
 
 def sagemaker_operations(root: Path) -> frozenset[str]:
@@ -702,14 +713,18 @@ def _pascal(node: ast.expr | None) -> str | None:
     return None
 
 
-def sagemaker_reaches(root: Path, packages: tuple[str, ...] = TYPED_CALLERS) -> list[str]:
+def sagemaker_reaches(
+    root: Path, packages: tuple[str, ...] = TYPED_CALLERS, dialects: tuple[str, ...] = DIALECTS
+) -> list[str]:
     """``module:line what`` for each place a typed caller builds or reads a SageMaker dict
     (a dict literal or ``dict(...)`` with a SageMaker key, a subscript or ``.get`` of one),
     calls a ``.describe()`` or one of Service's SageMaker operations, or reaches the
-    runtime's ``.registry``."""
+    runtime's ``.registry``; and where a dialect reads one of the service's
+    ``RUNTIME_OBJECTS`` (``service.session(...)``, ``service.operation(...)``, ...)."""
     operations = sagemaker_operations(root)
     found = []
     for package in packages:
+        dialect = package in dialects
         for module in package_modules(root, package):
             path = module_file(root, module)
             assert path is not None
@@ -734,6 +749,13 @@ def sagemaker_reaches(root: Path, packages: tuple[str, ...] = TYPED_CALLERS) -> 
                         what = f"calls the SageMaker operation .{attr}()"
                 if isinstance(node, ast.Attribute) and node.attr in RUNTIME_INSIDES:
                     what = f"reaches .{node.attr}"
+                elif (
+                    dialect
+                    and isinstance(node, ast.Attribute)
+                    and node.attr in RUNTIME_OBJECTS
+                    and _names_the_service(node.value)
+                ):
+                    what = f"reads the runtime's objects (service.{node.attr})"
                 if what:
                     found.append(f"{module}:{node.lineno} {what}")
     return sorted(set(found))
@@ -767,7 +789,9 @@ def test_the_control_plane_rule_finds_planted_violations(tmp_path: Path) -> None
             "    return {'checkpoint_id': 'x', 'Content-Type': 'a', 'ID': 1}\n"
         ),
         "localsession/server/console/__init__.py": "",
-        "localsession/server/console/view.py": "def g(service):\n    return service.control\n",
+        "localsession/server/console/view.py": (
+            "def g(self, name):\n    return self.service.session(name).status\n"
+        ),
     }
     _tree(tmp_path, clean)
     assert sagemaker_operations(tmp_path) == {"stop_training_session", "list_model_packages"}
@@ -779,6 +803,8 @@ def test_the_control_plane_rule_finds_planted_violations(tmp_path: Path) -> None
         "    rows = page['ModelPackageSummaryList']\n"
         "    error = service.session(name).describe().get('ErrorDetails')\n"
         "    return service.registry.get(rows[0]), error\n"
+        "def g(self, name, op):\n"
+        "    return self.service.operation(name, op).result\n"
     )
     (tmp_path / "localsession/server/tinker/rest.py").write_text(planted, encoding="utf-8")
     (tmp_path / "localsession/server/console/view.py").write_text(
@@ -793,7 +819,9 @@ def test_the_control_plane_rule_finds_planted_violations(tmp_path: Path) -> None
         "localsession.server.tinker.rest:4 reads a SageMaker key ('ModelPackageSummaryList')",
         "localsession.server.tinker.rest:5 calls .describe() (a SageMaker description)",
         "localsession.server.tinker.rest:5 reads a SageMaker key ('ErrorDetails')",
+        "localsession.server.tinker.rest:5 reads the runtime's objects (service.session)",
         "localsession.server.tinker.rest:6 reaches .registry",
+        "localsession.server.tinker.rest:8 reads the runtime's objects (service.operation)",
     ]
 
 
