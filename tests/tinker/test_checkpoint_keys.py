@@ -6,6 +6,7 @@ sampler a save_weights_and_get_sampling_client makes belonging to its Tinker ses
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +100,20 @@ def test_a_new_save_is_keyed_by_its_path_and_its_sampler_is_its_sessions(
     found = dialect.service.control.find_package(path, "tinker://")
     assert found is not None and found.key == path
     assert found.description == f"Tinker checkpoint {path}"
+    # the sampler is made when the save completes (its callback runs just after the op's
+    # waiters wake), before and whether or not anyone reads the result
+    deadline = time.monotonic() + WAIT_S
+    while not dialect.samplers.all() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (sampler,) = dialect.samplers.all()
+    assert sampler.session_id == session_id and sampler.model_path == path
+    assert sampler.package == found.arn and sampler.model_id == future.model_id
     outcome = dialect.service.operation_outcome(future.session or "", future.op_id or "")
     assert outcome.result is not None
     first = json.loads(bytes(results.completed(dialect, future, outcome.result).body))
     again = json.loads(bytes(results.completed(dialect, future, outcome.result).body))
-    sampler_id = first["sampling_session_id"]
-    assert again["sampling_session_id"] == sampler_id  # read twice: one sampler
-    sampler = dialect.sampling.sampler(sampler_id)
-    assert sampler.session_id == session_id and sampler.model_path == path
-    assert [s.sampler_id for s in dialect.samplers.all()] == [sampler_id]
+    assert first["sampling_session_id"] == again["sampling_session_id"] == sampler.sampler_id
+    assert dialect.samplers.all() == [sampler]  # reading made none
 
 
 def test_heartbeats_live_due_finished() -> None:

@@ -5,15 +5,17 @@ A checkpoint is a package keyed by its ``tinker://`` path (``SaveCommand.key``, 
 package's record; its description names the path too, for ``localsession packages list``),
 so it survives a restart: a path the in-memory index does not know is found by
 ``Service.control.find_package`` (which also finds checkpoints saved before packages had
-keys, with the path as their description). What a save asks for (its TTL,
-its metadata, an export's recipients) is noted at submit, keyed to the op, and recorded
-once, when the op completes (:meth:`CheckpointIndex.expect`): never when its result is read,
-so an unread save still expires and a result read twice does not restart its TTL.
+keys, with the path as their description). What a save asks for (its TTL, its metadata,
+an export's recipients, a sampler to make over it) is noted at submit, keyed to the op, and
+recorded once, when the op completes (:meth:`CheckpointIndex.expect`): never when its result
+is read, so an unread save still expires and a result read twice does not restart its TTL
+(nor make a second sampler).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -60,6 +62,8 @@ class Saving:
     ttl_seconds: int | None = None
     metadata: dict[str, Any] | None = None
     recipients: list[str] | None = None  # an external export's (None: not an export)
+    #: called once with the package ARN when the save completes (a sampler over it is made)
+    then: Callable[[str], None] | None = None
 
 
 class CheckpointIndex:
@@ -108,6 +112,8 @@ class CheckpointIndex:
                 self._metadata[path] = dict(saving.metadata)
             if saving.recipients is not None:
                 self._recipients[path] = list(saving.recipients)
+        if saving.then is not None:
+            saving.then(arn)
 
     # -- reads and edits -----------------------------------------------------------------
 

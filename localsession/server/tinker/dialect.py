@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from localsession import vocab
@@ -293,15 +294,18 @@ class Dialect:
                 )
             metadata = request.get("user_metadata")
             ttl = ttl_seconds(request.get("ttl_seconds"))
-            saving = Saving(path, ttl, metadata if isinstance(metadata, dict) else None)
+            then: Callable[[str], None] | None = None
+            extra: dict[str, Any] = {"path": path}
+            if sampler and request.get("sampling_session_seq_id") is not None:
+                # save_weights_and_get_sampling_client: a sampler over the saved weights,
+                # made when the save completes (samplers.py), its id known now
+                then, extra["sampling_session_id"] = self.sampling.expect(model, path)
+                extra["unnamed"] = not request.get("path")  # its answer has no path (0.16)
+            saving = Saving(path, ttl, metadata if isinstance(metadata, dict) else None, then=then)
             command = SaveCommand(not sampler, description(path), key=path)
             op = self.numbering.submit(model, number, command)
         kind = command.kind
         self.checkpoints.expect(model.session, op, saving)  # recorded when the save completes
-        extra: dict[str, Any] = {"path": path}
-        if sampler and request.get("sampling_session_seq_id") is not None:
-            extra["sampler_for"] = model.model_id
-            extra["unnamed"] = not request.get("path")  # its answer has no path (tinker 0.16)
         return self.futures.add(
             Future(kind, session=model.session, op_id=op, model_id=model.model_id, extra=extra)
         )

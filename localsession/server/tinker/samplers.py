@@ -84,6 +84,25 @@ class Samplers:
         self.index.add_sampler(session_id, sampler_id)
         return sampler_id
 
+    def expect(self, model: Any, path: str) -> tuple[Callable[[str], None], str]:
+        """A sampler over the weights a save of ``model`` (a model_table.Model) writes to
+        ``path``, for ``save_weights_and_get_sampling_client``: what to call with the
+        package's ARN once the save completes (``Saving.then``), and the sampler's id. It
+        belongs to the model's Tinker session; a save that fails makes none."""
+        sampler_id = f"sampler-{uuid.uuid4().hex}"
+        base_model = self.tokenizer_id(model.base_model)  # now: the callback stays quick
+        model_id, owner = model.model_id, model.owner
+
+        def saved(arn: str) -> None:
+            try:
+                unembed = self.service.control.package(arn).adapts_head
+            except ServiceError:
+                unembed = False  # deleted already: sampling it will say so
+            self.table.add(Sampler(sampler_id, base_model, path, arn, model_id, unembed, owner))
+            self.index.add_sampler(owner, sampler_id)
+
+        return saved, sampler_id
+
     def package_for(self, sampler: Sampler) -> str | None:
         """The package a sampler's next request reads. An inflight sampler (its model's
         ``sampler_weights/inflight`` checkpoint, which every ``kind="inflight"`` save
