@@ -71,11 +71,13 @@ class OptimCommand:
 class SaveCommand:
     """Save the adapter as a model package: a checkpoint (``checkpoint``: with the optimizer
     state, for training to resume from) or weights (for sampling; ``merge_weights`` also
-    writes a merged full model). ``description`` is the package's description."""
+    writes a merged full model). ``description`` is the package's description; ``key`` the
+    saving dialect's own name for it, found again by ``Service.find_package``."""
 
     checkpoint: bool
     description: str | None = None
     merge_weights: bool = False
+    key: str | None = None
 
     @property
     def kind(self) -> str:

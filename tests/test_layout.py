@@ -21,17 +21,23 @@
   SDK-forced ``types.py``) writes a word of a ``vocab.Word`` enum as a string literal, and
   none binds a module-level name to a vocab name (or a copy of one) unless the SDK exports
   that name (``SDK_NAMES``).
+- A typed control plane: no dialect (nor the console, a reader of both) builds or reads a
+  dict with a SageMaker key, calls ``.describe()`` or a SageMaker-shaped ``Service``
+  operation, or reaches ``.registry``; a dialect reads no runtime ``Session``/``Operation``
+  object either (``service.session(...)``): it calls ``Service.control`` instead.
 - No ``.py`` file in ``localsession/``, ``fakes/`` or ``conformance/`` is longer than
   ``MAX_LINES`` unless its module docstring has a line starting with ``LENGTH_MARKER``
   followed by the reason.
 
 Imports are read with ``ast`` (every ``import`` statement, including those inside functions
-and under ``TYPE_CHECKING``), so nothing here imports torch.
+and under ``TYPE_CHECKING``), as are the control plane's calls, keys and attributes, so
+nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -512,6 +518,7 @@ PUBLIC_RUNTIME = frozenset(
     {
         "localsession.runtime",
         "localsession.runtime.service",
+        "localsession.runtime.control",
         "localsession.runtime.errors",
         "localsession.runtime.models",
         "localsession.runtime.models.hub",
@@ -665,6 +672,156 @@ def test_dialect_rules_find_planted_violations(tmp_path: Path) -> None:
     assert private_runtime_uses(tmp_path) == [
         "localsession.server.tinker.routes imports localsession.runtime.sessions.queue",
         "localsession.server.tinker.routes:3 uses service._registry",
+    ]
+
+
+# -- the dialects' control plane --------------------------------------------------------------
+
+#: The packages that speak a wire of their own over the runtime (or read it for every
+#: dialect, as the console does): they call Service's typed control plane
+#: (runtime/control.py), never SageMaker's dict-shaped operations.
+TYPED_CALLERS = ("localsession.server.tinker", "localsession.server.console")
+#: A SageMaker wire key: two or more capitalised words run together ("TrainingSessionName",
+#: "ModelPackageSummaryList", "ErrorDetails", "RoleArn").
+_PASCAL = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}$")
+#: Reaches into the runtime's insides: the package registry (``Service.control`` reads it).
+RUNTIME_INSIDES = frozenset({"registry", "_registry"})
+#: The service's runtime objects (its ``Session`` and ``Operation`` records, tables and
+#: schedulers): a dialect reads their state through typed calls instead (``Service.control``,
+#: ``operation_outcome``). The console, which shows those records, may read them.
+RUNTIME_OBJECTS = frozenset(
+    {"session", "sessions", "operation", "table", "dataplane", "packages", "scheduler"}
+)
+
+
+def sagemaker_operations(root: Path) -> frozenset[str]:
+    """The names of Service's SageMaker-shaped operations: its methods that take a
+    ``request`` (a SageMaker request dict), read from runtime/service.py."""
+    tree = ast.parse((root / "localsession/runtime/service.py").read_text(encoding="utf-8"))
+    return frozenset(
+        node.name
+        for cls in tree.body
+        if isinstance(cls, ast.ClassDef) and cls.name == "Service"
+        for node in cls.body
+        if isinstance(node, ast.FunctionDef) and any(a.arg == "request" for a in node.args.args)
+    )
+
+
+def _pascal(node: ast.expr | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and _PASCAL.match(node.value):
+        return node.value
+    return None
+
+
+def sagemaker_reaches(
+    root: Path, packages: tuple[str, ...] = TYPED_CALLERS, dialects: tuple[str, ...] = DIALECTS
+) -> list[str]:
+    """``module:line what`` for each place a typed caller builds or reads a SageMaker dict
+    (a dict literal or ``dict(...)`` with a SageMaker key, a subscript or ``.get`` of one),
+    calls a ``.describe()`` or one of Service's SageMaker operations, or reaches the
+    runtime's ``.registry``; and where a dialect reads one of the service's
+    ``RUNTIME_OBJECTS`` (``service.session(...)``, ``service.operation(...)``, ...)."""
+    operations = sagemaker_operations(root)
+    found = []
+    for package in packages:
+        dialect = package in dialects
+        for module in package_modules(root, package):
+            path = module_file(root, module)
+            assert path is not None
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                what = None
+                if isinstance(node, ast.Dict):
+                    keys = [k for k in map(_pascal, node.keys) if k]
+                    what = f"builds a SageMaker dict ({keys[0]!r})" if keys else None
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    words = [k.arg for k in node.keywords if k.arg and _PASCAL.match(k.arg)]
+                    if node.func.id == "dict" and words:
+                        what = f"builds a SageMaker dict ({words[0]!r})"
+                elif isinstance(node, ast.Subscript) and _pascal(node.slice):
+                    what = f"reads a SageMaker key ({_pascal(node.slice)!r})"
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    attr = node.func.attr
+                    if attr == "get" and node.args and _pascal(node.args[0]):
+                        what = f"reads a SageMaker key ({_pascal(node.args[0])!r})"
+                    elif attr == "describe":
+                        what = "calls .describe() (a SageMaker description)"
+                    elif attr in operations:
+                        what = f"calls the SageMaker operation .{attr}()"
+                if isinstance(node, ast.Attribute) and node.attr in RUNTIME_INSIDES:
+                    what = f"reaches .{node.attr}"
+                elif (
+                    dialect
+                    and isinstance(node, ast.Attribute)
+                    and node.attr in RUNTIME_OBJECTS
+                    and _names_the_service(node.value)
+                ):
+                    what = f"reads the runtime's objects (service.{node.attr})"
+                if what:
+                    found.append(f"{module}:{node.lineno} {what}")
+    return sorted(set(found))
+
+
+def test_typed_callers_speak_no_sagemaker() -> None:
+    assert sagemaker_reaches(ROOT) == [], (
+        "a dialect (and the console) calls Service's typed control plane, Service.control "
+        "(runtime/control.py: stop, state, packages by key, ...): no SageMaker request or "
+        "response dict, no .describe(), no .registry"
+    )
+
+
+def test_the_control_plane_rule_finds_planted_violations(tmp_path: Path) -> None:
+    service = (
+        "class Service:\n"
+        "    def stop_training_session(self, request):\n        pass\n"
+        "    def list_model_packages(self, request, *, strict=None):\n        pass\n"
+        "    def submit_training(self, name, seq, command):\n        pass\n"
+    )
+    clean = {
+        "localsession/__init__.py": "",
+        "localsession/runtime/__init__.py": "",
+        "localsession/runtime/service.py": service,
+        "localsession/server/__init__.py": "",
+        "localsession/server/tinker/__init__.py": "",
+        "localsession/server/tinker/rest.py": (
+            "def f(service, name):\n"
+            "    service.control.stop(name)\n"
+            "    service.submit_training(name, 1, None)\n"
+            "    return {'checkpoint_id': 'x', 'Content-Type': 'a', 'ID': 1}\n"
+        ),
+        "localsession/server/console/__init__.py": "",
+        "localsession/server/console/view.py": (
+            "def g(self, name):\n    return self.service.session(name).status\n"
+        ),
+    }
+    _tree(tmp_path, clean)
+    assert sagemaker_operations(tmp_path) == {"stop_training_session", "list_model_packages"}
+    assert sagemaker_reaches(tmp_path) == []
+    planted = (
+        "def f(service, name):\n"
+        "    service.stop_training_session({'TrainingSessionName': name})\n"
+        "    page = service.list_model_packages(dict(MaxResults=100))\n"
+        "    rows = page['ModelPackageSummaryList']\n"
+        "    error = service.session(name).describe().get('ErrorDetails')\n"
+        "    return service.registry.get(rows[0]), error\n"
+        "def g(self, name, op):\n"
+        "    return self.service.operation(name, op).result\n"
+    )
+    (tmp_path / "localsession/server/tinker/rest.py").write_text(planted, encoding="utf-8")
+    (tmp_path / "localsession/server/console/view.py").write_text(
+        "def g(self):\n    return self.service._registry.path('arn')\n", encoding="utf-8"
+    )
+    assert sagemaker_reaches(tmp_path) == [
+        "localsession.server.console.view:2 reaches ._registry",
+        "localsession.server.tinker.rest:2 builds a SageMaker dict ('TrainingSessionName')",
+        "localsession.server.tinker.rest:2 calls the SageMaker operation .stop_training_session()",
+        "localsession.server.tinker.rest:3 builds a SageMaker dict ('MaxResults')",
+        "localsession.server.tinker.rest:3 calls the SageMaker operation .list_model_packages()",
+        "localsession.server.tinker.rest:4 reads a SageMaker key ('ModelPackageSummaryList')",
+        "localsession.server.tinker.rest:5 calls .describe() (a SageMaker description)",
+        "localsession.server.tinker.rest:5 reads a SageMaker key ('ErrorDetails')",
+        "localsession.server.tinker.rest:5 reads the runtime's objects (service.session)",
+        "localsession.server.tinker.rest:6 reaches .registry",
+        "localsession.server.tinker.rest:8 reads the runtime's objects (service.operation)",
     ]
 
 

@@ -14,6 +14,8 @@ to the module that owns its resource (moto-style):
 - runtime/config.py: :class:`ServiceConfig`, every setting and its ``LOCALSESSION_*`` variable;
 - runtime/paging.py: ``MaxResults``/``NextToken`` for the List* calls;
 - runtime/packages/listing.py: the model-package registry's operations;
+- runtime/control.py: the typed control plane of a dialect with its own wire (stop, state,
+  packages by key);
 - runtime/chat/chat_completions.py: OpenAI chat completions sampled by sessions.
 
 The engine factory and the default catalog's tokenizer writer come from the composition root,
@@ -37,6 +39,7 @@ from localsession.port_results import OpOutcome
 from localsession.runtime import commands, errors, validate
 from localsession.runtime.chat.chat_completions import Completions, PreparedChat
 from localsession.runtime.config import DEFAULT_ACCOUNT, ServiceConfig
+from localsession.runtime.control import ControlPlane, described
 from localsession.runtime.events import EventLog
 from localsession.runtime.faults import Faults
 from localsession.runtime.models import hub
@@ -92,6 +95,9 @@ class Service:
         self.dataplane = DataPlane(self)
         self.packages = ModelPackages(lambda: self.registry, self.catalog)
         self.completions = Completions(self)
+        #: The typed control plane (stop, state, packages by key) of a dialect with its own
+        #: wire: it never builds or reads the SageMaker dicts of the methods below.
+        self.control = ControlPlane(self.table, lambda: self.registry)
         #: Injected faults (runtime/faults.py; tests, fakes, admin route) and the ops' events.
         self.faults, self.events = Faults(), EventLog()
 
@@ -165,7 +171,7 @@ class Service:
                 name,
                 arn,
                 spec,
-                dict(command.details),
+                dict(command.details) or described(command, self.config.account),
                 strict=strict,
                 gap_timeout=self.config.gap_timeout,
                 engine_factory=self.config.engine_factory or unwired_engine,

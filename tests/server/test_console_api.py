@@ -242,7 +242,8 @@ def test_a_package_downloads_as_a_tar(tinker_server: Any) -> None:
     _, run = tinker_run(tinker_server)
     detail = json.loads(get(f"{tinker_server.url}/console/api/sessions/{run}")[2])
     (package,) = detail["packages"]
-    assert package["description"].startswith("tinker://") and package["kind"] == "checkpoint"
+    assert package["description"].startswith("Tinker checkpoint tinker://")
+    assert package["kind"] == "checkpoint"
     status, _, body = get(f"{tinker_server.url}/console/api/{package['download']}")
     assert status == 200
     with tarfile.open(fileobj=io.BytesIO(body)) as tar:

@@ -94,7 +94,7 @@ def test_a_save_whose_future_is_never_read_still_expires(
     monkeypatch.setattr(checkpoints, "utcnow", lambda: later)
     assert _entry(rest, tc.model_id, path) is None  # expired: deleted when listed
     registry = localsession_tinker.service.registry
-    assert path not in {p.description for p in registry.list("sagemaker-default")}
+    assert path not in {p.key for p in registry.list("sagemaker-default")}
 
 
 def test_reading_a_save_twice_does_not_restart_its_ttl(

@@ -190,12 +190,10 @@ def test_rest_client_lists_deletes_and_sets_ttl(sc: Any, localsession_tinker: An
     rest = tinker.RestClient()
     listed = {c.tinker_path for c in rest.list_checkpoints(tc.model_id).result().checkpoints}
     assert {kept, gone} <= listed
-    descriptions = {
-        p.description
-        for g in [localsession_tinker.service.registry]
-        for p in g.list("sagemaker-default")
-    }
-    assert {kept, gone} <= descriptions  # visible to `localsession packages list`
+    packages = localsession_tinker.service.registry.list("sagemaker-default")
+    assert {kept, gone} <= {p.key for p in packages}  # the path is the package's key
+    descriptions = {p.description for p in packages}  # `localsession packages list` shows
+    assert {f"Tinker checkpoint {kept}", f"Tinker checkpoint {gone}"} <= descriptions
     rest.delete_checkpoint_from_tinker_path(gone).result()
     listed = {c.tinker_path for c in rest.list_checkpoints(tc.model_id).result().checkpoints}
     assert gone not in listed and kept in listed

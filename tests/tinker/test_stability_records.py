@@ -4,36 +4,27 @@ name, and a failed sampling request named as such. A settable clock stands in fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from localsession import vocab
-from localsession.port_results import SampledSequence, SampleResult
+from localsession.port_results import OpOutcome, SampledSequence, SampleResult
 from localsession.runtime.errors import ServiceError
 from localsession.server.tinker.stability import RECORD_TTL_S, StabilityRecords
 
 DAY = RECORD_TTL_S
 
 
-@dataclass
 class FakeOp:
-    """What the records read of a runtime sampling op."""
+    """A runtime sampling op as the records see it: the outcome their callback is given."""
 
-    status: str = vocab.OpStatus.IN_PROGRESS
-    result: SampleResult | None = None
-    error: str | None = None
-    callbacks: list[Any] = field(default_factory=list)
-
-    def add_done_callback(self, callback: Any) -> None:
-        self.callbacks.append(callback)
+    def __init__(self, done: Callable[[OpOutcome], None]) -> None:
+        self.done = done
 
     def finish(self, result: SampleResult | None, error: str | None = None) -> None:
-        self.status = vocab.OpStatus.COMPLETED if result else vocab.OpStatus.FAILED
-        self.result, self.error = result, error
-        for callback in self.callbacks:
-            callback()
+        status = vocab.OpStatus.COMPLETED if result else vocab.OpStatus.FAILED
+        self.done(OpOutcome(status, result, error))
 
 
 def sampled(*tokens: int) -> SampledSequence:
@@ -50,8 +41,7 @@ class Clock:
 
 def recorded(clock: Clock) -> StabilityRecords:
     records = StabilityRecords(clock)
-    op = FakeOp()
-    records.record(["r-0", "r-1"], "session-a", [7, 8, 9], op)
+    op = FakeOp(records.record(["r-0", "r-1"], "session-a", [7, 8, 9]))
     op.finish(SampleResult([sampled(1, 2), sampled(3)]))
     return records
 
@@ -100,8 +90,7 @@ def test_a_refused_request_restarts_no_day() -> None:
 
 def test_a_failed_sampling_request_is_named() -> None:
     records = StabilityRecords(Clock())
-    op = FakeOp()
-    records.record(["f-0"], None, [1], op)
+    op = FakeOp(records.record(["f-0"], None, [1]))
     op.finish(None, "the prompt is longer than the context")
     with pytest.raises(ServiceError, match="failed \\(the prompt is longer than the context\\)"):
         records.take(["f-0"], "any-session")

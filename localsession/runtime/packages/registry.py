@@ -76,6 +76,9 @@ class PackageInfo:
     #: The package's location in S3 terms, ending in ``/`` ("" in packages saved before
     #: packages had URIs: :meth:`location` then gives the default one).
     s3_uri: str = ""
+    #: The name the saving dialect gave the package (Tinker: its ``tinker://`` path; ""
+    #: for none, and in packages saved before keys: runtime/control.py reads those).
+    key: str = ""
 
     def created(self) -> datetime:
         return datetime.fromisoformat(self.creation_time)
@@ -216,10 +219,11 @@ class Registry:
         write: Callable[[Path], None],
         region: str | None = None,
         s3_output_path: str | None = None,
+        key: str = "",
     ) -> PackageInfo:
         """Write a new version of ``group``: ``write(tmp_dir)`` fills it, then one rename.
         Its ARN names ``region`` (default the registry's); its S3 URI lies under
-        ``s3_output_path`` (:func:`package_s3_uri`)."""
+        ``s3_output_path`` (:func:`package_s3_uri`); ``key`` is its dialect's name for it."""
         group = group_name(group)
         staging = self._tmp / f"{os.getpid()}-{uuid.uuid4().hex}"
         self._tmp.mkdir(parents=True, exist_ok=True)
@@ -241,6 +245,7 @@ class Registry:
                     session=session,
                     merged=merged,
                     s3_uri=package_s3_uri(s3_output_path, session, group, version),
+                    key=key,
                 )
                 _write_json(staging / INDEX_FILE, asdict(info))
                 (self.root / group).mkdir(parents=True, exist_ok=True)

@@ -112,6 +112,7 @@ def _save(session: Session, engine: Engine, command: SaveCommand) -> str:
         ),
         region=session.arn.split(":")[3],  # the session's region: its packages name it too
         s3_output_path=_s3_output_path(session.details),
+        key=command.key or "",
     )
     return info.arn
 

@@ -113,13 +113,11 @@ def routes(service: Any, tinker: TinkerTables | None, secret: str | None) -> lis
         group, version = request.path_params["group"], request.path_params["version"]
 
         def build() -> bytes | None:
-            registry = service.registry
             try:
-                arn = registry.arn(group, int(version))
-                directory = registry.path(arn)
-            except (ServiceError, ValueError):
+                directory = service.control.package_dir_at(group, int(version))
+            except ValueError:
                 return None
-            if not directory.is_dir():
+            if directory is None:
                 return None
             buffer = io.BytesIO()
             with tarfile.open(fileobj=buffer, mode="w") as tar:

@@ -9,7 +9,6 @@ clock reading (a session's last activity, a Tinker heartbeat) is turned into wal
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -22,6 +21,8 @@ from localsession.runtime.service import Service
 from localsession.runtime.sessions.lifecycle import Session
 
 if TYPE_CHECKING:
+    from localsession.server.tinker.heartbeats import Heartbeats
+    from localsession.server.tinker.model_table import ModelTable
     from localsession.server.tinker.sampler_table import SamplerTable
 
 #: Decoded samples a session page shows (the newest).
@@ -33,10 +34,8 @@ SAMPLE_CHARS = 2000
 class TinkerTables(Protocol):
     """What the console reads of the Tinker dialect (server/tinker/dialect.py)."""
 
-    lock: threading.Lock
-    sessions: dict[str, float]
-    finished: set[str]
-    models: dict[str, Any]
+    heartbeats: Heartbeats
+    models: ModelTable
     samplers: SamplerTable
 
 
@@ -69,14 +68,12 @@ class Console:
         out: dict[str, dict[str, str]] = {}
         if self.tinker is None:
             return out
-        with self.tinker.lock:
-            for model in self.tinker.models.values():
-                owner = model.model_id.partition(":")[0]
-                out[model.session] = {
-                    "dialect": "tinker",
-                    "label": f"training run {model.model_id}",
-                    "tinker_session": owner,
-                }
+        for model in self.tinker.models.all():
+            out[model.session] = {
+                "dialect": "tinker",
+                "label": f"training run {model.model_id}",
+                "tinker_session": model.owner,
+            }
         for key, name in self.tinker.samplers.hidden().items():
             out[name] = {"dialect": "tinker", "label": f"sampler on {key}"}
         return out
@@ -127,19 +124,18 @@ class Console:
         """The Tinker client sessions: last heartbeat, training runs, samplers."""
         if self.tinker is None:
             return []
-        with self.tinker.lock:
-            ids: list[tuple[str, float | None, bool]] = [
-                (sid, seen, True) for sid, seen in self.tinker.sessions.items()
-            ]
-            ids += [(sid, None, False) for sid in self.tinker.finished]
-            models = list(self.tinker.models.values())
+        ids: list[tuple[str, float | None, bool]] = [
+            (sid, seen, True) for sid, seen in self.tinker.heartbeats.live().items()
+        ]
+        ids += [(sid, None, False) for sid in self.tinker.heartbeats.finished()]
+        models = self.tinker.models.all()
         samplers = self.tinker.samplers.all()
         out = []
         for sid, seen, live in ids:
             runs = [
                 {"model_id": m.model_id, "session": m.session, "base_model": m.base_model}
                 for m in models
-                if m.model_id.startswith(sid + ":")
+                if m.owner == sid
             ]
             mine = [
                 {"sampler_id": s.sampler_id, "base_model": s.base_model, "path": s.model_path}
@@ -162,12 +158,7 @@ class Console:
         sampler sessions of the base models its samplers read."""
         if self.tinker is None:
             return []
-        with self.tinker.lock:
-            names = [
-                m.session
-                for m in self.tinker.models.values()
-                if m.model_id.startswith(tinker_session + ":")
-            ]
+        names = [m.session for m in self.tinker.models.of_session(tinker_session)]
         hidden = self.tinker.samplers.hidden()
         for sampler in self.tinker.samplers.all():
             if sampler.session_id == tinker_session and sampler.key in hidden:
@@ -177,8 +168,7 @@ class Console:
     def known_tinker_session(self, tinker_session: str) -> bool:
         if self.tinker is None:
             return False
-        with self.tinker.lock:
-            return tinker_session in self.tinker.sessions or tinker_session in self.tinker.finished
+        return self.tinker.heartbeats.known(tinker_session)
 
     # -- one session -------------------------------------------------------------------------
 
@@ -233,26 +223,18 @@ class Console:
 
     def packages(self, name: str) -> list[dict[str, Any]]:
         """The model packages (and Tinker checkpoints) this session saved, newest first."""
-        registry = self.service.registry
-        found = [
-            info
-            for group in registry.groups()
-            for info in registry.list(group)
-            if info.session == name
-        ]
-        found.sort(key=lambda info: info.creation_time, reverse=True)
         return [
             {
                 "arn": info.arn,
                 "group": info.group,
                 "version": info.version,
                 "kind": info.kind,
-                "created": info.creation_time,
+                "created": iso(info.created),
                 "description": info.description,
-                "s3_uri": info.location(),
+                "s3_uri": info.location,
                 "download": f"packages/{info.group}/{info.version}/archive.tar",
             }
-            for info in found
+            for info in self.service.control.packages_of(name)
         ]
 
 

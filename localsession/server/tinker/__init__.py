@@ -2,7 +2,11 @@
 served by ``localsession serve`` on the same port and over the same runtime as the SageMaker
 front end (docs/tinker.md).
 
-- dialect.py: Tinker's models, futures, samplers and checkpoints mapped onto the runtime;
+- dialect.py: Tinker's models, futures, samplers and checkpoints mapped onto the runtime,
+  composing the owners of its state (heartbeats.py, model_table.py, future_table.py,
+  sampler_table.py, checkpoints.py, stability.py, session_index.py), each with its data and
+  lock, and the logic over them (numbering.py, samplers.py). It calls the runtime only
+  through ``Service``'s typed calls and ``Service.control`` (runtime/control.py);
 - codec.py: the protobuf (+zstd) bodies, read with the installed ``tinker`` package's own
   message classes (imported on first use, so the dialect is optional);
 - routes.py / rest.py / session_index.py: the HTTP handlers of ``/api/v1``;

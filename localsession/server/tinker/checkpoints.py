@@ -1,32 +1,43 @@
 """The checkpoint index: ``tinker://`` paths resolved to model packages, with their TTLs,
 user metadata and (for an external export) age recipients. One owner with its own lock.
 
-A checkpoint is a package whose description is its ``tinker://`` path, so it is listed by
-``localsession packages list`` and survives a restart: a path the in-memory index does not
-know is looked up among the packages of the session group. What a save asks for (its TTL,
-its metadata, an export's recipients) is noted at submit, keyed to the op, and recorded
-once, when the op completes (:meth:`CheckpointIndex.expect`): never when its result is read,
-so an unread save still expires and a result read twice does not restart its TTL.
+A checkpoint is a package keyed by its ``tinker://`` path (``SaveCommand.key``, kept in the
+package's record; its description names the path too, for ``localsession packages list``),
+so it survives a restart: a path the in-memory index does not know is found by
+``Service.control.find_package`` (which also finds checkpoints saved before packages had
+keys, with the path as their description). What a save asks for (its TTL, its metadata,
+an export's recipients, a sampler to make over it) is noted at submit, keyed to the op, and
+recorded once, when the op completes (:meth:`CheckpointIndex.expect`): never when its result
+is read, so an unread save still expires and a result read twice does not restart its TTL
+(nor make a second sampler).
 """
 
 from __future__ import annotations
 
-import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from localsession import vocab
-from localsession.port_results import SaveResult
+from localsession.port_results import OpOutcome, SaveResult
 from localsession.runtime import errors
+from localsession.runtime.control import PackageRecord
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
 
-#: The most rows one ``ListModelPackages`` page holds (runtime/paging.py).
-PAGE_SIZE = 100
-#: The output head's module name in the catalog's (Llama-family) models.
-HEAD = "lm_head"
+#: The start of every checkpoint path, and so of every key this dialect gives a package.
+SCHEME = "tinker://"
+#: The most characters of a package description (the runtime refuses longer ones).
+DESCRIPTION_MAX = 1024
+
+
+def description(path: str) -> str | None:
+    """A checkpoint package's description: what ``localsession packages list`` shows of it
+    (None, the runtime's default, for a path too long to fit)."""
+    text = f"Tinker checkpoint {path}"
+    return text if len(text) <= DESCRIPTION_MAX else None
 
 
 def utcnow() -> datetime:
@@ -51,6 +62,8 @@ class Saving:
     ttl_seconds: int | None = None
     metadata: dict[str, Any] | None = None
     recipients: list[str] | None = None  # an external export's (None: not an export)
+    #: called once with the package ARN when the save completes (a sampler over it is made)
+    then: Callable[[str], None] | None = None
 
 
 class CheckpointIndex:
@@ -70,19 +83,19 @@ class CheckpointIndex:
     def expect(self, session: str, op_id: str, saving: Saving) -> None:
         """Record ``saving`` when the save op ``op_id`` of ``session`` completes (from the
         thread that finishes it; at once if it has); a failed save records nothing."""
-        op = self.service.operation(session, op_id)
         with self._lock:
             self._saving[(session, op_id)] = saving
 
-        def done() -> None:
-            status, result = op.status, op.result
-            if status == vocab.OpStatus.COMPLETED and isinstance(result, SaveResult):
-                self.completed(session, op_id, result.package_arn)
+        def done(outcome: OpOutcome) -> None:
+            if outcome.status == vocab.OpStatus.COMPLETED and isinstance(
+                outcome.result, SaveResult
+            ):
+                self.completed(session, op_id, outcome.result.package_arn)
             else:
                 with self._lock:
                     self._saving.pop((session, op_id), None)
 
-        op.add_done_callback(done)
+        self.service.control.when_done(session, op_id, done)
 
     def completed(self, session: str, op_id: str, arn: str) -> None:
         """Record a completed save's path (once: a second call, such as a reader that came
@@ -99,6 +112,8 @@ class CheckpointIndex:
                 self._metadata[path] = dict(saving.metadata)
             if saving.recipients is not None:
                 self._recipients[path] = list(saving.recipients)
+        if saving.then is not None:
+            saving.then(arn)
 
     # -- reads and edits -----------------------------------------------------------------
 
@@ -136,40 +151,23 @@ class CheckpointIndex:
 
     # -- lookups -------------------------------------------------------------------------
 
-    def packages(self) -> list[dict[str, Any]]:
-        """Every package this dialect saved (description = its tinker path), newest first."""
-        found: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            request: dict[str, Any] = {
-                "ModelPackageGroupName": vocab.DEFAULT_GROUP,
-                "MaxResults": PAGE_SIZE,
-            }
-            if token:
-                request["NextToken"] = token
-            try:
-                page = self.service.list_model_packages(request)
-            except ServiceError:
-                return found
-            for item in page.get("ModelPackageSummaryList", []):
-                if str(item.get("ModelPackageDescription") or "").startswith("tinker://"):
-                    found.append(item)
-            token = page.get("NextToken")
-            if not token:
-                return found
+    def packages(self) -> list[PackageRecord]:
+        """Every package this dialect saved (keyed by its tinker path), newest first."""
+        try:
+            return self.service.control.keyed_packages(SCHEME)
+        except ServiceError:
+            return []
 
     def package_of(self, path: str, *, required: bool = True) -> str:
-        if not path.startswith("tinker://"):
+        if not path.startswith(SCHEME):
             if required:
                 raise errors.validation(f"path {path!r} must be a tinker:// checkpoint path")
             return ""
         with self._lock:
             arn = self._paths.get(path)
         if arn is None:
-            for item in self.packages():
-                if item["ModelPackageDescription"] == path:
-                    arn = str(item["ModelPackageArn"])
-                    break
+            found = self.service.control.find_package(path, SCHEME)
+            arn = found.arn if found is not None else None
         if arn is None:
             if required:
                 raise errors.not_found(
@@ -182,12 +180,7 @@ class CheckpointIndex:
             self._paths[path] = arn
         return arn
 
-    def adapts_head(self, arn: str) -> bool:
-        """Whether the package's adapter covers the output head (``train_unembed``): its
-        ``adapter_config.json`` lists ``lm_head`` among its targets."""
-        try:
-            config_file = self.service.registry.path(arn) / "adapter_config.json"
-            targets = json.loads(config_file.read_text(encoding="utf-8")).get("target_modules")
-        except (OSError, ValueError, ServiceError):
-            return False  # no adapter config (the fakes' packages): nothing on the head
-        return isinstance(targets, list) and HEAD in targets
+    def info(self, path: str) -> PackageRecord:
+        """The package a checkpoint path names (its base model, rank, whether it adapts the
+        output head); a 404 naming the path if there is none."""
+        return self.service.control.package(self.package_of(path))

@@ -97,7 +97,7 @@ class Completions:
         service.on_operation_done(name, op, done)
 
     def join(self, sampler_id: str) -> int:
-        self.dialect.sampler(sampler_id)  # 404 for an unknown sampling session
+        self.dialect.sampling.sampler(sampler_id)  # 404 for an unknown sampling session
         with self.lock:
             counter = self.clones.get(sampler_id, 0) + 1
             self.clones[sampler_id] = counter
@@ -117,14 +117,13 @@ class Completions:
         if target.get("type", "sampling_session") != "sampling_session":
             raise errors.validation(f"retrieve_futures target type {target.get('type')!r}")
         sampler_id = str(target.get("sampling_session_id") or "")
-        self.dialect.sampler(sampler_id)
+        self.dialect.sampling.sampler(sampler_id)
         key = (sampler_id, int(target.get("cloned_sampler_id") or 0))
         prev = int(body.get("prev_cursor") or 0)
         done = {str(i) for i in body.get("retrieved_request_ids") or []}
         if done:
-            with self.dialect.lock:  # their results were read: drop the payloads
-                for request_id in done:
-                    self.dialect.futures.forget(request_id)
+            for request_id in done:  # their results were read: drop the payloads
+                self.dialect.futures.forget(request_id)
         timeout = body.get("timeout")
         hold = HOLD_SECONDS if timeout is None else min(max(float(timeout), 0.0), HOLD_SECONDS)
         events = self._take(key, prev)

@@ -7,24 +7,21 @@ Tinker request that runs on a model becomes the typed runtime command of the sam
 the SDK polls names that operation. A request refused here, before it reaches the runtime,
 still tells the runtime its number was used (``Service.refuse_sequence``), so the requests
 numbered after it run at once instead of waiting out the gap timeout. A *checkpoint* is a
-model package whose description is its ``tinker://`` path, so ``localsession packages list``
-shows it and a restarted server still resolves it. A *sampling session* names the weights it
+model package keyed by its ``tinker://`` path (checkpoints.py), so ``localsession packages
+list`` shows it and a restarted server still resolves it. A *sampling session* names the weights it
 reads (a package, or the base model) and runs on the model's own session when it is alive,
 else on one hidden sampler session per base model.
 
 Nothing here imports torch or tinker: the HTTP layer (routes.py) parses and encodes, this
-module only holds the mapping and calls :class:`Service`'s public operations, never a
-SageMaker-shaped request.
+module only holds the mapping and calls :class:`Service`'s typed calls (its typed runtime
+calls and ``Service.control``), never a SageMaker-shaped request or response.
 """
 
 from __future__ import annotations
 
 import random
-import threading
-import time
 import uuid
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Callable
 from typing import Any
 
 from localsession import vocab
@@ -43,31 +40,16 @@ from localsession.runtime.models.catalog import public_id
 from localsession.runtime.service import Service
 from localsession.server.tinker import dro, sequence_plans, session_index, topk_targets
 from localsession.server.tinker import tinker_commands as parse
-from localsession.server.tinker.checkpoints import CheckpointIndex, Saving, ttl_seconds
+from localsession.server.tinker.checkpoints import CheckpointIndex, Saving, description, ttl_seconds
 from localsession.server.tinker.expiry import Reaper
 from localsession.server.tinker.future_table import Future, FutureTable
+from localsession.server.tinker.heartbeats import Heartbeats
+from localsession.server.tinker.model_table import Model, ModelTable
 from localsession.server.tinker.numbering import Numbering
 from localsession.server.tinker.sampler_table import SamplerTable
 from localsession.server.tinker.samplers import Samplers
 from localsession.server.tinker.served import check_served
 from localsession.server.tinker.stability import StabilityRecords
-
-
-@dataclass
-class Model:
-    model_id: str
-    session: str
-    base_model: str
-    rank: int
-    lora: dict[str, Any]
-    user_metadata: dict[str, Any] | None
-    #: runtime sequence number = Tinker seq_id + offset (a create-via-load's load takes 1)
-    offset: int = 0
-    last_request: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _seed(seed: Any) -> int:
@@ -80,21 +62,32 @@ def _seed(seed: Any) -> int:
     return seed
 
 
-class Dialect(Samplers, Numbering):
-    """The Tinker dialect's state over one :class:`Service` (thread-safe)."""
+class Dialect:
+    """The Tinker dialect over one :class:`Service`: its state in owners, each with its data
+    and lock (heartbeats, models, futures, samplers, checkpoints, stability records, the
+    session index), and the logic composed over them (numbering, sampler placement)."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        self.lock = threading.Lock()
-        self.sessions: dict[str, float] = {}
-        self.finished: set[str] = set()
-        self.models: dict[str, Model] = {}
+        self.heartbeats = Heartbeats()  # live and finished Tinker sessions (heartbeats.py)
+        self.models = ModelTable()  # model id -> its runtime session (model_table.py)
         self.futures = FutureTable()  # the request ids the SDK polls
         self.samplers = SamplerTable()  # samplers, hidden sampler sessions (sampler_table.py)
         self.reaper = Reaper(self)
         self.checkpoints = CheckpointIndex(service)  # paths, TTLs, metadata, recipients
         self.stability = StabilityRecords()  # record_stability_info samples (stable_reinforce)
         self.index = session_index.SessionIndex()  # every session seen (list_sessions)
+        self.numbering = Numbering(service, self.models)  # seq_id -> runtime numbers
+        self.sampling = Samplers(  # which weights a sampler reads, which session runs it
+            service,
+            self.samplers,
+            self.models,
+            self.checkpoints,
+            self.index,
+            self._new_session,
+            self.tokenizer_id,
+            self.reaper.ensure,
+        )
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -102,8 +95,7 @@ class Dialect(Samplers, Numbering):
         """A new session; ``request``'s ``user_metadata`` and ``display_name`` are kept for
         ``get_session`` (session_index.py)."""
         session_id = str(uuid.uuid4())
-        with self.lock:
-            self.sessions[session_id] = time.monotonic()
+        self.heartbeats.beat(session_id)
         self.index.add(session_id, **session_index.described(request or {}))
         self.reaper.ensure()
         return session_id
@@ -111,10 +103,8 @@ class Dialect(Samplers, Numbering):
     def heartbeat(self, session_id: str) -> bool:
         """Note a heartbeat; False if the session has finished or expired (410). A session
         this server does not know (it restarted) is adopted."""
-        with self.lock:
-            if session_id in self.finished:
-                return False
-            self.sessions[session_id] = time.monotonic()
+        if not self.heartbeats.beat(session_id):
+            return False
         self.index.add(session_id)  # adopted: listed from now on
         self.reaper.ensure()
         return True
@@ -127,17 +117,13 @@ class Dialect(Samplers, Numbering):
     def end_session(self, session_id: str) -> None:
         """End a session (closed, or expired by expiry.py): later heartbeats get 410, its
         samplers are forgotten and its models' runtime sessions stop."""
-        with self.lock:
-            self.sessions.pop(session_id, None)
-            self.finished.add(session_id)
-            names = [
-                m.session for m in self.models.values() if m.model_id.startswith(session_id + ":")
-            ]
+        self.heartbeats.finish(session_id)
+        names = [m.session for m in self.models.of_session(session_id)]
         self.samplers.drop_session(session_id)
         self.stability.drop_session(session_id)
         for name in names:
             try:
-                self.service.stop_training_session({"TrainingSessionName": name})
+                self.service.control.stop(name)
             except ServiceError:
                 pass  # already stopping or gone
 
@@ -150,11 +136,6 @@ class Dialect(Samplers, Numbering):
         self, base_model: str, rank: int, seed: int | None, unembed: bool = False
     ) -> str:
         name = f"tinker-{uuid.uuid4().hex[:16]}"
-        details: dict[str, Any] = {  # what DescribeTrainingSession shows of it
-            "RoleArn": f"arn:aws:iam::{self.service.config.account}:role/tinker",
-            "LoraConfig": {"Rank": rank, "Alpha": vocab.TINKER_LORA_ALPHA},
-            "ModelConfig": {"BaseModelArn": base_model},
-        }
         command = SessionCommand(
             name=name,
             base_model=base_model,
@@ -163,7 +144,6 @@ class Dialect(Samplers, Numbering):
             seed=_seed(seed),
             train_unembed=unembed,
             strict=False,
-            details=details,
         )
         self.service.create_session(command)
         return name
@@ -195,13 +175,11 @@ class Dialect(Samplers, Numbering):
         name = self._new_session(base_model, rank, lora.get("seed"), unembed)
         model_id = f"{session_id}:train:{seq}"
         model = Model(model_id, name, base_model, rank, lora, request.get("user_metadata"))
-        with self.lock:
-            self.models[model_id] = model
+        self.models.add(model)
         return self.futures.add(Future("create_model", session=name, model_id=model_id))
 
     def model(self, model_id: Any) -> Model:
-        with self.lock:
-            found = self.models.get(str(model_id))
+        found = self.models.get(str(model_id))
         if found is None:
             raise errors.not_found(
                 f"model {model_id!r} is unknown to this server; create it with "
@@ -209,15 +187,13 @@ class Dialect(Samplers, Numbering):
                 "checkpoint with create_training_client_from_state)",
                 runtime=True,
             )
-        found.last_request = _now()
-        self.touch(found.model_id.partition(":")[0])
+        self.models.touch(found)
+        self.touch(found.owner)
         return found
 
     def touch(self, session_id: str | None) -> None:
         """A request of a session counts as its heartbeat."""
-        with self.lock:
-            if session_id in self.sessions:
-                self.sessions[str(session_id)] = time.monotonic()
+        self.heartbeats.touch(session_id)
 
     def canonical(self, base_model: str) -> str:
         return self.service.catalog.canonical_name(base_model)
@@ -258,7 +234,7 @@ class Dialect(Samplers, Numbering):
     ) -> str:
         """Queue a Tinker forward / forward_backward; ``shapes``: each datum's input shapes."""
         model = self.model(model_id)
-        with self.numbered(model, seq_id) as number:
+        with self.numbering.numbered(model, seq_id) as number:
             if loss_fn in sequence_plans.TWO_OP_LOSSES:  # a forward, a cross-entropy backward
                 parsed = sequence_plans.parse(
                     self.stability, model_id, loss_fn, config, datums, shapes
@@ -276,7 +252,7 @@ class Dialect(Samplers, Numbering):
             weighted = [parse.weighted(d) for d in expanded]
             config_ = parse.loss_config(config)
             command = ForwardCommand(weighted, loss_fn, config_, not forward_only)
-            op = self.submit(model, number, command)
+            op = self.numbering.submit(model, number, command)
         kind = command.kind
         extra = {"groups": groups} if topk_targets.wide(groups) else {}
         return self.futures.add(
@@ -285,13 +261,13 @@ class Dialect(Samplers, Numbering):
 
     def optim_step(self, request: dict[str, Any]) -> str:
         model = self.model(request.get("model_id"))
-        with self.numbered(model, request.get("seq_id")) as number:
+        with self.numbering.numbered(model, request.get("seq_id")) as number:
             params = request.get("adam_params") or request.get("optim_params")
             if not isinstance(params, dict) or params.get("type", "adamw") not in ("adamw", "adam"):
                 raise errors.validation(
                     "optim_step takes adam_params; other optimizers are not run"
                 )
-            op = self.submit(model, number, OptimCommand(parse.adam_params(params)))
+            op = self.numbering.submit(model, number, OptimCommand(parse.adam_params(params)))
         return self.futures.add(
             Future(
                 vocab.OpKind.OPTIMIZER_STEP,
@@ -309,7 +285,7 @@ class Dialect(Samplers, Numbering):
 
     def save(self, request: dict[str, Any], *, sampler: bool) -> str:
         model = self.model(request.get("model_id"))
-        with self.numbered(model, request.get("seq_id")) as number:
+        with self.numbering.numbered(model, request.get("seq_id")) as number:
             segment = "sampler_weights" if sampler else "weights"
             path = self.checkpoint_path(model, segment, request.get("path"))
             if not request.get("overwrite") and self.checkpoints.package_of(path, required=False):
@@ -318,15 +294,18 @@ class Dialect(Samplers, Numbering):
                 )
             metadata = request.get("user_metadata")
             ttl = ttl_seconds(request.get("ttl_seconds"))
-            saving = Saving(path, ttl, metadata if isinstance(metadata, dict) else None)
-            command = SaveCommand(checkpoint=not sampler, description=path)
-            op = self.submit(model, number, command)
+            then: Callable[[str], None] | None = None
+            extra: dict[str, Any] = {"path": path}
+            if sampler and request.get("sampling_session_seq_id") is not None:
+                # save_weights_and_get_sampling_client: a sampler over the saved weights,
+                # made when the save completes (samplers.py), its id known now
+                then, extra["sampling_session_id"] = self.sampling.expect(model, path)
+                extra["unnamed"] = not request.get("path")  # its answer has no path (0.16)
+            saving = Saving(path, ttl, metadata if isinstance(metadata, dict) else None, then=then)
+            command = SaveCommand(not sampler, description(path), key=path)
+            op = self.numbering.submit(model, number, command)
         kind = command.kind
         self.checkpoints.expect(model.session, op, saving)  # recorded when the save completes
-        extra: dict[str, Any] = {"path": path}
-        if sampler and request.get("sampling_session_seq_id") is not None:
-            extra["sampler_for"] = model.model_id
-            extra["unnamed"] = not request.get("path")  # its answer has no path (tinker 0.16)
         return self.futures.add(
             Future(kind, session=model.session, op_id=op, model_id=model.model_id, extra=extra)
         )
@@ -336,14 +315,13 @@ class Dialect(Samplers, Numbering):
         with_optimizer = bool(request.get("optimizer"))
         if request.get("session_id") is None:  # a load into a model: its number is used
             model = self.model(request.get("model_id"))
-            with self.numbered(model, request.get("seq_id")) as number:
+            with self.numbering.numbered(model, request.get("seq_id")) as number:
                 command = LoadCommand(self.checkpoints.package_of(path), with_optimizer)
-                op = self.submit(model, number, command)
+                op = self.numbering.submit(model, number, command)
         else:  # create-via-load: a new model, whose first op is the load
-            arn = self.checkpoints.package_of(path)
-            info = self.service.registry.get(arn)
-            base, rank = str(request.get("base_model") or info.base_model), info.lora_rank
-            unembed = self.checkpoints.adapts_head(arn)
+            info = self.checkpoints.info(path)
+            arn, rank, unembed = info.arn, info.rank, info.adapts_head
+            base = str(request.get("base_model") or info.base_model)
             name = self._new_session(base, rank, 0, unembed)  # the load sets the adapter
             # the load is the model's first op: it needs the engine up (a few seconds)
             self.service.wait_for_session(name, vocab.TINKER_START_WAIT_S)
@@ -357,9 +335,9 @@ class Dialect(Samplers, Numbering):
                 request.get("user_metadata"),
                 offset=1,
             )
-            with self.lock:
-                self.models[model_id] = model
-            op = self.submit(model, self.number(model, 0), LoadCommand(arn, with_optimizer))
+            self.models.add(model)
+            first = self.numbering.number(model, 0)
+            op = self.numbering.submit(model, first, LoadCommand(arn, with_optimizer))
         return self.futures.add(
             Future(
                 vocab.OpKind.LOAD_STATE,

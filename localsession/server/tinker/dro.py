@@ -145,13 +145,12 @@ def submit(
     (``forward_only``) or, once that ran, the backward on ``number + 1`` (``pending.op_id``
     is None until then)."""
     inputs, forward = parsed or parse(config, datums, shapes)
-    first = dialect.submit(model, number, _command(forward, False))
+    first = dialect.numbering.submit(model, number, _command(forward, False))
     pending.session, pending.extra = model.session, {INPUTS: inputs}
     if forward_only:
         pending.kind, pending.op_id = vocab.OpKind.FORWARD, first
         return pending
-    with dialect.lock:
-        model.offset += 1  # the backward takes the next number; later ops shift by one
+    dialect.models.shift(model)  # the backward takes the next number; later ops shift by one
     pending.kind = vocab.OpKind.FORWARD_BACKWARD
     pending.extra["ready"] = threading.Event()
     threading.Thread(
@@ -191,7 +190,7 @@ def _backward(
                     datum, loss_fn_inputs={"target_tokens": given["target_tokens"], "weights": w}
                 )
             )
-        future.op_id = dialect.submit(model, number, _command(datums, True))
+        future.op_id = dialect.numbering.submit(model, number, _command(datums, True))
     except (ServiceError, EngineInputError, KeyError, TypeError, ValueError) as exc:
         future.error = f"the {inputs.name} backward could not be queued: {exc}"
         if future.op_id is None:  # its number is used up, so later ops do not wait on it

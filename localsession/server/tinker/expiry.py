@@ -22,6 +22,7 @@ from typing import Protocol
 
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
+from localsession.server.tinker.heartbeats import Heartbeats
 from localsession.server.tinker.sampler_table import SamplerTable
 
 
@@ -29,8 +30,7 @@ class Dialect(Protocol):
     """What expiry reads of the dialect (dialect.py, which imports this module)."""
 
     service: Service
-    lock: threading.Lock
-    sessions: dict[str, float]
+    heartbeats: Heartbeats
     samplers: SamplerTable
 
     def end_session(self, session_id: str) -> None: ...
@@ -52,12 +52,9 @@ def sweep(dialect: Dialect, now: float) -> bool:
     timeout = dialect.service.config.heartbeat_timeout
     if timeout <= 0:
         return False
-    with dialect.lock:
-        due = [sid for sid, seen in dialect.sessions.items() if now - seen > timeout]
-    for session_id in due:
+    for session_id in dialect.heartbeats.due(now, timeout):
         dialect.end_session(session_id)
-    with dialect.lock:
-        live = set(dialect.sessions)
+    live = set(dialect.heartbeats.live())
     idle, hidden_left = dialect.samplers.reclaim(live, now, timeout)
     for name in idle:
         stop(dialect, name)
@@ -67,7 +64,7 @@ def sweep(dialect: Dialect, now: float) -> bool:
 def stop(dialect: Dialect, name: str) -> None:
     """Stop one runtime session; one already stopping or gone is left as it is."""
     try:
-        dialect.service.stop_training_session({"TrainingSessionName": name})
+        dialect.service.control.stop(name)
     except ServiceError:
         pass
 

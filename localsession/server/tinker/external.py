@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from localsession import vocab
 from localsession.port_commands import SaveCommand
 from localsession.runtime import errors
-from localsession.server.tinker.checkpoints import Saving, ttl_seconds
+from localsession.server.tinker.checkpoints import Saving, description, ttl_seconds
 
 if TYPE_CHECKING:
     from localsession.server.tinker.dialect import Dialect
@@ -69,13 +69,13 @@ def save(dialect: Dialect, request: dict[str, Any]) -> str:
 
     recipients = check_recipients(request.get("age_encryption_recipients"))
     model = dialect.model(request.get("model_id"))
-    with dialect.numbered(model, request.get("seq_id")) as number:
+    with dialect.numbering.numbered(model, request.get("seq_id")) as number:
         path = dialect.checkpoint_path(model, SEGMENT, request.get("path"))
         if dialect.checkpoints.package_of(path, required=False):
             raise errors.conflict(f"checkpoint {path} exists; export under a new name")
         ttl = ttl_seconds(request.get("ttl_seconds"))
-        command = SaveCommand(checkpoint=False, description=path)
-        op = dialect.submit(model, number, command)
+        command = SaveCommand(checkpoint=False, description=description(path), key=path)
+        op = dialect.numbering.submit(model, number, command)
     # recorded when the export completes (checkpoints.py)
     dialect.checkpoints.expect(model.session, op, Saving(path, ttl, recipients=recipients))
     extra = {"path": path, "external": True}
@@ -104,7 +104,7 @@ def files(dialect: Dialect, path: str) -> tuple[Path, list[str], list[str]]:
             "save one with TrainingClient.save_weights_external"
         )
     arn = dialect.checkpoints.package_of(path)
-    root = dialect.service.registry.path(arn)
+    root = dialect.service.control.package_dir(arn)
     recipients = dialect.checkpoints.recipients(path)
     return root, package_files(root), recipients
 

@@ -1,4 +1,5 @@
-"""Sequence numbers of a Tinker model's requests (a mixin of the Dialect).
+"""Sequence numbers of a Tinker model's requests: the Dialect's :class:`Numbering`, over its
+model table (model_table.py).
 
 The SDK numbers every request of a model (``seq_id``); the runtime's number is that plus
 the model's offset (a create-via-load's first op, a ``dro`` request's second op). A request
@@ -8,7 +9,6 @@ refused before or by its submit still tells the runtime its number was used
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, Protocol
@@ -18,6 +18,7 @@ from localsession.port_commands import TrainingCommand
 from localsession.runtime import errors
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.service import Service
+from localsession.server.tinker.model_table import ModelTable
 
 
 class NumberedModel(Protocol):
@@ -28,11 +29,11 @@ class NumberedModel(Protocol):
 
 
 class Numbering:
-    """Number, submit and refuse a model's requests; the Dialect sets the attributes."""
+    """Number, submit and refuse a model's requests."""
 
-    service: Service
-    lock: threading.Lock
-    models: dict[str, Any]
+    def __init__(self, service: Service, models: ModelTable) -> None:
+        self.service = service
+        self.models = models
 
     def number(self, model: NumberedModel, seq_id: Any) -> int:
         """The runtime sequence number of the SDK's ``seq_id`` on ``model``."""
@@ -56,8 +57,7 @@ class Numbering:
     def refuse(self, model_id: Any, seq_id: Any) -> None:
         """A route refused a model's request before the dialect saw it: free its number
         (nothing to do for an unknown model or a missing number)."""
-        with self.lock:
-            model = self.models.get(str(model_id))
+        model = self.models.get(str(model_id))
         if model is not None and seq_id is not None:
             with suppress(ServiceError):  # a bad seq_id: nothing was numbered
                 self._refuse(model.session, self.number(model, seq_id))

@@ -73,8 +73,8 @@ class OpenAIRoutes:
                 f"model {path!r} is not a sampler checkpoint: name the tinker:// path of one "
                 "saved for sampling (save_weights_for_sampler), .../sampler_weights/<name>"
             )
-        arn = self.dialect.checkpoints.package_of(path)  # 404 naming the path if unknown
-        trained_on = self.service.registry.get(arn).base_model
+        info = self.dialect.checkpoints.info(path)  # 404 naming the path if unknown
+        arn, trained_on = info.arn, info.base_model
         if base and self.dialect.canonical(base) != self.dialect.canonical(trained_on):
             raise errors.validation(
                 f"model {model!r}: {path} was trained on {trained_on}, not {base}; name its "
@@ -86,9 +86,9 @@ class OpenAIRoutes:
             model_path=path,
             package=arn,
             model_id=path[len("tinker://") :].split("/")[0],
-            unembed=self.dialect.checkpoints.adapts_head(arn),
+            unembed=info.adapts_head,
         )
-        return self.dialect.session_for(sampler), arn
+        return self.dialect.sampling.session_for(sampler), arn
 
     def _on_base(self, base: str) -> str:
         try:
@@ -102,7 +102,7 @@ class OpenAIRoutes:
             package=None,
             model_id=None,
         )
-        return self.dialect.session_for(sampler)
+        return self.dialect.sampling.session_for(sampler)
 
     # -- the routes ----------------------------------------------------------------------
 

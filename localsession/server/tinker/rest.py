@@ -1,6 +1,6 @@
 """The RestClient's routes: training runs, checkpoints, delete and TTL, over the registry.
 
-A checkpoint is a model package whose description is its ``tinker://`` path (dialect.py); a
+A checkpoint is a model package keyed by its ``tinker://`` path (checkpoints.py); a
 training run is every model this server created plus every run id a checkpoint names (so a
 restarted server still lists them). A TTL is kept in memory; an expired checkpoint is
 deleted (its files moved to the registry's ``retained/``) the next time checkpoints are
@@ -35,25 +35,24 @@ def expire(dialect: Dialect) -> None:
     for path in dialect.checkpoints.due():
         arn = dialect.checkpoints.package_of(path, required=False)
         if arn:
-            dialect.service.delete_model_package({"ModelPackageName": arn})
+            dialect.service.control.delete_package(arn)
         dialect.checkpoints.forget(path)
 
 
 def checkpoints(dialect: Dialect, run: str | None = None) -> list[dict[str, Any]]:
     expire(dialect)
     out = []
-    for item in dialect.checkpoints.packages():
-        path = str(item["ModelPackageDescription"])
+    for package in dialect.checkpoints.packages():
+        path = package.key
         run_id, _, checkpoint_id = path[len("tinker://") :].partition("/")
         if run is not None and run_id != run:
             continue
-        created = item["CreationTime"]
-        expires, metadata = dialect.checkpoints.listed(path, str(item["ModelPackageArn"]))
+        expires, metadata = dialect.checkpoints.listed(path, package.arn)
         out.append(
             {
                 "checkpoint_id": checkpoint_id,
                 "checkpoint_type": _kind(checkpoint_id),
-                "time": created.isoformat() if hasattr(created, "isoformat") else str(created),
+                "time": package.created.isoformat(),
                 "tinker_path": path,
                 "public": False,
                 "expires_at": expires.isoformat() if expires else None,
@@ -70,8 +69,7 @@ def _kind(checkpoint_id: str) -> str:
 
 
 def training_run(dialect: Dialect, run: str, ckpts: list[dict[str, Any]]) -> dict[str, Any]:
-    with dialect.lock:
-        model = dialect.models.get(run)
+    model = dialect.models.get(run)
     mine = [c for c in ckpts if c["tinker_path"].startswith(f"tinker://{run}/")]
     if model is None and not mine:
         raise errors.not_found(f"training run {run!r} does not exist on this server", runtime=True)
@@ -79,8 +77,8 @@ def training_run(dialect: Dialect, run: str, ckpts: list[dict[str, Any]]) -> dic
         base, rank = dialect.canonical(model.base_model), model.rank
         last = model.last_request.isoformat()
     else:
-        info = dialect.service.registry.get(dialect.checkpoints.package_of(mine[0]["tinker_path"]))
-        base, rank, last = info.base_model, info.lora_rank, mine[0]["time"]
+        info = dialect.checkpoints.info(mine[0]["tinker_path"])
+        base, rank, last = info.base_model, info.rank, mine[0]["time"]
     train = [c for c in mine if c["checkpoint_type"] == "training"]
     sampler = [c for c in mine if c["checkpoint_type"] == "sampler"]
     return {
@@ -107,8 +105,7 @@ def table(dialect: Dialect) -> list[tuple[str, Handler, str]]:
     async def list_runs(request: Request) -> Response:
         def build() -> list[dict[str, Any]]:
             ckpts = checkpoints(dialect)
-            with dialect.lock:
-                runs = list(dialect.models)
+            runs = dialect.models.ids()
             for c in ckpts:
                 run = c["tinker_path"][len("tinker://") :].split("/")[0]
                 if run not in runs:
@@ -138,8 +135,7 @@ def table(dialect: Dialect) -> list[tuple[str, Handler, str]]:
         path = _path(request)
 
         def run() -> None:
-            arn = dialect.checkpoints.package_of(path)
-            dialect.service.delete_model_package({"ModelPackageName": arn})
+            dialect.service.control.delete_package(dialect.checkpoints.package_of(path))
             dialect.checkpoints.forget(path)
 
         await run_in_threadpool(run)
@@ -155,16 +151,13 @@ def table(dialect: Dialect) -> list[tuple[str, Handler, str]]:
 
     async def weights_info(request: Request) -> Response:
         body = wire.parse_body(await request.body() or b"{}")
-        arn = await run_in_threadpool(
-            dialect.checkpoints.package_of, str(body.get("tinker_path") or "")
-        )
-        info = dialect.service.registry.get(arn)
+        info = await run_in_threadpool(dialect.checkpoints.info, str(body.get("tinker_path") or ""))
         return JSONResponse(
             {
                 "base_model": info.base_model,
                 "is_lora": True,
-                "lora_rank": info.lora_rank,
-                "train_unembed": await run_in_threadpool(dialect.checkpoints.adapts_head, arn),
+                "lora_rank": info.rank,
+                "train_unembed": info.adapts_head,
                 "train_mlp": True,
                 "train_attn": True,
             }

@@ -84,8 +84,8 @@ def completed(dialect: Dialect, future: Future, result: OpResult, proto: bool = 
         if future.extra.get("external"):
             return JSONResponse({"path": path, "type": "save_weights_external"})
         out: dict[str, Any] = {"path": path, "type": "save_weights_for_sampler"}
-        if future.extra.get("sampler_for"):
-            out["sampling_session_id"] = dialect.create_sampler(path, None)
+        if future.extra.get("sampling_session_id"):  # made when the save completed
+            out["sampling_session_id"] = future.extra["sampling_session_id"]
             if future.extra.get("unnamed"):  # save_weights_and_get_sampling_client: the SDK
                 out["path"] = None  # reads the sampler only (0.16 asserts there is no path)
         return JSONResponse(out)

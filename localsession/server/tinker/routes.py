@@ -158,7 +158,7 @@ class TinkerRoutes:
                 codec.decode_forward_backward, raw, content_type, encoding
             )
         except codec.BodyRefused as exc:  # its header was read: free its sequence number
-            await run_in_threadpool(self.dialect.refuse, exc.model_id, exc.seq_id)
+            await run_in_threadpool(self.dialect.numbering.refuse, exc.model_id, exc.seq_id)
             raise
         model_id, seq_id, loss_fn, config, forward_only, datums, shapes = decoded
         if request.url.path.endswith("/forward"):
@@ -185,7 +185,8 @@ class TinkerRoutes:
         if sampler and body.get("kind") == "inflight":  # one shared target (samplers.py)
             body = {**body, "path": INFLIGHT, "overwrite": True, "ttl_seconds": None}
         elif body.get("kind", "snapshot") != "snapshot":
-            self.dialect.refuse(body.get("model_id"), body.get("seq_id"))  # its number is used
+            # its number is used
+            self.dialect.numbering.refuse(body.get("model_id"), body.get("seq_id"))
             raise errors.validation(
                 f"kind={body.get('kind')!r}: a sampling client is 'snapshot' or 'inflight'"
             )
@@ -200,7 +201,7 @@ class TinkerRoutes:
     async def create_sampler(self, request: Request) -> Response:
         body = await body_json(request)
         sampler_id = await run_in_threadpool(
-            self.dialect.create_sampler,
+            self.dialect.sampling.create_sampler,
             body.get("model_path"),
             body.get("base_model"),
             body.get("session_id"),
@@ -208,7 +209,7 @@ class TinkerRoutes:
         return JSONResponse({"type": "create_sampling_session", "sampling_session_id": sampler_id})
 
     async def get_sampler(self, request: Request) -> Response:
-        sampler = self.dialect.sampler(request.path_params["sampler"])
+        sampler = self.dialect.sampling.sampler(request.path_params["sampler"])
         return JSONResponse(
             {
                 "sampler_id": sampler.sampler_id,
@@ -222,12 +223,12 @@ class TinkerRoutes:
         prompt_length = sum(len(c.get("tokens") or []) for c in body["prompt"]["chunks"])
         options = sample_options.options(body, prompt_length)
         if body.get("sampling_session_id"):
-            sampler = self.dialect.sampler(body["sampling_session_id"])
+            sampler = self.dialect.sampling.sampler(body["sampling_session_id"])
         else:
             sampler_id = await run_in_threadpool(
-                self.dialect.create_sampler, body.get("model_path"), body.get("base_model")
+                self.dialect.sampling.create_sampler, body.get("model_path"), body.get("base_model")
             )
-            sampler = self.dialect.sampler(sampler_id)
+            sampler = self.dialect.sampling.sampler(sampler_id)
         params = body.get("sampling_params") or {}
         stop = params.get("stop")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
@@ -248,8 +249,9 @@ class TinkerRoutes:
         )
         if options:  # the Tinker-only fields (sample_options.py)
             request_ = dataclasses.replace(request_, **options)
-        command = SampleCommand(request_, params.get("seed"), self.dialect.package_for(sampler))
-        name = await run_in_threadpool(self.dialect.session_for, sampler)
+        package = self.dialect.sampling.package_for(sampler)
+        command = SampleCommand(request_, params.get("seed"), package)
+        name = await run_in_threadpool(self.dialect.sampling.session_for, sampler)
         op_id = await run_in_threadpool(self.service.submit_sample, name, command)
         future = Future(
             vocab.OpKind.SAMPLE,
@@ -268,9 +270,9 @@ class TinkerRoutes:
             )
         ids = [f"{request_id}-{i}" for i in range(request_.num_samples)]
         if body.get("record_stability_info"):  # every sample recorded (stability.py)
-            op = await run_in_threadpool(self.service.operation, name, future.op_id or "")
             owner = sampler.session_id or (sampler.model_id or "").split(":", 1)[0] or None
-            self.dialect.stability.record(ids, owner, prompt, op)
+            done = self.dialect.stability.record(ids, owner, prompt)
+            await run_in_threadpool(self.service.control.when_done, name, future.op_id or "", done)
         return JSONResponse({"request_id": request_id, "sample_sequence_ids": ids})
 
     # -- futures -------------------------------------------------------------------------
@@ -315,7 +317,7 @@ class TinkerRoutes:
             return JSONResponse({"type": "create_model", "model_id": future.model_id})
         if status in (vocab.SessionStatus.CREATED, vocab.SessionStatus.SCHEDULED):
             return _try_again(request_id)
-        detail = self.service.session(future.session).describe().get("ErrorDetails")
+        detail = self.service.control.state(future.session).error
         return JSONResponse(
             {"error": f"the model failed to load: {detail or status}", "category": "server"}
         )
@@ -373,7 +375,7 @@ def routes(dialect: Dialect) -> list[Route]:
         ("/asample", r.asample, "POST"),
         ("/retrieve_future", r.retrieve_future, "POST"),
         *rest.table(dialect),
-        *session_index.table(dialect.index, lambda: list(dialect.models.copy())),
+        *session_index.table(dialect.index, dialect.models.ids),
         *completions.table(r.completions, body_json),
     ]
     out = [Route(api + path, guarded(handler), methods=[method]) for path, handler, method in table]

@@ -18,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from localsession import vocab
+from localsession.port_results import OpOutcome, SampleResult
 from localsession.runtime import errors
 
 #: How long a recorded sequence may be trained on after sampling or its last use (Tinker: a day).
@@ -68,9 +68,12 @@ class StabilityRecords:
         self._expired: dict[str, float] = {}  # id -> when its tombstone goes
         self._swept = 0.0
 
-    def record(self, ids: list[str], session_id: str | None, prompt: list[int], op: Any) -> None:
-        """Record the sequences ``op`` (a runtime sampling op, ``add_done_callback``) will
-        return under ``ids``, one per requested sample, for ``session_id``."""
+    def record(
+        self, ids: list[str], session_id: str | None, prompt: list[int]
+    ) -> Callable[[OpOutcome], None]:
+        """Record the sequences a sampling request will return under ``ids``, one per
+        requested sample, for ``session_id``; call what this returns with the request's
+        outcome once its op ends (``Service.control.when_done``)."""
         request = _Request(session_id, list(prompt))
         now = self.clock()
         with self._lock:
@@ -78,18 +81,18 @@ class StabilityRecords:
             for index, sequence_id in enumerate(ids):
                 self._records[sequence_id] = _Record(request, index, now + RECORD_TTL_S)
 
-        def finished() -> None:
-            result = op.result
-            if op.status == vocab.OpStatus.COMPLETED and result is not None:
+        def finished(outcome: OpOutcome) -> None:
+            result = outcome.result
+            if outcome.status == vocab.OpStatus.COMPLETED and isinstance(result, SampleResult):
                 request.sequences = [
                     RecordedSequence(request.prompt, list(s.tokens), [float(v) for v in s.logprobs])
                     for s in result.sequences
                 ]
             else:
-                request.error = op.error or f"it ended {op.status}"
+                request.error = outcome.error or f"it ended {outcome.status}"
             request.ready.set()
 
-        op.add_done_callback(finished)
+        return finished
 
     def take(self, ids: Iterable[str], session_id: str | None) -> dict[str, RecordedSequence]:
         """The recorded sequences a training request names, each one's day restarted; a
