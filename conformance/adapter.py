@@ -39,6 +39,9 @@ class Limits:
     #: Seconds without a heartbeat after which a Tinker server expires a session (None:
     #: undeclared; the expiry test skips).
     heartbeat_timeout_s: float | None = None
+    #: Seconds of inactivity after which a SageMaker session becomes ``Expired`` (None:
+    #: undeclared; the idle-expiry test skips).
+    idle_timeout_s: float | None = None
     #: Seconds any one ``result()`` may take before the test fails: a hang detector, sized
     #: for a loaded machine (a 512-token sample took over 120 s on 2 busy cores), not a
     #: speed check.

@@ -1,9 +1,9 @@
 """Command-line options that declare the server's limits, for a backend that cannot know them
 (``--backend=http=URL``, ``remote``, an ``import:`` factory, a Tinker ``--base-url``):
-``--max-sessions``, ``--gap-timeout``, ``--heartbeat-timeout``, ``--op-timeout`` and
-``--min-max-tokens``. Each overrides the backend's own :class:`~conformance.adapter.Limits`
-field; a test that needs a limit nobody declared skips, naming the option that declares it
-(:func:`undeclared`)."""
+``--max-sessions``, ``--gap-timeout``, ``--heartbeat-timeout``, ``--idle-timeout``,
+``--op-timeout`` and ``--min-max-tokens``. Each overrides the backend's own
+:class:`~conformance.adapter.Limits` field; a test that needs a limit nobody declared skips,
+naming the option that declares it (:func:`undeclared`)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ OPTIONS: dict[str, tuple[str, type, str]] = {
         "tinker backend: seconds without a heartbeat after which the server expires a session "
         "(serve --heartbeat-timeout; unset: the expiry test skips). Without --base-url the "
         "loopback server is started with it: keep it above the SDK's 10 s heartbeat period",
+    ),
+    "--idle-timeout": (
+        "idle_timeout_s",
+        float,
+        "sagemaker backends: seconds of inactivity after which the server expires a session "
+        "(LOCALSESSION_IDLE_TIMEOUT; unset: the idle-expiry test skips). The fakes backend is "
+        "built with it: keep it above the longest pause between one session's ops",
     ),
     "--op-timeout": (
         "op_timeout_s",

@@ -1,9 +1,10 @@
 """What the Tinker self-checks (selfcheck_tinker.py, selfcheck_tinker_spec.py) plant with.
 
-Two tools both planting modules share, kept here so that neither imports the other:
+Tools both planting modules share, kept here so that neither imports the other:
 :func:`bodies`, which lets a defect edit the JSON body of one endpoint before the dialect
-reads it, and :data:`ORIGINAL`, the dialect's unbroken functions, taken once before anything is
-planted so that a patched function can still call the real one.
+reads it; :func:`editing`, a ``forward_backward`` that runs edited datums; and
+:data:`ORIGINAL`, the dialect's unbroken functions, taken once before anything is planted so
+that a patched function can still call the real one.
 """
 
 from __future__ import annotations
@@ -44,3 +45,16 @@ def bodies(endpoint: str, edit: Callable[[dict[str, Any]], None]) -> Any:
         return body
 
     return mock.patch.object(routes, "body_json", read)
+
+
+Shapes = list[dict[str, list[int]]]
+
+
+def editing(edit: Callable[[list[Any], Shapes], tuple[list[Any], Shapes]]) -> Any:
+    """A ``Dialect.forward_backward`` that runs what ``edit(datums, shapes)`` returns."""
+
+    def patched(self: Any, *head: Any) -> Any:
+        *fixed, datums, shapes = head  # model id, seq id, loss, config, forward-only
+        return ORIGINAL["forward_backward"](self, *fixed, *edit(datums, shapes))
+
+    return patched

@@ -113,6 +113,7 @@ def _options(config: pytest.Config) -> dict[str, Any]:
         "lora_alpha": config.getoption("--lora-alpha"),
         "numeric_stack": config.getoption("--numeric-stack"),
         "heartbeat_timeout": config.getoption("--heartbeat-timeout"),
+        "idle_timeout": config.getoption("--idle-timeout"),
         "region": config.getoption("--remote-region"),
         "role": config.getoption("--remote-role"),
         "group": config.getoption("--remote-group"),

@@ -23,7 +23,16 @@ Each is the fakes backend with one planted defect, selected with
 - ``sm_clip_ignored``: ``optim_step`` never clips the gradient;
 - ``sm_load_keeps_moments``: ``load_state`` (weights only) keeps the old Adam moments;
 - ``sm_rank_ignored``: every session's adapter has rank 16, whatever was requested;
-- ``sm_temperature_ignored``: every non-zero temperature samples at temperature 1.
+- ``sm_temperature_ignored``: every non-zero temperature samples at temperature 1;
+- ``sm_rank_unbounded``: a LoRA rank above the documented 256 is accepted (docs/wire.md#10);
+- ``sm_description_unbounded``: a save's description over 1024 characters is accepted;
+- ``sm_never_expires``: a session idle past the idle timeout stays Running;
+- ``sm_activity_ignored``: ops do not count as activity: a session expires its idle timeout
+  after its creation, however busy;
+- ``sm_expired_runs_ops``: an Expired session still accepts runtime ops.
+
+The three expiry defects run on a service that expires sessions idle for
+:data:`IDLE_TIMEOUT_S` seconds and declares it (``Limits.idle_timeout_s``).
 
 The ``sm_`` defects are read back from the saved packages' artifacts (suite/test_optimizer.py,
 suite/test_temperature.py); ``selfcheck_tinker.py`` plants their Tinker twins.
@@ -36,15 +45,21 @@ that breaks a local decision. :data:`EXPECTED` names the tests each defect must 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from conformance.adapter import Backend
-from conformance.backends.fakes import fakes_backend
+from conformance.backends.fakes import expire_idle_after, fakes_backend
 from localsession.port import AdamHyperparams, EngineSpec, TrainingDatum
 from localsession.port_results import OptimResult
 
+IDLE = "test_sessions.py::test_a_session_idle_past_the_timeout_expires"
+#: The idle timeout of the expiry defects' service, in seconds: their test then runs about
+#: 1.5 x this + 5 s.
+IDLE_TIMEOUT_S = 2.0
+EXPIRY = frozenset({"sm_never_expires", "sm_activity_ignored", "sm_expired_runs_ops"})
 EXPECTED: dict[str, set[str]] = {
     "mean_loss": {
         "test_losses.py::test_cross_entropy_closed_form",
@@ -82,6 +97,13 @@ EXPECTED: dict[str, set[str]] = {
     "sm_temperature_ignored": {
         "test_temperature.py::test_a_temperature_reshapes_the_distribution_as_the_softmax_says"
     },
+    "sm_rank_unbounded": {"test_validation.py::test_lora_rank_out_of_range_is_refused[300]"},
+    "sm_description_unbounded": {
+        "test_validation.py::test_a_description_over_1024_characters_is_refused"
+    },
+    "sm_never_expires": {IDLE},
+    "sm_activity_ignored": {IDLE},
+    "sm_expired_runs_ops": {IDLE},
 }
 #: Defects the default suite's meta-test leaves to the full run (make selfcheck) and the
 #: slow tier, to keep the default suite short.
@@ -192,7 +214,10 @@ def _broken_service(defect: str) -> Any:
                 return self.model.table().detach().clone()
             return super()._weights(weights)
 
-    return FakeService(strict=False, max_sessions=4, numerics=True, engine_factory=BrokenEngine)
+    service = FakeService(strict=False, max_sessions=4, numerics=True, engine_factory=BrokenEngine)
+    if defect in EXPIRY:
+        expire_idle_after(service, IDLE_TIMEOUT_S)
+    return service
 
 
 def _broken_request(defect: str, request: Any) -> Any:
@@ -230,10 +255,57 @@ def _answer_500() -> None:
     mock.patch.object(client_backend, "call", call).start()  # this process exists to break
 
 
-def _make(defect: str) -> Backend:
+def _plant_for_the_process(defect: str) -> None:
+    """The defects that break the service's own checks or session table, for the whole
+    process (it exists to be broken)."""
+    from unittest import mock
+
+    from localsession import vocab
+    from localsession.runtime import validate
+    from localsession.runtime.sessions.lifecycle import Session
+    from localsession.runtime.sessions.table import SessionTable
+    from localsession.vocab import SessionStatus
+
     if defect == "refusal_500":
         _answer_500()
+    elif defect == "sm_rank_unbounded":
+        mock.patch.object(vocab, "LORA_RANK_MAX", 4096).start()
+    elif defect == "sm_description_unbounded":
+        original = validate.optional_str
+        mock.patch.object(
+            validate, "optional_str", lambda value, field, _: original(value, field, 10**9)
+        ).start()
+    elif defect == "sm_never_expires":
+        mock.patch.object(SessionTable, "expire_idle", lambda self: None).start()
+    elif defect == "sm_activity_ignored":
+        mock.patch.object(SessionTable, "expire_idle", _expire_from_creation).start()
+    elif defect == "sm_expired_runs_ops":
+        checked = Session.require_accepting
+
+        def accepting(self: Session) -> None:  # an Expired session passes the check
+            if self.status != SessionStatus.EXPIRED:
+                checked(self)
+
+        mock.patch.object(Session, "require_accepting", accepting).start()
+
+
+_FIRST_SEEN: dict[str, float] = {}
+
+
+def _expire_from_creation(self: Any) -> None:
+    """Expire every session the idle timeout after the table first saw it, ops or not."""
+    now = time.monotonic()
+    for session in self.all():
+        born = _FIRST_SEEN.setdefault(session.name, now)
+        if session.running_op is None and now - born > self.config.idle_timeout:
+            session.expire()
+
+
+def _make(defect: str) -> Backend:
+    _plant_for_the_process(defect)
     backend = fakes_backend(f"broken-{defect}", _broken_service(defect), xfail="none")
+    if defect in EXPIRY:
+        backend.limits = replace(backend.limits, idle_timeout_s=IDLE_TIMEOUT_S)
     backend.capabilities = DECLARES.get(defect, frozenset())  # the plugin adds SPEC
     backend.details["defect"] = defect
     return backend

@@ -40,7 +40,7 @@ from typing import Any
 from unittest import mock
 
 from conformance.adapter import Backend
-from conformance.plant_tools import ORIGINAL, bodies, remember_originals
+from conformance.plant_tools import ORIGINAL, Shapes, bodies, editing, remember_originals
 from conformance.selfcheck_tinker_spec import EXPECTED as SPEC_EXPECTED
 
 SHIFT = 0.1
@@ -84,7 +84,7 @@ EXPECTED: dict[str, set[str]] = {
 }
 EXPECTED.update(SPEC_EXPECTED)  # selfcheck_tinker_spec.py: optimizer, checkpoint, sampling
 #: Defects whose test needs a server that declares a short heartbeat timeout.
-SHORT_EXPIRY = {"never_expires"}
+SHORT_EXPIRY = {"never_expires", "heartbeat_ignored"}
 #: That timeout, in seconds: the expiry test then waits 1.5 x this + 5 s.
 SHORT_EXPIRY_S = 2.0
 
@@ -101,19 +101,6 @@ def _empty_stop_as_none(params: dict[str, Any]) -> None:
 
 def _random_lora_seed(body: dict[str, Any]) -> None:
     body.setdefault("lora_config", {})["seed"] = random.randrange(2**31)
-
-
-Shapes = list[dict[str, list[int]]]
-
-
-def _editing(edit: Callable[[list[Any], Shapes], tuple[list[Any], Shapes]]) -> Any:
-    """A ``Dialect.forward_backward`` that runs what ``edit(datums, shapes)`` returns."""
-
-    def patched(self: Any, *head: Any) -> Any:
-        *fixed, datums, shapes = head  # model id, seq id, loss, config, forward-only
-        return ORIGINAL["forward_backward"](self, *fixed, *edit(datums, shapes))
-
-    return patched
 
 
 def _flattened_targets(datums: list[Any], shapes: Shapes) -> tuple[list[Any], Shapes]:
@@ -185,7 +172,7 @@ def planted(defect: str) -> Iterator[None]:
     remember_originals()
     patches = {
         "loss_sign": lambda: mock.patch.object(
-            Dialect, "forward_backward", _editing(_negated_weights)
+            Dialect, "forward_backward", editing(_negated_weights)
         ),
         "seed_ignored": lambda: _sampling_params(lambda p: p.update(seed=random.randrange(2**31))),
         "optim_noop": lambda: mock.patch.object(Dialect, "optim_step", _frozen_step),
@@ -193,7 +180,7 @@ def planted(defect: str) -> Iterator[None]:
         "stop_ignored": lambda: _sampling_params(lambda p: p.pop("stop", None)),
         "optimizer_dropped": lambda: mock.patch.object(Dialect, "load", _weights_only),
         "targets_flattened": lambda: mock.patch.object(
-            Dialect, "forward_backward", _editing(_flattened_targets)
+            Dialect, "forward_backward", editing(_flattened_targets)
         ),
         "empty_stop_ignored": lambda: _sampling_params(_empty_stop_as_none),
         "lora_unseeded": lambda: bodies("/create_model", _random_lora_seed),
@@ -310,7 +297,8 @@ def __getattr__(name: str) -> Callable[[dict[str, Any]], Backend]:
     """``--backend=import:conformance.selfcheck_tinker:<defect>`` for the defects of
     selfcheck_tinker_spec.py, which have no factory function of their own here."""
     if name in SPEC_EXPECTED:
-        return lambda options: _make(name, options)
+        make = _make_expiring if name in SHORT_EXPIRY else _make
+        return lambda options: make(name, options)
     raise AttributeError(name)
 
 
@@ -342,15 +330,20 @@ def short_expiry_backend(options: dict[str, Any]) -> Backend:
     return backend
 
 
-def never_expires(options: dict[str, Any]) -> Backend:
-    held = planted("never_expires")
+def _make_expiring(defect: str, options: dict[str, Any]) -> Backend:
+    """A defect of :data:`SHORT_EXPIRY`, planted against :func:`short_expiry_backend`."""
+    held = planted(defect)
     held.__enter__()
     _HELD.append(held)
     os.environ.pop("TINKER_BASE_URL", None)
     backend = short_expiry_backend(options)
-    backend.name = "tinker-broken-never_expires"
-    backend.details["defect"] = "never_expires"
+    backend.name = f"tinker-broken-{defect}"
+    backend.details["defect"] = defect
     return backend
+
+
+def never_expires(options: dict[str, Any]) -> Backend:
+    return _make_expiring("never_expires", options)
 
 
 #: What a pydantic server that predates ``optimizer_config`` answers tinker 0.38's

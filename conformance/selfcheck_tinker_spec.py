@@ -21,17 +21,24 @@ these too, through :data:`PATCHES`):
 - ``refusal_keeps_number``: a refused request's sequence number is never released, so the
   next request waits out the gap timeout;
 - ``step_deferred``: an ``optim_step`` is applied only after the next forward (or
-  forward_backward) has run, which so runs ahead of it.
+  forward_backward) has run, which so runs ahead of it;
+- ``rank_clamped``: a LoRA rank below 1 is read as 1 instead of being refused;
+- ``vocab_wrapped``: target ids past the vocabulary wrap around modulo its size instead of
+  being refused;
+- ``heartbeat_ignored``: a heartbeat is answered but not recorded, so a session expires its
+  heartbeat timeout after its last request however often it beats (planted against the
+  short-expiry server of selfcheck_tinker.py, which lists it in ``SHORT_EXPIRY``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
-from conformance.plant_tools import ORIGINAL, bodies
+from conformance.plant_tools import ORIGINAL, Shapes, bodies, editing
 
 OPT = "test_tinker_optimizer.py::"
 TEMP = "test_tinker_temperature.py::"
@@ -202,4 +209,53 @@ EXPECTED["step_deferred"] = {
     "test_tinker_ordering.py::test_each_queued_request_sees_exactly_the_requests_before_it"
 }
 PATCHES["step_deferred"] = _deferred_step
-SLOW = frozenset(EXPECTED) - FAST - {"step_deferred"}
+
+
+def _clamped_rank(body: dict[str, Any]) -> None:
+    lora = body.setdefault("lora_config", {})
+    if int(lora.get("rank", 1)) < 1:
+        lora["rank"] = 1
+
+
+def _wrapped_targets(datums: list[Any], shapes: Shapes) -> tuple[list[Any], Shapes]:
+    """``target_tokens`` taken modulo the model's vocabulary (every id then embeds)."""
+    from conformance.backends.tinker import LOCAL_MODEL
+    from localsession.engine.builtin_files import vocab_size
+
+    size = vocab_size(LOCAL_MODEL)
+    wrapped = []
+    for datum in datums:
+        inputs = dict(datum.loss_fn_inputs)
+        if "target_tokens" in inputs:
+            inputs["target_tokens"] = [int(t) % size for t in inputs["target_tokens"]]
+        wrapped.append(replace(datum, loss_fn_inputs=inputs))
+    return wrapped, shapes
+
+
+def _unrecorded_heartbeat() -> Any:
+    """``Dialect.heartbeat`` answers as before but no longer refreshes the session."""
+    from localsession.server.tinker.dialect import Dialect
+
+    def heartbeat(self: Any, session_id: str) -> bool:
+        with self.lock:
+            return session_id not in self.finished
+
+    return mock.patch.object(Dialect, "heartbeat", heartbeat)
+
+
+def _vocab_wrapped() -> Any:
+    from localsession.server.tinker.dialect import Dialect
+
+    return mock.patch.object(Dialect, "forward_backward", editing(_wrapped_targets))
+
+
+ERRORS = "test_tinker_errors.py::"
+EXPECTED["rank_clamped"] = {ERRORS + "test_a_nonpositive_rank_is_refused[0]"}
+PATCHES["rank_clamped"] = lambda: bodies("/create_model", _clamped_rank)
+EXPECTED["vocab_wrapped"] = {ERRORS + "test_a_target_beyond_the_vocabulary_is_refused"}
+PATCHES["vocab_wrapped"] = _vocab_wrapped
+EXPECTED["heartbeat_ignored"] = {
+    "test_tinker_sessions.py::test_a_session_whose_heartbeats_stop_expires"
+}
+PATCHES["heartbeat_ignored"] = _unrecorded_heartbeat
+SLOW = frozenset(EXPECTED) - FAST - {"step_deferred", "rank_clamped", "vocab_wrapped"}

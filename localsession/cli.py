@@ -37,7 +37,8 @@ Any other option is passed to pytest, for example:
   --remote-region R, --remote-role ARN, --remote-base-model NAME, --remote-group ARN,
   --remote-s3 URI              settings of --backend=remote (or CONFORMANCE_* variables)
   --max-sessions N, --gap-timeout S, --op-timeout S, --min-max-tokens N,
-  --heartbeat-timeout S        the server's limits, for a backend that cannot know them
+  --heartbeat-timeout S, --idle-timeout S
+                               the server's limits, for a backend that cannot know them
                                (http=URL, a Tinker --base-url); a test needing an
                                undeclared one skips
 A backend that cannot be started (for example remote without AWS credentials) fails the run.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 from typing import Any
 
@@ -42,9 +43,23 @@ def fakes_backend(name: str, service: Any, *, xfail: str | None = None) -> Backe
     )
 
 
+def expire_idle_after(service: Any, seconds: float) -> None:
+    """Make a ``fakes.FakeService`` expire a session idle for ``seconds``, as
+    ``LOCALSESSION_IDLE_TIMEOUT`` does a server's (docs/semantics.md#4, *Inactivity*)."""
+    runtime = service.runtime
+    runtime.config = dataclasses.replace(runtime.config, idle_timeout=seconds)
+    runtime.table.config = runtime.config  # the table expires sessions (sessions/table.py)
+
+
 def make_fakes(options: dict[str, Any]) -> Backend:
+    """The fakes; with ``--idle-timeout`` (``options["idle_timeout"]``) their service expires
+    idle sessions after it."""
     from fakes import FakeService
 
-    return fakes_backend(
-        "fakes", FakeService(strict=False, max_sessions=MAX_SESSIONS, numerics=True)
-    )
+    service = FakeService(strict=False, max_sessions=MAX_SESSIONS, numerics=True)
+    backend = fakes_backend("fakes", service)
+    idle = options.get("idle_timeout")
+    if idle:
+        expire_idle_after(service, float(idle))
+        backend.limits = dataclasses.replace(backend.limits, idle_timeout_s=float(idle))
+    return backend

@@ -87,6 +87,26 @@ def test_lora_rank_out_of_range_is_refused(
         assert _code(info.value) == "ValidationException"
 
 
+#: The longest description a save accepts (docs/wire.md#10).
+DESCRIPTION_MAX = 1024
+
+
+def test_a_description_over_1024_characters_is_refused(
+    backend: Backend, training_client: Any
+) -> None:
+    """SaveWeights' description holds up to 1024 characters (docs/wire.md#10): one of 1024 is
+    saved, one of 1025 refused as a ValidationException with a 4xx status (at the call or at
+    ``result()``)."""
+    saved = training_client.save_weights_for_sampler(description="d" * DESCRIPTION_MAX)
+    assert result(saved, backend).model_package_arn
+    with pytest.raises(ClientError) as info:
+        result(
+            training_client.save_weights_for_sampler(description="d" * (DESCRIPTION_MAX + 1)),
+            backend,
+        )
+    assert _code(info.value) == "ValidationException"
+
+
 def test_max_tokens_below_512_fails_at_result(
     backend: Backend, ts: Any, strict_training_client: Any
 ) -> None:

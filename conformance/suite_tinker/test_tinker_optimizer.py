@@ -2,49 +2,71 @@
 given learning rate, betas, eps, weight decay and gradient clip; ``load_state`` with and
 without the optimizer; the LoRA rank. Each test downloads the adapter
 (``save_weights_external`` + ``get_external_weights_urls``, see ``_weights.py``) and needs no
-capability: optimizer.py's ``AdamParams`` documents every field it checks.
+capability: optimizer.py's ``AdamParams`` documents every field it checks. The scenarios
+are the SageMaker suite's too (conformance/optimizer_scenarios.py); :class:`TinkerDriver`
+runs them here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pytest
 
+from conformance import optimizer_scenarios as scenario
 from conformance.adapter import Backend
 from conformance.suite_tinker._kit import datum, forward, wait
-from conformance.suite_tinker._weights import (
-    adam_factors,
-    adapter,
-    check_update,
-    decayed,
-    flat,
-    ulp,
-)
+from conformance.suite_tinker._weights import Weights, adapter
 
-#: Non-default betas (the SDK's are 0.9 / 0.95): swapping them changes F_2 by half.
-BETAS = (0.5, 0.8)
-EPS = 1e-12
+#: The clip scenario's eps: large, so that Adam's first update gives the gradient back.
+CLIP_EPS = 1.0
 
 
-def _params(backend: Backend, **kw: Any) -> Any:
-    kw.setdefault("learning_rate", backend.limits.learning_rate)
-    kw.setdefault("beta1", BETAS[0])
-    kw.setdefault("beta2", BETAS[1])
-    kw.setdefault("eps", EPS)
-    return backend.ts.types.AdamParams(**kw)
+@dataclass
+class TinkerDriver:
+    """The scenarios over the tinker SDK (scenario.Driver)."""
+
+    backend: Backend
+    tinker_client: Any
+    new_trainer: Callable[..., Any]
+    tokens: list[int]
+    seed: int = 70
+
+    def trainer(self, seed: int, rank: int | None = None) -> Any:
+        return (
+            self.new_trainer(seed=seed) if rank is None else self.new_trainer(rank=rank, seed=seed)
+        )
+
+    def adam(self, **kw: Any) -> Any:
+        return self.backend.ts.types.AdamParams(**kw)
+
+    def step(self, tc: Any, params: Any, grad: bool = True) -> None:
+        weights = None if grad else [0.0] * (len(self.tokens) - 1)
+        fb = tc.forward_backward(
+            [datum(self.backend, self.tokens, weights=weights)], "cross_entropy"
+        )
+        opt = tc.optim_step(params)
+        wait(fb, self.backend)
+        wait(opt, self.backend)
+
+    def forward(self, tc: Any) -> None:
+        forward(self.backend, tc, [datum(self.backend, self.tokens)])
+
+    def adapter(self, tc: Any, name: str) -> Weights:
+        return adapter(self.backend, self.tinker_client, tc, name)
+
+    def save_state(self, tc: Any, name: str) -> str:
+        return str(wait(tc.save_state(name), self.backend).path)
+
+    def load_state(self, tc: Any, saved: str, *, optimizer: bool) -> None:
+        load = tc.load_state_with_optimizer if optimizer else tc.load_state
+        wait(load(saved), self.backend)
 
 
-def _step(backend: Backend, tc: Any, tokens: list[int], params: Any, grad: bool = True) -> None:
-    """forward_backward (``grad=False``: every weight 0, so the gradient is exactly 0), then
-    optim_step, both submitted before either is waited for."""
-    weights = None if grad else [0.0] * (len(tokens) - 1)
-    fb = tc.forward_backward([datum(backend, tokens, weights=weights)], "cross_entropy")
-    opt = tc.optim_step(params)
-    wait(fb, backend)
-    wait(opt, backend)
+def _driver(backend: Backend, tinker_client: Any, new_trainer: Any, tokens: list[int]) -> Any:
+    return TinkerDriver(backend, tinker_client, new_trainer, tokens)
 
 
 def test_weight_decay_is_decoupled_and_scaled_by_the_learning_rate(
@@ -54,18 +76,7 @@ def test_weight_decay_is_decoupled_and_scaled_by_the_learning_rate(
     gradient is zero (fresh moments stay zero) leaves exactly ``w * (1 - lr * wd)``; a
     ``forward`` before it adds nothing (training_client.py ``forward``: "Compute forward
     pass without gradients")."""
-    tc = new_trainer(seed=70)
-    lr, wd = backend.limits.learning_rate, 0.5
-    before = adapter(backend, tinker_client, tc, "opt-decay-0")
-    forward(backend, tc, [datum(backend, tokens)])  # "without gradients"
-    _step(backend, tc, tokens, _params(backend, weight_decay=wd), grad=False)
-    after = flat(adapter(backend, tinker_client, tc, "opt-decay-1"))
-    want = decayed(before, lr, wd)
-    worst = float(np.abs(after - want).max())
-    assert np.all(np.abs(after - want) <= ulp(want) + 1e-7 * lr), (
-        f"AdamParams.weight_decay (decoupled): after a zero-gradient step with lr={lr:g}, "
-        f"wd={wd:g} the adapter is off w * (1 - lr * wd) by up to {worst:.3g}"
-    )
+    scenario.weight_decay(_driver(backend, tinker_client, new_trainer, tokens))
 
 
 def test_adamw_steps_follow_the_closed_form(
@@ -76,22 +87,7 @@ def test_adamw_steps_follow_the_closed_form(
     ``lr * F_t * sign(g)`` beyond the decay, ``F_t`` from the betas alone (``_weights.py``):
     a doubled learning rate, swapped betas or a missing bias correction all move by another
     amount."""
-    tc = new_trainer(seed=71)
-    lr, wd = backend.limits.learning_rate, 0.1
-    params = _params(backend, weight_decay=wd)
-    factors = adam_factors([1, 0, 0], *BETAS)
-    previous = adapter(backend, tinker_client, tc, "opt-adam-0")
-    sign = None
-    for t, factor in enumerate(factors, 1):
-        _step(backend, tc, tokens, params, grad=t == 1)
-        now = adapter(backend, tinker_client, tc, f"opt-adam-{t}")
-        want = decayed(previous, lr, wd)
-        spec = (
-            f"AdamW step {t} (lr={lr:g}, betas={BETAS}, eps={EPS:g}, weight_decay={wd:g}, "
-            f"gradients 1, 0, 0 x g)"
-        )
-        sign = check_update(spec, want - flat(now), lr * factor, sign, ulp(want))
-        previous = now
+    scenario.adamw_closed_form(_driver(backend, tinker_client, new_trainer, tokens))
 
 
 def test_grad_clip_norm_scales_the_global_gradient(
@@ -102,29 +98,8 @@ def test_grad_clip_norm_scales_the_global_gradient(
     denominator". With eps large the first update is ``lr * g / (|g| + eps)``, which gives
     ``g`` back; a twin trainer (same ``seed``) clipped to half the global norm must then move
     ``lr * (g/2) / (|g/2| + eps)``."""
-    lr, eps = backend.limits.learning_rate, 1.0
-    plain, clipped = new_trainer(seed=72), new_trainer(seed=72)
-    start = flat(adapter(backend, tinker_client, plain, "opt-clip-0"))
-    _step(backend, plain, tokens, _params(backend, eps=eps))
-    update = start - flat(adapter(backend, tinker_client, plain, "opt-clip-1"))
-    assert np.all(np.abs(update) < lr), (
-        f"AdamParams.eps={eps:g}: an element moved lr={lr:g} or more; lr * g / (|g| + eps) "
-        "stays below lr (eps ignored?)"
-    )
-    grad = update * eps / (lr - np.abs(update))  # g from u = lr * g / (|g| + eps)
-    norm = float(np.linalg.norm(grad))
-    assert norm > 0.0, "the first step moved nothing"
-    assert flat(adapter(backend, tinker_client, clipped, "opt-clip-2")) == pytest.approx(start)
-    _step(backend, clipped, tokens, _params(backend, eps=eps, grad_clip_norm=norm / 2))
-    got = start - flat(adapter(backend, tinker_client, clipped, "opt-clip-3"))
-    want = lr * (grad / 2) / (np.abs(grad / 2) + eps)
-    scale = float(np.abs(want).max())
-    ratio = float(np.median(got[update != 0] / update[update != 0]))
-    assert np.abs(got - want).max() <= 2e-3 * scale + 1e-9, (
-        f"AdamParams.grad_clip_norm={norm / 2:.6g} (half the global gradient norm {norm:.6g}): "
-        f"the update is off lr * (g/2) / (|g/2| + eps) by up to {np.abs(got - want).max():.3g} "
-        f"of {scale:.3g} (median ratio to the unclipped update: {ratio:.3g})"
-    )
+    driver = _driver(backend, tinker_client, new_trainer, tokens)
+    scenario.clip_scales_the_gradient(driver, CLIP_EPS)
 
 
 def test_load_state_resets_the_moments_and_with_optimizer_keeps_them(
@@ -135,49 +110,7 @@ def test_load_state_resets_the_moments_and_with_optimizer_keeps_them(
     real step saved, a zero-gradient step moves nothing after ``load_state`` (fresh moments)
     and ``lr * F_2`` after ``load_state_with_optimizer``; a real step after ``load_state``
     moves as fresh moments say: the optimizer steps the weights the model now uses."""
-    tc = new_trainer(seed=73)
-    lr = backend.limits.learning_rate
-    params = _params(backend)
-    first, second = adam_factors([1, 0], *BETAS)
-    before = flat(adapter(backend, tinker_client, tc, "opt-load-0"))
-    _step(backend, tc, tokens, params)
-    saved_w = adapter(backend, tinker_client, tc, "opt-load-1")
-    saved = flat(saved_w)
-    sign = check_update("AdamW first step", before - saved, lr * first, None, ulp(before))
-    path = wait(tc.save_state("opt-load"), backend).path
-    _step(backend, tc, tokens, params)  # moves on, so that each load has work to undo
-
-    wait(tc.load_state(path), backend)
-    _step(backend, tc, tokens, params, grad=False)
-    now = flat(adapter(backend, tinker_client, tc, "opt-load-2"))
-    assert np.all(np.abs(now - saved) <= ulp(saved) + 1e-7 * lr), (
-        "load_state loads the weights only, with fresh optimizer state: a zero-gradient step "
-        f"after it must move nothing, but elements moved up to {np.abs(now - saved).max():.3g} "
-        "(the old Adam moments were kept?)"
-    )
-    _step(backend, tc, tokens, params)
-    after = flat(adapter(backend, tinker_client, tc, "opt-load-3"))
-    fresh = adam_factors([0, 1], *BETAS)[1]  # the zero step counts for bias correction
-    check_update(
-        f"load_state, then a zero-gradient and a real step: fresh moments give lr * F = "
-        f"{lr * fresh:.4g} on the weights the model now uses",
-        now - after,
-        lr * fresh,
-        None,
-        ulp(now),
-    )
-
-    wait(tc.load_state_with_optimizer(path), backend)
-    _step(backend, tc, tokens, params, grad=False)
-    resumed = flat(adapter(backend, tinker_client, tc, "opt-load-4"))
-    check_update(
-        f"load_state_with_optimizer, then a zero-gradient step: lr * F_2 = {lr * second:.4g} "
-        "with the saved moments",
-        saved - resumed,
-        lr * second,
-        sign,
-        ulp(saved),
-    )
+    scenario.load_state_moments(_driver(backend, tinker_client, new_trainer, tokens))
 
 
 @pytest.mark.parametrize("rank", [2, 8])
@@ -191,13 +124,4 @@ def test_the_adapter_has_the_requested_rank(
     """lora_config.py ``LoraConfig.rank``: "LoRA rank (dimension of low-rank matrices)": each
     downloaded ``lora_A`` is ``(rank, in)`` and each ``lora_B`` ``(out, rank)`` (so every
     update ``B @ A`` has rank at most ``rank``), whatever the service reports about itself."""
-    tc = new_trainer(rank=rank, seed=74)
-    _step(backend, tc, tokens, _params(backend))
-    weights = adapter(backend, tinker_client, tc, f"opt-rank-{rank}")
-    pairs = {key.replace("lora_A", "lora_B") for key in weights if "lora_A" in key}
-    assert pairs and pairs <= set(weights), f"no lora_A/lora_B pairs in {sorted(weights)[:6]}"
-    for b_key in sorted(pairs):
-        a, b = weights[b_key.replace("lora_B", "lora_A")], weights[b_key]
-        assert a.shape[0] == rank and b.shape[1] == rank, (
-            f"LoraConfig.rank={rank}: {b_key} is {b.shape} and its lora_A {a.shape}"
-        )
+    scenario.adapter_rank(_driver(backend, tinker_client, new_trainer, tokens), rank)

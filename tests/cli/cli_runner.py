@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from procio import Lines
@@ -115,3 +116,35 @@ def control_plane(url: str, operation: str, body: dict[str, object]) -> dict[str
     # A hang detector: a describe waits behind a model load on a loaded machine.
     with urllib.request.urlopen(request, timeout=300) as response:
         return dict(json.loads(response.read()))
+
+
+#: The role every test session names (the runtime checks its form, not the account).
+ROLE = "arn:aws:iam::000000000000:role/localsession-tests"
+
+
+def session_status(url: str, name: str) -> str:
+    """A session's ``TrainingSessionStatus`` through DescribeTrainingSession."""
+    detail = control_plane(url, "DescribeTrainingSession", {"TrainingSessionName": name})
+    return str(detail["TrainingSessionDetail"]["TrainingSessionStatus"])  # type: ignore[index]
+
+
+def running_session(url: str, name: str, *, timeout: float = 300) -> None:
+    """Create a rank-4 session of ``localsession/tiny`` named ``name`` on the server at
+    ``url`` and wait until it is Running (torch and the model load: slow on a busy machine);
+    fails naming the last status if it is not Running within ``timeout`` s."""
+    control_plane(
+        url,
+        "CreateTrainingSession",
+        {
+            "TrainingSessionName": name,
+            "LoraConfig": {"Rank": 4, "Alpha": 8},
+            "RoleArn": ROLE,
+            "ModelConfig": {"BaseModelArn": "localsession/tiny"},
+        },
+    )
+    deadline = time.monotonic() + timeout
+    status = session_status(url, name)
+    while status != "Running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = session_status(url, name)
+    assert status == "Running", f"session {name} is {status} after {timeout:g} s, not Running"

@@ -4,35 +4,14 @@ holds is refused, naming the holder's PID, and the first server's sessions are u
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
-from .cli_runner import Serving, control_plane, one_error_line, run_cli
-
-ROLE = "arn:aws:iam::000000000000:role/localsession-tests"
-
-
-def _status(url: str, name: str) -> str:
-    detail = control_plane(url, "DescribeTrainingSession", {"TrainingSessionName": name})
-    return str(detail["TrainingSessionDetail"]["TrainingSessionStatus"])  # type: ignore[index]
+from .cli_runner import Serving, one_error_line, run_cli, running_session, session_status
 
 
 def test_a_second_server_on_a_home_is_refused_and_sessions_survive(tmp_path: Path) -> None:
     with Serving(tmp_path, "--quiet") as first:
-        control_plane(
-            first.url,
-            "CreateTrainingSession",
-            {
-                "TrainingSessionName": "keep-me",
-                "LoraConfig": {"Rank": 4, "Alpha": 8},
-                "RoleArn": ROLE,
-                "ModelConfig": {"BaseModelArn": "localsession/tiny"},
-            },
-        )
-        deadline = time.monotonic() + 300  # torch and the model load; slow on a busy machine
-        while _status(first.url, "keep-me") != "Running" and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _status(first.url, "keep-me") == "Running"
+        running_session(first.url, "keep-me")
         done = run_cli("serve", "--port", "0", "--home", str(tmp_path))
         line = one_error_line(done, "serve")
         assert f"home {tmp_path} is in use by another localsession server" in line, line
@@ -40,7 +19,7 @@ def test_a_second_server_on_a_home_is_refused_and_sessions_survive(tmp_path: Pat
         # Also through LOCALSESSION_HOME, and with the default port: the lock is checked first.
         assert "in use by another" in one_error_line(run_cli("serve", home=tmp_path), "serve")
         # The refused server neither failed nor rewrote the first one's session.
-        assert _status(first.url, "keep-me") == "Running"
+        assert session_status(first.url, "keep-me") == "Running"
         record = json.loads((tmp_path / "sessions" / "keep-me.json").read_text())
         assert record["status"] == "Running"
         out, err = first.stop()
@@ -48,4 +27,4 @@ def test_a_second_server_on_a_home_is_refused_and_sessions_survive(tmp_path: Pat
     assert "Traceback" not in out + err
     # Once the first server has stopped, the home is free again.
     with Serving(tmp_path, "--quiet") as second:
-        assert _status(second.url, "keep-me") == "Stopped"
+        assert session_status(second.url, "keep-me") == "Stopped"

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from localsession.runtime.home import HomeLock
 
-from .cli_runner import Serving, control_plane, one_error_line, run_cli
-
-ROLE = "arn:aws:iam::000000000000:role/localsession-tests"
+from .cli_runner import Serving, one_error_line, run_cli, running_session
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "65536"])
@@ -32,25 +29,7 @@ def test_a_submit_hold_past_the_sdks_stop_wait_is_one_line_and_exit_2(tmp_path: 
 @pytest.mark.integration
 def test_sigterm_stops_sessions_releases_the_home_and_exits_0(tmp_path: Path) -> None:
     with Serving(tmp_path, "--quiet") as served:
-        control_plane(
-            served.url,
-            "CreateTrainingSession",
-            {
-                "TrainingSessionName": "term",
-                "LoraConfig": {"Rank": 4, "Alpha": 8},
-                "RoleArn": ROLE,
-                "ModelConfig": {"BaseModelArn": "localsession/tiny"},
-            },
-        )
-        deadline = time.monotonic() + 300  # torch and the model load; slow on a busy machine
-        detail: dict[str, object] = {}
-        while time.monotonic() < deadline:
-            detail = control_plane(
-                served.url, "DescribeTrainingSession", {"TrainingSessionName": "term"}
-            )
-            if detail["TrainingSessionDetail"]["TrainingSessionStatus"] == "Running":  # type: ignore[index]
-                break
-            time.sleep(0.2)
+        running_session(served.url, "term")
         served.proc.send_signal(signal.SIGTERM)
         served.proc.wait(timeout=120)
         out, err = served.out.rest(30), served.err.rest(30)

@@ -89,3 +89,18 @@ def test_known_divergences_in_tinker_md_are_the_xfail_file_s() -> None:
     # a test the docs call failing must be a known divergence
     for name in re.findall(r"every test passes but `(test_\w+)`", text):
         assert name in entries, name
+
+
+def test_stated_planted_defect_counts_are_the_selfchecks() -> None:
+    """docs/development.md's ``make selfcheck`` line and conformance/README.md's integration
+    tier state how many defects the mutation run plants: both selfcheck catalogues together."""
+    from conformance.selfcheck import EXPECTED as SAGEMAKER
+
+    pytest.importorskip("tinker")
+    from conformance.selfcheck_tinker import EXPECTED as TINKER
+
+    planted = len(SAGEMAKER) + len(TINKER)
+    development = " ".join((DOCS / "development.md").read_text().split())
+    assert f"mutation score: {planted} planted defects" in development
+    readme = " ".join(README.read_text().split())
+    assert f"integration tier ({planted} defects;" in readme

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _runs import SUITE, run, suite_command
 
-from conformance.selfcheck import EXPECTED, SLOW
+from conformance.selfcheck import EXPECTED, IDLE_TIMEOUT_S, SLOW
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,23 @@ def test_suite_catches_planted_defect(defect: str, tmp_path: Path) -> None:
     tests = json.loads(report.read_text())["tests"]
     failed = {t["id"].split("suite/", 1)[1] for t in tests if t["outcome"] == "failed"}
     assert expected <= failed, (expected - failed, done.stdout[-3000:])
+
+
+@pytest.mark.slow
+def test_the_idle_expiry_test_passes_on_the_unbroken_fakes(tmp_path: Path) -> None:
+    """The test the three expiry defects fail passes when nothing is planted: the fakes built
+    with the same idle timeout (``--idle-timeout``) that those defects' service declares."""
+    report = tmp_path / "idle.json"
+    done = run(
+        suite_command(
+            "fakes",
+            f"--idle-timeout={IDLE_TIMEOUT_S:g}",
+            f"--conformance-report={report}",
+            "-k",
+            "test_a_session_idle_past_the_timeout_expires",
+            paths=[SUITE / "test_sessions.py"],
+        )
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    outcomes = [t["outcome"] for t in json.loads(report.read_text())["tests"]]
+    assert outcomes == ["passed"], outcomes
