@@ -15,10 +15,17 @@ Peers:
   ``/api/v1/sessions/{id}/finish``: the suite runs from a venv with ``tinker==0.16.1``
   (:data:`SKYRL_SDK`), which calls neither.
 
+Every test reaches a verdict: ``--op-timeout`` bounds each ``result()`` and
+``conformance/peers/deadline.py``'s ``--test-timeout`` each test (a hang is that test's
+failure, with where it waited, and the run goes on; after a hang it could not stop, the
+suite starts again without the tests already reported). Peers run one at a time.
+
 Everything lives under ``--dir`` (default ``$LOCALSESSION_PEERS``, else
 ``~/.cache/localsession-peers``): venvs, the exported model, logs and one JSON report per
-run (``<peer>-<sdk>.json``), rendered with ``localsession conformance-table``. A venv that
-is already there with its packages installed is reused as it is.
+run (``<peer>-<sdk>.json``, with a ``"run"`` entry: peer, versions, wall time, the box's
+load). A venv that is already there with its packages installed is reused as it is. At the
+end (unless ``--no-record``) the reports are copied into ``conformance/peers/reports/`` and
+docs/peers.md's generated blocks are rendered from them (``report_peers.py``).
 """
 
 from __future__ import annotations
@@ -30,11 +37,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "conformance" / "suite_tinker"
@@ -125,20 +134,103 @@ def running(
 #: retries a 5xx from ``retrieve_future`` until then, and skyrl-tx answers 500 forever to a
 #: result holding a NaN (docs/peers.md), which at the suite's 900 s default held each test
 #: for 15 minutes.
-OP_TIMEOUT_S = 120
+OP_TIMEOUT_S = 60
+#: Seconds a whole test (setup and call) may take before it is stopped and reported failed
+#: (``conformance/peers/deadline.py``): a test waits on several results at most.
+TEST_TIMEOUT_S = 150
+#: Runs of pytest one report may take: after a hang the deadline could not stop, the suite
+#: starts again without the tests that have a verdict (deadline.HUNG_EXIT).
+ATTEMPTS = 8
 
 
-def run_suite(python: Path, url: str, report: Path, log: Path, model: str = MODEL) -> int:
-    """The Tinker suite against ``url`` from ``python``; returns pytest's status."""
+class LoadSampler:
+    """The 1-minute load average, sampled every ``period`` seconds while a run lasts."""
+
+    def __init__(self, period: float = 15.0) -> None:
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+
+    def _run(self, period: float) -> None:
+        while True:
+            self.samples.append(round(os.getloadavg()[0], 2))
+            if self.stop.wait(period):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def summary(self) -> dict[str, float]:
+        values = self.samples or [os.getloadavg()[0]]
+        return {"min": min(values), "mean": round(sum(values) / len(values), 2),
+                "max": max(values)}  # fmt: skip
+
+
+def run_suite(
+    python: Path, url: str, report: Path, log: Path, run: dict[str, Any], model: str = MODEL
+) -> int:
+    """The Tinker suite against ``url`` from ``python``, every test to a verdict: a test
+    that hangs is stopped at :data:`TEST_TIMEOUT_S` and the run goes on; after a hang that
+    could not be stopped the suite runs again without the tests already reported. Writes
+    ``report`` (one conformance report, ``run`` added as its ``"run"`` entry: the peer, the
+    SDK, the time taken, the box's load); returns pytest's last status."""
+    from conformance.peers import deadline
+
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TINKER_API_KEY": KEY}
-    args = [str(python), "-m", "pytest", "-p", "conformance.plugin", "-p", "no:cacheprovider",
+    base = [str(python), "-m", "pytest", "-p", "conformance.plugin", "-p", "no:cacheprovider",
+            "-p", "conformance.peers.deadline", f"--test-timeout={TEST_TIMEOUT_S}",
             "--backend=tinker", f"--base-url={url}", f"--base-model={model}", "-q", "-rfE",
-            f"--op-timeout={OP_TIMEOUT_S}", f"--conformance-report={report}",
-            str(SUITE)]  # fmt: skip
-    with log.open("a") as out:
-        return subprocess.run(
-            args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
-        ).returncode
+            f"--op-timeout={OP_TIMEOUT_S}"]  # fmt: skip
+    merged: dict[str, Any] | None = None
+    started = time.time()
+    status = 0
+    report.unlink(missing_ok=True)
+    with LoadSampler() as load:
+        for attempt in range(1, ATTEMPTS + 1):
+            part = report.with_name(f"{report.stem}.part{attempt}.json")
+            part.unlink(missing_ok=True)
+            skip = [f"--deselect={t['id']}" for t in (merged or {}).get("tests", [])]
+            args = [*base, f"--conformance-report={part}", *skip, str(SUITE)]
+            with log.open("a") as out:
+                out.write(f"$ {' '.join(args[:14])} ... ({len(skip)} deselected)\n")
+                out.flush()
+                status = subprocess.run(
+                    args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
+                ).returncode
+            if part.exists():
+                merged = merge(merged, json.loads(part.read_text()))
+                part.unlink()
+            if status != deadline.HUNG_EXIT:
+                break
+    if merged is None:
+        return status
+    merged["duration_s"] = round(time.time() - started, 1)
+    merged["run"] = {**run, "attempts": attempt, "load_1min": load.summary(),
+                     "cpus": os.cpu_count(), "op_timeout_s": OP_TIMEOUT_S,
+                     "test_timeout_s": TEST_TIMEOUT_S}  # fmt: skip
+    report.write_text(json.dumps(merged, indent=2))
+    return status
+
+
+def merge(into: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
+    """Two conformance reports of one suite's disjoint tests as one."""
+    if into is None:
+        return part
+    tests = sorted([*into["tests"], *part["tests"]], key=lambda t: str(t["id"]))
+    summary = {k: into["summary"].get(k, 0) + part["summary"].get(k, 0) for k in into["summary"]}
+    return {**into, "tests": tests, "summary": summary}
+
+
+def version(python: Path, distribution: str) -> str:
+    """The installed version of ``distribution`` in ``python``'s environment."""
+    code = f"import importlib.metadata as m; print(m.version({distribution!r}))"
+    shown = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
+    return shown.stdout.strip() or "unknown"
 
 
 #: Loaded in TuFT's venv by a .pth file: with no GPU, the CUDA memory statistics its HF
@@ -191,16 +283,22 @@ def tuft(base: Path, port: int) -> list[Path]:
     env.pop("CUDA_VISIBLE_DEVICES", None)
     reports = []
     try:
-        sh([str(bin_dir / "ray"), "start", "--head", "--num-gpus=1", "--include-dashboard=false"],
+        # Bounded memory on a shared box: two CPUs, a 300 MB object store (Ray's default is
+        # 30% of the RAM), no dashboard.
+        sh([str(bin_dir / "ray"), "start", "--head", "--num-gpus=1", "--num-cpus=2",
+            f"--object-store-memory={300 * 2**20}", "--include-dashboard=false"],
            log, env)  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         launch = [str(bin_dir / "tuft"), "launch", "--port", str(port), "--config", str(config)]
         with running(launch, log, env) as server:
             wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
-            for sdk, client in (("0.38", Path(sys.executable)),
+            for sdk, client in ((version(Path(sys.executable), "tinker"), Path(sys.executable)),
                                 (OLD_SDK, client_venv(base, OLD_SDK, log))):  # fmt: skip
                 report = base / f"tuft-{sdk}.json"
-                run_suite(client, url, report, log)
+                run = {"peer": "TuFT", "peer_version": version(python, "tuft"),
+                       "sdk": f"tinker {sdk}", "model": MODEL,
+                       "setup": "Ray with one logical GPU, training only, CPU shim"}  # fmt: skip
+                run_suite(client, url, report, log, run)
                 reports.append(report)
     finally:
         subprocess.run([str(bin_dir / "ray"), "stop", "--force"], env=env, check=False)
@@ -237,7 +335,10 @@ def skyrl_tx(base: Path, port: int) -> list[Path]:
     with running(launch, log, env) as server:
         wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
         report = base / f"skyrl-tx-{SKYRL_SDK}.json"
-        run_suite(client, url, report, log, model=model)
+        run = {"peer": "skyrl-tx", "peer_version": version(python, "skyrl-tx"),
+               "sdk": f"tinker {SKYRL_SDK}", "model": f"{MODEL} (its directory)",
+               "setup": "CPU JAX, uv shim"}  # fmt: skip
+        run_suite(client, url, report, log, run, model=model)
     return [report]
 
 
@@ -249,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(default))
     parser.add_argument("--peer", choices=("tuft", "skyrl-tx"), action="append")
     parser.add_argument("--port", type=int, default=18472)
+    parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=True,
+                        help="copy the reports into conformance/peers/reports/ and regenerate "
+                        "docs/peers.md from them (report_peers.py --write)")  # fmt: skip
     args = parser.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
     reports: list[Path] = []
@@ -258,11 +362,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (subprocess.CalledProcessError, RuntimeError) as exc:
             print(f"{peer}: {exc} (log in {args.dir})")
     done = [r for r in reports if r.exists()]
+    if done and args.record:
+        from conformance.peers import report_peers
+
+        report_peers.main(["--write", *(f"--from={r}" for r in done)])
     if done:
-        table = args.dir / "peers.md"
-        subprocess.run([sys.executable, "-m", "localsession.cli", "conformance-table",
-                        *map(str, done), "--output", str(table)], check=False)  # fmt: skip
-        print(f"reports: {', '.join(map(str, done))}; table: {table}")
+        print(f"reports: {', '.join(map(str, done))}")
     return 0 if done else 1
 
 

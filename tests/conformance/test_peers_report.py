@@ -1,0 +1,200 @@
+"""The peer runs' tooling, without a peer (``make conformance-peers`` installs them; it is not
+part of ``make test``): ``report_peers.py`` renders a small sample report into docs/peers.md's
+generated blocks, the committed docs/peers.md is what the committed reports render, and the
+per-test deadline (``conformance/peers/deadline.py``) stops a hanging test, reports it failed
+with where it waited, and lets the run go on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _runs import ROOT, env
+
+from conformance.peers import report_peers
+
+
+def _sample() -> dict[str, Any]:
+    prefix = "conformance/suite_tinker/"
+    return {
+        "format": "conformance-report/1",
+        "backend": {
+            "name": "tinker",
+            "version": "x",
+            "capabilities": [],
+            "limits": {},
+            "details": {},
+            "unavailable": None,
+        },  # fmt: skip
+        "created": "2026-12-05T12:00:00Z",
+        "duration_s": 1530.0,
+        "summary": {
+            "passed": 2,
+            "failed": 2,
+            "error": 1,
+            "skipped": 1,
+            "xfailed": 0,
+            "xpassed": 0,
+        },  # fmt: skip
+        "tests": [
+            {"id": f"{prefix}test_a.py::test_ok", "outcome": "passed", "duration_s": 1.5},
+            {"id": f"{prefix}test_a.py::test_ok2", "outcome": "passed", "duration_s": 0.5},
+            {
+                "id": f"{prefix}test_a.py::test_hang",
+                "outcome": "failed",
+                "duration_s": 150.0,
+                "reason": "TestTimeout: test timeout: no verdict within 150 s | at x",
+            },
+            {
+                "id": f"{prefix}test_b.py::test_loss[cispo]",
+                "outcome": "failed",
+                "duration_s": 0.2,
+                "reason": "KeyError: 'loss:sum'\nsecond line",
+            },
+            {
+                "id": f"{prefix}test_b.py::test_fixture",
+                "outcome": "error",
+                "duration_s": 0.1,
+                "reason": "x" * 400,
+            },
+            {
+                "id": f"{prefix}test_b.py::test_new",
+                "outcome": "skipped",
+                "duration_s": 0.0,
+                "reason": "needs tinker 0.33.0",
+            },
+        ],  # fmt: skip
+        "run": {
+            "peer": "PeerX",
+            "peer_version": "1.2.3",
+            "sdk": "tinker 0.16.1",
+            "model": "m",
+            "attempts": 2,
+            "cpus": 2,
+            "test_timeout_s": 150,
+            "load_1min": {"min": 1.25, "mean": 2.5, "max": 4.0},
+        },  # fmt: skip
+    }
+
+
+DOC = """# Peers
+
+Hand-written intro.
+
+<!-- generated: results (conformance/peers/report_peers.py; do not edit) -->
+stale table
+<!-- end generated: results -->
+
+Prose between.
+
+<!-- generated: verdicts (conformance/peers/report_peers.py; do not edit) -->
+<!-- end generated: verdicts -->
+
+## PeerX
+
+Hand-written differences.
+"""
+
+
+def test_sample_report_renders_into_the_results_row_and_verdicts(tmp_path: Path) -> None:
+    reports, doc = tmp_path / "reports", tmp_path / "peers.md"
+    source = tmp_path / "peerx-0.16.1.json"
+    source.write_text(json.dumps(_sample()))
+    doc.write_text(DOC)
+    assert report_peers.main(["--from", str(source), "--reports", str(reports),
+                              "--doc", str(doc), "--write"]) == 0  # fmt: skip
+    assert (reports / "peerx-0.16.1.json").exists()  # kept beside the others
+    text = doc.read_text()
+    assert "Hand-written intro." in text and "Prose between." in text
+    assert "Hand-written differences." in text and "stale table" not in text
+    row = next(line for line in text.splitlines() if line.startswith("| `peerx-0.16.1`"))
+    cells = [c.strip() for c in row.strip("|").split(" | ")]
+    assert cells[:9] == ["`peerx-0.16.1`", "PeerX 1.2.3", "tinker 0.16.1", "m",
+                         "6", "2", "2", "1", "1"]  # fmt: skip
+    assert cells[9] == "25.5 min"  # 1530 s
+    assert cells[10] == "1.25 / 2.5 / 4 (2 CPUs)"
+    assert cells[11] == "2026-12-05"
+    assert "1 hang(s) ended the process; resumed" in cells[12]
+    assert "1 stopped at the 150 s test timeout" in cells[12]
+    verdicts = text.split("generated: verdicts")[1]
+    assert "**PeerX with tinker 0.16.1** (`peerx-0.16.1`): 4 of 6 tests did not pass" in verdicts
+    assert "- `test_b.py::test_loss[cispo]` failed (0.2 s): KeyError: 'loss:sum' second line" in (
+        verdicts
+    )
+    assert "- `test_b.py::test_new` skipped (0 s): needs tinker 0.33.0" in verdicts
+    long_line = next(line for line in verdicts.splitlines() if "test_fixture" in line)
+    assert long_line.endswith("x...") and long_line.count("x") < 300 + 10
+    assert "test_ok`" not in verdicts  # passes are not listed
+    # a second write changes nothing, and --check agrees
+    args = ["--reports", str(reports), "--doc", str(doc)]
+    assert report_peers.main([*args, "--write"]) == 0
+    assert doc.read_text() == text
+    assert report_peers.main([*args, "--check"]) == 0
+    doc.write_text(text.replace("PeerX 1.2.3", "PeerX 9"))
+    assert report_peers.main([*args, "--check"]) == 1
+
+
+def test_a_doc_without_the_blocks_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no block .*generated: results"):
+        report_peers.fill("# no blocks\n", [])
+
+
+def test_committed_peers_md_is_what_the_committed_reports_render() -> None:
+    assert report_peers.main(["--check"]) == 0
+
+
+HANGING = """
+import threading, time
+
+def test_waits_on_a_lock_forever():
+    lock = threading.Lock()
+    lock.acquire()
+    lock.acquire()
+
+def test_swallows_exceptions_while_it_waits():
+    while True:
+        try:
+            time.sleep(60)
+        except Exception:
+            pass
+
+def test_after_them():
+    assert True
+"""
+
+
+@pytest.mark.slow  # one pytest process with the conformance plugin, two 1 s timeouts: about 10 s
+def test_deadline_stops_a_hanging_test_reports_it_failed_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "test_hanging.py").write_text(HANGING)
+    report = tmp_path / "report.json"
+    args = [sys.executable, "-m", "pytest", "-p", "conformance.plugin", "--backend=fakes",
+            "-p", "conformance.peers.deadline", "--test-timeout=1", "-p", "no:cacheprovider",
+            f"--conformance-report={report}", "--rootdir", str(tmp_path), "-q",
+            str(tmp_path / "test_hanging.py")]  # fmt: skip
+    done = subprocess.run(args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout[-3000:]
+    tests = {t["id"].split("::")[1]: t for t in json.loads(report.read_text())["tests"]}
+    assert tests["test_after_them"]["outcome"] == "passed"
+    for name, line in (("test_waits_on_a_lock_forever", 7),
+                       ("test_swallows_exceptions_while_it_waits", 12)):  # fmt: skip
+        entry = tests[name]
+        assert entry["outcome"] == "failed", entry
+        assert "no verdict within 1 s (--test-timeout)" in entry["reason"]
+        assert f"stopped in its call at test_hanging.py:{line} in {name}" in entry["reason"]
+        assert 1.0 <= entry["duration_s"] < 30
+
+
+def test_deadline_refuses_a_non_positive_timeout(tmp_path: Path) -> None:
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    args = [sys.executable, "-m", "pytest", "-p", "conformance.peers.deadline",
+            "--test-timeout=0", "-p", "no:cacheprovider",
+            "--rootdir", str(tmp_path), str(tmp_path / "test_one.py")]  # fmt: skip
+    done = subprocess.run(args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "--test-timeout 0.0: give a positive number of seconds" in done.stderr
