@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from _runs import ROOT, env
 
-from conformance.peers import report_peers
+from conformance.peers import deadline, report_peers, run_peers
 
 
 def _sample() -> dict[str, Any]:
@@ -198,3 +198,54 @@ def test_deadline_refuses_a_non_positive_timeout(tmp_path: Path) -> None:
     done = subprocess.run(args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     assert "--test-timeout 0.0: give a positive number of seconds" in done.stderr
+
+
+STUBBORN = """
+import time
+
+def test_first():
+    assert True
+
+def test_swallows_even_the_deadline():
+    while True:
+        try:
+            time.sleep(60)
+        except BaseException:
+            pass
+
+def test_never_reached():
+    assert True
+"""
+
+
+@pytest.mark.slow  # the watchdog polls every 5 s: about 10 s
+def test_a_hang_the_alarm_cannot_stop_ends_the_process_with_its_report(tmp_path: Path) -> None:
+    (tmp_path / "test_stubborn.py").write_text(STUBBORN)
+    (tmp_path / "conftest.py").write_text(
+        "from conformance.peers import deadline\ndeadline.GRACE_S = 1.0\ndeadline.HARD_S = 1.0\n"
+    )
+    report = tmp_path / "report.json"
+    args = [sys.executable, "-m", "pytest", "-p", "conformance.plugin", "--backend=fakes",
+            "-p", "conformance.peers.deadline", "--test-timeout=1", "-p", "no:cacheprovider",
+            f"--conformance-report={report}", "--rootdir", str(tmp_path), "-q",
+            str(tmp_path / "test_stubborn.py")]  # fmt: skip
+    done = subprocess.run(args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == deadline.HUNG_EXIT, done.stdout[-3000:] + done.stderr[-3000:]
+    body = json.loads(report.read_text())
+    tests = {t["id"].split("::")[1]: t for t in body["tests"]}
+    assert set(tests) == {"test_first", "test_swallows_even_the_deadline"}  # the third: not run
+    assert tests["test_first"]["outcome"] == "passed"
+    hung = tests["test_swallows_even_the_deadline"]
+    assert hung["outcome"] == "failed"
+    assert "could not be stopped: the process was ended 1 s later" in hung["reason"]
+    assert "test_stubborn.py:" in hung["reason"]
+
+
+def test_merge_of_two_partial_reports_sums_the_outcomes() -> None:
+    one = {"summary": {"passed": 1, "failed": 1}, "tests": [{"id": "b"}, {"id": "c"}], "x": 1}
+    two = {"summary": {"passed": 2, "failed": 0}, "tests": [{"id": "a"}], "x": 2}
+    merged = run_peers.merge(one, two)
+    assert merged["summary"] == {"passed": 3, "failed": 1}
+    assert [t["id"] for t in merged["tests"]] == ["a", "b", "c"]
+    assert merged["x"] == 1  # the first part's backend and dates
+    assert run_peers.merge(None, two) is two
