@@ -99,6 +99,11 @@ def render_verdicts(reports: Sequence[dict[str, Any]]) -> str:
     for report in reports:
         run = report.get("run", {})
         title = f"{run.get('peer', report['backend']['name'])} with {run.get('sdk', '?')}"
+        unavailable = report["backend"].get("unavailable")
+        if unavailable:  # one reason for every test: said once
+            out += ["", f"**{title}** (`{report['name']}`): none of {len(report['tests'])} tests "
+                    f"ran: backend unavailable: {' '.join(str(unavailable).split())}"]  # fmt: skip
+            continue
         bad = [t for t in report["tests"] if t["outcome"] in NOT_PASSED]
         out += ["", f"**{title}** (`{report['name']}`): {len(bad)} of {len(report['tests'])} "
                 "tests did not pass"]  # fmt: skip

@@ -138,6 +138,18 @@ def test_sample_report_renders_into_the_results_row_and_verdicts(tmp_path: Path)
     assert report_peers.main([*args, "--check"]) == 1
 
 
+def test_an_unavailable_backend_is_one_line_not_a_line_per_test() -> None:
+    report = {**_sample(), "name": "peerx-0.38.0"}
+    report["backend"] = {**report["backend"], "unavailable": "wire mismatch: refuses 'x'"}
+    text = report_peers.render_verdicts([report])
+    assert text == (
+        "**PeerX with tinker 0.16.1** (`peerx-0.38.0`): none of 6 tests ran: backend "
+        "unavailable: wire mismatch: refuses 'x'\n"
+    )
+    row = report_peers.render_results([report]).splitlines()[2]
+    assert "backend unavailable: wire mismatch: refuses 'x'" in row
+
+
 def test_a_doc_without_the_blocks_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no block .*generated: results"):
         report_peers.fill("# no blocks\n", [])
