@@ -39,8 +39,10 @@ def _params(backend: Backend, **kw: Any) -> Any:
 
 def _step(backend: Backend, tc: Any, tokens: list[int], params: Any, grad: bool = True) -> None:
     """forward_backward (``grad=False``: every weight 0, so the gradient is exactly 0), then
-    optim_step, both submitted before either is waited for."""
-    weights = None if grad else [0.0] * (len(tokens) - 1)
+    optim_step, both submitted before either is waited for. The weights are always sent:
+    the SDK's losses name ``weights`` an input of ``cross_entropy``, and a server may refuse
+    a datum without them (TuFT: "Missing 'weights' in loss_fn_inputs")."""
+    weights = [1.0 if grad else 0.0] * (len(tokens) - 1)
     fb = tc.forward_backward([datum(backend, tokens, weights=weights)], "cross_entropy")
     opt = tc.optim_step(params)
     wait(fb, backend)
