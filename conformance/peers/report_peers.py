@@ -67,6 +67,8 @@ def render_results(reports: Sequence[dict[str, Any]]) -> str:
         notes = []
         if unavailable:
             notes.append(f"backend unavailable: {unavailable}")
+        if run.get("server_exit"):
+            notes.append(run["server_exit"])
         if run.get("attempts", 1) > 1:
             notes.append(f"{run['attempts'] - 1} hang(s) ended the process; resumed")
         timeouts = sum(1 for t in report["tests"] if "test timeout" in str(t.get("reason", "")))

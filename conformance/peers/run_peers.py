@@ -37,13 +37,14 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from conformance.peers.runkit import LoadSampler, merge, start_ray, version, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "conformance" / "suite_tinker"
@@ -143,36 +144,14 @@ TEST_TIMEOUT_S = 150
 ATTEMPTS = 8
 
 
-class LoadSampler:
-    """The 1-minute load average, sampled every ``period`` seconds while a run lasts."""
-
-    def __init__(self, period: float = 15.0) -> None:
-        self.samples: list[float] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(period,), daemon=True)
-
-    def _run(self, period: float) -> None:
-        while True:
-            self.samples.append(round(os.getloadavg()[0], 2))
-            if self.stop.wait(period):
-                return
-
-    def __enter__(self) -> LoadSampler:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-    def summary(self) -> dict[str, float]:
-        values = self.samples or [os.getloadavg()[0]]
-        return {"min": min(values), "mean": round(sum(values) / len(values), 2),
-                "max": max(values)}  # fmt: skip
-
-
 def run_suite(
-    python: Path, url: str, report: Path, log: Path, run: dict[str, Any], model: str = MODEL
+    python: Path,
+    url: str,
+    report: Path,
+    log: Path,
+    run: dict[str, Any],
+    server: subprocess.Popen[bytes],
+    model: str = MODEL,
 ) -> int:
     """The Tinker suite against ``url`` from ``python``, every test to a verdict: a test
     that hangs is stopped at :data:`TEST_TIMEOUT_S` and the run goes on; after a hang that
@@ -199,38 +178,25 @@ def run_suite(
             with log.open("a") as out:
                 out.write(f"$ {' '.join(args[:14])} ... ({len(skip)} deselected)\n")
                 out.flush()
-                status = subprocess.run(
-                    args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
-                ).returncode
+                suite = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                         env=env)  # fmt: skip
+                status = watch(suite, server)
             if part.exists():
                 merged = merge(merged, json.loads(part.read_text()))
                 part.unlink()
-            if status != deadline.HUNG_EXIT:
+            if status != deadline.HUNG_EXIT or server.poll() is not None:
                 break
     if merged is None:
         return status
     merged["duration_s"] = round(time.time() - started, 1)
+    if server.poll() is not None:  # said in the report: the tests after it were not run
+        run = {**run, "server_exit": f"the server exited with status {server.returncode} "
+               "during the run; the suite was stopped there"}  # fmt: skip
     merged["run"] = {**run, "attempts": attempt, "load_1min": load.summary(),
                      "cpus": os.cpu_count(), "op_timeout_s": OP_TIMEOUT_S,
                      "test_timeout_s": TEST_TIMEOUT_S}  # fmt: skip
     report.write_text(json.dumps(merged, indent=2))
     return status
-
-
-def merge(into: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
-    """Two conformance reports of one suite's disjoint tests as one."""
-    if into is None:
-        return part
-    tests = sorted([*into["tests"], *part["tests"]], key=lambda t: str(t["id"]))
-    summary = {k: into["summary"].get(k, 0) + part["summary"].get(k, 0) for k in into["summary"]}
-    return {**into, "tests": tests, "summary": summary}
-
-
-def version(python: Path, distribution: str) -> str:
-    """The installed version of ``distribution`` in ``python``'s environment."""
-    code = f"import importlib.metadata as m; print(m.version({distribution!r}))"
-    shown = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
-    return shown.stdout.strip() or "unknown"
 
 
 #: Loaded in TuFT's venv by a .pth file: with no GPU, the CUDA memory statistics its HF
@@ -288,45 +254,6 @@ def tiny_model(base: Path) -> Path:
     return model
 
 
-def start_ray(ray: Path, venv_dir: Path, log: Path, env: dict[str, str]) -> None:
-    """``ray start`` for TuFT: one logical GPU, two CPUs, a 300 MB object store (Ray's
-    default is 30% of the RAM), no dashboard. Ray gives its raylet 30 s to register and the
-    raylet gives its agents 15 s: a busy box, or a run under ``nice``, misses both ("The
-    current node timed out during startup"). So the start runs at normal priority (where
-    this process may lower its niceness), with a longer agent timeout and up to three
-    tries; Ray's processes are then set back to this process's niceness."""
-    args = [str(ray), "start", "--head", "--num-gpus=1", "--num-cpus=2",
-            f"--object-store-memory={300 * 2**20}", "--include-dashboard=false",
-            "--disable-usage-stats"]  # fmt: skip
-    own = os.getpriority(os.PRIO_PROCESS, 0)
-    env = {**env, "RAY_agent_register_timeout_ms": "120000", "RAY_raylet_start_wait_time_s": "120"}
-    for attempt in (1, 2, 3):
-        with log.open("a") as out:
-            out.write(f"$ {' '.join(args)}\n")
-            out.flush()
-            done = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                  preexec_fn=_normal_priority, check=False)  # fmt: skip
-        if done.returncode == 0:
-            break
-        subprocess.run([str(ray), "stop", "--force"], env=env, check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        if attempt == 3:
-            raise RuntimeError(f"ray start failed three times (see {log})")
-    for proc in Path("/proc").iterdir():  # Ray's daemons: every process of TuFT's venv
-        try:
-            if proc.name.isdigit() and str(venv_dir) in (proc / "cmdline").read_text():
-                os.setpriority(os.PRIO_PROCESS, int(proc.name), own)
-        except OSError:
-            pass
-
-
-def _normal_priority() -> None:
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, 0)
-    except OSError:
-        pass  # not allowed here: Ray starts at this process's niceness
-
-
 def tuft(base: Path, port: int) -> list[Path]:
     """TuFT on ``localsession/tiny`` (training only), checked with tinker 0.38 and 0.28.1."""
     log = base / "tuft.log"
@@ -361,7 +288,7 @@ def tuft(base: Path, port: int) -> list[Path]:
                 run = {"peer": "TuFT", "peer_version": version(python, "tuft"),
                        "sdk": f"tinker {sdk}", "model": MODEL,
                        "setup": "Ray with one logical GPU, training only, CPU shim"}  # fmt: skip
-                run_suite(client, url, report, log, run)
+                run_suite(client, url, report, log, run, server)
                 reports.append(report)
     finally:
         subprocess.run([str(bin_dir / "ray"), "stop", "--force"], env=env, check=False)
@@ -401,7 +328,7 @@ def skyrl_tx(base: Path, port: int) -> list[Path]:
         run = {"peer": "skyrl-tx", "peer_version": version(python, "skyrl-tx"),
                "sdk": f"tinker {SKYRL_SDK}", "model": f"{MODEL} (its directory)",
                "setup": "CPU JAX, uv shim"}  # fmt: skip
-        run_suite(client, url, report, log, run, model=model)
+        run_suite(client, url, report, log, run, server, model=model)
     return [report]
 
 

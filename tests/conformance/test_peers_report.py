@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from _runs import ROOT, env
 
-from conformance.peers import deadline, report_peers, run_peers
+from conformance.peers import deadline, report_peers, runkit
 
 
 def _sample() -> dict[str, Any]:
@@ -256,8 +256,8 @@ def test_a_hang_the_alarm_cannot_stop_ends_the_process_with_its_report(tmp_path:
 def test_merge_of_two_partial_reports_sums_the_outcomes() -> None:
     one = {"summary": {"passed": 1, "failed": 1}, "tests": [{"id": "b"}, {"id": "c"}], "x": 1}
     two = {"summary": {"passed": 2, "failed": 0}, "tests": [{"id": "a"}], "x": 2}
-    merged = run_peers.merge(one, two)
+    merged = runkit.merge(one, two)
     assert merged["summary"] == {"passed": 3, "failed": 1}
     assert [t["id"] for t in merged["tests"]] == ["a", "b", "c"]
     assert merged["x"] == 1  # the first part's backend and dates
-    assert run_peers.merge(None, two) is two
+    assert runkit.merge(None, two) is two
