@@ -14,7 +14,8 @@ alarm is swallowed anyway it fires again every ``GRACE_S``. As a last resort, a 
 thread that sees a test still running ``HARD_S`` seconds past its deadline writes the
 conformance report (the hung test failed, the tests after it not run) and ends the process
 with :data:`HUNG_EXIT`; ``run_peers.py`` then starts the suite again without the tests the
-report holds, and merges the reports.
+report holds, and merges the reports. A test interrupted by SIGINT (``run_peers.py`` stops
+the suite so when the peer's server exits) is left out of the report: it has no verdict.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Deadline:
         self.item: pytest.Item | None = None
         self.deadline = 0.0  # monotonic time the current test's setup and call must end by
         self.phase = ""
+        self.interrupted: str | None = None
         self.lock = threading.Lock()
         signal.signal(signal.SIGALRM, self._fire)
         threading.Thread(target=self._watch, name="conformance-deadline", daemon=True).start()
@@ -104,9 +106,21 @@ class Deadline:
         with self.lock:
             self.item = item
             self.deadline = time.monotonic() + self.seconds
-        yield
+        outcome = yield
         with self.lock:
             self.item = None
+        excinfo = getattr(outcome, "excinfo", None)
+        if excinfo is not None and issubclass(excinfo[0], KeyboardInterrupt):
+            self.interrupted = item.nodeid  # no verdict: not reported (sessionfinish)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A test interrupted (SIGINT: run_peers stops the suite when the server exits)
+        has no verdict: it leaves the report, so that a resumed run runs it again."""
+        if self.interrupted is not None:
+            from conformance import plugin
+
+            self.config.stash[plugin._RECORDER].tests.pop(self.interrupted, None)
 
     def _phase(self, name: str, budget: float) -> Iterator[None]:
         self.phase = name

@@ -39,8 +39,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -152,10 +152,13 @@ def run_suite(
     run: dict[str, Any],
     server: subprocess.Popen[bytes],
     model: str = MODEL,
+    restart: Callable[[], subprocess.Popen[bytes]] | None = None,
 ) -> int:
     """The Tinker suite against ``url`` from ``python``, every test to a verdict: a test
     that hangs is stopped at :data:`TEST_TIMEOUT_S` and the run goes on; after a hang that
-    could not be stopped the suite runs again without the tests already reported. Writes
+    could not be stopped the suite runs again without the tests already reported, and so
+    after ``server`` exits, once ``restart`` has started it again (without ``restart``, the
+    tests after the exit are not run and the report says so). Writes
     ``report`` (one conformance report, ``run`` added as its ``"run"`` entry: the peer, the
     SDK, the time taken, the box's load); returns pytest's last status."""
     from conformance.peers import deadline
@@ -166,6 +169,7 @@ def run_suite(
             "--backend=tinker", f"--base-url={url}", f"--base-model={model}", "-q", "-rfE",
             f"--op-timeout={OP_TIMEOUT_S}"]  # fmt: skip
     merged: dict[str, Any] | None = None
+    exits: list[int] = []
     started = time.time()
     status = 0
     report.unlink(missing_ok=True)
@@ -184,14 +188,20 @@ def run_suite(
             if part.exists():
                 merged = merge(merged, json.loads(part.read_text()))
                 part.unlink()
-            if status != deadline.HUNG_EXIT or server.poll() is not None:
+            if server.poll() is not None:
+                exits.append(server.returncode)
+                if restart is None:
+                    break
+                server = restart()
+            elif status != deadline.HUNG_EXIT:
                 break
     if merged is None:
         return status
     merged["duration_s"] = round(time.time() - started, 1)
-    if server.poll() is not None:  # said in the report: the tests after it were not run
-        run = {**run, "server_exit": f"the server exited with status {server.returncode} "
-               "during the run; the suite was stopped there"}  # fmt: skip
+    if exits:  # said in the report
+        then = "restarted, the suite resumed" if restart else "the suite was stopped there"
+        run = {**run, "server_exit": f"the server exited {len(exits)} time(s) during the run "
+               f"(status {', '.join(map(str, exits))}): {then}"}  # fmt: skip
     merged["run"] = {**run, "attempts": attempt, "load_1min": load.summary(),
                      "cpus": os.cpu_count(), "op_timeout_s": OP_TIMEOUT_S,
                      "test_timeout_s": TEST_TIMEOUT_S}  # fmt: skip
@@ -322,13 +332,22 @@ def skyrl_tx(base: Path, port: int) -> list[Path]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu",
            "PATH": f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
     client = client_venv(base, SKYRL_SDK, log)
-    with running(launch, log, env) as server:
-        wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
-        report = base / f"skyrl-tx-{SKYRL_SDK}.json"
-        run = {"peer": "skyrl-tx", "peer_version": version(python, "skyrl-tx"),
-               "sdk": f"tinker {SKYRL_SDK}", "model": f"{MODEL} (its directory)",
-               "setup": "CPU JAX, uv shim"}  # fmt: skip
-        run_suite(client, url, report, log, run, server, model=model)
+    report = base / f"skyrl-tx-{SKYRL_SDK}.json"
+    run = {"peer": "skyrl-tx", "peer_version": version(python, "skyrl-tx"),
+           "sdk": f"tinker {SKYRL_SDK}", "model": f"{MODEL} (its directory)",
+           "setup": "CPU JAX, uv shim"}  # fmt: skip
+    # Its state (sessions, models, futures) is a SQLite file beside its code: each run
+    # starts from an empty one, not from the last run's.
+    for stale in (python.parents[1] / "lib").glob("python*/site-packages/tx/tinker/tinker.db*"):
+        stale.unlink()
+    with ExitStack() as servers:  # its engine can crash (docs/peers.md): restarted, resumed
+
+        def start() -> subprocess.Popen[bytes]:
+            server = servers.enter_context(running(launch, log, env))
+            wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
+            return server
+
+        run_suite(client, url, report, log, run, start(), model=model, restart=start)
     return [report]
 
 

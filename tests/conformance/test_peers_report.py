@@ -7,8 +7,10 @@ with where it waited, and lets the run go on."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +263,39 @@ def test_merge_of_two_partial_reports_sums_the_outcomes() -> None:
     assert [t["id"] for t in merged["tests"]] == ["a", "b", "c"]
     assert merged["x"] == 1  # the first part's backend and dates
     assert runkit.merge(None, two) is two
+
+
+SLOW_THEN_MORE = """
+import time
+
+def test_done():
+    assert True
+
+def test_interrupted():
+    time.sleep(60)
+
+def test_not_reached():
+    assert True
+"""
+
+
+@pytest.mark.slow  # a pytest process with the conformance plugin: about 8 s
+def test_a_test_interrupted_by_sigint_has_no_verdict_in_the_report(tmp_path: Path) -> None:
+    """run_peers stops the suite with SIGINT when the peer's server exits, and resumes
+    without the reported tests: the interrupted one must not be reported (as passed)."""
+    (tmp_path / "test_slow.py").write_text(SLOW_THEN_MORE)
+    report = tmp_path / "report.json"
+    args = [sys.executable, "-m", "pytest", "-p", "conformance.plugin", "--backend=fakes",
+            "-p", "conformance.peers.deadline", "--test-timeout=100", "-p", "no:cacheprovider",
+            f"--conformance-report={report}", "--rootdir", str(tmp_path), "-q",
+            str(tmp_path / "test_slow.py")]  # fmt: skip
+    proc = subprocess.Popen(args, cwd=ROOT, env=env(), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = ""
+    while "." not in seen:  # test_done passed: test_interrupted is running
+        seen += proc.stdout.read(1)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    ids = [t["id"].split("::")[1] for t in json.loads(report.read_text())["tests"]]
+    assert ids == ["test_done"]
