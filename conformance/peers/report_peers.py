@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,11 @@ DOC = ROOT / "docs" / "peers.md"
 #: The longest reason a verdict line quotes (reports keep 500 characters).
 REASON_CHARS = 300
 NOT_PASSED = ("failed", "error", "xpassed", "skipped", "xfailed")
+
+
+def scrub(text: str) -> str:
+    """``text`` with this checkout's path as ``<repo>`` and the home directory as ``~``."""
+    return text.replace(str(ROOT), "<repo>").replace(str(Path.home()), "~")
 
 
 def load_reports(folder: Path) -> list[dict[str, Any]]:
@@ -43,8 +47,17 @@ def load_reports(folder: Path) -> list[dict[str, Any]]:
     return reports
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return ANSI.sub("", str(text)).replace("|", "\\|").replace("\n", " ")
+
+
+def _short(text: object, chars: int = REASON_CHARS) -> str:
+    """``text`` on one line, colour codes dropped, cut at ``chars``."""
+    said = " ".join(ANSI.sub("", str(text)).split())
+    return said if len(said) <= chars else said[: chars - 3] + "..."
 
 
 def _minutes(seconds: float) -> str:
@@ -66,7 +79,7 @@ def render_results(reports: Sequence[dict[str, Any]]) -> str:
         unavailable = report["backend"].get("unavailable")
         notes = []
         if unavailable:
-            notes.append(f"backend unavailable: {unavailable}")
+            notes.append(f"backend unavailable: {_short(unavailable, 120)}")
         if run.get("server_exit"):
             notes.append(run["server_exit"])
         if run.get("attempts", 1) > 1:
@@ -104,16 +117,14 @@ def render_verdicts(reports: Sequence[dict[str, Any]]) -> str:
         unavailable = report["backend"].get("unavailable")
         if unavailable:  # one reason for every test: said once
             out += ["", f"**{title}** (`{report['name']}`): none of {len(report['tests'])} tests "
-                    f"ran: backend unavailable: {' '.join(str(unavailable).split())}"]  # fmt: skip
+                    f"ran: backend unavailable: {_short(unavailable, 1000)}"]  # fmt: skip
             continue
         bad = [t for t in report["tests"] if t["outcome"] in NOT_PASSED]
         out += ["", f"**{title}** (`{report['name']}`): {len(bad)} of {len(report['tests'])} "
                 "tests did not pass"]  # fmt: skip
         for outcome in NOT_PASSED:
             for test in (t for t in bad if t["outcome"] == outcome):
-                reason = " ".join(str(test.get("reason") or "no reason recorded").split())
-                if len(reason) > REASON_CHARS:
-                    reason = reason[: REASON_CHARS - 3] + "..."
+                reason = _short(test.get("reason") or "no reason recorded")
                 short = test["id"].rsplit("/", 1)[-1]
                 out.append(f"- `{short}` {outcome} ({test['duration_s']:g} s): {reason}")
     return "\n".join(out).lstrip("\n") + "\n"
@@ -147,8 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="exit 1 if they are not current")
     args = parser.parse_args(argv)
     args.reports.mkdir(parents=True, exist_ok=True)
-    for source in args.sources:
-        shutil.copyfile(source, args.reports / source.name)
+    for source in args.sources:  # kept in the repo: no path of this machine in them
+        (args.reports / source.name).write_text(scrub(source.read_text()))
     reports = load_reports(args.reports)
     text = args.doc.read_text()
     filled = fill(text, reports)

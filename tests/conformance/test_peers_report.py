@@ -35,7 +35,7 @@ def _sample() -> dict[str, Any]:
         "created": "2026-12-05T12:00:00Z",
         "duration_s": 1530.0,
         "summary": {
-            "passed": 2,
+            "passed": 3,
             "failed": 2,
             "error": 1,
             "skipped": 1,
@@ -68,6 +68,12 @@ def _sample() -> dict[str, Any]:
                 "outcome": "skipped",
                 "duration_s": 0.0,
                 "reason": "needs tinker 0.33.0",
+            },
+            {
+                "id": f"{prefix}test_b.py::test_path",
+                "outcome": "passed",
+                "duration_s": 0.0,
+                "reason": f"{Path.home()}/cache/x",
             },
         ],  # fmt: skip
         "run": {
@@ -109,21 +115,22 @@ def test_sample_report_renders_into_the_results_row_and_verdicts(tmp_path: Path)
     doc.write_text(DOC)
     assert report_peers.main(["--from", str(source), "--reports", str(reports),
                               "--doc", str(doc), "--write"]) == 0  # fmt: skip
-    assert (reports / "peerx-0.16.1.json").exists()  # kept beside the others
+    kept = (reports / "peerx-0.16.1.json").read_text()  # kept beside the others,
+    assert str(Path.home()) not in kept and "~/cache/x" in kept  # with no path of this machine
     text = doc.read_text()
     assert "Hand-written intro." in text and "Prose between." in text
     assert "Hand-written differences." in text and "stale table" not in text
     row = next(line for line in text.splitlines() if line.startswith("| `peerx-0.16.1`"))
     cells = [c.strip() for c in row.strip("|").split(" | ")]
     assert cells[:9] == ["`peerx-0.16.1`", "PeerX 1.2.3", "tinker 0.16.1", "m",
-                         "6", "2", "2", "1", "1"]  # fmt: skip
+                         "7", "3", "2", "1", "1"]  # fmt: skip
     assert cells[9] == "25.5 min"  # 1530 s
     assert cells[10] == "1.25 / 2.5 / 4 (2 CPUs)"
     assert cells[11] == "2026-12-05"
     assert "1 hang(s) ended the process; resumed" in cells[12]
     assert "1 stopped at the 150 s test timeout" in cells[12]
     verdicts = text.split("generated: verdicts")[1]
-    assert "**PeerX with tinker 0.16.1** (`peerx-0.16.1`): 4 of 6 tests did not pass" in verdicts
+    assert "**PeerX with tinker 0.16.1** (`peerx-0.16.1`): 4 of 7 tests did not pass" in verdicts
     assert "- `test_b.py::test_loss[cispo]` failed (0.2 s): KeyError: 'loss:sum' second line" in (
         verdicts
     )
@@ -145,7 +152,7 @@ def test_an_unavailable_backend_is_one_line_not_a_line_per_test() -> None:
     report["backend"] = {**report["backend"], "unavailable": "wire mismatch: refuses 'x'"}
     text = report_peers.render_verdicts([report])
     assert text == (
-        "**PeerX with tinker 0.16.1** (`peerx-0.38.0`): none of 6 tests ran: backend "
+        "**PeerX with tinker 0.16.1** (`peerx-0.38.0`): none of 7 tests ran: backend "
         "unavailable: wire mismatch: refuses 'x'\n"
     )
     row = report_peers.render_results([report]).splitlines()[2]
