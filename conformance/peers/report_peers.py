@@ -47,7 +47,8 @@ def load_reports(folder: Path) -> list[dict[str, Any]]:
     return reports
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Colour codes, raw or as a repr writes them (a reason may quote a server's dict).
+ANSI = re.compile(r"(?:\x1b|\\x1b)\[[0-9;]*m")
 
 
 def _cell(text: object) -> str:
@@ -56,7 +57,7 @@ def _cell(text: object) -> str:
 
 def _short(text: object, chars: int = REASON_CHARS) -> str:
     """``text`` on one line, colour codes dropped, cut at ``chars``."""
-    said = " ".join(ANSI.sub("", str(text)).split())
+    said = " ".join(ANSI.sub("", str(text)).replace("\\n", " ").split())
     return said if len(said) <= chars else said[: chars - 3] + "..."
 
 

@@ -159,6 +159,13 @@ def test_an_unavailable_backend_is_one_line_not_a_line_per_test() -> None:
     assert "backend unavailable: wire mismatch: refuses 'x'" in row
 
 
+def test_reasons_lose_colour_codes_and_line_breaks_raw_or_quoted() -> None:
+    quoted = "{'detail': 'Server error: \\x1b[36mray::Model.forward()\\x1b[39m\\n  File x'}"
+    assert report_peers._short(quoted) == "{'detail': 'Server error: ray::Model.forward() File x'}"
+    assert report_peers._short("\x1b[1mbold\x1b[0m\nnext") == "bold next"
+    assert report_peers._short("y" * 50, 20) == "y" * 17 + "..."
+
+
 def test_a_doc_without_the_blocks_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no block .*generated: results"):
         report_peers.fill("# no blocks\n", [])
