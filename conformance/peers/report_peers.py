@@ -83,8 +83,9 @@ def render_results(reports: Sequence[dict[str, Any]]) -> str:
             notes.append(f"backend unavailable: {_short(unavailable, 120)}")
         if run.get("server_exit"):
             notes.append(run["server_exit"])
-        if run.get("attempts", 1) > 1:
-            notes.append(f"{run['attempts'] - 1} hang(s) ended the process; resumed")
+        hangs = run.get("attempts", 1) - 1 - run.get("server_exits", 0)  # the other resumes
+        if hangs > 0:
+            notes.append(f"{hangs} hang(s) ended the process; resumed")
         timeouts = sum(1 for t in report["tests"] if "test timeout" in str(t.get("reason", "")))
         if timeouts:
             notes.append(

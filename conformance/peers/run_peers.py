@@ -200,7 +200,8 @@ def run_suite(
     merged["duration_s"] = round(time.time() - started, 1)
     if exits:  # said in the report
         then = "restarted, the suite resumed" if restart else "the suite was stopped there"
-        run = {**run, "server_exit": f"the server exited {len(exits)} time(s) during the run "
+        run = {**run, "server_exits": len(exits),
+               "server_exit": f"the server exited {len(exits)} time(s) during the run "
                f"(status {', '.join(map(str, exits))}): {then}"}  # fmt: skip
     merged["run"] = {**run, "attempts": attempt, "load_1min": load.summary(),
                      "cpus": os.cpu_count(), "op_timeout_s": OP_TIMEOUT_S,

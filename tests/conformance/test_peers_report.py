@@ -129,6 +129,10 @@ def test_sample_report_renders_into_the_results_row_and_verdicts(tmp_path: Path)
     assert cells[11] == "2026-12-05"
     assert "1 hang(s) ended the process; resumed" in cells[12]
     assert "1 stopped at the 150 s test timeout" in cells[12]
+    report = {**_sample(), "name": "peerx"}
+    report["run"] = {**report["run"], "attempts": 3, "server_exits": 2, "server_exit": "it fell"}
+    note = report_peers.render_results([report]).splitlines()[2].split(" | ")[-1]
+    assert note == "it fell; 1 stopped at the 150 s test timeout |"  # the resumes: 2 exits
     verdicts = text.split("generated: verdicts")[1]
     assert "**PeerX with tinker 0.16.1** (`peerx-0.16.1`): 4 of 7 tests did not pass" in verdicts
     assert "- `test_b.py::test_loss[cispo]` failed (0.2 s): KeyError: 'loss:sum' second line" in (
