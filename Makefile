@@ -117,10 +117,11 @@ bench-full: $(SDK_STAMP) $(MODEL_STAMP)
 selfcheck: $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 PYTHONPATH=. $(PY) -m localsession conformance --selfcheck
 
-# Third-party Tinker servers (TuFT; skyrl-tx where it installs) in their own venvs under
-# $$LOCALSESSION_PEERS (default ~/.cache/localsession-peers), started on this CPU and checked by
-# conformance/suite_tinker; reports and a table land there (docs/peers.md). Optional: not in
-# `make test`; the first run downloads several GB (TuFT brings torch, Ray and vLLM).
+# Third-party Tinker servers (TuFT, skyrl-tx) in their own venvs under $$LOCALSESSION_PEERS
+# (default ~/.cache/localsession-peers), started on this CPU one at a time and checked by
+# conformance/suite_tinker, every test to a verdict (per-test timeouts); the JSON reports are
+# copied to conformance/peers/reports/ and docs/peers.md's generated blocks rendered from them.
+# Optional: not in `make test`; the first run downloads several GB (TuFT: torch, Ray, vLLM).
 .PHONY: conformance-peers
 conformance-peers: $(SDK_STAMP)
 	HF_HUB_OFFLINE=1 PYTHONPATH=. $(PY) conformance/peers/run_peers.py

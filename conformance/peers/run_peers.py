@@ -15,10 +15,17 @@ Peers:
   ``/api/v1/sessions/{id}/finish``: the suite runs from a venv with ``tinker==0.16.1``
   (:data:`SKYRL_SDK`), which calls neither.
 
+Every test reaches a verdict: ``--op-timeout`` bounds each ``result()`` and
+``conformance/peers/deadline.py``'s ``--test-timeout`` each test (a hang is that test's
+failure, with where it waited, and the run goes on; after a hang it could not stop, the
+suite starts again without the tests already reported). Peers run one at a time.
+
 Everything lives under ``--dir`` (default ``$LOCALSESSION_PEERS``, else
 ``~/.cache/localsession-peers``): venvs, the exported model, logs and one JSON report per
-run (``<peer>-<sdk>.json``), rendered with ``localsession conformance-table``. A venv that
-is already there with its packages installed is reused as it is.
+run (``<peer>-<sdk>.json``, with a ``"run"`` entry: peer, versions, wall time, the box's
+load). A venv that is already there with its packages installed is reused as it is. At the
+end (unless ``--no-record``) the reports are copied into ``conformance/peers/reports/`` and
+docs/peers.md's generated blocks are rendered from them (``report_peers.py``).
 """
 
 from __future__ import annotations
@@ -32,9 +39,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
+
+from conformance.peers.runkit import LoadSampler, merge, start_ray, version, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "conformance" / "suite_tinker"
@@ -125,30 +135,115 @@ def running(
 #: retries a 5xx from ``retrieve_future`` until then, and skyrl-tx answers 500 forever to a
 #: result holding a NaN (docs/peers.md), which at the suite's 900 s default held each test
 #: for 15 minutes.
-OP_TIMEOUT_S = 120
+OP_TIMEOUT_S = 60
+#: Seconds a whole test (setup and call) may take before it is stopped and reported failed
+#: (``conformance/peers/deadline.py``): a test waits on several results at most.
+TEST_TIMEOUT_S = 150
+#: Runs of pytest one report may take: after a hang the deadline could not stop, the suite
+#: starts again without the tests that have a verdict (deadline.HUNG_EXIT).
+ATTEMPTS = 8
 
 
-def run_suite(python: Path, url: str, report: Path, log: Path, model: str = MODEL) -> int:
-    """The Tinker suite against ``url`` from ``python``; returns pytest's status."""
+def run_suite(
+    python: Path,
+    url: str,
+    report: Path,
+    log: Path,
+    run: dict[str, Any],
+    server: subprocess.Popen[bytes],
+    model: str = MODEL,
+    restart: Callable[[], subprocess.Popen[bytes]] | None = None,
+) -> int:
+    """The Tinker suite against ``url`` from ``python``, every test to a verdict: a test
+    that hangs is stopped at :data:`TEST_TIMEOUT_S` and the run goes on; after a hang that
+    could not be stopped the suite runs again without the tests already reported, and so
+    after ``server`` exits, once ``restart`` has started it again (without ``restart``, the
+    tests after the exit are not run and the report says so). Writes
+    ``report`` (one conformance report, ``run`` added as its ``"run"`` entry: the peer, the
+    SDK, the time taken, the box's load); returns pytest's last status."""
+    from conformance.peers import deadline
+
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TINKER_API_KEY": KEY}
-    args = [str(python), "-m", "pytest", "-p", "conformance.plugin", "-p", "no:cacheprovider",
+    base = [str(python), "-m", "pytest", "-p", "conformance.plugin", "-p", "no:cacheprovider",
+            "-p", "conformance.peers.deadline", f"--test-timeout={TEST_TIMEOUT_S}",
             "--backend=tinker", f"--base-url={url}", f"--base-model={model}", "-q", "-rfE",
-            f"--op-timeout={OP_TIMEOUT_S}", f"--conformance-report={report}",
-            str(SUITE)]  # fmt: skip
-    with log.open("a") as out:
-        return subprocess.run(
-            args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env
-        ).returncode
+            f"--op-timeout={OP_TIMEOUT_S}"]  # fmt: skip
+    merged: dict[str, Any] | None = None
+    exits: list[int] = []
+    started = time.time()
+    status = 0
+    report.unlink(missing_ok=True)
+    with LoadSampler() as load:
+        for attempt in range(1, ATTEMPTS + 1):
+            part = report.with_name(f"{report.stem}.part{attempt}.json")
+            part.unlink(missing_ok=True)
+            skip = [f"--deselect={t['id']}" for t in (merged or {}).get("tests", [])]
+            args = [*base, f"--conformance-report={part}", *skip, str(SUITE)]
+            with log.open("a") as out:
+                out.write(f"$ {' '.join(args[:14])} ... ({len(skip)} deselected)\n")
+                out.flush()
+                suite = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                         env=env)  # fmt: skip
+                status = watch(suite, server)
+            if part.exists():
+                merged = merge(merged, json.loads(part.read_text()))
+                part.unlink()
+            if server.poll() is not None:
+                exits.append(server.returncode)
+                if restart is None:
+                    break
+                server = restart()
+            elif status != deadline.HUNG_EXIT:
+                break
+    if merged is None:
+        return status
+    merged["duration_s"] = round(time.time() - started, 1)
+    if exits:  # said in the report
+        then = "restarted, the suite resumed" if restart else "the suite was stopped there"
+        run = {**run, "server_exits": len(exits),
+               "server_exit": f"the server exited {len(exits)} time(s) during the run "
+               f"(status {', '.join(map(str, exits))}): {then}"}  # fmt: skip
+    merged["run"] = {**run, "attempts": attempt, "load_1min": load.summary(),
+                     "cpus": os.cpu_count(), "op_timeout_s": OP_TIMEOUT_S,
+                     "test_timeout_s": TEST_TIMEOUT_S}  # fmt: skip
+    report.write_text(json.dumps(merged, indent=2))
+    return status
 
 
 #: Loaded in TuFT's venv by a .pth file: with no GPU, the CUDA memory statistics its HF
 #: trainer reads around each micro-batch answer nothing instead of raising (docs/peers.md).
-CPU_SHIM = """import torch
+#: It patches ``torch.cuda`` when something imports it, not at start-up: every Python
+#: process of the venv (Ray's agents and workers too) reads the .pth, and importing torch
+#: in each of them made Ray's agents miss their 15 s start-up window on a busy box.
+CPU_SHIM = """import importlib.util
+import sys
 
-if not torch.cuda.is_available():
-    torch.cuda.reset_peak_memory_stats = lambda *args, **kwargs: None
-    for _name in ("max_memory_allocated", "memory_allocated", "memory_reserved"):
-        setattr(torch.cuda, _name, lambda *args, **kwargs: 0)
+
+def _patch(cuda):
+    if not cuda.is_available():
+        cuda.reset_peak_memory_stats = lambda *args, **kwargs: None
+        for name in ("max_memory_allocated", "memory_allocated", "memory_reserved"):
+            setattr(cuda, name, lambda *args, **kwargs: 0)
+
+
+class _PatchCudaOnImport:
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch.cuda":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                _patch(module)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _PatchCudaOnImport())
 """
 
 
@@ -191,16 +286,20 @@ def tuft(base: Path, port: int) -> list[Path]:
     env.pop("CUDA_VISIBLE_DEVICES", None)
     reports = []
     try:
-        sh([str(bin_dir / "ray"), "start", "--head", "--num-gpus=1", "--include-dashboard=false"],
-           log, env)  # fmt: skip
+        # Bounded memory on a shared box: two CPUs, a 300 MB object store (Ray's default is
+        # 30% of the RAM), no dashboard.
+        start_ray(bin_dir / "ray", base / "tuft", log, env)
         url = f"http://127.0.0.1:{port}"
         launch = [str(bin_dir / "tuft"), "launch", "--port", str(port), "--config", str(config)]
         with running(launch, log, env) as server:
             wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
-            for sdk, client in (("0.38", Path(sys.executable)),
+            for sdk, client in ((version(Path(sys.executable), "tinker"), Path(sys.executable)),
                                 (OLD_SDK, client_venv(base, OLD_SDK, log))):  # fmt: skip
                 report = base / f"tuft-{sdk}.json"
-                run_suite(client, url, report, log)
+                run = {"peer": "TuFT", "peer_version": version(python, "tuft"),
+                       "sdk": f"tinker {sdk}", "model": MODEL,
+                       "setup": "Ray with one logical GPU, training only, CPU shim"}  # fmt: skip
+                run_suite(client, url, report, log, run, server)
                 reports.append(report)
     finally:
         subprocess.run([str(bin_dir / "ray"), "stop", "--force"], env=env, check=False)
@@ -234,10 +333,22 @@ def skyrl_tx(base: Path, port: int) -> list[Path]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "JAX_PLATFORMS": "cpu",
            "PATH": f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
     client = client_venv(base, SKYRL_SDK, log)
-    with running(launch, log, env) as server:
-        wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
-        report = base / f"skyrl-tx-{SKYRL_SDK}.json"
-        run_suite(client, url, report, log, model=model)
+    report = base / f"skyrl-tx-{SKYRL_SDK}.json"
+    run = {"peer": "skyrl-tx", "peer_version": version(python, "skyrl-tx"),
+           "sdk": f"tinker {SKYRL_SDK}", "model": f"{MODEL} (its directory)",
+           "setup": "CPU JAX, uv shim"}  # fmt: skip
+    # Its state (sessions, models, futures) is a SQLite file beside its code: each run
+    # starts from an empty one, not from the last run's.
+    for stale in (python.parents[1] / "lib").glob("python*/site-packages/tx/tinker/tinker.db*"):
+        stale.unlink()
+    with ExitStack() as servers:  # its engine can crash (docs/peers.md): restarted, resumed
+
+        def start() -> subprocess.Popen[bytes]:
+            server = servers.enter_context(running(launch, log, env))
+            wait_for(f"{url}/api/v1/get_server_capabilities", 900, server)
+            return server
+
+        run_suite(client, url, report, log, run, start(), model=model, restart=start)
     return [report]
 
 
@@ -249,6 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(default))
     parser.add_argument("--peer", choices=("tuft", "skyrl-tx"), action="append")
     parser.add_argument("--port", type=int, default=18472)
+    parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=True,
+                        help="copy the reports into conformance/peers/reports/ and regenerate "
+                        "docs/peers.md from them (report_peers.py --write)")  # fmt: skip
     args = parser.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
     reports: list[Path] = []
@@ -258,11 +372,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (subprocess.CalledProcessError, RuntimeError) as exc:
             print(f"{peer}: {exc} (log in {args.dir})")
     done = [r for r in reports if r.exists()]
+    if done and args.record:
+        from conformance.peers import report_peers
+
+        report_peers.main(["--write", *(f"--from={r}" for r in done)])
     if done:
-        table = args.dir / "peers.md"
-        subprocess.run([sys.executable, "-m", "localsession.cli", "conformance-table",
-                        *map(str, done), "--output", str(table)], check=False)  # fmt: skip
-        print(f"reports: {', '.join(map(str, done))}; table: {table}")
+        print(f"reports: {', '.join(map(str, done))}")
     return 0 if done else 1
 
 

@@ -43,7 +43,9 @@ class TinkerDriver:
         return self.backend.ts.types.AdamParams(**kw)
 
     def step(self, tc: Any, params: Any, grad: bool = True) -> None:
-        weights = None if grad else [0.0] * (len(self.tokens) - 1)
+        # weights always sent: the SDK names them an input of cross_entropy (TuFT refuses a
+        # datum without them); weights of 1 give the same gradient as none
+        weights = [1.0 if grad else 0.0] * (len(self.tokens) - 1)
         fb = tc.forward_backward(
             [datum(self.backend, self.tokens, weights=weights)], "cross_entropy"
         )

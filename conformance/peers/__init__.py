@@ -1,0 +1,1 @@
+"""Running the Tinker conformance suite against third-party servers (docs/peers.md)."""
