@@ -82,9 +82,13 @@ class SnapshotPlugin:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Note the tests that did not run to the end, and why."""
-        if self.check is None or hasattr(report, "wasxfail"):
+        if hasattr(report, "wasxfail"):
             return
         test_id = report_id(report.nodeid)
+        if report.skipped:  # a skipped test records nothing (its events, if any, are partial)
+            self.captured.pop(test_id, None)
+        if self.check is None:
+            return
         if report.when == "call" and test_id in self.results:
             self.results[test_id]["outcome"] = report.outcome
         if report.skipped and report.when in ("setup", "call"):

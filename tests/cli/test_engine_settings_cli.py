@@ -20,6 +20,7 @@ def test_a_bad_engine_setting_is_refused_at_start(tmp_path: Path) -> None:
 def test_the_banner_shows_the_engine_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("LOCALSESSION_DEVICE", raising=False)  # tests/engine's conftest sets it
     monkeypatch.setenv("LOCALSESSION_SHARED_PREFIX", "off")
     monkeypatch.setenv("LOCALSESSION_SNAPSHOT_CACHE_MB", "64")
     with Serving(tmp_path) as server:
