@@ -40,6 +40,7 @@ from torch import Tensor
 
 from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable, pad_left
+from localsession.engine.decode_step import StepRunner
 from localsession.engine.kv_room import make_roomy
 from localsession.engine.streams import SampledStream, seeded_generator
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
@@ -91,7 +92,15 @@ class BatchSampler:
         eos_ids: frozenset[int],
         pad_id: int,
         device: torch.device,
+        decode: str = "static",
+        decode_compile: str = "auto",
     ) -> None:
+        """``decode``: ``static`` (static_decoder.py) or ``dynamic`` (this module's loop);
+        ``decode_compile``: how the static step runs (decode_step.py)."""
+        if decode not in ("static", "dynamic"):
+            raise ValueError(f"decode {decode!r}: use static or dynamic")
+        self.decode = decode
+        self._runner = StepRunner(decode_compile)
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -232,8 +241,17 @@ class BatchSampler:
         length, masked out). Their stream groups follow ``requests``' in the result, in
         admission order. Only a model whose KV cache is a plain full-attention
         ``DynamicCache`` admits; otherwise ``admit`` is never called.
+
+        With ``decode="static"`` the static decoder runs it (static_decoder.py), where the
+        model allows; else this module's loop.
         """
         model = model if model is not None else self.model
+        if self.decode == "static":
+            from localsession.engine.static_decoder import StaticDecoder
+
+            done = StaticDecoder(self, self._runner).run(requests, model, admit)
+            if done is not None:
+                return done
         requests = list(requests)
         grouped: list[list[SampledStream]] = [[] for _ in requests]
         for s in self._streams(requests, 0):
