@@ -140,9 +140,9 @@ class SlotCache:
             grown.append((k, v))
         self.layers = grown
         device = self.col_B.device
-        col_B = torch.zeros(rows, dtype=torch.long, device=device)
-        col_B[: self.rows] = self.col_B
-        self.col_B, self._row_ids = col_B, torch.arange(rows, device=device)
+        # (col_B is each step's own: decode_step sets it before the forward)
+        self.col_B = torch.zeros(rows, dtype=torch.long, device=device)
+        self._row_ids = torch.arange(rows, device=device)
         self.columns_C = torch.arange(columns, device=device)
         self.rows, self.columns = rows, columns
         self.generation = next(_generations)
