@@ -20,8 +20,9 @@ stream that continues gets its unused uniforms back. ``admit`` is asked after ev
 step that admits ends the window there, so joiners enter at the same step as in the
 dynamic loop. (Until the window's sync the host does not know that every stream has
 ended, so ``admit`` may be asked up to ``SYNC_STEPS - 1`` steps later than the dynamic loop
-would stop asking; what it returns then is decoded in this batch instead of the next.) Streams that finished are compacted out once they are a quarter of the rows
-or the live rows fit a smaller bucket. When no stream is left the slots are released.
+would stop asking; what it returns then is decoded in this batch instead of the next.)
+Streams that finished are compacted out once they are a quarter of the rows or the live
+rows fit a smaller bucket. When no stream is left the slots are released.
 
 Models whose prefilled cache is not a plain full-attention ``DynamicCache``
 (``batch_join.joinable``), or whose attention is not ``sdpa`` or ``eager``, decode on the
