@@ -9,20 +9,22 @@ their streams move into slots of a :class:`~localsession.engine.slot_cache.SlotC
 :func:`~localsession.engine.decode_step.decode_step` on the live rows padded up to their
 batch-size bucket: forward, filters, seeded draw, logprobs, all on the device.
 
-Host syncs are batched: the host fills a *window* of up to :data:`SYNC_STEPS` steps with each
-sampled stream's next uniforms (from its own seeded CPU generator, one per step as in the
-dynamic loop, so a stream's draws never depend on its batch mates), runs the steps, then
-reads the window's tokens, logprobs and top logprobs in one copy and applies them stream by
-stream: EOS and stop ids, stop strings, ``max_tokens``, ``on_token`` callbacks, exactly in
-token order. A stream that stops inside a window costs the rest of the window's steps (its
-later tokens are dropped, its unused uniforms too: its generator is not read again); a
-stream that continues gets its unused uniforms back. ``admit`` is asked after every step; a
-step that admits ends the window there, so joiners enter at the same step as in the
-dynamic loop. (Until the window's sync the host does not know that every stream has
-ended, so ``admit`` may be asked up to ``SYNC_STEPS - 1`` steps later than the dynamic loop
-would stop asking; what it returns then is decoded in this batch instead of the next.)
-Streams that finished are compacted out once they are a quarter of the rows or the live
-rows fit a smaller bucket. When no stream is left the slots are released.
+Host syncs are batched on an accelerator (on a CPU a sync costs nothing and the window is
+one step, :data:`CPU_SYNC_STEPS`): the host fills a *window* of up to :data:`SYNC_STEPS`
+steps with each sampled stream's next uniforms (from its own seeded CPU generator, one per
+step as in the dynamic loop, so a stream's draws never depend on its batch mates), runs the
+steps, then reads the window's tokens, logprobs and top logprobs in one copy and applies
+them stream by stream: EOS and stop ids, stop strings, ``max_tokens``, ``on_token``
+callbacks, exactly in token order. A stream that stops inside a window costs the rest of
+the window's steps (its later tokens are dropped, its unused uniforms too: its generator is
+not read again); a stream that continues gets its unused uniforms back. ``admit`` is asked
+after every step (and after the prefill's pick, step 1); a step that admits ends the window
+there, so joiners enter at the same step as in the dynamic loop. (Until the window's sync
+the host does not know that every stream has ended, so ``admit`` may be asked up to
+``SYNC_STEPS - 1`` steps later than the dynamic loop would stop asking; what it returns
+then is decoded in this batch instead of the next.) Streams that finished are compacted out
+once they are a quarter of the rows or the live rows fit a smaller bucket. When no stream
+is left the slots are released.
 
 Models whose prefilled cache is not a plain full-attention ``DynamicCache``
 (``batch_join.joinable``), or whose attention is not ``sdpa`` or ``eager``, decode on the
@@ -46,8 +48,12 @@ from localsession.engine.slot_cache import SlotCache, bucket_for, columns_for
 from localsession.engine.streams import SampledStream
 from localsession.port import SampleRequest, TokenCallback
 
-#: Most decode steps between two host syncs.
+#: Most decode steps between two host syncs on an accelerator.
 SYNC_STEPS = 8
+#: ... and on a CPU, where reading a token back costs no device sync: one, so a stream stops
+#: the step it ends and callbacks see each token at once (tests set 8 to check windows).
+CPU_SYNC_STEPS = 1
+Admit = Callable[[], list[SampleRequest]]
 #: Attention implementations that take the 4-D mask as given.
 MASKED_ATTENTION = ("sdpa", "eager")
 
@@ -69,7 +75,7 @@ class StaticDecoder:
         self,
         requests: Sequence[SampleRequest],
         model: torch.nn.Module,
-        admit: Callable[[], list[SampleRequest]] | None,
+        admit: Admit | None,
     ) -> list[list[SampledStream]] | None:
         """``BatchSampler.run`` on slots; ``None`` when this model must decode on the
         dynamic loop (nothing drawn yet)."""
@@ -120,6 +126,8 @@ class StaticDecoder:
         for s in streams:
             groups[s.request - first].append(s)
         decoding = [s for s in streams if s.stop_reason is None]
+        if first_batch:
+            self._picked = bool(decoding)
         prefill = None
         if decoding:
             used = sorted({s.request for s in decoding})
@@ -178,14 +186,29 @@ class StaticDecoder:
 
     # -- decoding -----------------------------------------------------------------------
 
-    def _loop(self, admit: Callable[[], list[SampleRequest]] | None) -> None:
+    def _between(self, steps: int, admit: Admit | None) -> list[SampleRequest]:
+        """What runs between two steps, as in the dynamic loop: the step hooks, the thread
+        policy, ``admit``. -> the admitted requests."""
         from localsession.engine.sampling import _STEP_HOOKS
 
+        for hook in list(_STEP_HOOKS):
+            hook(steps)
+        thread_policy.revisit()  # the free cores may have changed (thread_policy.py)
+        return admit() if admit is not None else []
+
+    def _loop(self, admit: Admit | None) -> None:
         steps = 0
+        if self._picked:  # the prefill's pick is step 1, as in the dynamic loop
+            steps = 1
+            pending = self._between(steps, admit)
+            self._compact()
+            if pending:
+                self._enter(pending)
+        most_steps = CPU_SYNC_STEPS if self.device.type == "cpu" else SYNC_STEPS
         while self.rows:
             assert self.cache is not None and self.state is not None
             live = [s for s in self.rows if s.stop_reason is None]
-            window = min(SYNC_STEPS, max(s.max_tokens - len(s.tokens) for s in live))
+            window = min(most_steps, max(s.max_tokens - len(s.tokens) for s in live))
             need = max(
                 min(s.prompt_len + len(s.tokens) - 1 + window, s.prompt_len + s.max_tokens - 1)
                 for s in live
@@ -220,13 +243,9 @@ class StaticDecoder:
                 chosen, lp, top_v, top_i = self.runner.run(key, cache, step, rows_view)
                 outputs.append((chosen.clone(), lp.clone(), top_v.clone(), top_i.clone()))
                 steps += 1
-                for hook in list(_STEP_HOOKS):
-                    hook(steps)
-                thread_policy.revisit()
-                if admit is not None:
-                    pending = admit()
-                    if pending:
-                        break
+                pending = self._between(steps, admit)
+                if pending:
+                    break
             self._apply(outputs, window)
             self._compact()
             if pending:
@@ -285,7 +304,8 @@ class StaticDecoder:
         smaller bucket (each compaction copies the live rows' slots once)."""
         from localsession.engine.sampling import COMPACT_FRACTION
 
-        assert self.cache is not None and self.state is not None
+        if self.cache is None or self.state is None:
+            return  # no stream has reached the slots
         keep = [i for i, s in enumerate(self.rows) if s.stop_reason is None]
         n = len(self.rows)
         if len(keep) == n:

@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from localsession.engine import slot_cache
+from localsession.engine import slot_cache, static_decoder
 from localsession.engine.builtin import EOS_ID, PAD_ID, build_builtin
 from localsession.engine.sampling import BatchSampler
 from localsession.engine.streams import SampledStream
@@ -110,6 +110,13 @@ def both(
         )
 
 
+@pytest.fixture(params=[1, 8], ids=["sync1", "sync8"])
+def window(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Host syncs every step (the CPU's default) or every 8 steps (an accelerator's)."""
+    monkeypatch.setattr(static_decoder, "CPU_SYNC_STEPS", request.param)
+    return int(request.param)
+
+
 @pytest.fixture(scope="module")
 def small_base() -> tuple[Any, Any]:
     return build_builtin("localsession/small")
@@ -120,7 +127,9 @@ def base(request: pytest.FixtureRequest, tiny_base: tuple[Any, Any]) -> tuple[An
     return tiny_base if request.param == "tiny" else request.getfixturevalue("small_base")
 
 
-def test_every_option_in_one_batch_equals_the_dynamic_decoder(base: tuple[Any, Any]) -> None:
+def test_every_option_in_one_batch_equals_the_dynamic_decoder(
+    base: tuple[Any, Any], window: int
+) -> None:
     dynamic, static = both(base, OPTIONS_MATRIX)
     assert_same(dynamic, static)
     tokens = [len(s.tokens) for g in static for s in g]
@@ -135,7 +144,7 @@ def test_each_option_alone_equals_the_dynamic_decoder(
     assert_same(*both(tiny_base, [request_]))
 
 
-def test_requests_joining_and_leaving_mid_batch(base: tuple[Any, Any]) -> None:
+def test_requests_joining_and_leaving_mid_batch(base: tuple[Any, Any], window: int) -> None:
     """Joins past the bucket (1 row -> 6) and past the columns (a long prompt), short
     requests leaving early, a joiner with nothing to decode."""
     long_prompt = [257, *b"A much longer prompt than the running context has so far, by far"]
@@ -228,6 +237,7 @@ REQUESTS = st.builds(
 )
 def test_property_mixes_joining_mid_batch(
     tiny_base: tuple[Any, Any],
+    window: int,
     first: list[SampleRequest],
     joins: list[tuple[int, SampleRequest]],
 ) -> None:
