@@ -236,7 +236,7 @@ class StaticDecoder:
             rows_view, u_B, cache = self.state.view(bucket), self.u_R[:bucket], self.cache
             step = partial(decode_step, self.model, self.call, cache, rows_view, u_B, flags)
             outputs: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
-            pending: list[SampleRequest] = []
+            pending = []
             for j in range(window):
                 if draws is not None:
                     u_B.copy_(draws[:, j])
