@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,8 @@ from localsession.numerics.filters import sample_from_logits, top_k_filter, top_
 _log = logging.getLogger("localsession.engine.decode_step")
 #: How much faster the compiled step must be in the CPU probe to be used.
 PROBE_MARGIN = 1.1
+#: How many keys' kinds a runner remembers (``StepRunner.kinds``).
+KINDS_KEPT = 64
 #: ``LOCALSESSION_DECODE_COMPILE`` values.
 MODES = ("auto", "probe", "on", "off")
 #: Timed rounds per kernel in the CPU probe (median).
@@ -184,8 +187,8 @@ class StepRunner:
         if mode not in MODES:
             raise ValueError(f"decode compile mode {mode!r}: use one of {', '.join(MODES)}")
         self.mode = mode
-        #: how each key's step runs, the first time it was met (tests read it)
-        self.kinds: dict[StepKey, str] = {}
+        #: how the latest keys' steps run (tests read it), at most ``KINDS_KEPT`` of them
+        self.kinds: OrderedDict[StepKey, str] = OrderedDict()
 
     def kind(self, device: torch.device) -> str:
         """``eager``, ``graph`` or ``inductor`` for ``device`` before any probe."""
@@ -240,6 +243,8 @@ class StepRunner:
             _log.warning("decode step %s failed, eager from now on: %s", kind, exc)
             made, kind = step, "eager"
         self.kinds[key] = kind
+        while len(self.kinds) > KINDS_KEPT:  # a long-lived engine meets keys without end
+            self.kinds.popitem(last=False)
         return made
 
 

@@ -196,3 +196,34 @@ def test_the_slots_are_freed_when_the_batch_ends(tiny_base: tuple[Any, Any]) -> 
     assert len(out) == 2 and len(out[0][0].tokens) == 6
     assert seen and all(count == 1 and held > 0 for count, held in seen)
     assert len(slot_cache.LIVE) == 0
+
+
+def test_the_cpu_probe_decides_once_and_undoes_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``probe`` on a CPU: the first key compiles and is probed (its steps' side effects on
+    the rows undone), the choice holds for later keys; a compile that fails runs eager."""
+    decode_step.reset()
+    compiled: list[Any] = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn) or fn)
+    monkeypatch.setattr(
+        decode_step, "cpu_probe", lambda eager, fast: (eager(), fast(), (True, "faster"))[2]
+    )
+    runner = StepRunner("probe")
+    cache = SlotCache(_pairs(1, 1, 1, 2, seed=4), rows=2, columns=64)
+    rows = {"pos": torch.tensor([3, 5])}
+
+    def step() -> Any:
+        rows["pos"] += 1  # as decode_step advances pos
+        return (torch.zeros(1),) * 4
+
+    runner.run(StepKey("cpu", 2, 64, cache.generation, FLAGS), cache, step, rows)
+    assert rows["pos"].tolist() == [4, 6]  # the probe's two steps undone, the real one kept
+    runner.run(StepKey("cpu", 1, 64, cache.generation, FLAGS), cache, step, rows)
+    assert list(runner.kinds.values()) == ["inductor", "inductor"] and len(compiled) == 2
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **kw: (_ for _ in ()).throw(RuntimeError("no C++ compiler"))
+    )
+    failing = StepRunner("on")
+    failing.run(StepKey("cpu", 4, 64, cache.generation, FLAGS), cache, step, rows)
+    assert list(failing.kinds.values()) == ["eager"]
+    assert failing.kind(torch.device("cpu")) == "eager"  # for the rest of the process
+    decode_step.reset()
