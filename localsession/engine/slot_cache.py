@@ -33,6 +33,8 @@ from torch import Tensor
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Columns are allocated in multiples of this (fewer distinct shapes, fewer compiles).
 COLUMN_QUANTUM = 64
+#: Eager CPU steps attend over the used columns rounded up to this (``visible_for``).
+VISIBLE_QUANTUM = 16
 #: Most columns reserved up front beyond the longest prompt (as kv_room.FIRST_ROOM).
 FIRST_ROOM = 256
 
@@ -77,6 +79,9 @@ class SlotCache:
         self.rows, self.columns = rows, columns
         self.generation = next(_generations)  # new buffers, new compile/graph keys
         self.active = rows
+        #: columns the step attends over (``None``: all). Eager steps on a CPU narrow it to
+        #: the live positions (:func:`visible_for`); compiled or captured steps keep all.
+        self.visible: int | None = None
         device = like[0][0].device
         self.col_B = torch.zeros(rows, dtype=torch.long, device=device)
         self._row_ids = torch.arange(rows, device=device)
@@ -97,6 +102,8 @@ class SlotCache:
         rows_B, col_B = self._row_ids[:b], self.col_B[:b]
         keys[rows_B, :, col_B, :] = key_states[:, :, 0, :]  # [B, H, D]
         values[rows_B, :, col_B, :] = value_states[:, :, 0, :]
+        if self.visible is not None:
+            return keys[:b, :, : self.visible], values[:b, :, : self.visible]
         return keys[:b], values[:b]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -153,11 +160,20 @@ class SlotCache:
         return sum(k.numel() * k.element_size() * 2 for k, _ in self.layers)
 
 
+def visible_for(cache: SlotCache, last_written: int) -> int:
+    """Columns an eager step must attend over when no row writes past ``last_written``:
+    rounded up to :data:`VISIBLE_QUANTUM`, at most all. Attention (and grouped-query
+    attention's copies of the keys) then reads the live positions, not the whole slot."""
+    need = -(-(last_written + 1) // VISIBLE_QUANTUM) * VISIBLE_QUANTUM
+    return min(cache.columns, need)
+
+
 def mask_for(cache: SlotCache, pos_B: Tensor, additive: bool, dtype: torch.dtype) -> Tensor:
     """The 4-D attention mask ``[B, 1, 1, C]`` of a decode step writing column ``pos_B``:
     each row sees its columns ``0 .. pos``. Boolean (True: attend) for SDPA; for eager
     attention 0 / the dtype's minimum, added to the scores."""
-    keep_BC = cache.columns_C.unsqueeze(0) <= pos_B.unsqueeze(-1)
+    columns_C = cache.columns_C if cache.visible is None else cache.columns_C[: cache.visible]
+    keep_BC = columns_C.unsqueeze(0) <= pos_B.unsqueeze(-1)
     mask_B11C = keep_BC[:, None, None, :]
     if not additive:
         return mask_B11C

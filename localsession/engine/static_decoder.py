@@ -44,7 +44,7 @@ from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable
 from localsession.engine.decode_step import StepFlags, StepKey, StepRunner, decode_step
 from localsession.engine.row_state import RowState
-from localsession.engine.slot_cache import SlotCache, bucket_for, columns_for
+from localsession.engine.slot_cache import SlotCache, bucket_for, columns_for, visible_for
 from localsession.engine.streams import SampledStream
 from localsession.port import SampleRequest, TokenCallback
 
@@ -220,6 +220,10 @@ class StaticDecoder:
                     columns_for(need + 1, max(need + 1, min(most, 2 * self.cache.columns))),
                 )
             bucket = bucket_for(len(self.rows))
+            if self.device.type == "cpu" and self.runner.kind(self.device) == "eager":
+                # no fixed shape to keep: attend over the columns live rows use (padding
+                # rows' outputs are dropped; column 0 keeps their mask rows non-empty)
+                self.cache.visible = visible_for(self.cache, need)
             if self.u_R is None:
                 self.u_R = torch.zeros(self.cache.rows, device=self.device)
             flags = StepFlags(
