@@ -1,5 +1,6 @@
-"""The static decoder (``LOCALSESSION_DECODE=static``, the default): the batched sampler's
-decode loop over preallocated KV slots with a fixed-shape step (docs/semantics.md#3).
+"""The static decoder (``LOCALSESSION_DECODE=static``; the default is still ``dynamic``):
+the batched sampler's decode loop over preallocated KV slots with a fixed-shape step
+(docs/semantics.md#3).
 
 Same contract and same results as the dynamic loop in sampling.py (``BatchSampler.run``),
 which stays as the reference (``LOCALSESSION_DECODE=dynamic``): requests are prefilled as

@@ -171,7 +171,9 @@ def test_the_slots_are_freed_when_the_batch_ends(tiny_base: tuple[Any, Any]) -> 
     """One live SlotCache (holding bytes) while a batch decodes, none once it returned,
     without waiting for the garbage collector; likewise after a join grew it."""
     model, tokenizer = tiny_base
-    sampler = BatchSampler(model, tokenizer, frozenset({EOS_ID}), PAD_ID, torch.device("cpu"))
+    sampler = BatchSampler(
+        model, tokenizer, frozenset({EOS_ID}), PAD_ID, torch.device("cpu"), "static", "off"
+    )
     seen: list[tuple[int, int]] = []
 
     def hook(step: int) -> None:

@@ -206,8 +206,8 @@ def test_max_tokens_at_the_context_limit_through_the_engine() -> None:
         )
 
 
-def test_the_engine_decodes_statically_by_default(tiny_engine: TorchEngine) -> None:
-    assert OPTIONS.decode == "static" and tiny_engine._sampler.decode == "static"
+def test_the_engine_takes_the_decode_setting(tiny_engine: TorchEngine) -> None:
+    assert tiny_engine._sampler.decode == OPTIONS.decode  # dynamic unless the env says
 
 
 REQUESTS = st.builds(
