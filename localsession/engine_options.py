@@ -1,11 +1,12 @@
 """The engine's settings in one value: :class:`EngineOptions`, and how each is read and checked.
 
-Fourteen ``LOCALSESSION_*`` variables tune the torch engine (device, dtype, threads, kernels,
-caches, placement). They are read here and nowhere else: :meth:`EngineOptions.from_env`
-parses every one of them once, when the composition root (:mod:`localsession.wiring`) builds a
-service, and the frozen value travels on each :class:`~localsession.port.EngineSpec` to the
-engine, so an engine module never reads the environment and a session records what it ran
-with. A spec built by hand carries ``EngineOptions()``, the defaults.
+Sixteen ``LOCALSESSION_*`` variables tune the torch engine (device, dtype, threads, kernels,
+caches, placement, the decode loop). They are read here and nowhere else:
+:meth:`EngineOptions.from_env` parses every one of them once, when the composition root
+(:mod:`localsession.wiring`) builds a service, and the frozen value travels on each
+:class:`~localsession.port.EngineSpec` to the engine, so an engine module never reads the
+environment and a session records what it ran with. A spec built by hand carries
+``EngineOptions()``, the defaults.
 
 One error policy: a bad value raises :class:`SettingError` (a ``ValueError``) reading
 ``NAME='value': expected <the accepted values>``, before any model loads.
@@ -128,6 +129,10 @@ _ACCEPTED = {
     "offload_dir": "a directory path",
     "merged_cache_mb": "a size in MB >= 0, e.g. 512 (0 turns merged copies off)",
     "snapshot_cache_mb": "a size in MB >= 0, e.g. 256",
+    "decode": "dynamic (the default: the growing-cache loop) or static (preallocated KV "
+    "slots, a fixed-shape step)",
+    "decode_compile": "auto (the default: CUDA graphs on CUDA, eager on a CPU), probe "
+    "(on a CPU, inductor where a one-time probe finds it faster), on or off",
 }
 
 
@@ -174,6 +179,23 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "snapshot_cache_mb": lambda n, r: (
         non_negative(n, r, _ACCEPTED["snapshot_cache_mb"]) if r.strip() else 256.0
     ),
+    "decode": lambda n, r: choice(
+        n, r, {"": "dynamic", "static": "static", "dynamic": "dynamic"}, _ACCEPTED["decode"]
+    ),
+    "decode_compile": lambda n, r: choice(
+        n,
+        r,
+        {
+            "": "auto",
+            "auto": "auto",
+            "probe": "probe",
+            "on": "on",
+            "1": "on",
+            "off": "off",
+            "0": "off",
+        },
+        _ACCEPTED["decode_compile"],
+    ),
 }
 
 
@@ -213,6 +235,10 @@ class EngineOptions:
     merged_cache_mb: float = 512.0
     #: MB of loaded package snapshots per session
     snapshot_cache_mb: float = 256.0
+    #: sampler decode loop: ``static`` (slots, fixed-shape step) or ``dynamic`` (reference)
+    decode: str = "dynamic"
+    #: how the static step runs: ``auto``, ``probe``, ``on`` (graphs / inductor), ``off``
+    decode_compile: str = "auto"
 
     @classmethod
     def parse(cls, values: Mapping[str, str]) -> EngineOptions:
@@ -327,6 +353,17 @@ ENGINE_VARIABLES: tuple[Variable, ...] = (
         "LOCALSESSION_SNAPSHOT_CACHE_MB",
         "256",
         "Memory for loaded checkpoint adapters per session (sampling).",
+    ),
+    _engine(
+        "LOCALSESSION_DECODE",
+        "dynamic",
+        "Sampler decode loop: static KV slots and a fixed-shape step, or the dynamic "
+        "reference (engine/static_decoder.py).",
+    ),
+    _engine(
+        "LOCALSESSION_DECODE_COMPILE",
+        "auto",
+        "How the static decode step runs: CUDA graphs / inductor or eager (engine/decode_step.py).",
     ),
 )
 

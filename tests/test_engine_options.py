@@ -44,6 +44,8 @@ GOOD = {
     "LOCALSESSION_OFFLOAD_DIR": [(" /scratch/off ", "/scratch/off")],
     "LOCALSESSION_MERGED_CACHE_MB": [("0", 0.0), ("1.5", 1.5)],
     "LOCALSESSION_SNAPSHOT_CACHE_MB": [("64", 64.0)],
+    "LOCALSESSION_DECODE": [("dynamic", "dynamic"), ("STATIC", "static")],
+    "LOCALSESSION_DECODE_COMPILE": [("probe", "probe"), ("1", "on"), ("off", "off")],
 }
 BAD = {
     "LOCALSESSION_DEVICE": ["gpu"],
@@ -58,12 +60,14 @@ BAD = {
     "LOCALSESSION_DEVICE_MAP": ["greedy"],
     "LOCALSESSION_MERGED_CACHE_MB": ["lots", "-1", "nan"],
     "LOCALSESSION_SNAPSHOT_CACHE_MB": ["inf"],
+    "LOCALSESSION_DECODE": ["growing"],
+    "LOCALSESSION_DECODE_COMPILE": ["graphs"],
 }
 
 
 def test_every_engine_variable_is_covered_here() -> None:
     names = {v.name for v in ENGINE_VARIABLES}
-    assert len(names) == 14 and set(GOOD) == names
+    assert len(names) == 16 and set(GOOD) == names
     assert set(BAD) == names - {"LOCALSESSION_COMPILE", "LOCALSESSION_OFFLOAD_DIR"}  # free text
 
 

@@ -40,6 +40,7 @@ from torch import Tensor
 
 from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable, pad_left
+from localsession.engine.decode_step import StepRunner
 from localsession.engine.kv_room import make_roomy
 from localsession.engine.streams import SampledStream, seeded_generator
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
@@ -91,7 +92,15 @@ class BatchSampler:
         eos_ids: frozenset[int],
         pad_id: int,
         device: torch.device,
+        decode: str = "dynamic",
+        decode_compile: str = "auto",
     ) -> None:
+        """``decode``: ``static`` (static_decoder.py) or ``dynamic`` (this module's loop);
+        ``decode_compile``: how the static step runs (decode_step.py)."""
+        if decode not in ("static", "dynamic"):
+            raise ValueError(f"decode {decode!r}: use static or dynamic")
+        self.decode = decode
+        self._runner = StepRunner(decode_compile)
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -241,9 +250,18 @@ class BatchSampler:
         ``row_hook`` (multi-adapter batches, ``multi_lora.py``): called before every forward
         with the request index of each of its rows, so ``model`` can give each row its own
         adapter; rows carry their request through joins and compaction.
+
+        With ``decode="static"`` the static decoder runs it (static_decoder.py), where the
+        model allows and no ``row_hook`` is given; else this module's loop.
         """
         self._rows = row_hook
         model = model if model is not None else self.model
+        if self.decode == "static" and row_hook is None:
+            from localsession.engine.static_decoder import StaticDecoder
+
+            done = StaticDecoder(self, self._runner).run(requests, model, admit)
+            if done is not None:
+                return done
         requests = list(requests)
         grouped: list[list[SampledStream]] = [[] for _ in requests]
         for s in self._streams(requests, 0):

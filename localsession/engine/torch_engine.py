@@ -102,6 +102,8 @@ class TorchEngine(MixedSampling):
             self._loaded.eos_ids,
             self._loaded.pad_id,
             self._loaded.device,
+            options.decode,
+            options.decode_compile,
         )
         self._layout = adapter_layout(self._loaded.model)
         #: live parameter name -> the trainable (LoRA) parameter, in model order

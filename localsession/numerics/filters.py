@@ -22,14 +22,16 @@ def apply_temperature(logits_SV: Tensor, temperature_S: Tensor) -> Tensor:
     return logits_SV / t_S.to(logits_SV.dtype).unsqueeze(-1)
 
 
-def top_k_filter(logits_SV: Tensor, k_S: Tensor) -> Tensor:
+def top_k_filter(logits_SV: Tensor, k_S: Tensor, *, synced: bool = True) -> Tensor:
     """Keep each row's ``k`` largest logits (ties at the boundary broken by sort order).
 
     Rows with ``k <= 0`` or ``k >= V`` are unchanged. Others are set to -inf.
+    ``synced=False`` skips the host check that no row filters (a device sync), for a step
+    that must not sync (decode_step.py): the same values either way.
     """
     vocab = logits_SV.shape[-1]
     active_S = (k_S > 0) & (k_S < vocab)
-    if not bool(active_S.any()):
+    if synced and not bool(active_S.any()):
         return logits_SV
     sorted_SV, order_SV = logits_SV.sort(dim=-1, descending=True)
     rank_V = torch.arange(vocab, device=logits_SV.device)
@@ -38,14 +40,15 @@ def top_k_filter(logits_SV: Tensor, k_S: Tensor) -> Tensor:
     return torch.empty_like(logits_SV).scatter_(-1, order_SV, sorted_SV)
 
 
-def top_p_filter(logits_SV: Tensor, p_S: Tensor) -> Tensor:
+def top_p_filter(logits_SV: Tensor, p_S: Tensor, *, synced: bool = True) -> Tensor:
     """Nucleus filter: keep the smallest set of top tokens whose probability reaches ``p``.
 
     A token is kept when the probability mass strictly before it (in descending order) is
     below ``p``; the top token is always kept. Rows with ``p >= 1`` are unchanged.
+    ``synced=False``: as in :func:`top_k_filter`.
     """
     active_S = p_S < 1.0
-    if not bool(active_S.any()):
+    if synced and not bool(active_S.any()):
         return logits_SV
     sorted_SV, order_SV = logits_SV.sort(dim=-1, descending=True)
     probs_SV = torch.softmax(sorted_SV.float(), dim=-1)

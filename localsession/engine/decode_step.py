@@ -1,0 +1,255 @@
+"""One static-shape decode step, and how it runs: eager, inductor-compiled or a CUDA graph.
+
+:func:`decode_step` feeds each row's ``ids`` at column ``pos`` through the model over a
+:class:`~localsession.engine.slot_cache.SlotCache`, then, on the device and with no host
+sync, picks the next token of every row exactly as the dynamic sampler's ``_choose`` does
+(temperature, top-k, top-p, the inverse-CDF draw from the given uniforms, greedy rows by
+argmax), reads its logprob and the top-K logprobs, and advances ``ids`` and ``pos`` in place
+(``pos`` stops at ``last_pos``). Everything it reads has a fixed shape for a
+:class:`StepKey`: the bucket (rows), the cache's columns and generation, and the
+:class:`StepFlags` (which filters any live row needs: a filter no row needs is skipped, as
+the dynamic sampler skips it).
+
+:class:`StepRunner` keeps one runnable step per key (``LOCALSESSION_DECODE_COMPILE``):
+
+- ``off``: eager everywhere;
+- ``on``: a CUDA graph per key on CUDA (captured the first time the key is met: two warm-up
+  steps and a capture, whose side effects are undone), inductor (``torch.compile``) on a CPU;
+- ``probe``: CUDA graphs on CUDA; on a CPU inductor only where a one-time probe
+  (:func:`cpu_probe`: the first step met, compiled, timed against eager, interleaved) finds
+  it at least :data:`PROBE_MARGIN` times faster. Decided and logged once per process.
+- ``auto`` (the default): CUDA graphs on CUDA, eager on a CPU. Inductor's first compile of
+  the step is what makes the CPU default eager: on the built-in tiny model it took 98 s on a
+  busy 2-core box for a step of 7.7 ms against 10.8 ms eager (docs/device.md), a cost a
+  first ``sample`` call should not pay unasked. The CPU choice is logged once.
+
+A capture or compile that fails falls back to eager for the process, logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from localsession.engine.slot_cache import SlotCache, mask_for
+from localsession.numerics.filters import sample_from_logits, top_k_filter, top_p_filter
+
+_log = logging.getLogger("localsession.engine.decode_step")
+#: How much faster the compiled step must be in the CPU probe to be used.
+PROBE_MARGIN = 1.1
+#: How many keys' kinds a runner remembers (``StepRunner.kinds``).
+KINDS_KEPT = 64
+#: ``LOCALSESSION_DECODE_COMPILE`` values.
+MODES = ("auto", "probe", "on", "off")
+#: Timed rounds per kernel in the CPU probe (median).
+PROBE_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class StepFlags:
+    """What the live rows of a step need: any sampled row, any greedy row, any top-k,
+    any top-p, and how many top logprobs to report (0: none)."""
+
+    sampled: bool
+    greedy: bool
+    top_k: bool
+    top_p: bool
+    top_logprobs: int
+
+
+@dataclass(frozen=True)
+class StepKey:
+    """One compiled step / captured graph: everything that fixes its shapes."""
+
+    device: str
+    bucket: int
+    columns: int
+    generation: int
+    flags: StepFlags
+
+
+Outputs = tuple[Tensor, Tensor, Tensor, Tensor]
+
+
+def choose(logits_BV: Tensor, rows: dict[str, Tensor], u_B: Tensor, flags: StepFlags) -> Outputs:
+    """Pick one token per row without a host sync. -> (ids [B], logprobs [B], top-K
+    logprobs [B, K], their ids [B, K]); values as ``BatchSampler._choose`` gives."""
+    temp_B = rows["temp"]
+    greedy_B = temp_B <= 0
+    t_B = torch.where(greedy_B, torch.ones_like(temp_B), temp_B)  # x / 1 == x exactly
+    tempered_BV = logits_BV / t_B.unsqueeze(-1)
+    logprobs_BV = torch.log_softmax(tempered_BV, dim=-1)  # before top-k / top-p
+    if flags.sampled:
+        filtered_BV = tempered_BV
+        if flags.top_k:
+            filtered_BV = top_k_filter(filtered_BV, rows["top_k"], synced=False)
+        if flags.top_p:
+            filtered_BV = top_p_filter(filtered_BV, rows["top_p"], synced=False)
+        chosen_B = sample_from_logits(filtered_BV, u_B)
+        if flags.greedy:
+            chosen_B = torch.where(greedy_B, logits_BV.argmax(dim=-1), chosen_B)
+    else:
+        chosen_B = logits_BV.argmax(dim=-1)
+    lp_B = logprobs_BV.gather(-1, chosen_B.unsqueeze(-1)).squeeze(-1)
+    top_vals_BK, top_ids_BK = logprobs_BV.topk(flags.top_logprobs, dim=-1)
+    return chosen_B, lp_B, top_vals_BK, top_ids_BK
+
+
+def decode_step(
+    model: torch.nn.Module,
+    call: dict[str, Any],
+    cache: SlotCache,
+    rows: dict[str, Tensor],
+    u_B: Tensor,
+    flags: StepFlags,
+) -> Outputs:
+    """One decode step of the ``B = len(rows["ids"])`` rows (module docstring). ``call``:
+    the model's fixed keyword arguments (the cache's name, ``logits_to_keep``, mask form)."""
+    pos_B = rows["pos"]
+    cache.active, cache.col_B = int(pos_B.shape[0]), pos_B
+    mask = mask_for(cache, pos_B, call["additive_mask"], call["dtype"])
+    out = model(
+        input_ids=rows["ids"].unsqueeze(-1),
+        attention_mask=mask,
+        position_ids=pos_B.unsqueeze(-1),
+        use_cache=True,
+        **{call["cache_kw"]: cache},
+        **call["extra"],
+    )
+    logits_BV = out["logits"][:, -1, :].float()
+    chosen_B, lp_B, top_vals_BK, top_ids_BK = choose(logits_BV, rows, u_B, flags)
+    rows["ids"].copy_(chosen_B)
+    rows["pos"].copy_(torch.minimum(pos_B + 1, rows["last_pos"]))
+    return chosen_B, lp_B, top_vals_BK, top_ids_BK
+
+
+class _Graphed:
+    """A step captured as a CUDA graph over fixed tensors; calling it replays the graph."""
+
+    def __init__(self, step: Callable[[], Outputs], rows: dict[str, Tensor]) -> None:
+        saved = {name: t.clone() for name, t in rows.items()}
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up: allocator and kernel choices settle
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = step()
+        for name, t in rows.items():  # the warm-up advanced ids and pos: undo it
+            t.copy_(saved[name])
+
+    def __call__(self) -> Outputs:
+        self.graph.replay()
+        return self.outputs
+
+
+#: mode -> whether the CPU step is compiled (the ``auto`` probe's result, once a process)
+_cpu_choice: dict[str, bool] = {}
+_failed: set[str] = set()
+_lock = threading.Lock()
+
+
+def cpu_probe(eager: Callable[[], Any], compiled: Callable[[], Any]) -> tuple[bool, str]:
+    """(whether ``compiled`` should run, why): both run once untimed (the compile), then
+    :data:`PROBE_ROUNDS` times each, interleaved; compiled wins at :data:`PROBE_MARGIN`x.
+    Each run is the same step on the same inputs, so it rewrites the same cache column."""
+    start = time.perf_counter()
+    compiled()
+    compile_s = time.perf_counter() - start
+    eager()
+    times: dict[str, list[float]] = {"eager": [], "compiled": []}
+    for _ in range(PROBE_ROUNDS):
+        for name, fn in (("eager", eager), ("compiled", compiled)):
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    e, c = (sorted(times[k])[PROBE_ROUNDS // 2] for k in ("eager", "compiled"))
+    use = e >= PROBE_MARGIN * c
+    why = f"step {c * 1e3:.1f} ms compiled vs {e * 1e3:.1f} ms eager, compile {compile_s:.1f} s"
+    return use, why
+
+
+class StepRunner:
+    """Runnable steps by :class:`StepKey` for one mode (module docstring). Steps live in
+    the cache's ``steps`` dict: they go when the cache does."""
+
+    def __init__(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"decode compile mode {mode!r}: use one of {', '.join(MODES)}")
+        self.mode = mode
+        #: how the latest keys' steps run (tests read it), at most ``KINDS_KEPT`` of them
+        self.kinds: OrderedDict[StepKey, str] = OrderedDict()
+
+    def kind(self, device: torch.device) -> str:
+        """``eager``, ``graph`` or ``inductor`` for ``device`` before any probe."""
+        if self.mode == "off" or self.mode in _failed:
+            return "eager"
+        if device.type == "cuda":
+            return "graph"
+        if self.mode == "auto":
+            if "auto" not in _cpu_choice:
+                _cpu_choice["auto"] = False
+                _log.info("decode step on the CPU: eager (LOCALSESSION_DECODE_COMPILE=auto)")
+            return "eager"
+        if self.mode == "on" or _cpu_choice.get(self.mode):
+            return "inductor"
+        return "probe" if self.mode not in _cpu_choice else "eager"
+
+    def run(
+        self, key: StepKey, cache: SlotCache, step: Callable[[], Outputs], rows: dict[str, Tensor]
+    ) -> Outputs:
+        """Run ``step`` (the eager closure over the key's fixed tensors) as the key says."""
+        fn = cache.steps.get(key)
+        if fn is None:
+            fn = self._make(key, step, rows)
+            cache.steps[key] = fn
+        return fn()  # type: ignore[no-any-return]
+
+    def _make(
+        self, key: StepKey, step: Callable[[], Outputs], rows: dict[str, Tensor]
+    ) -> Callable[[], Outputs]:
+        kind = self.kind(torch.device(key.device))
+        made: Callable[[], Outputs] = step
+        try:
+            if kind == "graph":
+                made = _Graphed(step, rows)
+            elif kind in ("inductor", "probe"):
+                compiled = torch.compile(step, dynamic=False)
+                made = compiled
+                if kind == "probe":
+                    saved = {name: t.clone() for name, t in rows.items()}
+                    use, why = cpu_probe(step, compiled)
+                    for name, t in rows.items():
+                        t.copy_(saved[name])
+                    with _lock:
+                        _cpu_choice[self.mode] = use
+                    _log.info(
+                        "decode step on the CPU: %s (%s)", "inductor" if use else "eager", why
+                    )
+                    made, kind = (compiled, "inductor") if use else (step, "eager")
+        except Exception as exc:  # noqa: BLE001 - any capture/compile failure: run eager
+            with _lock:
+                _failed.add(self.mode)
+            _log.warning("decode step %s failed, eager from now on: %s", kind, exc)
+            made, kind = step, "eager"
+        self.kinds[key] = kind
+        while len(self.kinds) > KINDS_KEPT:  # a long-lived engine meets keys without end
+            self.kinds.popitem(last=False)
+        return made
+
+
+def reset() -> None:
+    """Forget the CPU probe's choice and any failure (tests)."""
+    with _lock:
+        _cpu_choice.clear()
+        _failed.clear()

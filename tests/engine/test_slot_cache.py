@@ -1,0 +1,231 @@
+"""The static decoder's parts: bucket padding, column sizing, slot moves, the compile/graph
+cache keys (a CPU dry run of the CUDA path's bookkeeping), per-row state and the KV slots
+being freed when a batch's last stream ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from localsession.engine import decode_step, slot_cache
+from localsession.engine.builtin import EOS_ID, PAD_ID
+from localsession.engine.decode_step import StepFlags, StepKey, StepRunner
+from localsession.engine.row_state import ROW_FIELDS, RowState
+from localsession.engine.sampling import BatchSampler, add_step_hook
+from localsession.engine.slot_cache import SlotCache, bucket_for, columns_for, mask_for
+from localsession.engine.streams import SampledStream, seeded_generator
+from localsession.numerics.filters import top_k_filter, top_p_filter
+from localsession.port import SampleRequest
+
+FLAGS = StepFlags(sampled=True, greedy=False, top_k=False, top_p=False, top_logprobs=0)
+
+
+def test_buckets_pad_to_the_next_power_of_two_then_multiples_of_256() -> None:
+    assert [bucket_for(n) for n in (1, 2, 3, 4, 5, 9, 17, 100, 129, 256)] == [
+        1, 2, 4, 4, 8, 16, 32, 128, 256, 256,
+    ]  # fmt: skip
+    assert [bucket_for(n) for n in (257, 512, 513)] == [512, 512, 768]
+    with pytest.raises(ValueError, match="at least one row"):
+        bucket_for(0)
+
+
+def test_columns_cover_the_prompt_and_cap_the_reservation() -> None:
+    assert columns_for(10, 30) == 64  # 30 positions, rounded up to the quantum
+    assert columns_for(64, 65) == 128
+    assert columns_for(100, 10_000) == 384  # 100 + FIRST_ROOM (256) = 356 -> 384
+
+
+def _pairs(
+    rows: int, heads: int, width: int, dim: int, seed: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        (
+            torch.randn(rows, heads, width, dim, generator=gen),
+            torch.randn(rows, heads, width, dim, generator=gen),
+        )
+        for _ in range(2)
+    ]
+
+
+def test_slots_load_left_padded_rows_write_in_place_keep_and_grow() -> None:
+    prefilled = _pairs(2, 3, 5, 4, seed=0)  # row 0: 5 real positions, row 1: the last 2
+    cache = SlotCache(prefilled, rows=4, columns=8)
+    cache.load([1, 2], prefilled, torch.tensor([5, 2]))
+    for (keys, _), (k, _) in zip(cache.layers, prefilled, strict=True):
+        torch.testing.assert_close(keys[1, :, :5], k[0], rtol=0, atol=0)
+        torch.testing.assert_close(keys[2, :, :2], k[1, :, 3:], rtol=0, atol=0)
+        assert keys[0].abs().sum() == 0 and keys[3].abs().sum() == 0
+    # one step for rows 0..2, writing columns 7, 5, 2
+    cache.active, cache.col_B = 3, torch.tensor([7, 5, 2])
+    new_k = torch.randn(3, 3, 1, 4)
+    k_all, _ = cache.update(new_k, new_k + 1, 0)
+    assert k_all.shape == (3, 3, 8, 4)
+    torch.testing.assert_close(k_all[1, :, 5], new_k[1, :, 0], rtol=0, atol=0)
+    torch.testing.assert_close(k_all[2, :, :2], prefilled[0][0][1, :, 3:], rtol=0, atol=0)
+    row2 = cache.layers[1][1][2].clone()
+    cache.keep(torch.tensor([2, 1]))  # row 2 first, then row 1
+    torch.testing.assert_close(cache.layers[1][1][0], row2, rtol=0, atol=0)
+    generation = cache.generation
+    cache.steps["a step"] = object()
+    cache.grow(8, 16, used=2)
+    assert (cache.rows, cache.columns) == (8, 16) and cache.layers[0][0].shape == (8, 3, 16, 4)
+    torch.testing.assert_close(cache.layers[1][1][0, :, :8], row2, rtol=0, atol=0)
+    assert cache.generation != generation and not cache.steps  # new buffers, new keys
+
+
+def test_the_mask_lets_each_row_see_its_own_columns() -> None:
+    cache = SlotCache(_pairs(1, 1, 1, 2, seed=1), rows=2, columns=4)
+    pos_B = torch.tensor([0, 2])
+    mask = mask_for(cache, pos_B, additive=False, dtype=torch.float32)
+    assert mask.shape == (2, 1, 1, 4)
+    assert mask[:, 0, 0].tolist() == [[True, False, False, False], [True, True, True, False]]
+    additive = mask_for(cache, pos_B, additive=True, dtype=torch.float32)
+    assert additive[1, 0, 0].tolist()[:3] == [0.0, 0.0, 0.0]
+    assert additive[1, 0, 0, 3] == torch.finfo(torch.float32).min
+
+
+def _stream(temperature: float, prompt_len: int, tokens: list[int]) -> SampledStream:
+    s = SampledStream(0, 0, prompt_len, temperature, 3, 0.9, 10, (), seeded_generator(0))
+    s.tokens = list(tokens)
+    return s
+
+
+def test_row_state_moves_every_field_alike() -> None:
+    state = RowState(4, torch.device("cpu"))
+    state.write(0, [_stream(0.5, 4, [7]), _stream(0.0, 9, [1, 2])])
+    assert state.view(2)["pos"].tolist() == [4, 10] and state.view(2)["ids"].tolist() == [7, 2]
+    assert state.view(2)["last_pos"].tolist() == [13, 18]
+    state.keep(torch.tensor([1]))
+    assert {name: t[0].item() for name, t in state.tensors.items()} == pytest.approx(
+        {"ids": 2, "pos": 10, "last_pos": 18, "temp": 0.0, "top_k": 3, "top_p": 0.9}
+    )
+    state.grow(8)
+    assert state.capacity == 8 and state.tensors["top_p"][4:].tolist() == [1.0] * 4
+    assert set(state.tensors) == set(ROW_FIELDS)  # every field follows the same moves
+
+
+def test_sync_free_filters_give_the_synced_values() -> None:
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 50, generator=gen)
+    for k in (torch.tensor([0, -1, 50]), torch.tensor([0, 5, 2])):
+        torch.testing.assert_close(
+            top_k_filter(logits, k), top_k_filter(logits, k, synced=False), rtol=0, atol=0
+        )
+    for p in (torch.tensor([1.0, 1.0, 1.0]), torch.tensor([1.0, 0.5, 0.9])):
+        torch.testing.assert_close(
+            top_p_filter(logits, p), top_p_filter(logits, p, synced=False), rtol=0, atol=0
+        )
+
+
+class _FakeGraph:
+    """Stands in for a CUDA graph capture on the CPU: counts captures, replays eagerly."""
+
+    made: list[Any] = []
+
+    def __init__(self, step: Any, rows: Any) -> None:
+        _FakeGraph.made.append(self)
+        self.step = step
+
+    def __call__(self) -> Any:
+        return self.step()
+
+
+def test_steps_are_made_once_per_key_and_dropped_with_the_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CUDA path's bookkeeping dry-run on the CPU: one capture per (bucket, columns,
+    generation, flags) key, reused on the next call, gone when the cache grows."""
+    monkeypatch.setattr(decode_step, "_Graphed", _FakeGraph)
+    _FakeGraph.made = []
+    runner = StepRunner("auto")
+    assert runner.kind(torch.device("cuda")) == "graph"
+    assert runner.kind(torch.device("cpu")) == "eager"
+    assert StepRunner("off").kind(torch.device("cuda")) == "eager"
+    assert StepRunner("on").kind(torch.device("cpu")) == "inductor"
+    cache = SlotCache(_pairs(1, 1, 1, 2, seed=2), rows=4, columns=64)
+    outputs = (torch.zeros(1),) * 4
+    calls: list[int] = []
+
+    def step() -> Any:
+        calls.append(1)
+        return outputs
+
+    def key(bucket: int, flags: StepFlags = FLAGS) -> StepKey:
+        return StepKey("cuda", bucket, cache.columns, cache.generation, flags)
+
+    for bucket in (2, 2, 4, 2):
+        runner.run(key(bucket), cache, step, {})
+    assert len(_FakeGraph.made) == 2 and len(calls) == 4  # captured for 2 and 4, replayed
+    runner.run(key(2, StepFlags(True, True, True, False, 2)), cache, step, {})
+    assert len(_FakeGraph.made) == 3  # other filters, another graph
+    assert set(runner.kinds.values()) == {"graph"}
+    cache.grow(8, 64, used=4)
+    runner.run(key(2), cache, step, {})
+    assert len(_FakeGraph.made) == 4  # new buffers: captured again
+
+
+def test_the_slots_are_freed_when_the_batch_ends(tiny_base: tuple[Any, Any]) -> None:
+    """One live SlotCache (holding bytes) while a batch decodes, none once it returned,
+    without waiting for the garbage collector; likewise after a join grew it."""
+    model, tokenizer = tiny_base
+    sampler = BatchSampler(
+        model, tokenizer, frozenset({EOS_ID}), PAD_ID, torch.device("cpu"), "static", "off"
+    )
+    seen: list[tuple[int, int]] = []
+
+    def hook(step: int) -> None:
+        seen.append((len(slot_cache.LIVE), sum(c.nbytes() for c in slot_cache.LIVE)))
+
+    asked = 0
+
+    def admit() -> list[SampleRequest]:
+        nonlocal asked
+        asked += 1
+        return [SampleRequest(prompt=[257, 66], num_samples=3, max_tokens=4)] if asked == 2 else []
+
+    assert len(slot_cache.LIVE) == 0
+    remove = add_step_hook(hook)
+    try:
+        with torch.no_grad():
+            out = sampler.run(
+                [SampleRequest(prompt=[257, 65], max_tokens=6, stop_at_eos=False)], admit=admit
+            )
+    finally:
+        remove()
+    assert len(out) == 2 and len(out[0][0].tokens) == 6
+    assert seen and all(count == 1 and held > 0 for count, held in seen)
+    assert len(slot_cache.LIVE) == 0
+
+
+def test_the_cpu_probe_decides_once_and_undoes_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``probe`` on a CPU: the first key compiles and is probed (its steps' side effects on
+    the rows undone), the choice holds for later keys; a compile that fails runs eager."""
+    decode_step.reset()
+    compiled: list[Any] = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn) or fn)
+    monkeypatch.setattr(
+        decode_step, "cpu_probe", lambda eager, fast: (eager(), fast(), (True, "faster"))[2]
+    )
+    runner = StepRunner("probe")
+    cache = SlotCache(_pairs(1, 1, 1, 2, seed=4), rows=2, columns=64)
+    rows = {"pos": torch.tensor([3, 5])}
+
+    def step() -> Any:
+        rows["pos"] += 1  # as decode_step advances pos
+        return (torch.zeros(1),) * 4
+
+    runner.run(StepKey("cpu", 2, 64, cache.generation, FLAGS), cache, step, rows)
+    assert rows["pos"].tolist() == [4, 6]  # the probe's two steps undone, the real one kept
+    runner.run(StepKey("cpu", 1, 64, cache.generation, FLAGS), cache, step, rows)
+    assert list(runner.kinds.values()) == ["inductor", "inductor"] and len(compiled) == 2
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **kw: (_ for _ in ()).throw(RuntimeError("no C++ compiler"))
+    )
+    failing = StepRunner("on")
+    failing.run(StepKey("cpu", 4, 64, cache.generation, FLAGS), cache, step, rows)
+    assert list(failing.kinds.values()) == ["eager"]
+    assert failing.kind(torch.device("cpu")) == "eager"  # for the rest of the process
+    decode_step.reset()
