@@ -261,7 +261,7 @@ def _plant_for_the_process(defect: str) -> None:
     from unittest import mock
 
     from localsession import vocab
-    from localsession.runtime import validate
+    from localsession.runtime import commands
     from localsession.runtime.sessions.lifecycle import Session
     from localsession.runtime.sessions.table import SessionTable
     from localsession.vocab import SessionStatus
@@ -271,10 +271,7 @@ def _plant_for_the_process(defect: str) -> None:
     elif defect == "sm_rank_unbounded":
         mock.patch.object(vocab, "LORA_RANK_MAX", 4096).start()
     elif defect == "sm_description_unbounded":
-        original = validate.optional_str
-        mock.patch.object(
-            validate, "optional_str", lambda value, field, _: original(value, field, 10**9)
-        ).start()
+        mock.patch.object(commands, "DESCRIPTION_MAX", 10**9).start()
     elif defect == "sm_never_expires":
         mock.patch.object(SessionTable, "expire_idle", lambda self: None).start()
     elif defect == "sm_activity_ignored":
