@@ -231,3 +231,22 @@ def test_burner_row_passes_on_the_better_count_or_on_the_ratio() -> None:
     assert target_bound(THREADS_TARGET) is None
     row = Row("r", 1.0, "tok/s", THREADS_TARGET, threads_ok(0.9, 0.95), 1.0, 0.9, rounds=[0.8, 1.0])
     assert row.result == "pass"
+
+
+def test_the_gpu_section_names_the_checks_its_run_predates(tmp_path: Path) -> None:
+    """A recorded run without the decode rows says so (they were added after it); a run
+    with them does not."""
+    from bench.perf_doc import gpu_section
+
+    def run(*metrics: str) -> Path:
+        path = tmp_path / "gpu_check.json"
+        rows = [Row(m, 1.0, "", "info", None).to_json() for m in metrics]
+        record = {"date": "d", "device": "NVIDIA H200", "torch": "t", "transformers": "x"}
+        path.write_text(json.dumps({**record, "commit": "c", "wall_s": 1.0, "rows": rows}))
+        return path
+
+    old = gpu_section(run("bf16 parity"))
+    assert "Not in this run: checks 7 and 8 (bench/gpu_decode.py" in old
+    assert "--dry-run" in old
+    new = gpu_section(run("bf16 parity", "decode tok/s, 0.47B, 1 streams"))
+    assert "Not in this run" not in new
