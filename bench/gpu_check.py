@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ACCEL = "cuda"
     started = time.perf_counter()
-    from bench.gpu_decode import decode_check
+    from bench.gpu_decode import decode_check, grpo_check
     from bench.gpu_prefix import prefix_check
     from bench.gpu_tinker import tinker_step
 
@@ -526,7 +526,9 @@ def main(argv: list[str] | None = None) -> int:
         ("shared base", lambda: shared_base("localsession/small")),
         ("tinker dialect", lambda: tinker_step(ACCEL, ROWS)),
         ("shared prefix", lambda: prefix_check(ACCEL, ROWS, prefix_steps, prefix_shape)),
-        ("decode and GRPO", lambda: decode_check(ACCEL, ROWS)),
+        ("decode 0.47B", lambda: decode_check(ACCEL, ROWS, "0.47B")),
+        ("decode 1.1B", lambda: decode_check(ACCEL, ROWS, "1.1B")),
+        ("GRPO step", lambda: grpo_check(ACCEL, ROWS)),
     ]
     if not args.no_real:
         from bench import real_model as real

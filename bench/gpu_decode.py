@@ -14,50 +14,36 @@ the memory-bandwidth limit, and one GRPO step end to end (issue 56, item 4).
    one call must read :func:`decode_bytes`; at the card's bandwidth that takes
    ``bytes / bandwidth`` seconds, against the decode steps' measured time (a call of
    ``NEW_TOKENS`` tokens less a call of one token: the prefill and the first token are not a
-   decode step). Target ≥ 10% at 256 streams on the 0.47B model. The bandwidth comes from
-   :data:`BANDWIDTH_GBPS` by device name (vendor data sheets), else from a timed device copy.
+   decode step). Target ≥ 10% at 256 streams on the 0.47B model. The byte count and the
+   card's bandwidth (a table by device name, else a timed copy) are bench/bandwidth.py's.
 8. **GRPO step.** On the 0.47B model, the loop an RL user writes: save the adapter for
    sampling (``save_package``), sample 8 prompts × 8 completions of 512 tokens from it, score
    them (a toy reward: the share of even token ids), group-normalise the advantages, then
-   ``forward_backward(importance_sampling)`` + ``optim_step``, end to end. Two steps: the first
+   ``forward_backward(importance_sampling)`` over slices of 16 datums (the gradients add up)
+   and one ``optim_step``, end to end. Two steps: the first
    pays every first-time cost (a bucket met for the first time, kernels, allocator), the
    second is the row.
 
 gpu_check's ``--dry-run`` runs both on the CPU on 2-layer models at toy sizes, where the rows
 are "n/a: dry run" (a GPU target means nothing there); tests/bench checks their structure and
-the bandwidth arithmetic.
+the bandwidth arithmetic (tests/bench/test_gpu_decode.py).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.bandwidth import bandwidth_fraction, card_bandwidth, decode_bytes, step_bytes, sync
 from bench.common import Row, meets
 from localsession.port import AdamHyperparams, SampleRequest, TrainingDatum
 
-#: Peak memory bandwidth in GB/s (10^9 bytes/s) by device-name fragment, the first match
-#: wins (so the more specific names come first: "L40S" before "L4", "A100" before "A10").
-BANDWIDTH_GBPS: tuple[tuple[str, float], ...] = (
-    ("H200", 4800.0),
-    ("H100 PCIe", 2000.0),
-    ("H100 NVL", 3900.0),
-    ("H100", 3350.0),  # SXM5, HBM3
-    ("A100-SXM4-80GB", 2039.0),
-    ("A100 80GB PCIe", 1935.0),
-    ("A100", 1555.0),  # 40 GB
-    ("B200", 8000.0),
-    ("L40S", 864.0),
-    ("L4", 300.0),
-    ("A10G", 600.0),
-    ("A10", 600.0),
-    ("RTX 4090", 1008.0),
-)
 #: (label, (hidden, intermediate, layers, heads, kv heads)) of gpu_check's two models.
 MODELS = (("0.47B", (1024, 4096, 26, 16, 8)), ("1.1B", (2048, 8192, 16, 32, 8)))
 DRY_MODELS = (("0.47B", (128, 256, 2, 4, 2)), ("1.1B", (128, 256, 2, 8, 4)))
@@ -67,83 +53,12 @@ SPEED_TARGET = "≥ 4×"
 BANDWIDTH_TARGET_PCT = 10.0
 #: GRPO shape: prompts, completions per prompt, prompt tokens, completion tokens.
 GRPO_SHAPE = (8, 8, 128, 512)
+#: Datums per ``forward_backward`` of the GRPO step (16 × 640 tokens: ~10k tokens, well
+#: inside a 40 GB card; the engine does not split a batch on CUDA).
+TRAIN_SLICE = 16
 DRY = "dry run"
-
-
-# -- the arithmetic (pure; tests/bench checks it against a hand computation) --------------
-
-
-@dataclass(frozen=True)
-class StepBytes:
-    """What one decode step of a model reads: ``weights`` bytes (every weight, the input
-    embedding only at the looked-up rows, which :func:`decode_bytes` adds per stream) and
-    ``kv_per_token`` bytes of K and V per cached token over every layer."""
-
-    weights: int
-    kv_per_token: int
-    embed_row: int  # one looked-up row of an untied input embedding (0 when tied)
-
-
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, element_bytes: int) -> int:
-    """K and V of one token in every layer's cache."""
-    return 2 * layers * kv_heads * head_dim * element_bytes
-
-
-def decode_bytes(step: StepBytes, streams: int, prompt_len: int, new_tokens: int) -> int:
-    """Bytes the decode steps of one call must read. The prefill makes token 1; decode step
-    j (1 ≤ j < ``new_tokens``) feeds token j and makes token j + 1, reading every weight, one
-    embedding row per stream, and each stream's cache at its current length
-    ``prompt_len + j`` (the prompt, the tokens fed before, and the one it feeds)."""
-    steps = new_tokens - 1
-    cached = steps * prompt_len + steps * (steps + 1) // 2  # Σ_j (prompt_len + j)
-    return steps * (step.weights + streams * step.embed_row) + streams * step.kv_per_token * cached
-
-
-def bandwidth_fraction(nbytes: int, bandwidth: float, seconds: float) -> float:
-    """The share of the bandwidth limit reached: the time ``nbytes`` take at ``bandwidth``
-    bytes/s over the time they took."""
-    return nbytes / bandwidth / seconds
-
-
-def table_bandwidth(device_name: str) -> float | None:
-    """The card's bandwidth in bytes/s from :data:`BANDWIDTH_GBPS`, or None."""
-    return next((gbps * 1e9 for key, gbps in BANDWIDTH_GBPS if key in device_name), None)
-
-
-# -- measuring -----------------------------------------------------------------------------
-
-
-def copy_bandwidth(accel: str, mib: int) -> float:
-    """Bytes/s of a timed device-to-device copy of ``mib`` MiB (it reads and writes each
-    byte: 2 × size per copy), the best of 5."""
-    import torch
-
-    src = torch.empty(mib * 2**20, dtype=torch.uint8, device=accel)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = float("inf")
-    for _ in range(5):
-        _sync(accel)
-        started = time.perf_counter()
-        dst.copy_(src)
-        _sync(accel)
-        best = min(best, time.perf_counter() - started)
-    return 2 * src.numel() / best
-
-
-def card_bandwidth(accel: str, device_name: str) -> tuple[float, str]:
-    """(bytes/s, where the figure came from): the table, else a measured copy."""
-    found = table_bandwidth(device_name)
-    if found is not None:
-        return found, "data sheet"
-    return copy_bandwidth(accel, 1024 if accel == "cuda" else 64), "measured copy"
-
-
-def _sync(accel: str) -> None:
-    import torch
-
-    if accel == "cuda":
-        torch.cuda.synchronize()
+UNTIMED = "the 1-token call took as long as the whole call: no decode time to divide by"
+NAN = float("nan")
 
 
 def plain_twin(peft_model: Any, config: Any, accel: str) -> Any:
@@ -164,25 +79,11 @@ def plain_twin(peft_model: Any, config: Any, accel: str) -> Any:
     return twin
 
 
-def step_bytes(twin: Any, config: Any) -> StepBytes:
-    """:class:`StepBytes` of ``twin`` (its parameters' own sizes)."""
-    embed = twin.get_input_embeddings().weight
-    tied = embed is twin.get_output_embeddings().weight
-    total = sum(p.numel() * p.element_size() for p in twin.parameters())
-    embed_bytes = 0 if tied else embed.numel() * embed.element_size()
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv = kv_bytes_per_token(
-        config.num_hidden_layers, config.num_key_value_heads, head_dim, embed.element_size()
-    )
-    row = 0 if tied else embed.shape[1] * embed.element_size()
-    return StepBytes(total - embed_bytes, kv, row)
-
-
 def _timed(accel: str, fn: Callable[[], object]) -> float:
-    _sync(accel)
+    sync(accel)
     started = time.perf_counter()
     fn()
-    _sync(accel)
+    sync(accel)
     return time.perf_counter() - started
 
 
@@ -268,8 +169,9 @@ def decode_rows(
         rate = {k: n / full for k, (full, _, n) in got.items()}
         ratio = rate["ours"] / rate["hf"]
         nbytes = decode_bytes(sizes, s, prompt_len, new_tokens)
+        # the decode steps' time; NaN where the 1-token call took as long (a noisy box)
         frac = {
-            k: bandwidth_fraction(nbytes, bandwidth, full - first)
+            k: bandwidth_fraction(nbytes, bandwidth, full - first) if full > first else NAN
             for k, (full, first, _) in got.items()
         }
         speed_from = streams[len(streams) // 2]
@@ -297,7 +199,7 @@ def decode_rows(
                 "%",
                 f"≥ {BANDWIDTH_TARGET_PCT:g} %" if targeted else "info",
                 100 * frac["ours"] >= BANDWIDTH_TARGET_PCT if targeted else None,
-                na=DRY if dry and targeted else None,
+                na=DRY if dry and targeted else UNTIMED if math.isnan(frac["ours"]) else None,
             )
         )
     del twin
@@ -342,7 +244,7 @@ def grpo_step(
         for i, t in enumerate(tasks)
     ]
     results = engine.sample(str(where), requests)
-    _sync(accel)
+    sync(accel)
     sampled = time.perf_counter()
     datums = []
     for task, result in zip(tasks, results, strict=True):
@@ -366,9 +268,11 @@ def grpo_step(
                     },
                 )
             )
-    engine.forward_backward(datums, "importance_sampling", None, backward=True)
+    for at in range(0, len(datums), TRAIN_SLICE):  # gradients add over the slices
+        chunk = datums[at : at + TRAIN_SLICE]
+        engine.forward_backward(chunk, "importance_sampling", None, backward=True)
     engine.optim_step(AdamHyperparams(learning_rate=1e-5))
-    _sync(accel)
+    sync(accel)
     done = time.perf_counter()
     return {
         "save": saved - started,
@@ -378,29 +282,38 @@ def grpo_step(
     }
 
 
-def decode_check(accel: str, rows: list[Row]) -> bool:
-    """Checks 7 and 8 on ``accel`` ("cuda", or "cpu" for the dry run); append their rows.
-    Returns False when a target is missed."""
+def decode_check(accel: str, rows: list[Row], label: str) -> bool:
+    """Check 7 on model ``label`` ("0.47B" or "1.1B") on ``accel`` ("cuda", or "cpu" for the
+    dry run); append its rows. Returns False when a target is missed."""
+    dry = accel != "cuda"
+    sizes = dict(DRY_MODELS if dry else MODELS)[label]
+    streams = (1, 4) if dry else STREAMS
+    shape = (8, 3) if dry else (PROMPT_LEN, NEW_TOKENS)
+    with _engine(accel, label, sizes) as (engine, config):
+        added = decode_rows(label, engine, config, accel, streams, shape, label == MODELS[0][0])
+    rows += added
+    return all(r.ok is not False for r in added if r.na is None)
+
+
+def grpo_check(accel: str, rows: list[Row]) -> None:
+    """Check 8 on the 0.47B model; append its row (information only)."""
+    label, sizes = (DRY_MODELS if accel != "cuda" else MODELS)[0]
+    with _engine(accel, label, sizes) as (engine, _):
+        rows += grpo_rows(engine, accel, (2, 2, 8, 4) if accel != "cuda" else GRPO_SHAPE, label)
+
+
+@contextmanager
+def _engine(accel: str, label: str, sizes: tuple[int, int, int, int, int]) -> Iterator[Any]:
+    """(engine, config) of gpu_check's Llama with ``sizes``, closed (and the CUDA cache
+    emptied) on exit."""
     import torch
 
     from bench.gpu_check import llama_engine  # gpu_check imports this module only in main()
 
-    dry = accel != "cuda"
-    models = DRY_MODELS if dry else MODELS
-    streams = (1, 4) if dry else STREAMS
-    shape = (8, 3) if dry else (PROMPT_LEN, NEW_TOKENS)
-    grpo = (2, 2, 8, 4) if dry else GRPO_SHAPE
-    added: list[Row] = []
-    for label, sizes in models:
-        engine, config = llama_engine(f"gpu-check/llama-{label}", accel, sizes)
-        try:
-            first = label == models[0][0]  # the 0.47B model
-            added += decode_rows(label, engine, config, accel, streams, shape, first)
-            if first:
-                added += grpo_rows(engine, accel, grpo, label)
-        finally:
-            engine.close()
-            if accel == "cuda":
-                torch.cuda.empty_cache()
-    rows += added
-    return all(r.ok is not False for r in added if r.na is None)
+    engine, config = llama_engine(f"gpu-check/llama-{label}", accel, sizes)
+    try:
+        yield engine, config
+    finally:
+        engine.close()
+        if accel == "cuda":
+            torch.cuda.empty_cache()

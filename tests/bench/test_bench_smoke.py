@@ -118,7 +118,8 @@ def decode_rows_are_well_formed(rows: list[Row]) -> None:
     # 0.47B's dry model (tests/bench/test_gpu_decode.py by hand): 4 streams, prompt 8,
     # 3 new tokens read 17,607,168 bytes
     assert "4 streams: 0.0176 GB at" in bandwidth[1].metric
-    assert all(0 < r.ours < float("inf") for r in bandwidth)
+    # a positive share, unless the toy decode was too quick to time on a loaded box
+    assert all(0 < r.ours < float("inf") or r.na is not None for r in bandwidth)
     (grpo,) = [r for r in rows if r.metric.startswith("GRPO step end to end")]
     assert "0.47B, 2 prompts × 2 samples of 4 tokens" in grpo.metric
     assert grpo.unit == "s" and grpo.ours > 0
@@ -137,8 +138,9 @@ def test_gpu_check_a_check_that_raises_fails_its_row_and_the_rest_still_run(
         raise RuntimeError("planted parity failure")
 
     monkeypatch.setattr(module, "parity", broken)
-    # the decode check's own dry run is the test above's (it is the slowest on the CPU)
-    monkeypatch.setattr(gpu_decode, "decode_check", lambda accel, rows: True)
+    # the decode checks' own dry run is the test above's (they are the slowest on the CPU)
+    monkeypatch.setattr(gpu_decode, "decode_check", lambda accel, rows, label: True)
+    monkeypatch.setattr(gpu_decode, "grpo_check", lambda accel, rows: None)
     assert module.main(["--dry-run", "--no-real"]) == 1
     out = capsys.readouterr()
     assert "planted parity failure" in out.err  # the traceback

@@ -1,14 +1,14 @@
-"""bench/gpu_decode.py's arithmetic, checked against hand computations: the bytes a decode
-step must read, the bandwidth fraction, the device table; and that the ``generate`` baseline
-runs on the engine's own base tensors. (Its rows' structure is checked by the gpu_check dry
-run in test_bench_smoke.py.)"""
+"""bench/bandwidth.py's arithmetic (bench/gpu_decode.py's check 7), checked against hand
+computations: the bytes a decode step must read, the bandwidth fraction, the device table;
+and that the ``generate`` baseline runs on the engine's own base tensors. (The check's rows'
+structure is checked by the gpu_check dry run in test_bench_smoke.py.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import gpu_decode
-from bench.gpu_decode import (
+from bench import bandwidth, gpu_decode
+from bench.bandwidth import (
     StepBytes,
     bandwidth_fraction,
     decode_bytes,
@@ -57,7 +57,7 @@ def test_step_bytes_of_a_small_llama_by_hand() -> None:
         model = LlamaForCausalLM(config).to(torch.bfloat16)
     layer = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
     weights = 2 * (2 * layer + 128 + 32000 * 128)
-    got = gpu_decode.step_bytes(model, config)
+    got = bandwidth.step_bytes(model, config)
     assert got == StepBytes(weights=weights, kv_per_token=2 * 2 * 2 * 32 * 2, embed_row=256)
     assert got.weights == 8_783_104
     # 4 streams, prompt 8, 3 new tokens: steps j = 1, 2 at cache lengths 9 and 10
@@ -84,9 +84,9 @@ def test_bandwidth_table_matches_the_most_specific_name(name: str, gbps: float) 
 
 def test_an_unknown_device_falls_back_to_a_measured_copy() -> None:
     assert table_bandwidth("cpu (dry run)") is None
-    bandwidth, source = gpu_decode.card_bandwidth("cpu", "cpu (dry run)")
+    measured, source = bandwidth.card_bandwidth("cpu", "cpu (dry run)")
     assert source == "measured copy"
-    assert 1e8 < bandwidth < 1e13  # a memory copy's bytes/s, not a unit slip
+    assert 1e8 < measured < 1e13  # a memory copy's bytes/s, not a unit slip
 
 
 def test_the_generate_baseline_runs_on_the_engines_own_base_tensors() -> None:
