@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from bench.common import Row, interleaved, median, meets, paired_ratios
+from bench.common import Row, interleaved, median, meets, paired_ratios, reported
 
 TARGET = "≥ 2.5×"
 #: A learning rate large enough that one step moves each adapter visibly (the adapters must
@@ -107,7 +107,7 @@ def adapter_rows(
         def raw() -> None:
             counts["raw"].append(sum(generate() for generate in generates))
 
-        times = interleaved({"ours": ours, "raw": raw}, rounds)
+        times = interleaved(reported({"ours": ours, "raw": raw}, "adapters"), rounds)
         tc.stop()
         service.close()
     done = {k: v[-rounds:] for k, v in counts.items()}  # the warm-up round's dropped
