@@ -73,7 +73,8 @@ PARTS = ("prefix", "training", "sampling", "adapters", "threads", "bf16")
 #: the sampling part ~35 s, of the threads part ~13 s: its ratio sits at 1.0× when auto picks
 #: the better fixed count, so it needs the rounds to tell noise from a miss).
 TRAIN_ROUNDS, SAMPLE_ROUNDS, THREAD_ROUNDS = 5, 4, 6
-#: Paired rounds of the multi-adapter part (~50 s a round at today's speed on 2 cores).
+#: Paired rounds of the multi-adapter part (a round is 64 streams × 64 tokens a side: on the
+#: 2-core box at load ~10 where it was first run, several minutes).
 ADAPTER_ROUNDS = 3
 #: The restated CPU target (issue 56) of training with nothing shared (the burner row's is
 #: bench/threads_row.py's).
