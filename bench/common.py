@@ -23,7 +23,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,22 @@ def interleaved(
         for name, fn in fns.items():
             times[name].append(timed(fn))
     return times
+
+
+def reported(fns: Mapping[str, Callable[[], object]], part: str) -> dict[str, Callable[[], object]]:
+    """``fns``, each printing its wall time and the load as it ends (a long run's progress)."""
+
+    def wrap(name: str, fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            started = time.perf_counter()
+            out = fn()
+            took = time.perf_counter() - started
+            print(f"  {part} {name}: {took:.1f} s (1-minute load {load1():.2f})", flush=True)
+            return out
+
+        return run
+
+    return {name: wrap(name, fn) for name, fn in fns.items()}
 
 
 def median(values: Sequence[float]) -> float:

@@ -32,6 +32,12 @@
    ``LOCALSESSION_SHARED_PREFIX=on`` and ``off`` alternately: tokens/s and MFU of each, the
    speedup, and the shared loss within 2e-2 of the unshared one.
 
+7. **Decode** and 8. **GRPO step** (bench/gpu_decode.py): decode tokens/s at 1, 8, 64 and 256
+   streams on the 0.47B and the 1.1B models, ours against Hugging Face ``generate`` on the
+   same weight tensors (≥ 4× at 64 streams and above), each one's fraction of the card's
+   memory-bandwidth limit (≥ 10% at 256 streams on the 0.47B model), and one GRPO step (8
+   prompts × 8 samples of 512 tokens, then the training step) end to end.
+
 Everything ends in one table (bench/common.py's), closed by pass/MISS, with the script's
 wall time against its 8-minute budget. A check that raises becomes a failing row naming the
 error, and the checks after it still run. ``--json PATH`` also writes the run (machine,
@@ -498,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ACCEL = "cuda"
     started = time.perf_counter()
+    from bench.gpu_decode import decode_check, grpo_check
     from bench.gpu_prefix import prefix_check
     from bench.gpu_tinker import tinker_step
 
@@ -519,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
         ("shared base", lambda: shared_base("localsession/small")),
         ("tinker dialect", lambda: tinker_step(ACCEL, ROWS)),
         ("shared prefix", lambda: prefix_check(ACCEL, ROWS, prefix_steps, prefix_shape)),
+        ("decode 0.47B", lambda: decode_check(ACCEL, ROWS, "0.47B")),
+        ("decode 1.1B", lambda: decode_check(ACCEL, ROWS, "1.1B")),
+        ("GRPO step", lambda: grpo_check(ACCEL, ROWS)),
     ]
     if not args.no_real:
         from bench import real_model as real

@@ -6,13 +6,20 @@ raw torch + peft (bench/raw_loop.py), each part in a fresh interpreter:
 - ``prefix``: the GRPO-shaped training step and ``compute_logprobs`` rows of
   bench/bench_prefix.py (a MISS row when that file is absent);
 - ``training``: a training step on 8 × 256 distinct random rows (nothing shared) vs the raw
-  loop on the same rows, ≥ 1.3×;
+  loop on the same rows, ≥ 1.15× (kernel-bound: the margin is oneDNN's over MKL's linear
+  layers, which depends on the host; issue 56 restated it from 1.3×);
 - ``sampling``: 16 concurrent ``sample(n=4, 64 tokens)`` calls from a saved snapshot vs one
   raw batched ``generate`` of the same 16 prompts × 4, ≥ 2×;
+- ``adapters``: 4 snapshots of one session (4 distinct adapters) × 4 concurrent
+  ``sample(n=4, 64 tokens)`` calls each, all in flight at once, vs 4 sequential raw
+  ``generate`` calls on the same adapters merged into plain copies (bench/multi_adapter.py),
+  ≥ 2.5×;
 - ``threads``: 4 such calls, of 16 tokens, beside a CPU burner (one busy process per two
   CPUs), the thread policy's ``auto`` (engine/thread_policy.py) against fixed 1 and 2 torch
-  threads, ≥ 1.0× the better fixed count (the one with the higher median), paired with it
-  round by round;
+  threads (the better of them: the one with the higher median), paired with it round by
+  round; it passes when ``auto`` ran the better count in ≥ 90% of its decode steps, or when
+  it reads ≥ 0.97× the better count (the two are one policy when auto picks right, so the
+  ratio sits at 1.0× give or take the noise of the box);
 - ``bf16``: a bf16 training step vs our fp32 step, ≥ 1.3× in each of 3 runs, only on a CPU
   with AMX-BF16 (``amx_bf16`` in /proc/cpuinfo's flags); elsewhere "n/a: no AMX-BF16".
 
@@ -36,8 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -56,48 +62,25 @@ from bench.common import (  # noqa: E402
     paired_ratios,
     read_rows,
     render,
+    reported,
     stamp,
 )
 from bench.perf_doc import write_doc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("prefix", "training", "sampling", "threads", "bf16")
+PARTS = ("prefix", "training", "sampling", "adapters", "threads", "bf16")
 #: Paired rounds per part (a round of the training part is ~22 s on an idle 2-core box, of
 #: the sampling part ~35 s, of the threads part ~13 s: its ratio sits at 1.0× when auto picks
 #: the better fixed count, so it needs the rounds to tell noise from a miss).
 TRAIN_ROUNDS, SAMPLE_ROUNDS, THREAD_ROUNDS = 5, 4, 6
+#: Paired rounds of the multi-adapter part (a round is 64 streams × 64 tokens a side: on the
+#: 2-core box at load ~10 where it was first run, several minutes).
+ADAPTER_ROUNDS = 3
+#: The restated CPU target (issue 56) of training with nothing shared (the burner row's is
+#: bench/threads_row.py's).
+TRAIN_TARGET = "≥ 1.15×"
 #: bf16: runs, each of this many paired rounds (the target must hold in every run).
 BF16_RUNS, BF16_ROUNDS = 3, 4
-
-
-def reported(fns: Mapping[str, Callable[[], object]], part: str) -> dict[str, Callable[[], object]]:
-    """``fns``, each printing its wall time and the load as it ends (a long run's progress)."""
-
-    def wrap(name: str, fn: Callable[[], object]) -> Callable[[], object]:
-        def run() -> object:
-            started = time.perf_counter()
-            out = fn()
-            took = time.perf_counter() - started
-            print(f"  {part} {name}: {took:.1f} s (1-minute load {load1():.2f})", flush=True)
-            return out
-
-        return run
-
-    return {name: wrap(name, fn) for name, fn in fns.items()}
-
-
-@contextmanager
-def burner(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` processes that each keep one CPU busy, ended on exit (or when this process
-    ends, however it ends: each spins only while its parent lives)."""
-    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
-    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 def training_rows(name: str, rounds: int, batch: int, length: int) -> list[Row]:
@@ -124,8 +107,8 @@ def training_rows(name: str, rounds: int, batch: int, length: int) -> list[Row]:
             f"training step {batch}×{length}, nothing shared, vs raw peft+fused AdamW (tok/s)",
             tokens / median(times["ours"]),
             "tok/s",
-            "≥ 1.3×",
-            meets("≥ 1.3×", median(ratios)),
+            TRAIN_TARGET,
+            meets(TRAIN_TARGET, median(ratios)),
             tokens / median(times["raw"]),
             median(ratios),
             rounds=ratios,
@@ -171,63 +154,6 @@ def sampling_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> 
             "≥ 2×",
             meets("≥ 2×", median(ratios)),
             rate["raw"],
-            median(ratios),
-            rounds=ratios,
-        )
-    ]
-
-
-def threads_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> list[Row]:
-    """Sampling beside a CPU burner: ``auto`` threads vs fixed 1 and 2, paired per round."""
-    import torch
-
-    from bench.bench_real import sample_burst, text_prompts
-    from localsession.engine import sampling
-
-    modes = {"auto": 0, "1 thread": 1, "2 threads": 2}  # EngineOptions.threads (0: auto)
-    counts: dict[str, list[int]] = {mode: [] for mode in modes}
-    auto_threads: list[int] = []
-    state = {"mode": ""}
-
-    def watch(_steps: int) -> None:  # on the sampler's thread, after each decode step
-        if state["mode"] == "auto":
-            auto_threads.append(torch.get_num_threads())
-
-    def burst(mode: str) -> Callable[[], None]:
-        def run() -> None:
-            state["mode"] = mode
-            engine.retune(threads=modes[mode])
-            counts[mode].append(sample_burst(sampler, prompts, max_tokens))
-
-        return run
-
-    remove = sampling.add_step_hook(watch)
-    try:
-        with tempfile.TemporaryDirectory() as home, burner(max(1, (os.cpu_count() or 2) // 2)):
-            service, tc, sampler, tokenizer = _sampler(name, home)
-            engine = service.session(tc.training_session_name).engine  # it samples too
-            prompts = text_prompts(tokenizer, concurrency)
-            bursts = {mode: burst(mode) for mode in modes}
-            times = interleaved(reported(bursts, "threads"), rounds)
-            tc.stop()
-            service.close()
-    finally:
-        remove()
-    done = {k: v[-rounds:] for k, v in counts.items()}
-    rate = {k: median([n / t for n, t in zip(done[k], times[k], strict=True)]) for k in done}
-    best = max(("1 thread", "2 threads"), key=lambda k: rate[k])
-    ratios = paired_ratios(times, done, sides=("auto", best))
-    one = sum(1 for n in auto_threads if n == 1) / max(1, len(auto_threads))
-    return [
-        Row(
-            f"sampling ×{concurrency} beside a CPU burner, auto threads (1 thread in "
-            f"{100 * one:.0f}% of steps) vs the better fixed count: {best} "
-            f"(1: {rate['1 thread']:.3g}, 2: {rate['2 threads']:.3g} tok/s)",
-            rate["auto"],
-            "tok/s",
-            "≥ 1.0×",
-            meets("≥ 1.0×", median(ratios)),
-            rate[best],
             median(ratios),
             rounds=ratios,
         )
@@ -303,6 +229,7 @@ def part_rows(part: str, smoke: bool, rounds: int | None = None) -> list[Row]:
         name, batch, length, tokens, many, few = "localsession/small", 2, 16, 4, 2, 2
         thread_tokens = tokens
         train, sample, threads, bf16_runs, bf16_rounds = 1, 1, 1, 1, 1
+        adapter_rounds, adapters = 1, 2
     elif part != "prefix" and not real_model.available():
         reason = f"not run: {real_model.DIST} is not installed (`make bench` installs it)"
         return stamp([Row(f"{part} ({reason})", float("nan"), "", "runs", False)], before)
@@ -313,14 +240,18 @@ def part_rows(part: str, smoke: bool, rounds: int | None = None) -> list[Row]:
         thread_tokens = 16
         train, sample, threads = TRAIN_ROUNDS, SAMPLE_ROUNDS, THREAD_ROUNDS
         bf16_runs, bf16_rounds = BF16_RUNS, BF16_ROUNDS
+        adapter_rounds, adapters = ADAPTER_ROUNDS, 4
         if rounds is not None:
-            train = sample = threads = bf16_rounds = rounds
+            train = sample = threads = bf16_rounds = adapter_rounds = rounds
     os.environ.setdefault("LOCALSESSION_DEVICE", "cpu")
+    from bench import multi_adapter, threads_row  # torch, on first use
+
     measure: dict[str, Callable[[], list[Row]]] = {
         "prefix": lambda: prefix_rows(smoke),
         "training": lambda: training_rows(name, train, batch, length),
         "sampling": lambda: sampling_rows(name, sample, many, tokens),
-        "threads": lambda: threads_rows(name, threads, few, thread_tokens),
+        "adapters": lambda: multi_adapter.adapter_rows(name, adapter_rounds, adapters, few, tokens),
+        "threads": lambda: threads_row.threads_rows(name, threads, few, thread_tokens),
         "bf16": lambda: bf16_rows(name, bf16_runs, bf16_rounds, batch, length, smoke),
     }
     return stamp(measure[part](), before)

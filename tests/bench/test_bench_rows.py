@@ -213,3 +213,40 @@ def test_a_rewrite_keeps_the_hand_written_history(tmp_path: Path) -> None:
     assert text.index(HISTORY_HEADING) < text.index(GPU_HEADING)
     assert kept_history(text) == history
     assert "1.43× raw" in kept_history(DOC.read_text(encoding="utf-8"))
+
+
+def test_burner_row_passes_on_the_better_count_or_on_the_ratio() -> None:
+    """Issue 56's restated burner target: auto ran the better fixed count in ≥ 90% of its
+    steps, or it reads ≥ 0.97× that count."""
+    from bench.threads_row import THREADS_TARGET, best_count_share, threads_ok
+
+    steps = [1] * 9 + [2]  # auto's thread count at each decode step
+    assert best_count_share(steps, 1) == pytest.approx(0.9)
+    assert best_count_share(steps, 2) == pytest.approx(0.1)
+    assert best_count_share([], 1) == 0.0
+    assert threads_ok(0.5, 0.9)  # picks right, however the noisy ratio reads
+    assert threads_ok(0.97, 0.1)  # picks wrong but costs under 3%
+    assert not threads_ok(0.96, 0.89)
+    # not a plain ratio target: never "noisy", pass or MISS as threads_ok says
+    assert target_bound(THREADS_TARGET) is None
+    row = Row("r", 1.0, "tok/s", THREADS_TARGET, threads_ok(0.9, 0.95), 1.0, 0.9, rounds=[0.8, 1.0])
+    assert row.result == "pass"
+
+
+def test_the_gpu_section_names_the_checks_its_run_predates(tmp_path: Path) -> None:
+    """A recorded run without the decode rows says so (they were added after it); a run
+    with them does not."""
+    from bench.perf_doc import gpu_section
+
+    def run(*metrics: str) -> Path:
+        path = tmp_path / "gpu_check.json"
+        rows = [Row(m, 1.0, "", "info", None).to_json() for m in metrics]
+        record = {"date": "d", "device": "NVIDIA H200", "torch": "t", "transformers": "x"}
+        path.write_text(json.dumps({**record, "commit": "c", "wall_s": 1.0, "rows": rows}))
+        return path
+
+    old = gpu_section(run("bf16 parity"))
+    assert "Not in this run: checks 7 and 8 (bench/gpu_decode.py" in old
+    assert "--dry-run" in old
+    new = gpu_section(run("bf16 parity", "decode tok/s, 0.47B, 1 streams"))
+    assert "Not in this run" not in new

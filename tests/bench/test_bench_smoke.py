@@ -97,6 +97,32 @@ def test_gpu_check_dry_run_exercises_every_check_on_the_cpu(
     for metric in (*metrics, "tinker SDK step on serve", "prefix shared vs unshared"):
         assert metric in table, metric
     assert table.rstrip().splitlines()[-1].startswith("pass")
+    decode_rows_are_well_formed(module.ROWS)
+
+
+def decode_rows_are_well_formed(rows: list[Row]) -> None:
+    """bench/gpu_decode.py's dry-run rows: per model and stream count a speed row (ours vs
+    ``generate``, the larger counts under the ≥ 4× target, n/a on the CPU) and a bandwidth
+    row whose bytes are the hand-computed ones (test_gpu_decode.py), then the GRPO row."""
+    speed = [r for r in rows if r.metric.startswith("decode tok/s")]
+    bandwidth = [r for r in rows if r.metric.startswith("decode % of the bandwidth limit")]
+    assert [r.metric.split(",")[1].strip() for r in speed] == ["0.47B"] * 2 + ["1.1B"] * 2
+    assert len(bandwidth) == len(speed) == 4
+    for row in speed:
+        assert row.baseline is not None and row.baseline > 0 and row.ratio is not None
+        assert row.ratio == pytest.approx(row.ours / row.baseline)
+    assert [r.target for r in speed] == ["info", "≥ 4×"] * 2
+    assert [r.result for r in speed] == ["info", "n/a: dry run"] * 2
+    assert [r.target for r in bandwidth] == ["info", "≥ 10 %", "info", "info"]
+    assert bandwidth[1].result == "n/a: dry run"
+    # 0.47B's dry model (tests/bench/test_gpu_decode.py by hand): 4 streams, prompt 8,
+    # 3 new tokens read 17,607,168 bytes
+    assert "4 streams: 0.0176 GB at" in bandwidth[1].metric
+    # a positive share, unless the toy decode was too quick to time on a loaded box
+    assert all(0 < r.ours < float("inf") or r.na is not None for r in bandwidth)
+    (grpo,) = [r for r in rows if r.metric.startswith("GRPO step end to end")]
+    assert "0.47B, 2 prompts × 2 samples of 4 tokens" in grpo.metric
+    assert grpo.unit == "s" and grpo.ours > 0
 
 
 def test_gpu_check_a_check_that_raises_fails_its_row_and_the_rest_still_run(
@@ -106,11 +132,15 @@ def test_gpu_check_a_check_that_raises_fails_its_row_and_the_rest_still_run(
     failing row naming its error, the later checks still print their rows, and the exit
     status is 1."""
     module = importlib.import_module("bench.gpu_check")
+    gpu_decode = importlib.import_module("bench.gpu_decode")
 
     def broken(steps: int) -> bool:
         raise RuntimeError("planted parity failure")
 
     monkeypatch.setattr(module, "parity", broken)
+    # the decode checks' own dry run is the test above's (they are the slowest on the CPU)
+    monkeypatch.setattr(gpu_decode, "decode_check", lambda accel, rows, label: True)
+    monkeypatch.setattr(gpu_decode, "grpo_check", lambda accel, rows: None)
     assert module.main(["--dry-run", "--no-real"]) == 1
     out = capsys.readouterr()
     assert "planted parity failure" in out.err  # the traceback
