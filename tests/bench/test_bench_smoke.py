@@ -57,7 +57,15 @@ def well_formed(rows: list[Row]) -> None:
     assert table.splitlines()[-1].startswith(("pass", "MISS", "noisy"))
 
 
-@pytest.mark.parametrize("part", PARTS)
+#: Parts whose smoke run takes minutes on a busy box (four packages saved and sampled, four
+#: peft merges for the raw side): `make test-slow`. The engine's multi-adapter batches are
+#: tested in the default tier (tests/engine/test_multi_lora.py).
+SLOW_PARTS = {"adapters"}
+
+
+@pytest.mark.parametrize(
+    "part", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PARTS else p for p in PARTS]
+)
 def test_headline_smoke(part: str) -> None:
     """Every part of ``make bench``, measured (a burner runs beside the threads part; the
     bf16 part runs even without AMX-BF16, its row then n/a), each row with its load."""
