@@ -56,13 +56,16 @@ PROBE_ROUNDS = 5
 @dataclass(frozen=True)
 class StepFlags:
     """What the live rows of a step need: any sampled row, any greedy row, any top-k,
-    any top-p, and how many top logprobs to report (0: none)."""
+    any top-p, how many top logprobs to report (0: none), and any sampled row whose
+    temperature is not 1 (``scaled``; else the logits are used as dividing by 1 leaves
+    them, without a pass over ``[B, V]``)."""
 
     sampled: bool
     greedy: bool
     top_k: bool
     top_p: bool
     top_logprobs: int
+    scaled: bool = True
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,10 @@ def choose(logits_BV: Tensor, rows: dict[str, Tensor], u_B: Tensor, flags: StepF
     logprobs [B, K], their ids [B, K]); values as ``BatchSampler._choose`` gives."""
     temp_B = rows["temp"]
     greedy_B = temp_B <= 0
-    t_B = torch.where(greedy_B, torch.ones_like(temp_B), temp_B)  # x / 1 == x exactly
-    tempered_BV = logits_BV / t_B.unsqueeze(-1)
+    tempered_BV = logits_BV  # no live row scales: x / 1 == x exactly, skip the pass
+    if flags.scaled:
+        t_B = torch.where(greedy_B, torch.ones_like(temp_B), temp_B)
+        tempered_BV = logits_BV / t_B.unsqueeze(-1)
     logprobs_BV = torch.log_softmax(tempered_BV, dim=-1)  # before top-k / top-p
     if flags.sampled:
         filtered_BV = tempered_BV
