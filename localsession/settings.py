@@ -129,6 +129,13 @@ _TOOLING = (
         "tooling",
     ),
     Variable(
+        "LOCALSESSION_RECORD_PINNED",
+        "unset (compare)",
+        "1",
+        "Re-record the pinned numerics instead of comparing (tests/test_pinned_numerics.py).",
+        "tooling",
+    ),
+    Variable(
         "LOCALSESSION_CHROMIUM",
         "/usr/bin/chromium",
         "a Chromium executable",

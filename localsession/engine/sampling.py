@@ -31,7 +31,6 @@ needs no decoding: :mod:`localsession.engine.scoring`.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,8 +39,16 @@ from torch import Tensor
 
 from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable, pad_left
+from localsession.engine.decode_common import (  # noqa: F401 - add_step_hook re-exported
+    COMPACT_FRACTION,
+    STEP_HOOKS,
+    add_step_hook,
+    forward_kwargs,
+    output_cache,
+)
 from localsession.engine.decode_step import StepRunner
 from localsession.engine.kv_room import make_roomy
+from localsession.engine.static_decoder import StaticDecoder
 from localsession.engine.streams import SampledStream, seeded_generator
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
     apply_temperature,
@@ -51,35 +58,6 @@ from localsession.numerics.filters import (  # noqa: F401 - re-exported for call
     top_p_filter,
 )
 from localsession.port import SampleRequest, TokenCallback
-
-#: Finished streams stay in the batch (their outputs ignored) until this fraction of rows
-#: is finished; then the KV cache is compacted once, instead of once per finished stream.
-COMPACT_FRACTION = 0.25
-
-#: Functions run after every decode step with the number of steps done (``add_step_hook``).
-_STEP_HOOKS: list[Callable[[int], None]] = []
-
-
-def add_step_hook(hook: Callable[[int], None]) -> Callable[[], None]:
-    """Run ``hook(steps_done)`` after each decode step of every batch (a test seam: a hook
-    that blocks holds the decoder there). Returns a function that removes it."""
-    _STEP_HOOKS.append(hook)
-    return lambda: _STEP_HOOKS.remove(hook)
-
-
-def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
-    """(name of the KV-cache kwarg, whether ``logits_to_keep`` is accepted) for a model."""
-    base: Any = model
-    get_base = getattr(model, "get_base_model", None)
-    if callable(get_base):
-        base = get_base()
-    params = inspect.signature(base.forward).parameters
-    cache_kw = "cache" if "cache" in params else "past_key_values"
-    return cache_kw, "logits_to_keep" in params
-
-
-def _output_cache(out: Any) -> Any:
-    return out["cache"] if "cache" in out else out["past_key_values"]
 
 
 class BatchSampler:
@@ -106,7 +84,7 @@ class BatchSampler:
         self.eos_ids = eos_ids
         self.pad_id = pad_id
         self.device = device
-        self.cache_kw, self.has_logits_to_keep = _forward_kwargs(model)
+        self.cache_kw, self.has_logits_to_keep = forward_kwargs(model)
         #: ``run``'s ``row_hook``: told each forward's rows, by request index (multi_lora.py)
         self._rows: Callable[[Sequence[int]], None] | None = None
 
@@ -115,7 +93,7 @@ class BatchSampler:
         if self.has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
         out = model(use_cache=True, **kwargs)
-        return out["logits"][:, -1, :].float(), _output_cache(out)
+        return out["logits"][:, -1, :].float(), output_cache(out)
 
     def _prefill(
         self, model: torch.nn.Module, prompts: Sequence[list[int]]
@@ -257,8 +235,6 @@ class BatchSampler:
         self._rows = row_hook
         model = model if model is not None else self.model
         if self.decode == "static" and row_hook is None:
-            from localsession.engine.static_decoder import StaticDecoder
-
             done = StaticDecoder(self, self._runner).run(requests, model, admit)
             if done is not None:
                 return done
@@ -276,7 +252,7 @@ class BatchSampler:
         while True:
             chosen_S = self._pick(live, callbacks)
             steps += 1
-            for hook in list(_STEP_HOOKS):
+            for hook in list(STEP_HOOKS):
                 hook(steps)
             thread_policy.revisit()  # the free cores may have changed (thread_policy.py)
             if can_join and admit is not None:

@@ -43,6 +43,7 @@ from torch import Tensor
 
 from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable
+from localsession.engine.decode_common import COMPACT_FRACTION, STEP_HOOKS, forward_kwargs
 from localsession.engine.decode_step import StepFlags, StepKey, StepRunner, decode_step
 from localsession.engine.row_state import RowState
 from localsession.engine.slot_cache import SlotCache, bucket_for, columns_for, visible_for
@@ -80,13 +81,12 @@ class StaticDecoder:
     ) -> list[list[SampledStream]] | None:
         """``BatchSampler.run`` on slots; ``None`` when this model must decode on the
         dynamic loop (nothing drawn yet)."""
-        from localsession.engine.sampling import _forward_kwargs
 
         config = _base_config(model)
         attention = getattr(config, "_attn_implementation", None)
         if attention not in MASKED_ATTENTION or hasattr(model, "hf_device_map"):
             return None
-        cache_kw, has_keep = _forward_kwargs(model)
+        cache_kw, has_keep = forward_kwargs(model)
         dtype = next(model.parameters()).dtype
         self.call = {
             "cache_kw": cache_kw,
@@ -190,9 +190,8 @@ class StaticDecoder:
     def _between(self, steps: int, admit: Admit | None) -> list[SampleRequest]:
         """What runs between two steps, as in the dynamic loop: the step hooks, the thread
         policy, ``admit``. -> the admitted requests."""
-        from localsession.engine.sampling import _STEP_HOOKS
 
-        for hook in list(_STEP_HOOKS):
+        for hook in list(STEP_HOOKS):
             hook(steps)
         thread_policy.revisit()  # the free cores may have changed (thread_policy.py)
         return admit() if admit is not None else []
@@ -309,7 +308,6 @@ class StaticDecoder:
     def _compact(self) -> None:
         """Drop finished rows once they are a quarter of the rows, or the live rows fit a
         smaller bucket (each compaction copies the live rows' slots once)."""
-        from localsession.engine.sampling import COMPACT_FRACTION
 
         if self.cache is None or self.state is None:
             return  # no stream has reached the slots

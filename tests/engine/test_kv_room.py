@@ -9,8 +9,8 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from localsession.engine.builtin import build_builtin
+from localsession.engine.decode_common import forward_kwargs, output_cache
 from localsession.engine.kv_room import FIRST_ROOM, RoomyLayer, make_roomy
-from localsession.engine.sampling import _forward_kwargs, _output_cache
 
 from .conftest import TINY
 
@@ -59,10 +59,10 @@ def test_transformers_own_operations_assign_through_it() -> None:
 
 def _decode(model: Any, roomy: bool, steps: int) -> list[torch.Tensor]:
     ids_RL = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
-    cache_kw, _ = _forward_kwargs(model)  # as the sampler passes it
+    cache_kw, _ = forward_kwargs(model)  # as the sampler passes it
     with torch.no_grad():
         out = model(input_ids=ids_RL, use_cache=True)
-        cache = _output_cache(out)
+        cache = output_cache(out)
         assert type(cache) is DynamicCache
         if roomy:
             make_roomy(cache, steps)
@@ -84,7 +84,7 @@ def test_a_model_decodes_the_same_logits_through_it() -> None:
 def test_a_large_max_tokens_reserves_only_the_first_room() -> None:
     model, _ = build_builtin(TINY)
     with torch.no_grad():
-        cache = _output_cache(model(input_ids=torch.tensor([[5, 6, 7]]), use_cache=True))
+        cache = output_cache(model(input_ids=torch.tensor([[5, 6, 7]]), use_cache=True))
     make_roomy(cache, 100_000)  # a max_tokens far past what streams usually draw
     for layer in cache.layers:
         assert layer._k.buffer.shape[-2] == layer._v.buffer.shape[-2] == 3 + FIRST_ROOM
