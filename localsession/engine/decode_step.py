@@ -23,7 +23,9 @@ the dynamic sampler skips it).
   busy 2-core box for a step of 7.7 ms against 10.8 ms eager (docs/device.md), a cost a
   first ``sample`` call should not pay unasked. The CPU choice is logged once.
 
-A capture or compile that fails falls back to eager for the process, logged once.
+A captured graph is replayed once against an eager step on the same inputs
+(:func:`check_replay`) before it decodes. A capture or compile that fails, or a graph that
+does not reproduce the eager step, falls back to eager for the process, logged once.
 """
 
 from __future__ import annotations
@@ -158,6 +160,32 @@ class _Graphed:
         return self.outputs
 
 
+#: How far a captured graph's logprobs may stray from the eager step's in
+#: :func:`check_replay` (the same kernels: only a changed reduction order may move them).
+REPLAY_ATOL = 1e-3
+
+
+def check_replay(
+    eager: Callable[[], Outputs], made: Callable[[], Outputs], rows: dict[str, Tensor]
+) -> None:
+    """Raise unless ``made`` (a captured step) gives the eager step's outputs on the same
+    inputs: every row's token, and its logprob and top logprobs within :data:`REPLAY_ATOL`.
+    A capture that reads a stale buffer gives other tokens; it must not decode. Both runs
+    start from the same rows and write the same cache column, so the rows are put back."""
+    saved = {name: t.clone() for name, t in rows.items()}
+    want = [t.clone() for t in eager()]
+    for name, t in rows.items():
+        t.copy_(saved[name])
+    got = made()
+    for name, t in rows.items():
+        t.copy_(saved[name])
+    if not torch.equal(want[0], got[0]) or not all(
+        torch.allclose(w.float(), g.float(), rtol=0, atol=REPLAY_ATOL)
+        for w, g in zip(want[1:3], got[1:3], strict=True)
+    ):
+        raise RuntimeError("the captured step's tokens or logprobs differ from the eager step's")
+
+
 #: mode -> whether the CPU step is compiled (the ``auto`` probe's result, once a process)
 _cpu_choice: dict[str, bool] = {}
 _failed: set[str] = set()
@@ -228,6 +256,7 @@ class StepRunner:
         try:
             if kind == "graph":
                 made = _Graphed(step, rows)
+                check_replay(step, made, rows)
             elif kind in ("inductor", "probe"):
                 compiled = torch.compile(step, dynamic=False)
                 made = compiled

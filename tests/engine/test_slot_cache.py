@@ -158,13 +158,52 @@ def test_steps_are_made_once_per_key_and_dropped_with_the_cache(
 
     for bucket in (2, 2, 4, 2):
         runner.run(key(bucket), cache, step, {})
-    assert len(_FakeGraph.made) == 2 and len(calls) == 4  # captured for 2 and 4, replayed
+    # captured for 2 and 4 (each capture checked: one eager step and one replay), replayed
+    assert len(_FakeGraph.made) == 2 and len(calls) == 4 + 2 * 2
     runner.run(key(2, StepFlags(True, True, True, False, 2)), cache, step, {})
     assert len(_FakeGraph.made) == 3  # other filters, another graph
     assert set(runner.kinds.values()) == {"graph"}
     cache.grow(8, 64, used=4)
     runner.run(key(2), cache, step, {})
     assert len(_FakeGraph.made) == 4  # new buffers: captured again
+
+
+class _StaleGraph(_FakeGraph):
+    """A capture that replays wrong: its tokens are the eager step's plus one."""
+
+    def __call__(self) -> Any:
+        ids, *rest = self.step()
+        return (ids + 1, *rest)
+
+
+def test_a_graph_that_does_not_reproduce_the_eager_step_is_dropped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """check_replay compares a fresh capture with an eager step on the same rows: a faithful
+    one decodes (the rows put back as they were), a wrong one falls back to eager for the
+    process, logged."""
+    decode_step.reset()
+    cache = SlotCache(_pairs(1, 1, 1, 2, seed=5), rows=2, columns=64)
+    rows = {"ids": torch.tensor([7, 9]), "pos": torch.tensor([3, 5])}
+
+    def step() -> Any:
+        rows["pos"] += 1  # as decode_step advances pos
+        return rows["ids"] * 2, torch.tensor([-0.5, -1.5]), torch.zeros(2, 0), torch.zeros(2, 0)
+
+    key = StepKey("cuda", 2, 64, cache.generation, FLAGS)
+    monkeypatch.setattr(decode_step, "_Graphed", _FakeGraph)
+    ids, *_ = StepRunner("auto").run(key, cache, step, rows)
+    assert ids.tolist() == [14, 18] and rows["pos"].tolist() == [4, 6]  # checked, then one step
+    monkeypatch.setattr(decode_step, "_Graphed", _StaleGraph)
+    stale = StepRunner("auto")
+    with caplog.at_level("WARNING", logger="localsession.engine.decode_step"):
+        ids, *_ = stale.run(
+            key, SlotCache(_pairs(1, 1, 1, 2, seed=5), rows=2, columns=64), step, rows
+        )
+    assert ids.tolist() == [14, 18] and list(stale.kinds.values()) == ["eager"]
+    assert "differ from the eager step" in caplog.text
+    assert stale.kind(torch.device("cuda")) == "eager"  # for the rest of the process
+    decode_step.reset()
 
 
 def test_the_slots_are_freed_when_the_batch_ends(tiny_base: tuple[Any, Any]) -> None:
