@@ -21,6 +21,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+import procio
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,6 +104,20 @@ def _param(block: Block) -> object:
     return pytest.param(block, marks=marks, id=f"{block.lang}-line{block.line}")
 
 
+def _run_block(
+    argv: list[str], work: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """Run a block as the leader of its own process group, its output in files, and stop the
+    group when it ends: a server the block started and did not stop (its client failed
+    before the block's ``kill``) is stopped too, and cannot hold an output pipe open, which
+    kept ``subprocess.run`` waiting past its timeout."""
+    out, err = work.parent / "block.out", work.parent / "block.err"
+    with out.open("w") as o, err.open("w") as e:
+        with procio.spawn(argv, cwd=work, env=env, stdout=o, stderr=e) as proc:
+            code = proc.wait(timeout=TIMEOUT_S)
+    return subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
+
+
 @pytest.mark.parametrize("block", [_param(b) for b in RUNNABLE])
 def test_a_runnable_readme_block_runs_in_a_fresh_venv(block: Block, tmp_path: Path) -> None:
     bindir = fresh_venv(tmp_path / "venv")
@@ -120,9 +135,7 @@ def test_a_runnable_readme_block_runs_in_a_fresh_venv(block: Block, tmp_path: Pa
         if block.lang == "python"
         else ["bash", "-euo", "pipefail", "-c", block.code]
     )
-    done = subprocess.run(
-        argv, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+    done = _run_block(argv, work, env)
     assert done.returncode == 0, f"README line {block.line}:\n{done.stdout}\n{done.stderr}"
     warned = WARNING_RE.findall(done.stderr)
     assert not warned, f"README line {block.line} warns on stderr: {warned}\n{done.stderr}"
