@@ -63,6 +63,7 @@ from bench.common import (  # noqa: E402
     interleaved,
     load_average,
     median,
+    paired_rates,
     paired_ratio,
 )
 from bench.raw_loop import (  # noqa: E402
@@ -282,11 +283,9 @@ def sample_pair(
         counts["ours"].append(sample_burst(sampler, prompts, max_tokens))
 
     times = interleaved({"ours": ours_run, "raw": lambda: counts["raw"].append(generate())}, runs)
-    # tokens per run (EOS stops vary run to run); the warm-up round's are dropped
-    done = {k: v[-runs:] for k, v in counts.items()}
-    ours = median([n / t for n, t in zip(done["ours"], times["ours"], strict=True)])
-    base = median([n / t for n, t in zip(done["raw"], times["raw"], strict=True)])
-    return ours, base, paired_ratio(times, done)
+    # tokens per run (EOS stops vary run to run)
+    ratios, rate = paired_rates(times, counts)
+    return rate["ours"], rate["raw"], median(ratios)
 
 
 def raw_generate(raw: RawLoop, prompts: list[list[int]], max_tokens: int) -> Callable[[], int]:

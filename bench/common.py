@@ -174,6 +174,17 @@ def paired_ratios(
     return ratios
 
 
+def paired_rates(
+    times: dict[str, list[float]], counts: dict[str, list[int]]
+) -> tuple[list[float], dict[str, float]]:
+    """(each round's ratio ours/raw, each side's median tokens/s) of an :func:`interleaved`
+    run whose functions appended their tokens per call to ``counts``: the warm-up calls'
+    counts come first and are dropped, keeping the last ``len(times[side])`` of each side."""
+    done = {k: v[len(v) - len(times[k]) :] for k, v in counts.items()}
+    rates = {k: median([n / t for n, t in zip(done[k], times[k], strict=True)]) for k in done}
+    return paired_ratios(times, done), rates
+
+
 def paired_ratio(times: dict[str, list[float]], work: dict[str, list[int]] | None = None) -> float:
     """The median of :func:`paired_ratios` (ours against raw)."""
     return median(paired_ratios(times, work))

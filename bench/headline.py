@@ -59,6 +59,7 @@ from bench.common import (  # noqa: E402
     load1,
     median,
     meets,
+    paired_rates,
     paired_ratios,
     read_rows,
     render,
@@ -142,9 +143,7 @@ def sampling_rows(name: str, rounds: int, concurrency: int, max_tokens: int) -> 
         times = interleaved(reported(bursts, "sampling"), rounds)
         tc.stop()
         service.close()
-    done = {k: v[-rounds:] for k, v in counts.items()}  # the warm-up round's dropped
-    ratios = paired_ratios(times, done)
-    rate = {k: median([n / t for n, t in zip(done[k], times[k], strict=True)]) for k in done}
+    ratios, rate = paired_rates(times, counts)
     return [
         Row(
             f"sampling ×{concurrency} sample(n=4, {max_tokens} tok) vs one raw batched "

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from bench.common import Row, interleaved, median, meets, paired_ratios, reported
+from bench.common import Row, interleaved, median, meets, paired_rates, reported
 
 TARGET = "≥ 2.5×"
 #: A learning rate large enough that one step moves each adapter visibly (the adapters must
@@ -110,9 +110,7 @@ def adapter_rows(
         times = interleaved(reported({"ours": ours, "raw": raw}, "adapters"), rounds)
         tc.stop()
         service.close()
-    done = {k: v[-rounds:] for k, v in counts.items()}  # the warm-up round's dropped
-    ratios = paired_ratios(times, done)
-    rate = {k: median([n / t for n, t in zip(done[k], times[k], strict=True)]) for k in done}
+    ratios, rate = paired_rates(times, counts)
     return [
         Row(
             f"multi-adapter sampling: {adapters} adapters × {per_adapter} sample(n=4, "

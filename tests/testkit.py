@@ -1,6 +1,6 @@
 """What many test modules share: one configurable stub engine, a service over it, one running
-server, and builders for wire requests. Imported as ``testkit`` (pytest puts ``tests/`` on
-``sys.path`` for the root conftest).
+server, builders for wire requests, and a package as a home written before keys holds it.
+Imported as ``testkit`` (pytest puts ``tests/`` on ``sys.path`` for the root conftest).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from localsession.port import (
 )
 from localsession.port_results import ForwardResult, OptimResult, SampleResult
 from localsession.runtime.models.catalog import StaticCatalog
+from localsession.runtime.packages.registry import CHECKPOINT, INDEX_FILE, Registry
 from localsession.runtime.service import Service, ServiceConfig
 from localsession.wiring import build_service
 
@@ -109,6 +110,37 @@ def stub_service(
         service.create_training_session(create_request(session))
         assert service.wait_for_session(session, 10) == "Running"
     return service, engines
+
+
+def old_package(home: Path, description: str, *, targets: Sequence[str] | None = None) -> str:
+    """Save a rank-8 checkpoint of ``localsession/tiny`` in ``home`` as the code before keys
+    wrote it: no ``key`` in its ``package.json`` (the Tinker dialect kept its path in the
+    description then). ``targets``: the adapter's ``target_modules`` written to
+    ``adapter_config.json`` (None: no adapter config). Returns the package's ARN."""
+    config = ServiceConfig(home=home)
+    registry = Registry(home, config.region, config.account)
+
+    def write(folder: Path) -> None:
+        if targets is not None:
+            adapter = {"target_modules": list(targets)}
+            (folder / "adapter_config.json").write_text(json.dumps(adapter))
+
+    info = registry.create(
+        "sagemaker-default",
+        kind=CHECKPOINT,
+        base_model="localsession/tiny",
+        lora_rank=8,
+        lora_alpha=16,
+        description=description,
+        session="tinker-0123456789abcdef",
+        merged=False,
+        write=write,
+    )
+    index = registry.path(info.arn) / INDEX_FILE
+    record = json.loads(index.read_text())
+    del record["key"]
+    index.write_text(json.dumps(record))
+    return info.arn
 
 
 def forward_backward(seq: int, tag: int = 1, *, token: str = "",

@@ -45,11 +45,12 @@ from localsession.engine.decode_common import (  # noqa: F401 - add_step_hook re
     add_step_hook,
     forward_kwargs,
     output_cache,
+    request_streams,
 )
 from localsession.engine.decode_step import StepRunner
 from localsession.engine.kv_room import make_roomy
 from localsession.engine.static_decoder import StaticDecoder
-from localsession.engine.streams import SampledStream, seeded_generator
+from localsession.engine.streams import SampledStream
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
     apply_temperature,
     filter_logits,
@@ -95,10 +96,11 @@ class BatchSampler:
         out = model(use_cache=True, **kwargs)
         return out["logits"][:, -1, :].float(), output_cache(out)
 
-    def _prefill(
+    def prefill(
         self, model: torch.nn.Module, prompts: Sequence[list[int]]
     ) -> tuple[Tensor, Any, Tensor, Tensor]:
-        """Left-padded prefill. -> (logits [R, V], cache, attention mask [R, L], last pos [R])."""
+        """Left-padded prefill. -> (logits [R, V], cache, attention mask [R, L], last pos [R]).
+        Called by ``_start`` here and by the static decoder (static_decoder.py)."""
         width = max(len(p) for p in prompts)
         ids = [[self.pad_id] * (width - len(p)) + p for p in prompts]
         mask = [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
@@ -114,7 +116,11 @@ class BatchSampler:
         )
         return logits_RV, cache, mask_RL, pos_RL[:, -1]
 
-    def _finish_check(self, stream: SampledStream, token: int) -> None:
+    def finish_check(self, stream: SampledStream, token: int) -> None:
+        """Set ``stream.stop_reason`` if ``token``, just appended to it, ends it: an EOS id
+        (unless the request asked not to stop there) or one of its stop ids, a stop string
+        in the decoded completion, or ``max_tokens`` reached. Called by ``pick`` and by the
+        static decoder for each token of a window (static_decoder.py)."""
         if (stream.stop_at_eos and token in self.eos_ids) or token in stream.stop_ids:
             stream.stop_reason = "stop"
         elif stream.stop and any(
@@ -126,34 +132,6 @@ class BatchSampler:
         elif len(stream.tokens) >= stream.max_tokens:
             stream.stop_reason = "length"
 
-    def _streams(self, requests: Sequence[SampleRequest], first: int) -> list[SampledStream]:
-        """The (request, sample i) streams of ``requests``, numbered from request ``first``."""
-        streams: list[SampledStream] = []
-        for r, req in enumerate(requests, start=first):
-            for i in range(req.num_samples):
-                # CPU generators: the same stream on every device, and no per-stream kernel
-                # launch on a GPU (the draws move to the device in one copy per step).
-                gen = seeded_generator(req.seed + i)
-                streams.append(
-                    SampledStream(
-                        r,
-                        i,
-                        len(req.prompt),
-                        req.temperature,
-                        req.top_k,
-                        req.top_p,
-                        req.max_tokens,
-                        tuple(req.stop),
-                        gen,
-                        frozenset(req.stop_token_ids),
-                        req.stop_at_eos,
-                        max(0, req.topk_sample_logprobs),
-                    )
-                )
-                if req.max_tokens <= 0:
-                    streams[-1].stop_reason = "length"
-        return streams
-
     def _start(
         self, model: torch.nn.Module, requests: Sequence[SampleRequest], rows: list[SampledStream]
     ) -> Live:
@@ -161,7 +139,7 @@ class BatchSampler:
         used = sorted({s.request for s in rows})
         if self._rows is not None:
             self._rows(used)
-        logits_RV, cache, mask_RL, last_R = self._prefill(model, [requests[r].prompt for r in used])
+        logits_RV, cache, mask_RL, last_R = self.prefill(model, [requests[r].prompt for r in used])
         row_of = {r: k for k, r in enumerate(used)}
         index = torch.tensor([row_of[s.request] for s in rows], device=self.device)
         cache.batch_select_indices(index)
@@ -178,8 +156,10 @@ class BatchSampler:
             p_S=torch.tensor([s.top_p for s in rows], device=self.device),
         )
 
-    def _pick(self, live: Live, callbacks: Sequence[TokenCallback | None]) -> Tensor:
-        """Choose and record one token for every live row of ``live``. -> chosen ids [S]."""
+    def pick(self, live: Live, callbacks: Sequence[TokenCallback | None]) -> Tensor:
+        """Choose and record one token for every live row of ``live`` (each row's request's
+        callback told). -> chosen ids [S]. Called by the dynamic loop for every step and by
+        the static decoder for a prefill's first token (static_decoder.py)."""
         chosen_S, lp_S, logprobs_SV = self._choose(
             live.logits_SV, live.rows, live.temp_S, live.k_S, live.p_S
         )
@@ -199,7 +179,7 @@ class BatchSampler:
                     s.topk_rows.append(top[: s.topk])
                 s.tokens.append(token)
                 s.logprobs.append(lp)
-                self._finish_check(s, token)
+                self.finish_check(s, token)
                 callback = callbacks[s.request]
                 if callback is not None:
                     callback(s.index, token, lp)
@@ -240,7 +220,7 @@ class BatchSampler:
                 return done
         requests = list(requests)
         grouped: list[list[SampledStream]] = [[] for _ in requests]
-        for s in self._streams(requests, 0):
+        for s in request_streams(requests, 0):
             grouped[s.request].append(s)
         callbacks = [req.on_token for req in requests]
         decoding = [s for g in grouped for s in g if s.stop_reason is None]  # in order
@@ -250,7 +230,7 @@ class BatchSampler:
         can_join = admit is not None and joinable(live.cache)
         steps = 0
         while True:
-            chosen_S = self._pick(live, callbacks)
+            chosen_S = self.pick(live, callbacks)
             steps += 1
             for hook in list(STEP_HOOKS):
                 hook(steps)
@@ -302,7 +282,7 @@ class BatchSampler:
         first = len(requests)
         requests.extend(new)
         callbacks.extend(req.on_token for req in new)
-        streams = self._streams(new, first)
+        streams = request_streams(new, first)
         grouped.extend([] for _ in new)
         for s in streams:
             grouped[s.request].append(s)
@@ -310,7 +290,7 @@ class BatchSampler:
         if not decoding:
             return chosen_S
         joined = self._start(model, requests, decoding)
-        joined_N = self._pick(joined, callbacks)
+        joined_N = self.pick(joined, callbacks)
         # both caches end at the newest position; pad the shorter on the left (masked out)
         width = max(live.mask_SL.shape[1], joined.mask_SL.shape[1])
         live.mask_SL = pad_left(live.mask_SL, width)

@@ -43,7 +43,13 @@ from torch import Tensor
 
 from localsession.engine import thread_policy
 from localsession.engine.batch_join import Live, joinable
-from localsession.engine.decode_common import COMPACT_FRACTION, STEP_HOOKS, forward_kwargs
+from localsession.engine.decode_common import (
+    COMPACT_FRACTION,
+    STEP_HOOKS,
+    DecodeSampler,
+    forward_kwargs,
+    request_streams,
+)
 from localsession.engine.decode_step import StepFlags, StepKey, StepRunner, decode_step
 from localsession.engine.row_state import RowState
 from localsession.engine.slot_cache import SlotCache, bucket_for, columns_for, visible_for
@@ -69,7 +75,7 @@ def _base_config(model: torch.nn.Module) -> Any:
 class StaticDecoder:
     """Runs ``BatchSampler.run``'s contract on slots (module docstring)."""
 
-    def __init__(self, sampler: Any, runner: StepRunner) -> None:
+    def __init__(self, sampler: DecodeSampler, runner: StepRunner) -> None:
         self.sampler, self.runner, self.device = sampler, runner, sampler.device
 
     @torch.no_grad()
@@ -122,7 +128,7 @@ class StaticDecoder:
         first = len(self.grouped)
         if not first_batch:
             self.requests.extend(new)
-        streams = sampler._streams(new, first)
+        streams = request_streams(new, first)
         groups: list[list[SampledStream]] = [[] for _ in new]
         for s in streams:
             groups[s.request - first].append(s)
@@ -132,7 +138,7 @@ class StaticDecoder:
         prefill = None
         if decoding:
             used = sorted({s.request for s in decoding})
-            prefill = sampler._prefill(self.model, [self.requests[r].prompt for r in used])
+            prefill = sampler.prefill(self.model, [self.requests[r].prompt for r in used])
             if first_batch and not joinable(prefill[1]):
                 return False
         self.grouped.extend(groups)
@@ -154,7 +160,7 @@ class StaticDecoder:
             k_S=as_tensor([s.top_k for s in decoding], torch.long),
             p_S=as_tensor([s.top_p for s in decoding], torch.float32),
         )
-        sampler._pick(pick, self.callbacks)
+        sampler.pick(pick, self.callbacks)
         going = [j for j, s in enumerate(decoding) if s.stop_reason is None]
         if going:
             keep = index[torch.tensor(going, device=self.device)]
@@ -292,7 +298,7 @@ class StaticDecoder:
                 s.tokens.append(token)
                 s.logprobs.append(lp)
                 used += 1
-                self.sampler._finish_check(s, token)
+                self.sampler.finish_check(s, token)
                 if callback is not None:
                     callback(s.index, token, lp)
                 if s.stop_reason is not None:

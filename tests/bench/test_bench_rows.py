@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 from bench import common
-from bench.common import Row, meets, paired_ratios, render, stamp, summary, target_bound
+from bench.common import (
+    Row,
+    meets,
+    paired_rates,
+    paired_ratios,
+    render,
+    stamp,
+    summary,
+    target_bound,
+)
 
 
 def test_real_rows_without_the_model_are_misses(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,6 +109,18 @@ def test_paired_ratios_pair_each_round() -> None:
     work = {"ours": [10, 10, 10], "raw": [5, 10, 10], "other": [1, 1, 1]}
     assert paired_ratios(times, work) == [4.0, 1.0, 4.0]
     assert paired_ratios(times, sides=("other", "ours")) == [1.0, 2.0, 1.0]
+
+
+def test_paired_rates_drop_the_warm_up_counts_and_pair_tokens_per_second() -> None:
+    times = {"ours": [1.0, 2.0, 4.0], "raw": [2.0, 2.0, 2.0]}
+    # one warm-up call each first (its counts are dropped), then one count per timed round
+    counts = {"ours": [999, 10, 20, 40], "raw": [1, 5, 10, 40]}
+    ratios, rates = paired_rates(times, counts)
+    # ours 10, 10, 10 tok/s; raw 2.5, 5, 20 tok/s
+    assert ratios == [4.0, 2.0, 0.5]
+    assert rates == {"ours": 10.0, "raw": 5.0}
+    with pytest.raises(ValueError):  # fewer counts than timed rounds
+        paired_rates(times, {"ours": [10, 20], "raw": [5, 10, 40]})
 
 
 def test_summary_counts_noisy_rows_apart_and_skips_rows_that_do_not_apply() -> None:

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import stub_service
+from testkit import old_package, stub_service
 
 from localsession.port import EngineConfigError, EngineSpec
 from localsession.port_commands import SaveCommand, SessionCommand
 from localsession.port_results import OpOutcome, SaveResult
 from localsession.runtime.config import ServiceConfig
 from localsession.runtime.errors import ServiceError
-from localsession.runtime.packages.registry import CHECKPOINT, INDEX_FILE, MODEL, Registry
+from localsession.runtime.packages.registry import CHECKPOINT, MODEL, Registry
 from localsession.wiring import build_service
 
 PATH = "tinker://run-1:train:0/weights/first"
@@ -56,32 +56,10 @@ def test_a_save_records_its_key_and_the_newest_package_of_a_key_is_found(service
     assert service.control.packages_of("another") == []
 
 
-def _old_package(registry: Registry, description: str) -> str:
-    """A package as the code before keys wrote it: no ``key`` in its ``package.json``."""
-    info = registry.create(
-        "sagemaker-default",
-        kind=CHECKPOINT,
-        base_model="localsession/tiny",
-        lora_rank=8,
-        lora_alpha=16,
-        description=description,
-        session="tinker-0123456789abcdef",
-        merged=False,
-        write=lambda folder: None,
-    )
-    index = registry.path(info.arn) / INDEX_FILE
-    record = json.loads(index.read_text())
-    del record["key"]
-    index.write_text(json.dumps(record))
-    return info.arn
-
-
 def test_a_home_written_before_keys_still_finds_its_paths(tmp_path: Path) -> None:
-    config = ServiceConfig(home=tmp_path)
-    registry = Registry(tmp_path, config.region, config.account)
-    old = _old_package(registry, PATH)
-    plain = _old_package(registry, "a SageMaker save")
-    service = build_service(config)
+    old = old_package(tmp_path, PATH)
+    plain = old_package(tmp_path, "a SageMaker save")
+    service = build_service(ServiceConfig(home=tmp_path))
     try:
         found = service.control.find_package(PATH, "tinker://")
         assert found is not None and (found.arn, found.key, found.rank) == (old, PATH, 8)

@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit import stub_service
+from testkit import old_package, stub_service
 
-from localsession.runtime.config import ServiceConfig
-from localsession.runtime.packages.registry import CHECKPOINT, INDEX_FILE, Registry
 from localsession.server.tinker import rest, results
 from localsession.server.tinker.dialect import Dialect
 from localsession.server.tinker.heartbeats import Heartbeats
@@ -26,28 +24,10 @@ WAIT_S = 60.0
 
 
 def _old_home(home: Path) -> None:
-    """A checkpoint as the dialect saved it before packages had keys: its path as the
-    description, no ``key`` in ``package.json``; and a SageMaker package beside it."""
-    config = ServiceConfig(home=home)
-    registry = Registry(home, config.region, config.account)
-    for description in (OLD, "a SageMaker checkpoint"):
-        info = registry.create(
-            "sagemaker-default",
-            kind=CHECKPOINT,
-            base_model="localsession/tiny",
-            lora_rank=8,
-            lora_alpha=32,
-            description=description,
-            session="tinker-00000000000000aa",
-            merged=False,
-            write=lambda folder: (folder / "adapter_config.json").write_text(
-                json.dumps({"target_modules": ["q_proj", "lm_head"]})
-            ),
-        )
-        index = registry.path(info.arn) / INDEX_FILE
-        record = json.loads(index.read_text())
-        del record["key"]
-        index.write_text(json.dumps(record))
+    """A checkpoint as the dialect saved it before packages had keys (its path as the
+    description, no ``key``), adapting the head; and a SageMaker package beside it."""
+    old_package(home, OLD, targets=["q_proj", "lm_head"])
+    old_package(home, "a SageMaker checkpoint", targets=["q_proj", "lm_head"])
 
 
 @pytest.fixture
