@@ -129,8 +129,8 @@ _ACCEPTED = {
     "offload_dir": "a directory path",
     "merged_cache_mb": "a size in MB >= 0, e.g. 512 (0 turns merged copies off)",
     "snapshot_cache_mb": "a size in MB >= 0, e.g. 256",
-    "decode": "dynamic (the default: the growing-cache loop) or static (preallocated KV "
-    "slots, a fixed-shape step)",
+    "decode": "static (the default: preallocated KV slots, a fixed-shape step) or dynamic "
+    "(the growing-cache reference loop)",
     "decode_compile": "auto (the default: CUDA graphs on CUDA, eager on a CPU), probe "
     "(on a CPU, inductor where a one-time probe finds it faster), on or off",
 }
@@ -180,7 +180,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
         non_negative(n, r, _ACCEPTED["snapshot_cache_mb"]) if r.strip() else 256.0
     ),
     "decode": lambda n, r: choice(
-        n, r, {"": "dynamic", "static": "static", "dynamic": "dynamic"}, _ACCEPTED["decode"]
+        n, r, {"": "static", "static": "static", "dynamic": "dynamic"}, _ACCEPTED["decode"]
     ),
     "decode_compile": lambda n, r: choice(
         n,
@@ -236,7 +236,7 @@ class EngineOptions:
     #: MB of loaded package snapshots per session
     snapshot_cache_mb: float = 256.0
     #: sampler decode loop: ``static`` (slots, fixed-shape step) or ``dynamic`` (reference)
-    decode: str = "dynamic"
+    decode: str = "static"
     #: how the static step runs: ``auto``, ``probe``, ``on`` (graphs / inductor), ``off``
     decode_compile: str = "auto"
 
@@ -356,7 +356,7 @@ ENGINE_VARIABLES: tuple[Variable, ...] = (
     ),
     _engine(
         "LOCALSESSION_DECODE",
-        "dynamic",
+        "static",
         "Sampler decode loop: static KV slots and a fixed-shape step, or the dynamic "
         "reference (engine/static_decoder.py).",
     ),

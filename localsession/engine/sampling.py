@@ -71,7 +71,7 @@ class BatchSampler:
         eos_ids: frozenset[int],
         pad_id: int,
         device: torch.device,
-        decode: str = "dynamic",
+        decode: str = "static",
         decode_compile: str = "auto",
     ) -> None:
         """``decode``: ``static`` (static_decoder.py) or ``dynamic`` (this module's loop);

@@ -1,4 +1,4 @@
-"""The static decoder (``LOCALSESSION_DECODE=static``; the default is still ``dynamic``):
+"""The static decoder (``LOCALSESSION_DECODE=static``, the default since issue 56):
 the batched sampler's decode loop over preallocated KV slots with a fixed-shape step
 (docs/semantics.md#3).
 
