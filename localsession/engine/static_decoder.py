@@ -306,7 +306,7 @@ class StaticDecoder:
                     break
             if s.stop_reason is None and i in self._taken:
                 # the window was cut short (a join): unused uniforms go back, in order
-                s._draws.extend(reversed(self._taken[i][used:]))
+                s.put_back(self._taken[i][used:])
         assert self.state is not None
         for name in ("pos", "last_pos"):  # finished rows write column 0 of their own slot
             self.state.set(name, finished, 0)

@@ -61,6 +61,11 @@ class SampledStream:
             self._draws = torch.rand(DRAW_CHUNK, generator=self.generator).tolist()[::-1]
         return self._draws.pop()
 
+    def put_back(self, unused: list[float]) -> None:
+        """Return draws taken by :meth:`next_uniform` but not used, oldest first: the next
+        calls give them again, in order (the static decoder's window cut short by a join)."""
+        self._draws.extend(reversed(unused))
+
 
 def as_sequence(stream: SampledStream) -> SampledSequence:
     """A finished decode stream as the port's sequence; ``topk_logprobs`` when asked."""

@@ -93,6 +93,16 @@ def _stream(temperature: float, prompt_len: int, tokens: list[int]) -> SampledSt
     return s
 
 
+def test_draws_put_back_come_again_in_order() -> None:
+    """A window cut short gives its unused uniforms back: the stream's draws are then the
+    seeded generator's sequence, as if they had never been taken."""
+    s = _stream(1.0, 4, [])
+    want = torch.rand(8, generator=seeded_generator(0)).tolist()
+    taken = [s.next_uniform() for _ in range(5)]
+    s.put_back(taken[2:])
+    assert taken[:2] + [s.next_uniform() for _ in range(6)] == want
+
+
 def test_row_state_moves_every_field_alike() -> None:
     state = RowState(4, torch.device("cpu"))
     state.write(0, [_stream(0.5, 4, [7]), _stream(0.0, 9, [1, 2])])
