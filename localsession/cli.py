@@ -52,6 +52,17 @@ def _wrap(text: str) -> str:
     return textwrap.fill(text, 88)
 
 
+def _seconds(text: str) -> float:
+    """An option's value as seconds >= 0 (argparse names the option when this raises)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0, e.g. 600")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = SuggestingParser(prog="localsession", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"localsession {__version__}")
@@ -234,12 +245,18 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument("--max-sessions", type=int, help="concurrent session cap (default 4)")
     serve.add_argument(
         "--gap-timeout",
-        type=float,
+        type=_seconds,
         help="seconds a missing sequence number blocks later ops (default 60)",
     )
     serve.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        help="seconds a session may sit with no operation before it becomes Expired "
+        "(default: never, or $LOCALSESSION_IDLE_TIMEOUT)",
+    )
+    serve.add_argument(
         "--heartbeat-timeout",
-        type=float,
+        type=_seconds,
         help="seconds without a heartbeat before a tinker session is expired and its models' "
         f"sessions stopped (default {vocab.TINKER_HEARTBEAT_TIMEOUT_S:g}, as the SDK warns; "
         "0 never)",

@@ -59,7 +59,7 @@ _SERVICE = (
         "LOCALSESSION_IDLE_TIMEOUT",
         "unset (never)",
         "seconds >= 0",
-        "Seconds of inactivity before a session becomes Expired.",
+        "Seconds of inactivity before a session becomes Expired (`--idle-timeout`).",
         "service",
     ),
     Variable(

@@ -116,6 +116,8 @@ class ServerOptions:
     model_map: Mapping[str, str] = field(default_factory=dict)
     max_sessions: int | None = None
     gap_timeout: float | None = None
+    #: Seconds of inactivity before a session becomes Expired (``--idle-timeout``).
+    idle_timeout: float | None = None
     lenient_sequence: bool = False
     max_queued_ops: int | None = None
     #: Seconds without a heartbeat before a Tinker session expires (``--heartbeat-timeout``).
@@ -140,6 +142,7 @@ def server_service(options: ServerOptions, *, catalog: ModelCatalog | None = Non
         "region": options.region,
         "max_sessions": options.max_sessions,
         "gap_timeout": options.gap_timeout,
+        "idle_timeout": options.idle_timeout,
         "max_queued_ops": options.max_queued_ops,
         "heartbeat_timeout": options.heartbeat_timeout,
         "hub_cache": options.hub_cache,

@@ -148,6 +148,7 @@ REFUSED = {
     "--relaxed": ("relaxed", "the recorded service's answers decide what is refused"),
     "--max-sessions": ("max_sessions", "the recording decides how many sessions exist"),
     "--gap-timeout": ("gap_timeout", "a replay runs no operations to order"),
+    "--idle-timeout": ("idle_timeout", "a replay runs no sessions to expire"),
     "--lenient-sequence": ("lenient_sequence", "a replay runs no operations to order"),
     "--max-queued-ops": ("max_queued_ops", "a replay queues nothing"),
 }

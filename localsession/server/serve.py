@@ -46,6 +46,8 @@ class ServeOptions:
     model_map: list[str] = field(default_factory=list)
     max_sessions: int | None = None
     gap_timeout: float | None = None
+    #: Seconds of inactivity before a session becomes Expired (``--idle-timeout``).
+    idle_timeout: float | None = None
     heartbeat_timeout: float | None = None
     lenient_sequence: bool = False
     long_poll: float = LONG_POLL_SECONDS
@@ -79,6 +81,7 @@ def build_service(
         model_map=parse_map_entries(options.model_map, "--model-map") if catalog is None else {},
         max_sessions=options.max_sessions,
         gap_timeout=options.gap_timeout,
+        idle_timeout=options.idle_timeout,
         lenient_sequence=options.lenient_sequence,
         max_queued_ops=options.max_queued_ops,
         heartbeat_timeout=options.heartbeat_timeout,
@@ -228,6 +231,11 @@ def _print_banner(url: str, service: Service, credential: Credential | None) -> 
     shown = "tml-<the SECRET given to --auth>" if credential is not None else "tml-localsession"
     say(f"export TINKER_API_KEY={shlex.quote(shown)}")
     say(f"# {heartbeat_line(service.config.heartbeat_timeout)}")
+    if service.config.idle_timeout is not None:
+        say(
+            f"# a session with no operation for {service.config.idle_timeout:g} s becomes "
+            "Expired (--idle-timeout; conformance: pass the same --idle-timeout)"
+        )
     engine = service.config.engine_options or EngineOptions()
     say(f"# engine: {engine.line()} (docs/configuration.md)")
     say(

@@ -130,3 +130,32 @@ def test_the_mocks_take_their_profiles_whole(tmp_path: Path) -> None:
                 assert (config.persist_sessions, config.local_model_paths) == (True, False)
             else:
                 assert config.gap_timeout == wiring.INPROCESS_GAP_TIMEOUT
+
+
+def test_serve_idle_timeout_flag_over_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``serve --idle-timeout`` reaches the service's config, over LOCALSESSION_IDLE_TIMEOUT;
+    a negative or non-numeric value stops the command line naming the option."""
+    from localsession.cli import _parser
+    from localsession.parity.running import check_replay_options
+    from localsession.server.startup import StartupError
+
+    monkeypatch.setenv("LOCALSESSION_IDLE_TIMEOUT", "7")
+    args = vars(_parser().parse_args(["serve", "--idle-timeout", "2.5"]))
+    options = ServeOptions(
+        **{**{k: v for k, v in args.items() if k != "command"}, "home": tmp_path}
+    )
+    timeouts = []
+    for given in (options, ServeOptions(home=tmp_path)):
+        service = build_service(given)
+        timeouts.append(service.config.idle_timeout)
+        service.close()
+    assert timeouts == [2.5, 7.0]
+    for bad in ("-1", "soon", "inf"):
+        with pytest.raises(SystemExit) as stopped:
+            _parser().parse_args(["serve", "--idle-timeout", bad])
+        assert stopped.value.code == 2
+        assert "--idle-timeout" in capsys.readouterr().err.splitlines()[-1]
+    with pytest.raises(StartupError, match="--idle-timeout has no effect with --replay"):
+        check_replay_options(dataclasses.replace(options, replay=tmp_path))
