@@ -109,6 +109,7 @@ EXPECTED: dict[str, set[str]] = {
 #: slow tier, to keep the default suite short.
 SLOW = frozenset(
     {"seed_ignored", "stop_ignored", "greedy_ignored", "max_tokens_ignored"}
+    | {"dirty_failure", "reordered", "refusal_500"}
     | {d for d in EXPECTED if d.startswith("sm_") and d != "sm_lr_doubled"}
 )
 #: What the optimizer defects do to the requested AdamW hyperparameters.

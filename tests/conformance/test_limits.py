@@ -37,6 +37,7 @@ def _outcomes(report: Path) -> dict[str, dict[str, Any]]:
     return {t["id"].split("/")[-1]: t for t in tests}
 
 
+@pytest.mark.slow  # default-tier time (docs/development.md)
 def test_session_quota_checks_a_declared_limit_and_skips_without_one(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     sessions = [SUITE / "test_sessions.py"]

@@ -42,6 +42,7 @@ def test_a_failing_http_run_leaves_no_server_behind() -> None:
         assert tagged(tag_of(run)) == []
 
 
+@pytest.mark.slow  # default-tier time (docs/development.md)
 def test_a_run_killed_mid_test_leaves_no_server_behind(tmp_path: Path) -> None:
     marker = tmp_path / "holding"
     with spawn(

@@ -94,6 +94,7 @@ def _touched(events: list[dict[str, Any]]) -> set[str]:
     return hits
 
 
+@pytest.mark.slow  # default-tier time (docs/development.md)
 def test_planted_divergences_are_reported_for_exactly_the_affected_tests(tmp_path: Path) -> None:
     snapshots, report = tmp_path / "snapshots", tmp_path / "parity.json"
     snapshots.mkdir()  # the timing-dependent tests the reference set declares, as a user would

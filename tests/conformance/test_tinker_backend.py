@@ -118,6 +118,7 @@ def test_an_old_sdks_failed_retrieve_carries_its_status() -> None:
     assert compat.status_of(ValueError("rank must be positive")) is None
 
 
+@pytest.mark.slow  # default-tier time (docs/development.md)
 def test_the_expiry_test_skips_naming_the_option_when_no_timeout_is_declared(
     tmp_path: Path,
 ) -> None:

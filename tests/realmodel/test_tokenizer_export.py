@@ -30,6 +30,7 @@ def _sdk_tokenizer() -> Any:
     return _utils.load_tokenizer(SMOL, hub, SMOL)
 
 
+@pytest.mark.slow  # default-tier time (docs/development.md)
 def test_a_second_mock_exports_no_tokenizer(
     shipped_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -77,6 +77,7 @@ def runtime_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield make
 
 
+@pytest.mark.slow  # default-tier time (docs/development.md)
 def test_eight_sessions_and_a_thousand_polls_in_flight(tmp_path: Any, runtime_client: Any) -> None:
     service = build_service(ServiceConfig(home=tmp_path, max_sessions=SESSIONS, gap_timeout=120.0))
     # Independent expectations: each variant's forward on a fresh session, in-process.

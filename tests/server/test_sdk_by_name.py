@@ -153,6 +153,7 @@ def test_sdk_get_tokenizer_works_offline_for_every_listed_id(
     assert _tree(served.user_hf) == served.user_hf_before
 
 
+@pytest.mark.slow  # default-tier time (docs/development.md)
 def test_launch_post_grpo_in_process_after_swapping_the_import(tmp_path: Path) -> None:
     source = SCRIPT.read_text(encoding="utf-8")
     swapped = source.replace(

@@ -184,6 +184,7 @@ def test_over_http_through_the_sdk(service: Service, monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # default-tier time (docs/development.md)
 def test_in_mock() -> None:
     import sagemaker.train.training_session as ts
 
