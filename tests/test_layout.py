@@ -140,7 +140,8 @@ def runtime_reached(root: Path, package: str) -> list[str]:
 #: The package's floors, top to bottom: a module may import its own floor or any below it.
 #: Names are module prefixes under ``localsession`` ("" is the package's ``__init__``).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("entry points", ("", "__main__", "cli", "demo", "packages_cli", "plot", "install_torch")),
+    ("entry points", ("", "__main__", "cli", "cli_serve", "demo", "packages_cli", "plot",
+                      "install_torch")),
     ("fronts", ("server", "mocking", "parity", "custom_loss")),
     ("client", ("client",)),
     ("composition root", ("wiring",)),
