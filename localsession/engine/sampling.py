@@ -210,12 +210,14 @@ class BatchSampler:
         adapter; rows carry their request through joins and compaction.
 
         With ``decode="static"`` the static decoder runs it (static_decoder.py), where the
-        model allows and no ``row_hook`` is given; else this module's loop.
+        model allows and, with a ``row_hook``, where its step runs eager (a CPU's default);
+        else this module's loop.
         """
         self._rows = row_hook
         model = model if model is not None else self.model
-        if self.decode == "static" and row_hook is None:
-            done = StaticDecoder(self, self._runner).run(requests, model, admit)
+        eager = self._runner.kind(self.device) == "eager"
+        if self.decode == "static" and (row_hook is None or eager):
+            done = StaticDecoder(self, self._runner, row_hook).run(requests, model, admit)
             if done is not None:
                 return done
         requests = list(requests)

@@ -62,6 +62,7 @@ SYNC_STEPS = 8
 #: the step it ends and callbacks see each token at once (tests set 8 to check windows).
 CPU_SYNC_STEPS = 1
 Admit = Callable[[], list[SampleRequest]]
+RowHook = Callable[[Sequence[int]], None]
 #: Attention implementations that take the 4-D mask as given.
 MASKED_ATTENTION = ("sdpa", "eager")
 
@@ -75,8 +76,14 @@ def _base_config(model: torch.nn.Module) -> Any:
 class StaticDecoder:
     """Runs ``BatchSampler.run``'s contract on slots (module docstring)."""
 
-    def __init__(self, sampler: DecodeSampler, runner: StepRunner) -> None:
+    def __init__(
+        self, sampler: DecodeSampler, runner: StepRunner, row_hook: RowHook | None = None
+    ) -> None:
+        """``row_hook``: as ``BatchSampler.run``'s (multi-adapter batches): told each step's
+        rows by request before the step; only with an eager step (a captured graph or a
+        compiled step would keep the rows of its capture)."""
         self.sampler, self.runner, self.device = sampler, runner, sampler.device
+        self.row_hook = row_hook
 
     @torch.no_grad()
     def run(
@@ -138,6 +145,8 @@ class StaticDecoder:
         prefill = None
         if decoding:
             used = sorted({s.request for s in decoding})
+            if self.row_hook is not None:
+                self.row_hook(used)
             prefill = sampler.prefill(self.model, [self.requests[r].prompt for r in used])
             if first_batch and not joinable(prefill[1]):
                 return False
@@ -251,6 +260,9 @@ class StaticDecoder:
             for j in range(window):
                 if draws is not None:
                     u_B.copy_(draws[:, j])
+                if self.row_hook is not None:  # padding rows take the first row's adapter
+                    requests = [s.request for s in self.rows]
+                    self.row_hook(requests + requests[:1] * (bucket - len(requests)))
                 chosen, lp, top_v, top_i = self.runner.run(key, cache, step, rows_view)
                 outputs.append((chosen.clone(), lp.clone(), top_v.clone(), top_i.clone()))
                 steps += 1

@@ -17,7 +17,9 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from localsession.engine import slot_cache
 from localsession.engine.builtin import build_builtin
+from localsession.engine.decode_common import add_step_hook
 from localsession.engine.multi_lora import can_mix
 from localsession.engine.snapshots import use_weights
 from localsession.engine.torch_engine import TorchEngine
@@ -260,3 +262,24 @@ def test_an_engine_that_cannot_mix_runs_each_weights_in_turn(
     assert got[0] == want[0] and got[3] == want[1]
     assert got[1] == engine.sample(None, [REQUESTS[1]])[0]
     assert got[2] == engine.sample(packages[1], [REQUESTS[2]])[0]
+
+
+@pytest.mark.parametrize(("decode", "on_slots"), [("static", True), ("dynamic", False)])
+def test_a_mixed_batch_runs_on_the_chosen_decode_loop(
+    setup: tuple[TorchEngine, list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    decode: str,
+    on_slots: bool,
+) -> None:
+    """The static decoder (the default) runs mixed batches too, on a CPU's eager step: every
+    decode step sees the batch's KV slots; the dynamic loop none. (The tests above compare
+    whichever loop the options choose with each request decoded alone.)"""
+    engine, packages = setup
+    monkeypatch.setattr(engine._sampler, "decode", decode)
+    live: list[int] = []
+    remove = add_step_hook(lambda step: live.append(len(slot_cache.LIVE)))
+    try:
+        engine.sample_mixed([(packages[0], REQUESTS[0]), (packages[1], REQUESTS[1])])
+    finally:
+        remove()
+    assert live and all(n == (1 if on_slots else 0) for n in live)
