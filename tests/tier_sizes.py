@@ -3,9 +3,10 @@ docs/development.md's figures checked (or rewritten) against it.
 
 ``python tests/tier_sizes.py`` prints the counts and exits 1 when the doc's differ;
 ``--write`` rewrites them. The tiers are the Makefile's marker expressions: ``make test``
-(not slow, not gpu), ``make test-unit`` (also not integration) and ``make test-slow``
-(slow). Collecting the whole suite imports every test module (a minute or more on 2 busy
-cores), so tests/test_docs_drift.py runs this check as a ``slow`` test.
+(not slow, not gpu, not browser: pyproject's addopts), ``make test-unit`` (also not
+integration) and ``make test-slow`` (slow). Collecting the whole suite imports every test
+module (a minute or more on 2 busy cores), so tests/test_docs_drift.py runs this check as
+a ``slow`` test.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ DOC = ROOT / "docs" / "development.md"
 
 #: tier -> (whether an item of these markers is in it, the doc's sentence around the count)
 TIERS = {
-    "default": (lambda m: not {"slow", "gpu"} & m, r"then the (\d[\d,]*) default tests"),
+    "default": (
+        lambda m: not {"slow", "gpu", "browser"} & m,
+        r"then the (\d[\d,]*) default tests",
+    ),
     "unit": (
-        lambda m: not {"slow", "gpu", "integration"} & m,
+        lambda m: not {"slow", "gpu", "browser", "integration"} & m,
         r"the fast tier, (\d[\d,]*) tests",
     ),
     "slow": (lambda m: "slow" in m, r"the (\d[\d,]*) slower tests"),

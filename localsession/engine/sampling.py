@@ -215,8 +215,9 @@ class BatchSampler:
         """
         self._rows = row_hook
         model = model if model is not None else self.model
-        eager = self._runner.kind(self.device) == "eager"
-        if self.decode == "static" and (row_hook is None or eager):
+        if self.decode == "static" and (
+            row_hook is None or self._runner.kind(self.device) == "eager"
+        ):
             done = StaticDecoder(self, self._runner, row_hook).run(requests, model, admit)
             if done is not None:
                 return done
