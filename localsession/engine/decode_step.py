@@ -138,11 +138,23 @@ def decode_step(
     return chosen_B, lp_B, top_vals_BK, top_ids_BK
 
 
+def _rewinder(rows: dict[str, Tensor]) -> Callable[[], None]:
+    """A function that puts ``rows`` back as they are now: a trial step (a warm-up, a probe,
+    a replay check) advances ``ids`` and ``pos`` in place, and the real step must not see it."""
+    saved = {name: t.clone() for name, t in rows.items()}
+
+    def rewind() -> None:
+        for name, t in rows.items():
+            t.copy_(saved[name])
+
+    return rewind
+
+
 class _Graphed:
     """A step captured as a CUDA graph over fixed tensors; calling it replays the graph."""
 
     def __init__(self, step: Callable[[], Outputs], rows: dict[str, Tensor]) -> None:
-        saved = {name: t.clone() for name, t in rows.items()}
+        rewind = _rewinder(rows)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -152,8 +164,7 @@ class _Graphed:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.outputs = step()
-        for name, t in rows.items():  # the warm-up advanced ids and pos: undo it
-            t.copy_(saved[name])
+        rewind()  # the warm-up advanced ids and pos
 
     def __call__(self) -> Outputs:
         self.graph.replay()
@@ -172,13 +183,11 @@ def check_replay(
     inputs: every row's token, and its logprob and top logprobs within :data:`REPLAY_ATOL`.
     A capture that reads a stale buffer gives other tokens; it must not decode. Both runs
     start from the same rows and write the same cache column, so the rows are put back."""
-    saved = {name: t.clone() for name, t in rows.items()}
+    rewind = _rewinder(rows)
     want = [t.clone() for t in eager()]
-    for name, t in rows.items():
-        t.copy_(saved[name])
+    rewind()
     got = made()
-    for name, t in rows.items():
-        t.copy_(saved[name])
+    rewind()
     if not torch.equal(want[0], got[0]) or not all(
         torch.allclose(w.float(), g.float(), rtol=0, atol=REPLAY_ATOL)
         for w, g in zip(want[1:3], got[1:3], strict=True)
@@ -261,10 +270,9 @@ class StepRunner:
                 compiled = torch.compile(step, dynamic=False)
                 made = compiled
                 if kind == "probe":
-                    saved = {name: t.clone() for name, t in rows.items()}
+                    rewind = _rewinder(rows)
                     use, why = cpu_probe(step, compiled)
-                    for name, t in rows.items():
-                        t.copy_(saved[name])
+                    rewind()
                     with _lock:
                         _cpu_choice[self.mode] = use
                     _log.info(
