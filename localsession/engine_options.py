@@ -117,6 +117,7 @@ _ACCEPTED = {
     "of at least 1, e.g. LOCALSESSION_THREADS=2",
     "compile": "off (the default), on (inductor) or a torch.compile backend name",
     "linear": "auto (the default), onednn or mkl",
+    "packed_cache_mb": "a size in MB >= 0, e.g. 1024 (0 turns packed decode products off)",
     "fused_head": "on (the default) or off",
     "lora_precision": "mixed (the default: a half-precision base's LoRA products in its "
     "dtype) or fp32 (peft's float32 products)",
@@ -155,6 +156,9 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
         else r.strip().lower()
     ),
     "linear": lambda n, r: choice(n, r, _LINEARS, _ACCEPTED["linear"]),
+    "packed_cache_mb": lambda n, r: (
+        non_negative(n, r, _ACCEPTED["packed_cache_mb"]) if r.strip() else 1024.0
+    ),
     "fused_head": lambda n, r: choice(
         n, r, {**_OFF_ON, "": True, "auto": True}, _ACCEPTED["fused_head"]
     ),
@@ -217,6 +221,8 @@ class EngineOptions:
     compile: str = ""
     #: float32 CPU linear kernel: ``auto`` (probed), ``onednn`` or ``mkl``
     linear: str = "auto"
+    #: MB of float32 weights packed for MKL's decode products, process-wide (0: off)
+    packed_cache_mb: float = 1024.0
     #: the fused output-head log-probabilities where a model allows them
     fused_head: bool = True
     #: a half-precision base's LoRA products: ``mixed`` (in its dtype) or ``fp32``
@@ -260,6 +266,10 @@ class EngineOptions:
         return dataclasses.replace(options, **overrides) if overrides else options
 
     @property
+    def packed_cache_bytes(self) -> int:
+        return int(self.packed_cache_mb * 2**20)
+
+    @property
     def merged_cache_bytes(self) -> int:
         return int(self.merged_cache_mb * 2**20)
 
@@ -280,7 +290,7 @@ class EngineOptions:
         shown["compile"] = self.compile or "off"
         for key in ("fused_head", "cudnn_attention"):
             shown[key] = "on" if shown[key] else "off"
-        for key in ("merged_cache_mb", "snapshot_cache_mb"):
+        for key in ("packed_cache_mb", "merged_cache_mb", "snapshot_cache_mb"):
             shown[key] = f"{shown[key]:g}"
         return " ".join(f"{k}={v}" for k, v in shown.items() if v != "")
 
@@ -308,6 +318,12 @@ ENGINE_VARIABLES: tuple[Variable, ...] = (
         "LOCALSESSION_LINEAR",
         "auto",
         "Float32 CPU linear kernel; `auto` probes oneDNN against MKL once per process.",
+    ),
+    _engine(
+        "LOCALSESSION_PACKED_CACHE_MB",
+        "1024",
+        "Memory for float32 weights packed once for MKL, so a decode step's few-row products "
+        "skip the per-call packing; probed once per process (engine/packed_linear.py).",
     ),
     _engine(
         "LOCALSESSION_FUSED_HEAD",

@@ -43,6 +43,7 @@ GOOD = {
     "LOCALSESSION_DEVICE_MAP": [("balanced", "balanced"), ("sequential", "sequential")],
     "LOCALSESSION_OFFLOAD_DIR": [(" /scratch/off ", "/scratch/off")],
     "LOCALSESSION_MERGED_CACHE_MB": [("0", 0.0), ("1.5", 1.5)],
+    "LOCALSESSION_PACKED_CACHE_MB": [("0", 0.0), (" 256 ", 256.0)],
     "LOCALSESSION_SNAPSHOT_CACHE_MB": [("64", 64.0)],
     "LOCALSESSION_DECODE": [("dynamic", "dynamic"), ("STATIC", "static")],
     "LOCALSESSION_DECODE_COMPILE": [("probe", "probe"), ("1", "on"), ("off", "off")],
@@ -59,6 +60,7 @@ BAD = {
     "LOCALSESSION_MAX_MEMORY": ["20GiB", "gpu=1GiB", ","],
     "LOCALSESSION_DEVICE_MAP": ["greedy"],
     "LOCALSESSION_MERGED_CACHE_MB": ["lots", "-1", "nan"],
+    "LOCALSESSION_PACKED_CACHE_MB": ["all", "-1", "inf"],
     "LOCALSESSION_SNAPSHOT_CACHE_MB": ["inf"],
     "LOCALSESSION_DECODE": ["growing"],
     "LOCALSESSION_DECODE_COMPILE": ["graphs"],
@@ -67,7 +69,7 @@ BAD = {
 
 def test_every_engine_variable_is_covered_here() -> None:
     names = {v.name for v in ENGINE_VARIABLES}
-    assert len(names) == 16 and set(GOOD) == names
+    assert len(names) == 17 and set(GOOD) == names
     assert set(BAD) == names - {"LOCALSESSION_COMPILE", "LOCALSESSION_OFFLOAD_DIR"}  # free text
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from localsession.engine.probe_timing import interleaved_medians
 from localsession.engine.slot_cache import SlotCache, mask_for
 from localsession.numerics.filters import sample_from_logits, top_k_filter, top_p_filter
 
@@ -208,14 +209,8 @@ def cpu_probe(eager: Callable[[], Any], compiled: Callable[[], Any]) -> tuple[bo
     start = time.perf_counter()
     compiled()
     compile_s = time.perf_counter() - start
-    eager()
-    times: dict[str, list[float]] = {"eager": [], "compiled": []}
-    for _ in range(PROBE_ROUNDS):
-        for name, fn in (("eager", eager), ("compiled", compiled)):
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    e, c = (sorted(times[k])[PROBE_ROUNDS // 2] for k in ("eager", "compiled"))
+    medians = interleaved_medians({"eager": eager, "compiled": compiled}, PROBE_ROUNDS)
+    e, c = medians["eager"], medians["compiled"]
     use = e >= PROBE_MARGIN * c
     why = f"step {c * 1e3:.1f} ms compiled vs {e * 1e3:.1f} ms eager, compile {compile_s:.1f} s"
     return use, why

@@ -31,6 +31,11 @@ process, and the routing is process-wide: the mode of the engine loaded last is 
 - ``onednn``: oneDNN wherever the size rule allows (it still needs a torch built with it).
 - ``mkl`` (or ``off``): torch's own ``F.linear`` everywhere.
 
+Whatever the mode, a product of a few rows that needs no gradient (a decode step's) goes
+first to packed_linear.py, which multiplies from a copy of the weight packed once for MKL
+where its own probe finds that faster (``LOCALSESSION_PACKED_CACHE_MB=0`` turns it off, and
+with ``mkl`` gives plain torch's results bit for bit).
+
 Only float32 on the CPU is routed; any other dtype or device, and code being traced by
 ``torch.compile`` (compiled.py), runs ``F.linear``. Gradients: the input's through oneDNN on
 the transposed weight (the same product shape), the weight's and the bias's by torch's own
@@ -46,7 +51,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 import types
 from collections.abc import Callable
 from functools import partial
@@ -54,6 +58,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from localsession.engine import packed_linear
+from localsession.engine.probe_timing import interleaved_medians
 
 LINEAR_ENV = "LOCALSESSION_LINEAR"
 #: Smallest product (multiply-adds) and smallest weight (elements) oneDNN is used for.
@@ -79,21 +86,6 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
 PROBE_SHAPES = ((64, 1536, 576), (512, 1536, 576))
 #: Interleaved timing rounds per probe shape (the median of each kernel's counts).
 PROBE_ROUNDS = 7
-
-
-def _median_times(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
-    """Each callable's median wall time over ``rounds``, the callables interleaved round by
-    round (a burst of load from elsewhere slows both), after one untimed call each (oneDNN's
-    primitive cache, MKL's buffers)."""
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
 def probe(mode: str = "auto") -> tuple[bool, str]:
@@ -125,7 +117,7 @@ def probe(mode: str = "auto") -> tuple[bool, str]:
             "mkl": partial(F.linear, x_MK, w_NK),
             "onednn": partial(_onednn, x_MK, w_NK, None),
         }
-        median_s = _median_times(kernels, PROBE_ROUNDS)
+        median_s = interleaved_medians(kernels, PROBE_ROUNDS)
         log_sum += math.log(median_s["mkl"] / median_s["onednn"])
     speedup = round(math.exp(log_sum / len(operands)), 2)  # the figure printed decides
     return speedup >= PROBE_MARGIN, f"oneDNN {speedup:.2f}x MKL on the probe"
@@ -211,7 +203,11 @@ class _OneDnnLinear(torch.autograd.Function):
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``, by oneDNN where :func:`_routed` says so."""
+    """``F.linear(x, weight, bias)``: from a packed weight where packed_linear.py routes it
+    (a decode step's few rows), else by oneDNN where :func:`_routed` says so."""
+    packed = packed_linear.product(x, weight, bias)
+    if packed is not None:
+        return packed
     if not _routed(x, weight):
         return F.linear(x, weight, bias)
     grads = torch.is_grad_enabled() and (
@@ -229,11 +225,13 @@ class FastLinear(torch.nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-def install(model: torch.nn.Module, mode: str = "auto") -> int:
+def install(model: torch.nn.Module, mode: str = "auto", packed_bytes: int = 0) -> int:
     """Re-class every plain ``nn.Linear`` of ``model`` as :class:`FastLinear` (idempotent),
-    deciding the kernel for ``mode`` (``EngineOptions.linear``) first so no forward pays for
-    the probe; returns how many were."""
+    deciding the kernel for ``mode`` (``EngineOptions.linear``) and whether decode products
+    use packed weights within ``packed_bytes`` (``EngineOptions.packed_cache_mb``) first, so
+    no forward pays for a probe; returns how many were."""
     decision(mode)
+    packed_linear.configure(packed_bytes, linear)
     count = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear:

@@ -232,7 +232,8 @@ def apply_lora(
         warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
         peft_model = get_peft_model(base, config)
     seed_lora_a(peft_model, seed)
-    fast_linear.install(peft_model, options.linear)  # oneDNN matmuls where they beat MKL
+    # oneDNN matmuls where they beat MKL; decode products from packed weights where they pay
+    fast_linear.install(peft_model, options.linear, options.packed_cache_bytes)
     lean_lora.install(peft_model, options.lora_precision)  # no peft per-call dispatch
     head_logprobs.mark(peft_model, options.fused_head)
     peft_model.eval()  # no dropout anywhere; gradients still flow

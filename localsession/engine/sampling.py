@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from localsession.engine import thread_policy
+from localsession.engine import packed_linear, thread_policy
 from localsession.engine.batch_join import Live, joinable, pad_left
 from localsession.engine.decode_common import (  # noqa: F401 - add_step_hook re-exported
     COMPACT_FRACTION,
@@ -260,13 +260,14 @@ class BatchSampler:
             live.last_S = live.last_S + 1
             if row_hook is not None:
                 row_hook([s.request for s in live.rows])
-            live.logits_SV, live.cache = self._step(
-                model,
-                input_ids=chosen_S.unsqueeze(-1),
-                attention_mask=live.mask_SL,
-                position_ids=live.last_S.unsqueeze(-1),
-                **{self.cache_kw: live.cache},
-            )
+            with packed_linear.decoding():
+                live.logits_SV, live.cache = self._step(
+                    model,
+                    input_ids=chosen_S.unsqueeze(-1),
+                    attention_mask=live.mask_SL,
+                    position_ids=live.last_S.unsqueeze(-1),
+                    **{self.cache_kw: live.cache},
+                )
 
     def _admit(
         self,

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from localsession.engine import thread_policy
+from localsession.engine import packed_linear, thread_policy
 from localsession.engine.batch_join import Live, joinable
 from localsession.engine.decode_common import (
     COMPACT_FRACTION,
@@ -263,7 +263,8 @@ class StaticDecoder:
                 if self.row_hook is not None:  # padding rows take the first row's adapter
                     requests = [s.request for s in self.rows]
                     self.row_hook(requests + requests[:1] * (bucket - len(requests)))
-                chosen, lp, top_v, top_i = self.runner.run(key, cache, step, rows_view)
+                with packed_linear.decoding():
+                    chosen, lp, top_v, top_i = self.runner.run(key, cache, step, rows_view)
                 outputs.append((chosen.clone(), lp.clone(), top_v.clone(), top_i.clone()))
                 steps += 1
                 pending = self._between(steps, admit)
