@@ -31,9 +31,9 @@ process, and the routing is process-wide: the mode of the engine loaded last is 
 - ``onednn``: oneDNN wherever the size rule allows (it still needs a torch built with it).
 - ``mkl`` (or ``off``): torch's own ``F.linear`` everywhere.
 
-Whatever the mode, a product of a few rows that needs no gradient (a decode step's) goes
-first to packed_linear.py, which multiplies from a copy of the weight packed once for MKL
-where its own probe finds that faster (``LOCALSESSION_PACKED_CACHE_MB=0`` turns it off, and
+Whatever the mode, a decode step's products (a few rows each) go first to packed_linear.py,
+which multiplies from a copy of the weight packed once for MKL where its own probe finds
+that faster (``LOCALSESSION_PACKED_CACHE_MB=0`` turns it off, and
 with ``mkl`` gives plain torch's results bit for bit).
 
 Only float32 on the CPU is routed; any other dtype or device, and code being traced by
@@ -225,13 +225,14 @@ class FastLinear(torch.nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-def install(model: torch.nn.Module, mode: str = "auto", packed_bytes: int = 0) -> int:
+def install(model: torch.nn.Module, mode: str = "auto", packed_bytes: int | None = None) -> int:
     """Re-class every plain ``nn.Linear`` of ``model`` as :class:`FastLinear` (idempotent),
-    deciding the kernel for ``mode`` (``EngineOptions.linear``) and whether decode products
-    use packed weights within ``packed_bytes`` (``EngineOptions.packed_cache_mb``) first, so
-    no forward pays for a probe; returns how many were."""
+    deciding the kernel for ``mode`` (``EngineOptions.linear``) and, given ``packed_bytes``
+    (``EngineOptions.packed_cache_mb``), whether decode products use packed weights first,
+    so no forward pays for a probe; returns how many were."""
     decision(mode)
-    packed_linear.configure(packed_bytes, linear)
+    if packed_bytes is not None:
+        packed_linear.configure(packed_bytes, linear)
     count = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear:
