@@ -2,17 +2,20 @@
 recorded before issue 55 item 1 (typed commands all the way down) was built.
 
 One loopback service (``mocking.tinker_server.TinkerServer``, the real torch engine on
-``localsession/tiny``, one torch thread and MKL's linear kernels, so no run-to-run choice can
-move a bit) is driven twice: by the SageMaker-shaped in-process client and by the unmodified
-``tinker`` SDK over HTTP. Each run does forward_backward (cross-entropy, then a clipped PPO),
-AdamW steps, a forward, save_state / load_state into a second session, a forward there, and
-seeded samples from saved weights. Every value the clients got back (but the wall-clock
-ones) must equal the fixture exactly: float32 on CPU in the same kind of process gives the
-same bits.
+``localsession/tiny``, one torch thread, MKL's linear kernels and no packed decode products,
+so no run-to-run choice can move a bit) is driven twice: by the SageMaker-shaped in-process
+client and by the unmodified ``tinker`` SDK over HTTP. Each run does forward_backward
+(cross-entropy, then a clipped PPO), AdamW steps, a forward, save_state / load_state into a
+second session, a forward there, and seeded samples from saved weights. Every value the
+clients got back (but the wall-clock ones) must equal the fixture exactly: float32 on CPU in
+the same kind of process gives the same bits.
 
 How the fixture was made: ``LOCALSESSION_RECORD_PINNED=1 pytest tests/test_pinned_numerics.py``
 on main at ef103e6 (before the change), which writes ``fixtures/pinned_numerics.json`` and
 skips. Re-record only for a change that is meant to move numerics, and say so in the commit.
+Re-recorded once, for the static decode step becoming the default (issue 56): 8 sample
+logprobs moved by 1-2 ulp (at most 3e-7), every token and every training value stayed
+equal, and with ``LOCALSESSION_DECODE=dynamic`` the old recording still matched bit for bit.
 """
 
 from __future__ import annotations
@@ -48,7 +51,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from localsession.mocking.hooks import scoped_environ
     from localsession.mocking.tinker_server import TinkerServer
 
-    pinned = {"LOCALSESSION_THREADS": "1", "LOCALSESSION_LINEAR": "mkl"}
+    pinned = {
+        "LOCALSESSION_THREADS": "1",
+        "LOCALSESSION_LINEAR": "mkl",
+        "LOCALSESSION_PACKED_CACHE_MB": "0",  # packing is probed per host (packed_linear.py)
+    }
     with scoped_environ(pinned):  # read once, as the service is built (wiring)
         built = TinkerServer("torch", home=tmp_path_factory.mktemp("pinned"))
     try:
