@@ -49,10 +49,8 @@ accelerate hook, placement.py, gets the new forward too), and lean_lora.py calls
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import types
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -60,7 +58,7 @@ import torch
 import torch.nn.functional as F
 
 from localsession.engine import packed_linear
-from localsession.engine.probe_timing import interleaved_medians
+from localsession.engine.probe_timing import geomean_speedup
 
 LINEAR_ENV = "LOCALSESSION_LINEAR"
 #: Smallest product (multiply-adds) and smallest weight (elements) oneDNN is used for.
@@ -111,15 +109,8 @@ def probe(mode: str = "auto") -> tuple[bool, str]:
         return False, "oneDNN linear disagrees with F.linear"
     if mode == "onednn":
         return True, f"{LINEAR_ENV}=onednn"
-    log_sum = 0.0
-    for x_MK, w_NK in operands:
-        kernels: dict[str, Callable[[], Any]] = {
-            "mkl": partial(F.linear, x_MK, w_NK),
-            "onednn": partial(_onednn, x_MK, w_NK, None),
-        }
-        median_s = interleaved_medians(kernels, PROBE_ROUNDS)
-        log_sum += math.log(median_s["mkl"] / median_s["onednn"])
-    speedup = round(math.exp(log_sum / len(operands)), 2)  # the figure printed decides
+    trials = [(partial(F.linear, x, w), partial(_onednn, x, w, None)) for x, w in operands]
+    speedup = geomean_speedup(trials, PROBE_ROUNDS)
     return speedup >= PROBE_MARGIN, f"oneDNN {speedup:.2f}x MKL on the probe"
 
 

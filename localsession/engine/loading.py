@@ -232,8 +232,13 @@ def apply_lora(
         warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
         peft_model = get_peft_model(base, config)
     seed_lora_a(peft_model, seed)
-    # oneDNN matmuls where they beat MKL; decode products from packed weights where they pay
-    fast_linear.install(peft_model, options.linear, options.packed_cache_bytes)
+    # oneDNN matmuls where they beat MKL; decode products from packed weights where they
+    # pay, probed only for a float32 CPU base (packing takes no other products)
+    first = next(base.parameters())
+    cpu_fp32 = first.device.type == "cpu" and first.dtype == torch.float32
+    fast_linear.install(
+        peft_model, options.linear, options.packed_cache_bytes if cpu_fp32 else None
+    )
     lean_lora.install(peft_model, options.lora_precision)  # no peft per-call dispatch
     head_logprobs.mark(peft_model, options.fused_head)
     peft_model.eval()  # no dropout anywhere; gradients still flow

@@ -55,7 +55,6 @@ speedups is at least :data:`PROBE_MARGIN`. A budget of 0 turns packing off.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -67,7 +66,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from localsession.engine.probe_timing import interleaved_medians
+from localsession.engine.probe_timing import geomean_speedup
 
 PACKED_ENV = "LOCALSESSION_PACKED_CACHE_MB"
 #: Most input rows a packed product takes (more: packing gains nothing).
@@ -159,20 +158,15 @@ def probe(kernel: Kernel = F.linear) -> tuple[bool, str]:
                 return False, f"MKL's packed product disagrees with F.linear at {rows} rows"
     except (RuntimeError, AttributeError) as exc:  # an op missing from this build
         return False, f"MKL's packed product failed: {exc}"
-    log_sum = 0.0
+    trials = []
     for rows, n, k in PROBE_SHAPES:
         x_MK = torch.randn(rows, k, generator=gen)
         w_NK = torch.randn(n, k, generator=gen) / k**0.5
         packed = pack(w_NK)
-        median_s = interleaved_medians(
-            {
-                "plain": partial(kernel, x_MK, w_NK),
-                "packed": partial(packed_product, x_MK, packed, w_NK, None),
-            },
-            PROBE_ROUNDS,
+        trials.append(
+            (partial(kernel, x_MK, w_NK), partial(packed_product, x_MK, packed, w_NK, None))
         )
-        log_sum += math.log(median_s["plain"] / median_s["packed"])
-    speedup = round(math.exp(log_sum / len(PROBE_SHAPES)), 2)  # the figure printed decides
+    speedup = geomean_speedup(trials, PROBE_ROUNDS)
     return speedup >= PROBE_MARGIN, f"packed {speedup:.2f}x unpacked on a decode step's products"
 
 
