@@ -6,27 +6,28 @@ base weights are read once per step for every row, and each row adds its own low
 
 :class:`MultiLora` holds a plain copy of the model's module tree (sharing every base tensor,
 ``merged.plain_model(merge=False)``) in which each adapted linear layer is a
-:class:`MultiLoraLinear`. For the adapters of a batch, numbered by *slot* (slot 0 is no
-adapter: the base), each layer holds their ``A`` stacked by rows and their ``B`` stacked by
-columns, so the C = Σ rank columns of the stack belong to slots 1, 2, ... in turn. Before each
-forward the sampler gives the slot of every row (``set_rows``); one mask [S, C] per step,
-shared by every layer, holds the row's own slot's scale on its own columns and 0 elsewhere:
+:class:`MultiLoraLinear`. The batch's adapters are numbered by *slot* (slot 0 is no adapter:
+the base). Before each forward the sampler gives the slot of every row (``set_rows``), and
+the rows are grouped by adapter once per change of rows (:class:`_Groups`, shared by every
+layer): G groups, one per adapter with rows, each padded to the largest group's M rows.
+Each layer then adds, per group g (adapter ``A_g [r, in]``, ``B_g [out, r]``, scale s_g):
 
-    y = base(x) + ((x A_catᵀ) · mask) B_catᵀ          x [S, T, in], A_cat [C, in], B_cat [out, C]
+    y = base(x) + s_g · B_g (A_g x)      x of group g gathered as [G, M·T, in]: two bmm
 
-A base row's mask is all zeros, so its output is the base layer's exactly; an adapter row's
-is ``W x + scale · B (A x)`` (the other slots' columns add exact zeros), which differs from
-a merged weight ``(W + scale · B A) x`` by float rounding only (docs/semantics.md#3). The
-low-rank products cost C columns for every row, not the row's own rank: cheap next to the
-base matmul while C is small against the layer's width (4 adapters of rank 32 on a
-576-wide layer: 128 columns), and a gather per row would cost a copy of each row's ``A``
-and ``B`` per layer per step instead. Measured on a CPU (1 thread, on a shared and loaded
-2-core box, medians of 2-5 alternating runs), 4 adapters × 4 requests in one batch against
-four one-adapter (merged) batches: SmolLM2-135M, 24 tokens each, 15.6 s against 32.4 s;
-the tiny model, 64 tokens, 0.79 s against 1.65 s (1.39 s against 2.66 s in a busier run).
-The price is per row: 16 rows of one adapter decode 8% slower this way than merged on
-SmolLM2 (11.4 s against 10.6 s) and about 1.5× slower on the tiny model, whose layers are
-128 wide; so a batch of one weights stays merged (decoders.py).
+and puts each row's delta back in its place. A base row gets none, so its output is the base
+layer's exactly; an adapter row's is ``W x + scale · B (A x)``, which differs from a merged
+weight ``(W + scale · B A) x`` by float rounding only (docs/semantics.md#3). Adapters of
+different ranks are padded with zero columns to the largest rank (they add exact zeros).
+Rows already in slot order, in equal groups and with no base row, skip the two gathers.
+
+Each row pays for its own adapter's rank only. The first version multiplied every row by
+all the batch's adapters stacked (4 adapters of rank 32: 128 columns, the other slots' masked
+to 0). In ``bench/multi_adapter.py``'s burst on SmolLM2-135M (64 rows, 4 adapters, torch's
+profiler over the decode loop), its low-rank products took ~48 ms of a ~180 ms step; grouped,
+the two ``bmm``, the scale and the add take ~19 ms (the rows arrive in slot order there, so
+the gathers are skipped). With gathers, one layer's adapted products took 1.0 ms against
+1.27 ms masked (microbenchmark, rows of 4 adapters interleaved). The price per row is still
+above a merged weight's, so a batch of one weights stays merged (decoders.py).
 
 Adapters are added as a batch meets them (:meth:`MultiLora.slot`; a request joining
 mid-batch may bring a new one: the stacks are rebuilt and the running rows keep their slots)
@@ -44,7 +45,6 @@ import torch
 from torch import Tensor
 
 from localsession.engine.checkpoint import ADAPTER_NAME
-from localsession.engine.fast_linear import linear
 from localsession.engine.merged import adapted_layers, plain_model
 
 
@@ -68,12 +68,44 @@ def _plain(layer: Any) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class _Groups:
+    """One forward's rows grouped by adapter (module docstring): group g holds the rows of
+    slot ``present[g]``, padded with its first row to M rows."""
+
+    present: tuple[int, ...]
+    #: [G, M] each group's rows; None: the rows are already groups of M in slot order
+    index_GM: Tensor | None
+    #: [S] each row's place among the G·M gathered rows; None: its own (index_GM is None)
+    back_S: Tensor | None
+    #: [S, 1, 1] True on base rows (no delta); None: every row has an adapter
+    base_S11: Tensor | None
+    #: [G, 1, 1] each group's adapter's scale
+    scale_G11: Tensor
+
+
+def group_rows(slots: Sequence[int], scales: Sequence[float], device: torch.device) -> _Groups:
+    """``slots``' rows (slot 0: the base) grouped by adapter; ``scales[k]``: slot k+1's scale."""
+    present = tuple(sorted({s for s in slots if s}))
+    rows = [[i for i, s in enumerate(slots) if s == p] for p in present]
+    m = max(len(r) for r in rows)
+    scale_G11 = torch.tensor([scales[p - 1] for p in present], device=device).view(-1, 1, 1)
+    if [i for r in rows for i in r] == list(range(len(slots))) and all(len(r) == m for r in rows):
+        return _Groups(present, None, None, None, scale_G11)
+    place = {i: g * m + j for g, r in enumerate(rows) for j, i in enumerate(r)}
+    index_GM = torch.tensor([r + r[:1] * (m - len(r)) for r in rows], device=device)
+    back_S = torch.tensor([place.get(i, 0) for i in range(len(slots))], device=device)
+    base = [s == 0 for s in slots]
+    base_S11 = torch.tensor(base, device=device).view(-1, 1, 1) if any(base) else None
+    return _Groups(present, index_GM, back_S, base_S11, scale_G11)
+
+
 class _Rows:
     """The per-step row state every :class:`MultiLoraLinear` of one model reads."""
 
     def __init__(self) -> None:
-        #: [S, C] each row's scale on its own slot's columns, 0 elsewhere; None: no adapter
-        self.mask_SC: Tensor | None = None
+        #: the rows grouped by adapter; None: no row has an adapter
+        self.groups: _Groups | None = None
 
 
 class MultiLoraLinear(torch.nn.Module):
@@ -83,19 +115,30 @@ class MultiLoraLinear(torch.nn.Module):
         super().__init__()
         self.base_layer = base_layer
         self._rows = rows
-        #: [C, in] and [out, C]: the batch's adapters stacked (None: no adapter yet)
-        self.a_CI: Tensor | None = None
-        self.b_OC: Tensor | None = None
+        #: [N, in, R] and [N, R, out]: every adapter of the batch, Aᵀ and Bᵀ zero-padded to
+        #: the largest rank R (None: no adapter yet) ...
+        self.a_NIR: Tensor | None = None
+        self.b_NRO: Tensor | None = None
+        #: ... and those of the groups' adapters, in group order
+        self.a_GIR: Tensor | None = None
+        self.b_GRO: Tensor | None = None
 
     def forward(self, x_STI: Tensor) -> Tensor:
         out_STO = self.base_layer(x_STI)
-        mask_SC, a_CI, b_OC = self._rows.mask_SC, self.a_CI, self.b_OC
-        if mask_SC is None or a_CI is None or b_OC is None:
+        groups, a_GIR, b_GRO = self._rows.groups, self.a_GIR, self.b_GRO
+        if groups is None or a_GIR is None or b_GRO is None:
             return out_STO  # type: ignore[no-any-return]
-        x_in = x_STI if x_STI.dtype == a_CI.dtype else x_STI.to(a_CI.dtype)
-        low_STC = linear(x_in, a_CI) * mask_SC.unsqueeze(1)  # [S, T, C]
-        delta_STO = linear(low_STC, b_OC)  # [S, T, out]
-        return out_STO + delta_STO.to(out_STO.dtype)  # type: ignore[no-any-return]
+        x_in = x_STI if x_STI.dtype == a_GIR.dtype else x_STI.to(a_GIR.dtype)
+        s, t = x_in.shape[0], x_in.shape[1]
+        g, width = a_GIR.shape[0], out_STO.shape[-1]
+        x_G = x_in if groups.index_GM is None else x_in[groups.index_GM]  # [G, M, T, in]
+        low_GKR = torch.bmm(x_G.reshape(g, -1, x_in.shape[-1]), a_GIR).mul_(groups.scale_G11)
+        delta_STO = torch.bmm(low_GKR, b_GRO).view(-1, t, width)  # [G·M, T, out]
+        if groups.back_S is not None:
+            delta_STO = delta_STO[groups.back_S]  # [S, T, out]
+        if groups.base_S11 is not None:
+            delta_STO.masked_fill_(groups.base_S11, 0.0)
+        return out_STO.add_(delta_STO.view(s, t, width).to(out_STO.dtype))  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -135,10 +178,9 @@ class MultiLora:
             self.model.set_submodule(layer_name, wrapped)
             self._layers[layer_name] = wrapped
         self._slots: list[_Slot] = []
-        #: [C] the slot of each stacked column, and its scale
-        self._col_slot_C = torch.zeros(0, dtype=torch.long, device=device)
-        self._col_scale_C = torch.zeros(0, dtype=self._dtype, device=device)
         self._row_slots: tuple[int, ...] = ()
+        #: the adapters (slots) the layers' group stacks hold, in order
+        self._present: tuple[int, ...] = ()
 
     @property
     def adapters(self) -> int:
@@ -169,34 +211,50 @@ class MultiLora:
         return len(self._slots)
 
     def _restack(self) -> None:
+        rank = max(s.rank for s in self._slots)
         for name, layer in self._layers.items():
-            layer.a_CI = torch.cat([s.weights[name][0] for s in self._slots])  # [C, in]
-            layer.b_OC = torch.cat([s.weights[name][1] for s in self._slots], dim=1)  # [out, C]
-        col_slot = [n for n, s in enumerate(self._slots, start=1) for _ in range(s.rank)]
-        col_scale = [s.scale for s in self._slots for _ in range(s.rank)]
-        self._col_slot_C = torch.tensor(col_slot, dtype=torch.long, device=self._device)
-        self._col_scale_C = torch.tensor(col_scale, dtype=self._dtype, device=self._device)
-        self._row_slots = ()  # the mask's columns changed: rebuild it at the next set_rows
+            a_, b_ = zip(*(s.weights[name] for s in self._slots), strict=True)
+            layer.a_NIR = torch.stack([_padded(a.t(), rank, 1) for a in a_])  # [N, in, R]
+            layer.b_NRO = torch.stack([_padded(b.t(), rank, 0) for b in b_])  # [N, R, out]
+            layer.a_GIR = layer.b_GRO = None
+        self._present = ()
+        self._row_slots = ()  # the stacks changed: regroup at the next set_rows
 
     def set_rows(self, slots: Sequence[int]) -> None:
         """The slot of each row of the next forward (the sampler calls this before every
-        prefill and decode step). The mask is rebuilt only when the rows changed. A slot's
-        columns stay in the stacks after its rows finish, until the batch ends."""
+        prefill and decode step). The rows are regrouped only when they changed, and the
+        layers' group stacks only when the set of adapters with rows changed. A slot's
+        adapter stays stacked after its rows finish, until the batch ends."""
         slots = tuple(slots)
-        if slots == self._row_slots and self._rows.mask_SC is not None:
+        if slots == self._row_slots and self._rows.groups is not None:
             return
         self._row_slots = slots
         if not self._slots or not any(slots):  # no row has an adapter: the base layers only
-            self._rows.mask_SC = None
+            self._rows.groups = None
             return
-        slot_S = torch.tensor(slots, dtype=torch.long, device=self._device)
-        own_SC = slot_S.unsqueeze(1) == self._col_slot_C.unsqueeze(0)  # [S, C]
-        self._rows.mask_SC = own_SC.to(self._dtype) * self._col_scale_C  # [S, C]
+        scales = [s.scale for s in self._slots]
+        groups = group_rows(slots, scales, self._device)
+        if groups.present != self._present:
+            self._present = groups.present
+            every = groups.present == tuple(range(1, len(self._slots) + 1))
+            pick = torch.tensor([p - 1 for p in groups.present], device=self._device)
+            for layer in self._layers.values():
+                assert layer.a_NIR is not None and layer.b_NRO is not None
+                layer.a_GIR = layer.a_NIR if every else layer.a_NIR[pick].contiguous()
+                layer.b_GRO = layer.b_NRO if every else layer.b_NRO[pick].contiguous()
+        self._rows.groups = groups
 
     def clear(self) -> None:
         """Drop the batch's adapters and row state (the base tensors stay shared)."""
         self._slots = []
-        self._rows.mask_SC = None
-        self._row_slots = ()
+        self._rows.groups = None
+        self._row_slots = self._present = ()
         for layer in self._layers.values():
-            layer.a_CI = layer.b_OC = None
+            layer.a_NIR = layer.b_NRO = layer.a_GIR = layer.b_GRO = None
+
+
+def _padded(m: Tensor, size: int, dim: int) -> Tensor:
+    """``m`` with zeros appended along ``dim`` up to ``size``, contiguous."""
+    short = size - m.shape[dim]
+    pad = [0, short] if dim == 1 else [0, 0, 0, short]
+    return (torch.nn.functional.pad(m, pad) if short else m).contiguous()

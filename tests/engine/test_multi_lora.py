@@ -20,7 +20,7 @@ from peft import LoraConfig, get_peft_model
 from localsession.engine import slot_cache
 from localsession.engine.builtin import build_builtin
 from localsession.engine.decode_common import add_step_hook
-from localsession.engine.multi_lora import can_mix
+from localsession.engine.multi_lora import can_mix, group_rows
 from localsession.engine.snapshots import use_weights
 from localsession.engine.torch_engine import TorchEngine
 from localsession.port import EngineSpec, SampleRequest
@@ -60,12 +60,19 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TorchEngin
         engine.close()
 
 
-def assert_same(alone: SampleResult, mixed: SampleResult) -> None:
+def assert_same(alone: SampleResult, mixed: SampleResult, temperature: float) -> None:
+    """Same tokens; logprobs within 1e-5 on the model's own scale. A sampled logprob is of
+    the tempered distribution, ``log_softmax(logits / T)``, in which the logits' rounding
+    (merged ``(W + sBA) x`` against ``W x + s B (A x)``) counts 1/T times: so the bound is
+    1e-5 / T below T = 1 (at T = 0.7 the masked and the grouped low-rank products each came
+    within 1.1e-5 of the merged copy on one prompt, and their errors over 96 random rows
+    were alike: median 3.8e-6, at most 9.5e-6, at T = 0.7)."""
     assert len(alone.sequences) == len(mixed.sequences)
+    atol = 1e-5 / min(1.0, temperature) if temperature > 0 else 1e-5
     for a, b in zip(alone.sequences, mixed.sequences, strict=True):
         assert a.tokens == b.tokens and a.stop_reason == b.stop_reason
         torch.testing.assert_close(
-            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=atol, rtol=0
         )
 
 
@@ -102,15 +109,17 @@ def test_after_a_batch_the_adapters_are_dropped(setup: tuple[TorchEngine, list[s
     engine.sample_mixed([(packages[0], request), (None, request)])
     multi = engine._decoders.multi()
     assert multi.adapters == 0
-    assert all(m.a_CI is None and m.b_OC is None for m in multi._layers.values())
+    assert all(m.a_NIR is None and m.a_GIR is None for m in multi._layers.values())
     # rows of the base only, adapters stacked or not: no low-rank term at all
     key, snapshot = engine._snapshots.get(packages[0])
     try:
         assert multi.slot(key, snapshot) == 1
         multi.set_rows([0, 0])
-        assert multi._rows.mask_SC is None
+        assert multi._rows.groups is None
         multi.set_rows([0, 1])
-        assert multi._rows.mask_SC is not None and multi._rows.mask_SC[0].abs().sum() == 0
+        groups = multi._rows.groups
+        assert groups is not None and groups.base_S11 is not None
+        assert groups.base_S11.flatten().tolist() == [True, False]
     finally:
         multi.clear()
 
@@ -135,8 +144,8 @@ def test_a_mixed_batch_decodes_each_request_as_alone(
     greedy = [alone[0], alone[3]]
     assert greedy[0].sequences[0].tokens != greedy[1].sequences[0].tokens
     mixed = engine.sample_mixed(list(zip(weights, REQUESTS, strict=True)))
-    for a, b in zip(alone, mixed, strict=True):
-        assert_same(a, b)
+    for a, b, request in zip(alone, mixed, REQUESTS, strict=True):
+        assert_same(a, b, request.temperature)
     # the same prompt, greedy, through package 0 and package 2: different adapters rows
     tokens = {w: engine.sample(w, [REQUESTS[0]])[0].sequences[0].tokens for w in (None, *packages)}
     assert len({tuple(t) for t in tokens.values()}) == len(tokens)
@@ -167,8 +176,8 @@ def test_rows_joining_mid_batch_bring_their_own_adapter(
 
     mixed = engine.sample_mixed(start, admit=admit)
     assert calls > 8 and checked == [packages[3], None, packages[0]]
-    for a, b in zip(alone, mixed, strict=True):
-        assert_same(a, b)
+    for a, b, (_, request) in zip(alone, mixed, order, strict=True):
+        assert_same(a, b, request.temperature)
 
 
 def test_a_bad_joiner_package_fails_in_its_check(
@@ -188,7 +197,7 @@ def test_a_bad_joiner_package_fails_in_its_check(
 
     result = engine.sample_mixed([(packages[0], REQUESTS[0])], admit=admit)
     assert errors and "missing" in errors[0]
-    assert_same(engine.sample(packages[0], [REQUESTS[0]])[0], result[0])
+    assert_same(engine.sample(packages[0], [REQUESTS[0]])[0], result[0], REQUESTS[0].temperature)
 
 
 def test_prompt_logprobs_of_a_mixed_batch_are_each_weights_own(
@@ -241,8 +250,8 @@ def test_sessions_on_one_base_mix_each_others_packages(
             engine.sample(packages[2], [REQUESTS[0]])[0],
             other.sample(None, [REQUESTS[4]])[0],
         ]
-        for a, b in zip(alone, engine.sample_mixed(items), strict=True):
-            assert_same(a, b)
+        for a, b, (_, request) in zip(alone, engine.sample_mixed(items), items, strict=True):
+            assert_same(a, b, request.temperature)
     finally:
         other.close()
         unembed.close()
@@ -283,3 +292,24 @@ def test_a_mixed_batch_runs_on_the_chosen_decode_loop(
     finally:
         remove()
     assert live and all(n == (1 if on_slots else 0) for n in live)
+
+
+def test_rows_are_grouped_by_adapter_padded_to_the_largest_group() -> None:
+    """Slots [2, 0, 1, 2, 1]: groups of slot 1 (rows 2, 4) and slot 2 (rows 0, 3), each row's
+    delta read back from its place, the base row from any (and zeroed); rows already in
+    equal groups in slot order skip the gathers; a short group repeats its first row."""
+    cpu = torch.device("cpu")
+    groups = group_rows([2, 0, 1, 2, 1], [0.5, 2.0], cpu)
+    assert groups.present == (1, 2)
+    assert groups.index_GM is not None and groups.index_GM.tolist() == [[2, 4], [0, 3]]
+    assert groups.back_S is not None and groups.back_S.tolist() == [2, 0, 0, 3, 1]
+    assert groups.base_S11 is not None
+    assert groups.base_S11.flatten().tolist() == [False, True, False, False, False]
+    assert groups.scale_G11.flatten().tolist() == [0.5, 2.0]
+    same = group_rows([1, 1, 3, 3], [1.0, 1.0, 4.0], cpu)
+    assert same.present == (1, 3) and same.index_GM is None and same.back_S is None
+    assert same.base_S11 is None and same.scale_G11.flatten().tolist() == [1.0, 4.0]
+    short = group_rows([1, 1, 2], [1.0, 1.0], cpu)
+    assert short.index_GM is not None and short.index_GM.tolist() == [[0, 1], [2, 2]]
+    assert short.back_S is not None and short.back_S.tolist() == [0, 1, 2]
+    assert short.base_S11 is None
