@@ -85,7 +85,8 @@ class _Groups:
 
 
 def group_rows(slots: Sequence[int], scales: Sequence[float], device: torch.device) -> _Groups:
-    """``slots``' rows (slot 0: the base) grouped by adapter; ``scales[k]``: slot k+1's scale."""
+    """``slots``' rows (slot 0: the base; at least one row has an adapter) grouped by
+    adapter; ``scales[k]``: slot k+1's scale."""
     present = tuple(sorted({s for s in slots if s}))
     rows = [[i for i, s in enumerate(slots) if s == p] for p in present]
     m = max(len(r) for r in rows)
