@@ -97,8 +97,13 @@ def test_disk_offload_matches_unplaced(
     engines: list[TorchEngine],
     tmp_path: Path,
 ) -> None:
+    """A third of the layers on disk changes nothing, bit for bit. Both engines run the plain
+    output head: the fused one (engine/head_logprobs.py) is never taken under accelerate's
+    hooks, and it rounds apart from the plain head by ~1e-7 relative (470.50546 against
+    470.50551 here), which would hide what this test checks."""
     data = _data(2, 32, seed=1)
-    spec = _spec(real_dir, rank=8, alpha=16, seed=3, options=replace(OPTIONS, dtype="fp32"))
+    options = replace(OPTIONS, dtype="fp32", fused_head=False)
+    spec = _spec(real_dir, rank=8, alpha=16, seed=3, options=options)
     plain = TorchEngine(spec)
     engines.append(plain)
     expected = plain.forward_backward(data, "cross_entropy", None, backward=True)
