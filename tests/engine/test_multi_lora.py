@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -77,6 +78,17 @@ def assert_same(alone: SampleResult, mixed: SampleResult, temperature: float) ->
         )
 
 
+def assert_rows_as_peft(
+    engine: TorchEngine, snapshots: list[Any], ids_SL: torch.Tensor, got_SLV: torch.Tensor
+) -> None:
+    """Row r of ``got_SLV`` equals ``ids_SL[r]`` run alone through the peft model with
+    ``snapshots[r]`` swapped in (None: the base), within 1e-5 (float32)."""
+    for row, snap in enumerate(snapshots):
+        with torch.no_grad(), use_weights(engine.model, engine._adapter, snap):
+            want_LV = engine.model(input_ids=ids_SL[row : row + 1]).logits[0]
+        torch.testing.assert_close(got_SLV[row], want_LV, atol=1e-5, rtol=0)
+
+
 def test_each_row_of_a_forward_gets_its_own_adapter(
     setup: tuple[TorchEngine, list[str]],
 ) -> None:
@@ -95,10 +107,7 @@ def test_each_row_of_a_forward_gets_its_own_adapter(
             got_SLV = multi.model(input_ids=ids_SL).logits
     finally:
         multi.clear()
-    for row, (_, snap) in enumerate(snapshots):
-        with torch.no_grad(), use_weights(engine.model, engine._adapter, snap):
-            want_LV = engine.model(input_ids=ids_SL[row : row + 1]).logits[0]
-        torch.testing.assert_close(got_SLV[row], want_LV, atol=1e-5, rtol=0)
+    assert_rows_as_peft(engine, [snap for _, snap in snapshots], ids_SL, got_SLV)
     base_LV = got_SLV[1]
     for row in (0, 2, 3):  # the adapters change the logits well past rounding
         assert (got_SLV[row] - base_LV).abs().max() > 0.1
@@ -122,10 +131,8 @@ def test_rows_in_equal_groups_in_slot_order_skip_the_gathers(
             got_SLV = multi.model(input_ids=ids_SL).logits
     finally:
         multi.clear()
-    for row in range(4):
-        with torch.no_grad(), use_weights(engine.model, engine._adapter, snapshots[row // 2][1]):
-            want_LV = engine.model(input_ids=ids_SL[row : row + 1]).logits[0]
-        torch.testing.assert_close(got_SLV[row], want_LV, atol=1e-5, rtol=0)
+    rows = [snapshots[row // 2][1] for row in range(4)]
+    assert_rows_as_peft(engine, rows, ids_SL, got_SLV)
 
 
 def test_after_a_batch_the_adapters_are_dropped(setup: tuple[TorchEngine, list[str]]) -> None:
