@@ -204,3 +204,23 @@ def test_engine_agrees_with_mkl(
             error = float((got[key] - want[key]).norm())
             assert error <= 1e-4 * float(want[key].norm()), (key, error)
     assert tokens == mkl_tokens
+
+
+@pytest.mark.parametrize("kernel", ["auto", "mkl"])
+def test_a_strided_last_position_is_multiplied_as_rows(
+    kernel: str, mode: Callable[[str], None]
+) -> None:
+    """A prefill head's input, each row's last position of ``[B, T, in]``: one product
+    over B rows, not a batched one over the broadcast weight; ``mkl`` keeps plain torch."""
+    mode(kernel)
+    hidden_BTK, w_NK = torch.randn(8, 5, 64), torch.randn(3000, 64)
+    last_B1K = hidden_BTK[:, -1:, :]
+    with torch.profiler.profile() as prof:
+        got = fast_linear.linear(last_B1K, w_NK)
+    ops = {event.name for event in prof.events()}
+    if kernel == "mkl":
+        assert torch.equal(got, F.linear(last_B1K, w_NK)) and "aten::bmm" in ops
+    else:
+        assert "aten::bmm" not in ops
+    want = (last_B1K.double() @ w_NK.double().T).float()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
