@@ -123,7 +123,7 @@ def decode_step(
     the model's fixed keyword arguments (the cache's name, ``logits_to_keep``, mask form)."""
     pos_B = rows["pos"]
     cache.active, cache.col_B = int(pos_B.shape[0]), pos_B
-    mask = mask_for(cache, pos_B, call["additive_mask"], call["dtype"])
+    mask = mask_for(cache, pos_B, call["dtype"])
     out = model(
         input_ids=rows["ids"].unsqueeze(-1),
         attention_mask=mask,

@@ -168,14 +168,12 @@ def visible_for(cache: SlotCache, last_written: int) -> int:
     return min(cache.columns, need)
 
 
-def mask_for(cache: SlotCache, pos_B: Tensor, additive: bool, dtype: torch.dtype) -> Tensor:
+def mask_for(cache: SlotCache, pos_B: Tensor, dtype: torch.dtype) -> Tensor:
     """The 4-D attention mask ``[B, 1, 1, C]`` of a decode step writing column ``pos_B``:
-    each row sees its columns ``0 .. pos``. Boolean (True: attend) for SDPA; for eager
-    attention 0 / the dtype's minimum, added to the scores."""
+    each row sees its columns ``0 .. pos``, as 0 / the dtype's minimum, added to the scores.
+    Additive for SDPA too: it turns a boolean mask into this in every layer's call, ~5% of a
+    CPU attention call at 64 rows, with the same result bit for bit."""
     columns_C = cache.columns_C if cache.visible is None else cache.columns_C[: cache.visible]
-    keep_BC = columns_C.unsqueeze(0) <= pos_B.unsqueeze(-1)
-    mask_B11C = keep_BC[:, None, None, :]
-    if not additive:
-        return mask_B11C
+    keep_B11C = (columns_C.unsqueeze(0) <= pos_B.unsqueeze(-1))[:, None, None, :]
     zero = torch.zeros((), dtype=dtype, device=pos_B.device)
-    return torch.where(mask_B11C, zero, torch.finfo(dtype).min)
+    return torch.where(keep_B11C, zero, torch.finfo(dtype).min)

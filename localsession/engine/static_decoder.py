@@ -104,7 +104,6 @@ class StaticDecoder:
         self.call = {
             "cache_kw": cache_kw,
             "extra": {"logits_to_keep": 1} if has_keep else {},
-            "additive_mask": attention == "eager",
             "dtype": dtype,
         }
         self.model = model

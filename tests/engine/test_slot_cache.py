@@ -79,12 +79,10 @@ def test_slots_load_left_padded_rows_write_in_place_keep_and_grow() -> None:
 def test_the_mask_lets_each_row_see_its_own_columns() -> None:
     cache = SlotCache(_pairs(1, 1, 1, 2, seed=1), rows=2, columns=4)
     pos_B = torch.tensor([0, 2])
-    mask = mask_for(cache, pos_B, additive=False, dtype=torch.float32)
+    mask = mask_for(cache, pos_B, dtype=torch.float32)
     assert mask.shape == (2, 1, 1, 4)
-    assert mask[:, 0, 0].tolist() == [[True, False, False, False], [True, True, True, False]]
-    additive = mask_for(cache, pos_B, additive=True, dtype=torch.float32)
-    assert additive[1, 0, 0].tolist()[:3] == [0.0, 0.0, 0.0]
-    assert additive[1, 0, 0, 3] == torch.finfo(torch.float32).min
+    low = torch.finfo(torch.float32).min
+    assert mask[:, 0, 0].tolist() == [[0.0, low, low, low], [0.0, 0.0, 0.0, low]]
 
 
 def _stream(temperature: float, prompt_len: int, tokens: list[int]) -> SampledStream:
