@@ -88,6 +88,8 @@ class SlotCache:
         self.columns_C = torch.arange(columns, device=device)
         #: compiled steps / captured graphs made for these buffers (decode_step.py)
         self.steps: dict[Any, Any] = {}
+        #: the step's ``[B, V]`` sampling buffers, kept from step to step (decode_step.py)
+        self.work: dict[Any, Tensor] = {}
         LIVE.add(self)
 
     # -- transformers' cache protocol (what a Llama-family attention calls) -------------

@@ -121,6 +121,7 @@ class StaticDecoder:
         finally:
             if self.cache is not None:  # free the slots now (steps refer to the cache)
                 self.cache.steps.clear()
+                self.cache.work.clear()
                 self.cache.layers = []
             self.cache = self.state = self.u_R = None
         return self.grouped

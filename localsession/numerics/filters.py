@@ -64,10 +64,13 @@ def filter_logits(logits_SV: Tensor, temperature_S: Tensor, k_S: Tensor, p_S: Te
     return top_p_filter(top_k_filter(apply_temperature(logits_SV, temperature_S), k_S), p_S)
 
 
-def sample_from_logits(filtered_SV: Tensor, uniform_S: Tensor) -> Tensor:
-    """Inverse-CDF draw: one token id per row from softmax(filtered), given U[0, 1) draws."""
-    probs_SV = torch.softmax(filtered_SV.float(), dim=-1)
-    cdf_SV = probs_SV.cumsum(dim=-1)
+def sample_from_logits(
+    filtered_SV: Tensor, uniform_S: Tensor, work_SV: Tensor | None = None
+) -> Tensor:
+    """Inverse-CDF draw: one token id per row from softmax(filtered), given U[0, 1) draws.
+    ``work_SV``: a float32 buffer shaped like the logits to compute in (else one is made)."""
+    probs_SV = torch.softmax(filtered_SV.float(), dim=-1, out=work_SV)
+    cdf_SV = probs_SV.cumsum_(dim=-1)  # in place: the same values as cumsum, one buffer less
     target_S1 = (uniform_S.float() * cdf_SV[:, -1]).unsqueeze(-1)
     # right=True: the first index whose cdf exceeds u; zero-probability tokens are never hit.
     idx_S = torch.searchsorted(cdf_SV, target_S1, right=True).squeeze(-1)

@@ -128,6 +128,37 @@ def test_sync_free_filters_give_the_synced_values() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        FLAGS,
+        StepFlags(sampled=True, greedy=True, top_k=True, top_p=True, top_logprobs=3),
+        StepFlags(sampled=False, greedy=True, top_k=False, top_p=False, top_logprobs=2),
+    ],
+)
+def test_the_step_buffers_give_the_same_picks_and_are_kept(flags: StepFlags) -> None:
+    """choose() computing its [B, V] passes in kept buffers gives the fresh tensors' values
+    bit for bit, reuses the buffers at the next step and drops them for another batch size."""
+    gen = torch.Generator().manual_seed(11)
+    work: decode_step.Work = {}
+    kept: list[int] = []
+    for batch in (4, 4, 2):
+        logits = torch.randn(batch, 300, generator=gen) * 4
+        rows = {
+            "temp": torch.tensor([0.7, 0.0, 1.0, 1.3][:batch]),
+            "top_k": torch.tensor([0, 5, 40, 0][:batch]),
+            "top_p": torch.tensor([1.0, 0.9, 0.5, 0.95][:batch]),
+        }
+        u = torch.rand(batch, generator=gen)
+        fresh = decode_step.choose(logits, rows, u, flags)
+        reused = decode_step.choose(logits, rows, u, flags, work)
+        for want, got in zip(fresh, reused, strict=True):
+            assert torch.equal(want, got)
+        assert {shape for _, shape in work} == {logits.shape}
+        kept.append(work[("logprobs", logits.shape)].data_ptr())
+    assert kept[0] == kept[1]  # the same buffer from step to step
+
+
 class _FakeGraph:
     """Stands in for a CUDA graph capture on the CPU: counts captures, replays eagerly."""
 
