@@ -152,7 +152,7 @@ def decode_step(
     flags: StepFlags,
 ) -> Outputs:
     """One decode step of the ``B = len(rows["ids"])`` rows (module docstring). ``call``:
-    the model's fixed keyword arguments (the cache's name, ``logits_to_keep``, mask form)."""
+    the model's fixed keyword arguments (the cache's name, ``logits_to_keep``) and its dtype."""
     pos_B = rows["pos"]
     cache.active, cache.col_B = int(pos_B.shape[0]), pos_B
     mask = mask_for(cache, pos_B, call["dtype"])
