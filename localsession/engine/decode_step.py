@@ -10,7 +10,7 @@ argmax), reads its logprob and the top-K logprobs, and advances ``ids`` and ``po
 :class:`StepFlags` (which filters any live row needs: a filter no row needs is skipped, as
 the dynamic sampler skips it). Outside ``torch.compile`` a step computes its ``[B, V]``
 passes (tempering, log-softmax, the CDF) in buffers kept on the cache (``SlotCache.work``).
-Fresh ones were handed back to the system by the allocator and faulted in again: 64 to
+Fresh ones were handed back to the system by the allocator and faulted in again: 59 to
 580 thousand page faults in a 64-row burst of 64 tokens on SmolLM2 (49,152 words), against
 a few hundred with the buffers kept, and the picks' time fell from 0.50-0.63 to 0.36-0.49 s
 of the ~10 s burst (five paired rounds in one process).
