@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from localsession.engine.sampling import (
@@ -99,3 +100,25 @@ def test_inverse_cdf_frequencies_match_probabilities() -> None:
     u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
     counts = torch.bincount(sample_from_logits(logits, u), minlength=3).float() / 20000
     torch.testing.assert_close(counts, torch.tensor([0.5, 0.3, 0.2]), atol=0.02, rtol=0)
+
+
+@pytest.mark.parametrize("selected", [True, False], ids=["topk", "sorted"])
+def test_top_k_against_a_per_row_reference(selected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways of keeping the k largest (a ``topk`` selection on a CPU, a full sort where
+    the step may not read k on the host) against each row's own ranking in Python."""
+    if not selected:  # as under torch.compile or in a captured CUDA step
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    gen = torch.Generator().manual_seed(4)
+    vocab = 40
+    logits = torch.randn(7, vocab, generator=gen)
+    k = torch.tensor([1, 7, 0, -1, vocab, vocab - 1, 3])
+    out = top_k_filter(logits, k, synced=False)
+    for row, kk in zip(range(7), k.tolist(), strict=True):
+        values = logits[row].tolist()
+        if kk <= 0 or kk >= vocab:
+            assert out[row].tolist() == values
+            continue
+        kept = sorted(range(vocab), key=lambda i: -values[i])[:kk]
+        want = [values[i] if i in kept else float("-inf") for i in range(vocab)]
+        assert out[row].tolist() == want
+    assert torch.equal(top_k_filter(logits, torch.zeros(7, dtype=torch.long), synced=False), logits)
