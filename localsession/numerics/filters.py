@@ -54,20 +54,56 @@ def top_k_filter(logits_SV: Tensor, k_S: Tensor, *, synced: bool = True) -> Tens
     return torch.empty_like(logits_SV).scatter_(-1, order_SV, sorted_SV)
 
 
+#: Largest logits a CPU top-p filter looks for the nucleus among before sorting whole rows.
+TOP_P_PREFIX = 1024
+
+
 def top_p_filter(logits_SV: Tensor, p_S: Tensor, *, synced: bool = True) -> Tensor:
     """Nucleus filter: keep the smallest set of top tokens whose probability reaches ``p``.
 
     A token is kept when the probability mass strictly before it (in descending order) is
     below ``p``; the top token is always kept. Rows with ``p >= 1`` are unchanged.
-    ``synced=False``: as in :func:`top_k_filter`.
+    ``synced=False``: as in :func:`top_k_filter`. On a CPU (not traced) the nucleus is
+    looked for among each row's :data:`TOP_P_PREFIX` largest logits (``topk``: ~19 ms for
+    64 rows of 49,152 words, against 175 ms to sort them); only rows whose prefix holds
+    less than ``p`` of their mass are sorted whole. The two ways sum the softmax's
+    normaliser in different orders, so a token whose mass before lies within float rounding
+    of ``p`` may be kept by one and dropped by the other.
     """
     active_S = p_S < 1.0
     if synced and not bool(active_S.any()):
         return logits_SV
+    p_S1, active_S1 = p_S.unsqueeze(-1).float(), active_S.unsqueeze(-1)
+    if (
+        p_S.device.type != "cpu"
+        or torch.compiler.is_compiling()
+        or logits_SV.shape[-1] <= TOP_P_PREFIX
+    ):
+        return _nucleus_by_sort(logits_SV, p_S1, active_S1)
+    if not bool(active_S.any()):
+        return logits_SV
+    top_SK, order_SK = logits_SV.topk(TOP_P_PREFIX, dim=-1)  # sorted, largest first
+    log_total_S1 = torch.logsumexp(logits_SV.float(), dim=-1, keepdim=True)
+    probs_SK = torch.exp(top_SK.float() - log_total_S1)
+    mass_SK = probs_SK.cumsum(dim=-1)
+    drop_SK = (mass_SK - probs_SK >= p_S1) & active_S1
+    drop_SK[:, 0] = False
+    kept_SK = top_SK.masked_fill(drop_SK, float("-inf"))
+    kept_SV = torch.full_like(logits_SV, float("-inf")).scatter_(-1, order_SK, kept_SK)
+    kept_SV = torch.where(active_S1, kept_SV, logits_SV)
+    short_S = (mass_SK[:, -1] < p_S1[:, 0]) & active_S  # a nucleus past the prefix
+    if bool(short_S.any()):
+        rows = short_S.nonzero().squeeze(-1)
+        kept_SV[rows] = _nucleus_by_sort(logits_SV[rows], p_S1[rows], active_S1[rows])
+    return kept_SV
+
+
+def _nucleus_by_sort(logits_SV: Tensor, p_S1: Tensor, active_S1: Tensor) -> Tensor:
+    """:func:`top_p_filter` over whole sorted rows."""
     sorted_SV, order_SV = logits_SV.sort(dim=-1, descending=True)
     probs_SV = torch.softmax(sorted_SV.float(), dim=-1)
     before_SV = probs_SV.cumsum(dim=-1) - probs_SV  # mass strictly before each token
-    drop_SV = (before_SV >= p_S.unsqueeze(-1).float()) & active_S.unsqueeze(-1)
+    drop_SV = (before_SV >= p_S1) & active_S1
     drop_SV[:, 0] = False
     sorted_SV = sorted_SV.masked_fill(drop_SV, float("-inf"))
     return torch.empty_like(logits_SV).scatter_(-1, order_SV, sorted_SV)

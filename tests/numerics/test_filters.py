@@ -14,6 +14,7 @@ from localsession.engine.sampling import (
     top_k_filter,
     top_p_filter,
 )
+from localsession.numerics import filters
 
 INF = float("inf")
 
@@ -122,3 +123,26 @@ def test_top_k_against_a_per_row_reference(selected: bool, monkeypatch: pytest.M
         want = [values[i] if i in kept else float("-inf") for i in range(vocab)]
         assert out[row].tolist() == want
     assert torch.equal(top_k_filter(logits, torch.zeros(7, dtype=torch.long), synced=False), logits)
+
+
+def test_top_p_from_a_prefix_equals_sorting_whole_rows() -> None:
+    """The CPU way (the nucleus among each row's TOP_P_PREFIX largest logits, whole-row sort
+    only for rows whose nucleus runs past them) keeps what sorting every row keeps: peaked
+    rows (no sort at all), a flat row (sorted alone), an inactive row (unchanged)."""
+    gen = torch.Generator().manual_seed(9)
+    vocab = 3 * filters.TOP_P_PREFIX
+    logits = torch.randn(4, vocab, generator=gen) * 4
+    p = torch.tensor([0.9, 0.5, 1.0, 0.95])
+    with torch.profiler.profile() as prof:
+        got = top_p_filter(logits, p, synced=False)
+    assert "aten::sort" not in {event.name for event in prof.events()}
+    want = filters._nucleus_by_sort(logits, p.unsqueeze(-1), (p < 1).unsqueeze(-1))
+    assert torch.equal(got, want)
+    assert torch.equal(got[2], logits[2]) and 1 < int(got[0].isfinite().sum()) < vocab
+    logits[3] = torch.randn(vocab, generator=gen) * 0.1  # flat: its nucleus passes the prefix
+    with torch.profiler.profile() as prof:
+        got = top_p_filter(logits, p, synced=False)
+    assert "aten::sort" in {event.name for event in prof.events()}
+    want = filters._nucleus_by_sort(logits, p.unsqueeze(-1), (p < 1).unsqueeze(-1))
+    assert torch.equal(got, want)
+    assert int(got[3].isfinite().sum()) > filters.TOP_P_PREFIX
