@@ -13,6 +13,9 @@ standard library's ``types``).
   sources (its index, ``find-links``, a local wheelhouse) already offer a ``+cpu`` build of
   that version: then that one, which also works offline. pip is asked without installing
   (``pip install --dry-run --report``).
+- **That index out of reach** (pip fails against it: no network to it, a proxy that only
+  lets a PyPI mirror through): ``torch==2.13.0`` from pip's configured sources instead, which
+  on Linux is PyPI's CUDA build (it runs on a CPU too); the line says so, and how to avoid it.
 - ``TORCH_INDEX=URL`` (the Makefile variable) installs from that index instead, whatever the
   machine has.
 """
@@ -96,6 +99,19 @@ def plan(gpu: str | None, configured: str | None, index: str | None) -> tuple[li
     )
 
 
+def fallback(args: list[str]) -> tuple[list[str], str] | None:
+    """What to install when ``pip install *args`` failed: pip's configured sources where
+    ``args`` named PyTorch's CPU index; None where there is nothing else to try."""
+    if CPU_INDEX not in args:
+        return None
+    return [TORCH], (
+        f"{CPU_INDEX} could not be used (pip's error above); installing {TORCH} from pip's "
+        "configured sources instead, on Linux the CUDA build (~2.8 GB of downloads; it runs "
+        "on a CPU too). To get the CPU build, give an index that has it: TORCH_INDEX=URL, or "
+        "a +cpu wheel in pip's find-links"
+    )
+
+
 def build_of(version: str) -> str:
     """``"CPU build"``, ``"CUDA build"`` or a build named by its local version label."""
     label = version.partition("+")[2]
@@ -125,6 +141,10 @@ def main() -> int:
     args, line = plan(gpu, configured, index)
     print(f"torch: {line}", flush=True)
     done = subprocess.run([sys.executable, "-m", "pip", "install", *args])
+    second = fallback(args) if done.returncode != 0 else None
+    if second is not None:
+        print(f"torch: {second[1]}", flush=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "install", *second[0]])
     if done.returncode != 0:
         return done.returncode
     after = subprocess.run(  # a fresh interpreter: this one's metadata view predates pip's

@@ -108,3 +108,39 @@ def test_the_plan_for_each_machine() -> None:
 )
 def test_build_of_names_the_local_label(version: str, build: str) -> None:
     assert it.build_of(version) == build
+
+
+def test_only_the_cpu_index_has_a_fallback() -> None:
+    args, _ = it.plan(None, None, None)
+    again = it.fallback(args)
+    assert again is not None
+    assert again[0] == ["torch==2.13.0"]  # pip's configured sources: no --index-url
+    assert "TORCH_INDEX=URL" in again[1] and "CUDA build" in again[1]
+    assert it.fallback(it.plan(None, "2.13.0+cpu", None)[0]) is None
+    assert it.fallback(it.plan("GPU 0: x", None, None)[0]) is None
+    assert it.fallback(it.plan(None, None, "https://example.org/simple")[0]) is None
+
+
+@pytest.mark.parametrize("second_rc", [0, 1])
+def test_an_unreachable_cpu_index_falls_back_to_pips_sources(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], second_rc: int
+) -> None:
+    installs: list[list[str]] = []
+
+    def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if command[1:4] == ["-m", "pip", "install"]:
+            installs.append(command[4:])
+            rc = 1 if len(installs) == 1 else second_rc  # the CPU index: out of reach
+            return subprocess.CompletedProcess(command, rc, "", "")
+        return subprocess.CompletedProcess(command, 0, "2.13.0\n", "")  # the version check
+
+    monkeypatch.setattr(it, "installed", lambda: None)
+    monkeypatch.setattr(it, "nvidia_gpu", lambda: None)
+    monkeypatch.setattr(it, "configured_version", lambda python: "2.13.0")
+    monkeypatch.delenv("TORCH_INDEX", raising=False)
+    monkeypatch.setattr(it.subprocess, "run", run)
+    assert it.main() == second_rc
+    assert installs == [[it.TORCH, "--index-url", it.CPU_INDEX], [it.TORCH]]
+    out = capsys.readouterr().out
+    assert "could not be used" in out
+    assert ("installed torch 2.13.0 (CUDA build)" in out) == (second_rc == 0)
