@@ -48,7 +48,12 @@ from torch import Tensor
 
 from localsession.engine.probe_timing import interleaved_medians
 from localsession.engine.slot_cache import SlotCache, mask_for
-from localsession.numerics.filters import sample_from_logits, top_k_filter, top_p_filter
+from localsession.numerics.filters import (
+    row_argmax,
+    sample_from_logits,
+    top_k_filter,
+    top_p_filter,
+)
 
 _log = logging.getLogger("localsession.engine.decode_step")
 #: How much faster the compiled step must be in the CPU probe to be used.
@@ -135,9 +140,9 @@ def choose(
             filtered_BV = top_p_filter(filtered_BV, rows["top_p"], synced=False)
         chosen_B = sample_from_logits(filtered_BV, u_B, _buffer(work, "cdf", logits_BV))
         if flags.greedy:
-            chosen_B = torch.where(greedy_B, logits_BV.argmax(dim=-1), chosen_B)
+            chosen_B = torch.where(greedy_B, row_argmax(logits_BV), chosen_B)
     else:
-        chosen_B = logits_BV.argmax(dim=-1)
+        chosen_B = row_argmax(logits_BV)
     lp_B = logprobs_BV.gather(-1, chosen_B.unsqueeze(-1)).squeeze(-1)
     top_vals_BK, top_ids_BK = logprobs_BV.topk(flags.top_logprobs, dim=-1)
     return chosen_B, lp_B, top_vals_BK, top_ids_BK

@@ -54,6 +54,7 @@ from localsession.engine.streams import SampledStream
 from localsession.numerics.filters import (  # noqa: F401 - re-exported for callers
     apply_temperature,
     filter_logits,
+    row_argmax,
     sample_from_logits,
     top_k_filter,
     top_p_filter,
@@ -327,7 +328,7 @@ class BatchSampler:
         tempered_SV = apply_temperature(logits_SV, temp_S)
         logprobs_SV = torch.log_softmax(tempered_SV, dim=-1)  # before top-k / top-p (semantics #3)
         if bool(greedy_S.all()):
-            chosen_S = logits_SV.argmax(dim=-1)
+            chosen_S = row_argmax(logits_SV)
         else:
             filtered_SV = top_p_filter(top_k_filter(tempered_SV, k_S), p_S)
             draws = [
@@ -337,6 +338,6 @@ class BatchSampler:
             u_S = torch.tensor(draws, dtype=torch.float32).to(self.device)
             chosen_S = sample_from_logits(filtered_SV, u_S)
             if bool(greedy_S.any()):  # a pass over the logits only where a row is greedy
-                chosen_S = torch.where(greedy_S, logits_SV.argmax(dim=-1), chosen_S)
+                chosen_S = torch.where(greedy_S, row_argmax(logits_SV), chosen_S)
         lp_S = logprobs_SV.gather(-1, chosen_S.unsqueeze(-1)).squeeze(-1)
         return chosen_S, lp_S, logprobs_SV

@@ -21,7 +21,7 @@ from dataclasses import replace
 import torch
 
 from localsession.engine.streams import seeded_generator
-from localsession.numerics.filters import apply_temperature
+from localsession.numerics.filters import apply_temperature, row_argmax
 from localsession.numerics.losses import token_logprobs
 from localsession.port import SampleRequest
 from localsession.port_results import PromptAltTokens, SampleResult, TopLogprob
@@ -80,7 +80,7 @@ def prompt_alt_tokens(
     temp_L = torch.full((logits_LV.shape[0],), float(temperature), device=logits_LV.device)
     logprobs_LV = torch.log_softmax(apply_temperature(logits_LV, temp_L), dim=-1)
     if temperature <= 0:
-        drawn_LK = logits_LV.argmax(dim=-1, keepdim=True).expand(-1, k)
+        drawn_LK = row_argmax(logits_LV).unsqueeze(-1).expand(-1, k)
     else:
         gen = seeded_generator(seed)
         probs_LV = logprobs_LV.exp().cpu()

@@ -11,6 +11,12 @@ import torch
 from torch import Tensor
 
 
+def _host_readable(t: Tensor) -> bool:
+    """Whether ``t``'s values can steer the computation: a CPU tensor (reading it costs no
+    device sync) outside ``torch.compile``'s tracing. The CPU shortcuts below depend on it."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def apply_temperature(logits_SV: Tensor, temperature_S: Tensor) -> Tensor:
     """logits / T per row; rows with T == 0 (greedy) are returned unscaled. When no row
     scales (every T is 1 or 0) the logits come back as they are, which is what dividing by
@@ -38,7 +44,7 @@ def top_k_filter(logits_SV: Tensor, k_S: Tensor, *, synced: bool = True) -> Tens
     if synced and not bool(active_S.any()):
         return logits_SV
     rank_S1 = k_S.unsqueeze(-1)
-    if k_S.device.type == "cpu" and not torch.compiler.is_compiling():
+    if _host_readable(k_S):
         most = int(torch.where(active_S, k_S, 0).max())
         if most == 0:
             return logits_SV
@@ -74,11 +80,7 @@ def top_p_filter(logits_SV: Tensor, p_S: Tensor, *, synced: bool = True) -> Tens
     if synced and not bool(active_S.any()):
         return logits_SV
     p_S1, active_S1 = p_S.unsqueeze(-1).float(), active_S.unsqueeze(-1)
-    if (
-        p_S.device.type != "cpu"
-        or torch.compiler.is_compiling()
-        or logits_SV.shape[-1] <= TOP_P_PREFIX
-    ):
+    if not _host_readable(p_S) or logits_SV.shape[-1] <= TOP_P_PREFIX:
         return _nucleus_by_sort(logits_SV, p_S1, active_S1)
     if not bool(active_S.any()):
         return logits_SV
@@ -112,6 +114,34 @@ def _nucleus_by_sort(logits_SV: Tensor, p_S1: Tensor, active_S1: Tensor) -> Tens
 def filter_logits(logits_SV: Tensor, temperature_S: Tensor, k_S: Tensor, p_S: Tensor) -> Tensor:
     """Temperature, then top-k, then top-p (on the renormalised top-k distribution)."""
     return top_p_filter(top_k_filter(apply_temperature(logits_SV, temperature_S), k_S), p_S)
+
+
+#: Columns per block of :func:`row_argmax`'s first pass.
+ARGMAX_BLOCK = 1024
+
+
+def row_argmax(logits_SV: Tensor) -> Tensor:
+    """``logits_SV.argmax(-1)``, the same index (ties: the first; NaN: the first NaN). On a
+    CPU in two passes, since torch's ``argmax`` there walks a row one value at a time and
+    ``amax`` does not (64 rows of 49,152 words: ~3.8 ms against ~0.5): each block of
+    :data:`ARGMAX_BLOCK` columns' max, then ``argmax`` within the first block holding the
+    row's max; columns past the last whole block are compared with it."""
+    rows, vocab = logits_SV.shape
+    blocks = vocab // ARGMAX_BLOCK
+    if not _host_readable(logits_SV) or blocks < 2:
+        return logits_SV.argmax(dim=-1)
+    whole = blocks * ARGMAX_BLOCK
+    head_SNC = logits_SV[:, :whole].view(rows, blocks, ARGMAX_BLOCK)
+    best_SN = head_SNC.amax(dim=-1)
+    block_S = best_SN.argmax(dim=-1)  # the first block holding the max (or a NaN)
+    row_S = torch.arange(rows, device=logits_SV.device)
+    index_S = block_S * ARGMAX_BLOCK + head_SNC[row_S, block_S].argmax(dim=-1)
+    if whole == vocab:
+        return index_S
+    tail_SR = logits_SV[:, whole:]
+    head_S, tail_S = best_SN[row_S, block_S], tail_SR.amax(dim=-1)
+    later_S = (tail_S > head_S) | (tail_S.isnan() & ~head_S.isnan())
+    return torch.where(later_S, whole + tail_SR.argmax(dim=-1), index_S)
 
 
 def sample_from_logits(

@@ -146,3 +146,36 @@ def test_top_p_from_a_prefix_equals_sorting_whole_rows() -> None:
     want = filters._nucleus_by_sort(logits, p.unsqueeze(-1), (p < 1).unsqueeze(-1))
     assert torch.equal(got, want)
     assert int(got[3].isfinite().sum()) > filters.TOP_P_PREFIX
+
+
+def _first_max(row: list[float]) -> int:
+    """The index torch's argmax documents: the first NaN, else the first largest value."""
+    for i, value in enumerate(row):
+        if math.isnan(value):
+            return i
+    return max(range(len(row)), key=lambda i: (row[i], -i))
+
+
+@pytest.mark.parametrize("vocab", [300, 3 * filters.ARGMAX_BLOCK, 3 * filters.ARGMAX_BLOCK + 57])
+def test_row_argmax_is_the_first_largest_value(vocab: int) -> None:
+    block = filters.ARGMAX_BLOCK
+    gen = torch.Generator().manual_seed(5)
+    logits_SV = torch.randn(9, vocab, generator=gen)
+    top = 100.0
+    logits_SV[1, [2 * block + 3 if vocab > 2 * block else 7, 5]] = top  # tie: the earlier one
+    logits_SV[2, [min(block + 9, vocab - 2), vocab - 1]] = top  # a block and the tail tie
+    logits_SV[3, vocab - 2] = top  # largest in the tail (or the last block)
+    logits_SV[4, [vocab - 3, 11]] = float("nan")  # the first NaN wins, before any number
+    logits_SV[5, vocab - 3] = float("nan")
+    logits_SV[5, 0] = top
+    logits_SV[6] = float("-inf")  # nothing larger than the first
+    logits_SV[7, :] = 1.0
+    edge = min(block, vocab - 1)
+    logits_SV[8, [edge, edge - 1]] = top  # on both sides of a block's end
+    got_S = filters.row_argmax(logits_SV)
+    assert got_S.tolist() == [_first_max(row) for row in logits_SV.tolist()]
+    assert torch.equal(got_S, logits_SV.argmax(dim=-1))
+    # a row's view into a wider buffer (the step's logits are a slice) reads the same
+    wide_SW = torch.randn(9, vocab + 5, generator=gen)
+    wide_SW[:, :vocab] = logits_SV
+    assert torch.equal(filters.row_argmax(wide_SW[:, :vocab]), got_S)
