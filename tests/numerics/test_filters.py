@@ -179,3 +179,4 @@ def test_row_argmax_is_the_first_largest_value(vocab: int) -> None:
     wide_SW = torch.randn(9, vocab + 5, generator=gen)
     wide_SW[:, :vocab] = logits_SV
     assert torch.equal(filters.row_argmax(wide_SW[:, :vocab]), got_S)
+    assert torch.equal(filters.row_argmax(logits_SV.t().contiguous().t()), got_S)  # columns
