@@ -158,7 +158,7 @@ def serve(options: ServeOptions) -> int:
     """Run the server until Ctrl-C or SIGTERM (``--replay`` is parity/running.py's, chosen by
     the CLI)."""
     service, sock, lock, credential = start(options)
-    previous = _sigterm_as_ctrl_c()
+    previous = _stop_signals()
     try:
         warn_if_exposed(options.host, credential is not None)
         _print_banner(url_of(sock), service, credential)
@@ -192,25 +192,30 @@ def serve(options: ServeOptions) -> int:
             sock.close()
             lock.release()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         print("localsession server stopped", flush=True)
     return 0
 
 
-def _sigterm_as_ctrl_c() -> Any:
+def _stop_signals() -> dict[int, Any]:
     """Make SIGTERM (``kill``, a supervisor's stop) end the server as Ctrl-C does: sessions
     stopped, home lock released, exit status 0. uvicorn takes the signal while it serves and
     raises it again once it has shut down; this handler then turns it into the
-    KeyboardInterrupt that :func:`serve` handles. Returns the handler it replaced (None off
-    the main thread, where signals cannot be handled)."""
+    KeyboardInterrupt that :func:`serve` handles. A SIGINT the process inherited as ignored
+    (a shell script's ``serve &``) stops it too, as it would once uvicorn serves: from the
+    banner on, not only after. Returns the handlers it replaced (none off the main thread,
+    where signals cannot be handled)."""
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return {}
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    return signal.signal(signal.SIGTERM, interrupt)
+    previous: dict[int, Any] = {signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt)}
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    return previous
 
 
 def _print_banner(url: str, service: Service, credential: Credential | None) -> None:

@@ -349,6 +349,11 @@ def test_ctrl_c_is_held_until_the_block_ends_on_the_main_thread() -> None:
         with interrupts_held() as held:
             assert not held  # another handler: nothing is held, and it stays installed
         assert signal.getsignal(signal.SIGINT) is custom
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell's background job inherits
+        with interrupts_held() as held:
+            assert held  # nothing can interrupt the block
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
 

@@ -103,3 +103,31 @@ def test_serve_with_stdout_in_a_file_writes_its_banner_at_once(tmp_path: Path) -
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def test_serve_started_ignoring_sigint_still_stops_on_it_from_the_banner_on(
+    tmp_path: Path,
+) -> None:
+    """A shell script's ``localsession serve &`` inherits SIGINT ignored; uvicorn takes it
+    once it serves, and serve takes it before that too: one SIGINT right after the banner's
+    first line (before uvicorn runs) stops it cleanly rather than being lost."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localsession", "serve", "--port", "0", "--quiet"]
+        + ["--home", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        lines = Lines(proc.stdout, "serve's output")
+        assert lines.readline().startswith("localsession serving on ")
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)  # a graceful stop on a loaded machine; lost, it never ends
+        out = lines.rest(30)
+        assert proc.returncode == 0, out
+        assert "localsession server stopped" in out and "Traceback" not in out, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -275,15 +275,20 @@ class interrupts_held:  # lower case, as contextlib.suppress: used like a functi
     """``with interrupts_held() as held``: ``held`` says whether a Ctrl-C cannot interrupt
     the block. On the main thread with Python's default SIGINT handler, the first Ctrl-C is
     held and raised as ``KeyboardInterrupt`` once the block ends (a second one raises at
-    once, as usual); other threads get no signals. With any other handler installed, held is
-    False and nothing changes. (A class rather than a generator: it is entered on every op.)
+    once, as usual); other threads get no signals, nor does a process that ignores SIGINT
+    (started in the background by a shell script, or under ``nohup ... &``). With any other
+    handler installed, held is False and nothing changes. (A class rather than a generator:
+    it is entered on every op.)
     """
 
     def __enter__(self) -> bool:
         self._caught: list[int] | None = None
         if threading.get_ident() != _main_thread[0]:
             return True
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        handler = signal.getsignal(signal.SIGINT)
+        if handler is signal.SIG_IGN:
+            return True  # no Ctrl-C can interrupt the block
+        if handler is not signal.default_int_handler:
             return False  # another handler is installed: it is left alone
         caught = self._caught = []
 
