@@ -261,7 +261,7 @@ def test_a_base_model_sampler_is_labelled_and_in_its_sessions_trace(tinker_serve
 
     with scoped_environ(tinker_server.environment()):
         sc = tinker.ServiceClient()
-        sampler = sc.create_sampling_client(base_model="localsession/tiny")
+        sampler = sc.create_sampling_client(base_model="localsession/tiny").result()
         params = tinker.types.SamplingParams(max_tokens=4, seed=1)
         prompt = tinker.types.ModelInput.from_ints([1, 2, 3])
         futures = [sampler.sample(prompt, 1, params) for _ in range(2)]
