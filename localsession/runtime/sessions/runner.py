@@ -276,9 +276,9 @@ class interrupts_held:  # lower case, as contextlib.suppress: used like a functi
     the block. On the main thread with Python's default SIGINT handler, the first Ctrl-C is
     held and raised as ``KeyboardInterrupt`` once the block ends (a second one raises at
     once, as usual); other threads get no signals, nor does a process that ignores SIGINT
-    (started in the background by a shell script, or under ``nohup ... &``). With any other
-    handler installed, held is False and nothing changes. (A class rather than a generator:
-    it is entered on every op.)
+    (``cmd &`` in a shell script, where the shell starts background commands so). With any
+    other handler installed, held is False and nothing changes. (A class rather than a
+    generator: it is entered on every op.)
     """
 
     def __enter__(self) -> bool:
