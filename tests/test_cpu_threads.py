@@ -38,10 +38,19 @@ def two_threads() -> Iterator[None]:
     cpu_threads.release()
 
 
-def foreign_threads() -> set[int]:
-    """Ids of the live OS threads that are not Python threads (OpenMP workers among them)."""
-    python = {t.native_id for t in threading.enumerate()}
-    return {int(tid) for tid in os.listdir("/proc/self/task")} - python
+def foreign_threads(settle: float = 0.1) -> set[int]:
+    """Ids of the live OS threads that are not Python threads (OpenMP workers among them),
+    as two reads ``settle`` seconds apart agree: a Python thread that is starting or ending
+    is for a moment an OS thread that ``threading`` does not list, and a snapshot that
+    caught one would count it as a worker (a CI run once failed so, in the full suite)."""
+
+    def read() -> set[int]:
+        python = {t.native_id for t in threading.enumerate()}
+        return {int(tid) for tid in os.listdir("/proc/self/task")} - python
+
+    first = read()
+    time.sleep(settle)
+    return first & read()
 
 
 def parallel_kernel() -> None:
