@@ -99,15 +99,18 @@ Work = dict[tuple[str, torch.Size], Tensor]
 
 
 def _buffer(work: Work | None, name: str, like: Tensor) -> Tensor | None:
-    """``work``'s float32 buffer ``name`` shaped like ``like``, made at first use; buffers
-    of another shape (a bucket the batch has left) go then."""
+    """``work``'s float32 buffer ``name`` shaped like ``like``, made at first use. On a CPU
+    buffers of another shape (a bucket the batch has left) go then. Elsewhere they stay as
+    long as the cache: a CUDA graph captured for that bucket writes them at every replay, and
+    the graph lives as long as the cache (freed, their memory could be another tensor's)."""
     if work is None:
         return None
     key = (name, like.shape)
     found = work.get(key)
     if found is None:
-        for old in [k for k in work if k[1] != like.shape]:
-            del work[old]
+        if like.device.type == "cpu":
+            for old in [k for k in work if k[1] != like.shape]:
+                del work[old]
         found = work[key] = torch.empty(like.shape, dtype=torch.float32, device=like.device)
     return found
 

@@ -159,6 +159,16 @@ def test_the_step_buffers_give_the_same_picks_and_are_kept(flags: StepFlags) -> 
     assert kept[0] == kept[1]  # the same buffer from step to step
 
 
+def test_step_buffers_off_the_cpu_outlive_a_bucket_change() -> None:
+    """A captured graph writes its bucket's buffers at every replay, so off the CPU (a meta
+    tensor stands in for CUDA here) a buffer of the bucket a batch left is kept."""
+    work: decode_step.Work = {}
+    first = decode_step._buffer(work, "logprobs", torch.empty(4, 300, device="meta"))
+    decode_step._buffer(work, "logprobs", torch.empty(2, 300, device="meta"))
+    assert set(work) == {("logprobs", torch.Size([4, 300])), ("logprobs", torch.Size([2, 300]))}
+    assert work[("logprobs", torch.Size([4, 300]))] is first
+
+
 class _FakeGraph:
     """Stands in for a CUDA graph capture on the CPU: counts captures, replays eagerly."""
 
