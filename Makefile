@@ -14,7 +14,7 @@ DEMO_MODEL ?= HuggingFaceTB/SmolLM2-135M-Instruct
 DEMO_STEPS ?= 10
 DEMO_RUN := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: sdk demo demo-tiny examples test test-unit test-slow test-browser bench bench-full lint typecheck check clean
+.PHONY: sdk demo demo-tiny examples test test-unit test-slow test-gpu test-browser bench bench-full lint typecheck check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -85,6 +85,11 @@ test-unit: $(SDK_STAMP) $(MODEL_STAMP)
 
 test-slow: $(SDK_STAMP) $(MODEL_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
+
+# The CUDA-only tests (marker `gpu`: captured decode graphs against the eager step); on a
+# machine without CUDA they skip. bench/gpu_check.py is the GPU benchmark.
+test-gpu: $(SDK_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m gpu
 
 # The console in headless Chromium (tests/browser/, the `browser` marker, left out of `make
 # test`): Debian's chromium, installed with apt-get when missing and make runs as root,
