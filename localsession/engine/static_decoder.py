@@ -180,8 +180,14 @@ class StaticDecoder:
         """Copy prefilled caches (``dyn``'s rows ``index``) into new slots for ``streams``."""
         n, m = len(self.rows), len(streams)
         prompts = [s.prompt_len for s in streams]
-        columns = columns_for(max(prompts), max(s.prompt_len + s.max_tokens for s in streams))
-        layers = [(layer.keys[index], layer.values[index]) for layer in dyn.layers]
+        width = max(prompts)
+        columns = columns_for(width, max(s.prompt_len + s.max_tokens for s in streams))
+        # the prefill is left-padded to its longest prompt, which may be a stream that ended
+        # at its first token: its last ``width`` columns hold every placed stream's prompt
+        layers = [
+            (layer.keys[index][:, :, -width:], layer.values[index][:, :, -width:])
+            for layer in dyn.layers
+        ]
         if self.cache is None:
             self.cache = SlotCache(layers, bucket_for(m), columns)
             self.state = RowState(self.cache.rows, self.device)

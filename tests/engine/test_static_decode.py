@@ -160,6 +160,18 @@ def test_requests_joining_and_leaving_mid_batch(base: tuple[Any, Any], window: i
     assert_same(dynamic, static)
 
 
+def test_a_long_prompt_that_ends_at_its_first_token(base: tuple[Any, Any]) -> None:
+    """The prefill is as wide as its longest prompt (151 tokens); that request ends at its
+    first token, and the slots are sized for the short prompts that go on: the first batch
+    and a join."""
+    long_prompt = [257, *(65 + i % 26 for i in range(150))]
+    ends = SampleRequest(prompt=long_prompt, max_tokens=1, seed=0)
+    goes_on = SampleRequest(prompt=[257, 72], num_samples=2, max_tokens=6, seed=1)
+    dynamic, static = both(base, [ends, goes_on], joiner({3: [ends, goes_on]}))
+    assert [len(s.tokens) for g in static for s in g] == [1, 6, 6, 1, 6, 6]
+    assert_same(dynamic, static)
+
+
 def test_a_long_generation_grows_the_columns(
     tiny_base: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
