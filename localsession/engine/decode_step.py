@@ -194,20 +194,28 @@ def _rewinder(rows: dict[str, Tensor]) -> Callable[[], None]:
 
 
 class _Graphed:
-    """A step captured as a CUDA graph over fixed tensors; calling it replays the graph."""
+    """A step captured as a CUDA graph over fixed tensors; calling it replays the graph.
+    The two warm-up steps advance ``ids`` and ``pos``: the caller puts them back."""
 
-    def __init__(self, step: Callable[[], Outputs], rows: dict[str, Tensor]) -> None:
-        rewind = _rewinder(rows)
+    def __init__(self, step: Callable[[], Outputs]) -> None:
+        caller = torch.cuda.current_stream()
         stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm-up: allocator and kernel choices settle
-                step()
-        torch.cuda.current_stream().wait_stream(stream)
+        stream.wait_stream(caller)
+        try:
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm-up: allocator and kernel choices settle
+                    step()
+        finally:
+            caller.wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.outputs = step()
-        rewind()  # the warm-up advanced ids and pos
+        try:
+            # thread_local: CUDA calls of other threads (a training step beside the sampler)
+            # may go on during the capture; only this thread's are checked
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                self.outputs = step()
+        except BaseException:
+            torch.cuda.set_stream(caller)  # a capture that fails at its end leaves its stream
+            raise
 
     def __call__(self) -> Outputs:
         self.graph.replay()
@@ -299,24 +307,28 @@ class StepRunner:
     ) -> Callable[[], Outputs]:
         kind = self.kind(torch.device(key.device))
         made: Callable[[], Outputs] = step
+        rewind = _rewinder(rows)  # trial steps (warm-ups, probes) advance ids and pos
         try:
             if kind == "graph":
-                made = _Graphed(step, rows)
+                made = _Graphed(step)
+                rewind()
                 check_replay(step, made, rows)
             elif kind in ("inductor", "probe"):
                 compiled = torch.compile(step, dynamic=False)
-                made = compiled
                 if kind == "probe":
-                    rewind = _rewinder(rows)
                     use, why = cpu_probe(step, compiled)
-                    rewind()
                     with _lock:
                         _cpu_choice[self.mode] = use
                     _log.info(
                         "decode step on the CPU: %s (%s)", "inductor" if use else "eager", why
                     )
                     made, kind = (compiled, "inductor") if use else (step, "eager")
+                else:
+                    compiled()  # compiles now, where a failure still falls back to eager
+                    made = compiled
+                rewind()
         except Exception as exc:  # noqa: BLE001 - any capture/compile failure: run eager
+            rewind()  # a trial step may have run before the failure
             with _lock:
                 _failed.add(self.mode)
             _log.warning("decode step %s failed, eager from now on: %s", kind, exc)

@@ -174,7 +174,7 @@ class _FakeGraph:
 
     made: list[Any] = []
 
-    def __init__(self, step: Any, rows: Any) -> None:
+    def __init__(self, step: Any) -> None:
         _FakeGraph.made.append(self)
         self.step = step
 
@@ -316,4 +316,41 @@ def test_the_cpu_probe_decides_once_and_undoes_its_steps(monkeypatch: pytest.Mon
     failing.run(StepKey("cpu", 4, 64, cache.generation, FLAGS), cache, step, rows)
     assert list(failing.kinds.values()) == ["eager"]
     assert failing.kind(torch.device("cpu")) == "eager"  # for the rest of the process
+    decode_step.reset()
+
+
+class _FailingCapture:
+    """A capture that fails after its warm-up steps ran (as a host sync inside it would)."""
+
+    def __init__(self, step: Any) -> None:
+        step()
+        step()
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_a_failed_capture_or_compile_leaves_the_rows_as_they_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fallback to eager starts from the rows as the step found them: a capture whose
+    warm-ups ran, or a compile that fails at its first call (as inductor does, lazily),
+    advances them by the real step only."""
+    cache = SlotCache(_pairs(1, 1, 1, 2, seed=6), rows=2, columns=64)
+    rows = {"ids": torch.tensor([7, 9]), "pos": torch.tensor([3, 5])}
+
+    def step() -> Any:
+        rows["pos"] += 1  # as decode_step advances pos
+        return rows["ids"] * 2, torch.tensor([-0.5, -1.5]), torch.zeros(2, 0), torch.zeros(2, 0)
+
+    def lazily_failing(fn: Any, **kw: Any) -> Any:
+        return lambda: (_ for _ in ()).throw(RuntimeError("inductor: no C++ compiler"))
+
+    monkeypatch.setattr(decode_step, "_Graphed", _FailingCapture)
+    monkeypatch.setattr(torch, "compile", lazily_failing)
+    for device, mode in (("cuda", "auto"), ("cpu", "on")):
+        decode_step.reset()
+        runner = StepRunner(mode)
+        before = rows["pos"].tolist()
+        ids, *_ = runner.run(StepKey(device, 2, 64, cache.generation, FLAGS), cache, step, rows)
+        assert ids.tolist() == [14, 18] and list(runner.kinds.values()) == ["eager"]
+        assert rows["pos"].tolist() == [p + 1 for p in before]
     decode_step.reset()
