@@ -291,8 +291,27 @@ def decode_check(accel: str, rows: list[Row], label: str) -> bool:
     shape = (8, 3) if dry else (PROMPT_LEN, NEW_TOKENS)
     with _engine(accel, label, sizes) as (engine, config):
         added = decode_rows(label, engine, config, accel, streams, shape, label == MODELS[0][0])
+        added.append(graph_row(label, engine, dry))
     rows += added
     return all(r.ok is not False for r in added if r.na is None)
+
+
+def graph_row(label: str, engine: Any, dry: bool) -> Row:
+    """Whether every decode step of the check ran as a captured CUDA graph: a capture that
+    fails only logs a line and decodes eagerly, which the rows above would time unawares."""
+    from localsession.engine import decode_step
+
+    kinds = sorted(set(engine._sampler._runner.kinds.values()))
+    failed = sorted(decode_step._failed)
+    ok = kinds == ["graph"] and not failed
+    return Row(
+        f"decode steps as CUDA graphs, {label}: step kinds {kinds}, failed modes {failed}",
+        float(ok),
+        "",
+        "graphs only",
+        ok,
+        na=DRY if dry else None,
+    )
 
 
 def grpo_check(accel: str, rows: list[Row]) -> None:
@@ -306,9 +325,7 @@ def grpo_check(accel: str, rows: list[Row]) -> None:
 def _engine(accel: str, label: str, sizes: tuple[int, int, int, int, int]) -> Iterator[Any]:
     """(engine, config) of gpu_check's Llama with ``sizes``, closed (and the CUDA cache
     emptied) on exit."""
-    import torch
-
-    from bench.gpu_check import llama_engine  # gpu_check imports this module only in main()
+    from bench.gpu_check import empty_cuda_cache, llama_engine  # imports this module in main()
 
     engine, config = llama_engine(f"gpu-check/llama-{label}", accel, sizes)
     try:
@@ -316,4 +333,4 @@ def _engine(accel: str, label: str, sizes: tuple[int, int, int, int, int]) -> It
     finally:
         engine.close()
         if accel == "cuda":
-            torch.cuda.empty_cache()
+            empty_cuda_cache()

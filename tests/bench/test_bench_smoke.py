@@ -128,6 +128,9 @@ def decode_rows_are_well_formed(rows: list[Row]) -> None:
     assert "4 streams: 0.0176 GB at" in bandwidth[1].metric
     # a positive share, unless the toy decode was too quick to time on a loaded box
     assert all(0 < r.ours < float("inf") or r.na is not None for r in bandwidth)
+    graphs = [r for r in rows if r.metric.startswith("decode steps as CUDA graphs")]
+    assert [r.result for r in graphs] == ["n/a: dry run"] * 2
+    assert all("step kinds ['eager']" in r.metric for r in graphs)  # a CPU's steps
     (grpo,) = [r for r in rows if r.metric.startswith("GRPO step end to end")]
     assert "0.47B, 2 prompts × 2 samples of 4 tokens" in grpo.metric
     assert grpo.unit == "s" and grpo.ours > 0

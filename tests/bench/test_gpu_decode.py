@@ -100,3 +100,23 @@ def test_the_generate_baseline_runs_on_the_engines_own_base_tensors() -> None:
         assert not any("lora" in n for n, _ in twin.named_parameters())
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("kinds", "failed", "ok"),
+    [({"graph"}, set(), True), ({"graph", "eager"}, set(), False), ({"graph"}, {"auto"}, False)],
+)
+def test_the_graph_row_fails_when_any_step_ran_eagerly(
+    kinds: set[str], failed: set[str], ok: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A capture that failed logs one line and decodes eagerly: the decode check's graph row
+    says so, or the speed rows would time eager steps unawares."""
+    from types import SimpleNamespace
+
+    from localsession.engine import decode_step
+
+    monkeypatch.setattr(decode_step, "_failed", failed)
+    runner = SimpleNamespace(kinds={n: kind for n, kind in enumerate(sorted(kinds))})
+    engine = SimpleNamespace(_sampler=SimpleNamespace(_runner=runner))
+    row = gpu_decode.graph_row("0.47B", engine, dry=False)
+    assert row.ok is ok and row.na is None
