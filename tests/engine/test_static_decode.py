@@ -224,7 +224,11 @@ def test_the_engine_takes_the_decode_setting(tiny_engine: TorchEngine) -> None:
 
 REQUESTS = st.builds(
     SampleRequest,
-    prompt=st.lists(st.integers(0, 255), min_size=0, max_size=10).map(lambda p: [257, *p]),
+    # short prompts, and some past the slots' first 64 columns (a prefill wider than them)
+    prompt=st.one_of(
+        st.lists(st.integers(0, 255), min_size=0, max_size=10),
+        st.lists(st.integers(0, 255), min_size=60, max_size=90),
+    ).map(lambda p: [257, *p]),
     num_samples=st.integers(1, 3),
     max_tokens=st.integers(0, 16),
     temperature=st.sampled_from([0.0, 0.7, 1.0, 1.4]),
