@@ -76,10 +76,15 @@ class RowState:
             self.tensors[name][index] = value
 
     def keep(self, rows: Tensor) -> None:
-        """Move rows ``rows`` (in order) to the front, as ``SlotCache.keep`` does."""
+        """Move rows ``rows`` (in order) to the front, as ``SlotCache.keep`` does; the rows
+        after them are padding again. (A moved row's old copy, left there, would pad a later
+        bucket as that stream: its ``pos`` advancing each step towards its ``last_pos``,
+        past the columns the live rows need.)"""
         n = int(rows.shape[0])
-        for t in self.tensors.values():
+        for name, f in ROW_FIELDS.items():
+            t = self.tensors[name]
             t[:n] = t[rows]
+            t[n:] = f.pad
 
     def grow(self, capacity: int) -> None:
         """Hold ``capacity`` rows (new tensors: their addresses change with the cache's)."""

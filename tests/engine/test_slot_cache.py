@@ -110,6 +110,10 @@ def test_row_state_moves_every_field_alike() -> None:
     assert {name: t[0].item() for name, t in state.tensors.items()} == pytest.approx(
         {"ids": 2, "pos": 10, "last_pos": 18, "temp": 0.0, "top_k": 3, "top_p": 0.9}
     )
+    # the moved row's old slot pads again: no stale copy of it decodes on as padding
+    assert state.tensors["pos"][1:].tolist() == [0, 0, 0]
+    assert state.tensors["last_pos"][1:].tolist() == [0, 0, 0]
+    assert state.tensors["top_p"][1:].tolist() == [1.0, 1.0, 1.0]
     state.grow(8)
     assert state.capacity == 8 and state.tensors["top_p"][4:].tolist() == [1.0] * 4
     assert set(state.tensors) == set(ROW_FIELDS)  # every field follows the same moves

@@ -172,6 +172,32 @@ def test_a_long_prompt_that_ends_at_its_first_token(base: tuple[Any, Any]) -> No
     assert_same(dynamic, static)
 
 
+@pytest.mark.parametrize("window_steps", [1, 8])
+def test_a_slot_left_by_a_compaction_pads_without_moving(
+    tiny_base: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, window_steps: int
+) -> None:
+    """A compaction moves X from slot 3 to slot 0; X then stops at a stop id and three
+    joiners bring the bucket back to 4, so slot 3 pads the step. It must pad at column 0:
+    advanced as X's stale copy (pos towards X's last column), it wrote past the slots'
+    columns (IndexError)."""
+    monkeypatch.setattr(static_decoder, "CPU_SYNC_STEPS", window_steps)
+    monkeypatch.setattr(slot_cache, "FIRST_ROOM", 8)
+    prompt_x = [257, *b"Hello there, friend!"]
+    k = 3 if window_steps == 1 else 12  # X's last token: after the compaction's window
+    alone = SampleRequest(prompt=prompt_x, max_tokens=k, temperature=0.0)
+    (greedy,) = both(tiny_base, [alone])[0][0]
+    stop_id = greedy.tokens[k - 1]
+    assert stop_id not in greedy.tokens[: k - 1]
+    x = dataclasses.replace(alone, max_tokens=150, stop_token_ids=(stop_id,))
+    ends = SampleRequest(prompt=[257, 72], num_samples=3, max_tokens=2, seed=1)
+    joiners = SampleRequest(
+        prompt=[257, 72, 105], num_samples=3, max_tokens=150, temperature=0.0, stop_at_eos=False
+    )
+    dynamic, static = both(tiny_base, [ends, x], joiner({k: [joiners]}))
+    assert len(static[1][0].tokens) == k and [len(s.tokens) for s in static[2]] == [150] * 3
+    assert_same(dynamic, static)
+
+
 def test_a_long_generation_grows_the_columns(
     tiny_base: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
