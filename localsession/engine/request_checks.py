@@ -77,7 +77,10 @@ def check_request(
         )
     if problems:
         raise EngineInputError(f"{what}: " + "; ".join(problems))
-    return req if prompt == req.prompt else dataclasses.replace(req, prompt=prompt)
+    plain: dict[str, Any] = {} if prompt == req.prompt else {"prompt": prompt}
+    if req.top_k > vocab_size:  # keeps every word, as k = V does (a k past 2**63 fits no tensor)
+        plain["top_k"] = vocab_size
+    return dataclasses.replace(req, **plain) if plain else req
 
 
 def check_logprobs_prompt(

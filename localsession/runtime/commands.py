@@ -65,7 +65,7 @@ class Fact(Enum):
     NOT_NEGATIVE = auto()  # field (temperature, top_p) not a number >= 0
     TOO_HIGH = auto()  # field (temperature, top_p) above ``high``
     TOP_K = auto()  # not an integer >= 1 or -1
-    STOP = auto()  # a stop string empty or not a string
+    STOP = auto()  # a stop string empty, not a string, or not Unicode text
     TOPK_PROMPT = auto()  # not an integer >= 0
     SEED = auto()  # not an integer
 
@@ -158,7 +158,7 @@ def words(refusal: Refusal) -> str:
         case Fact.TOP_K:
             return "top_k must be an integer >= 1, or -1 to disable it"
         case Fact.STOP:
-            return "stop strings must be non-empty"
+            return "stop strings must be non-empty Unicode text (no lone surrogates)"
         case Fact.TOPK_PROMPT:
             return "topk_prompt_logprobs must be an integer >= 0"
         case Fact.SEED:
@@ -282,11 +282,21 @@ def _sample(request: SampleRequest, strict: bool) -> None:
             raise Refusal(Fact.TOO_HIGH, value, field=key, high=top)
     if type(request.top_k) is not int or (request.top_k < 1 and request.top_k != -1):
         raise Refusal(Fact.TOP_K, request.top_k)
-    if not all(isinstance(s, str) and s for s in request.stop):
+    if not all(isinstance(s, str) and s and _unicode(s) for s in request.stop):
         raise Refusal(Fact.STOP, request.stop)
     k = request.topk_prompt_logprobs
     if k is not None and (type(k) is not int or k < 0):
         raise Refusal(Fact.TOPK_PROMPT, k)
+
+
+def _unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode: no lone surrogate (JSON's ``"\\ud800"`` decodes to
+    one), which no tokenizer encodes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _number(value: Any) -> bool:

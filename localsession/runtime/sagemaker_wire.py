@@ -184,7 +184,10 @@ def refusal(fact: Refusal, kind: str) -> str:
                 return "sample.samplingParams.topK must be an integer"
             return "sample.samplingParams.topK must be >= 1, or -1 to disable it"
         case Fact.STOP:
-            return "sample.samplingParams.stop must be a list of non-empty strings"
+            return (
+                "sample.samplingParams.stop must be a list of non-empty strings of Unicode "
+                "text (no lone surrogates)"
+            )
         case Fact.TOPK_PROMPT:
             return "sample.topkPromptLogprobs must be an integer >= 0"
         case Fact.SEED:

@@ -99,6 +99,16 @@ def test_greedy_matches_full_recompute(
     )
 
 
+def test_a_top_k_past_the_vocabulary_keeps_every_word(tiny_engine: TorchEngine) -> None:
+    """k >= V filters nothing, so it samples as top-k off does, up to a k past 2**63 (which
+    no int64 tensor holds: it crashed the sampler)."""
+    (off,) = tiny_engine.sample(None, [req(seed=4, max_tokens=12, top_k=-1)])
+    for k in (tiny_engine.vocab_size, 10**6, 2**63, 2**70):
+        (got,) = tiny_engine.sample(None, [req(seed=4, max_tokens=12, top_k=k)])
+        assert got.sequences[0].tokens == off.sequences[0].tokens, k
+        assert got.sequences[0].logprobs == off.sequences[0].logprobs, k
+
+
 def test_stop_string(tiny_engine: TorchEngine) -> None:
     tok = tiny_engine.get_tokenizer()
     (free,) = tiny_engine.sample(None, [req(seed=11, max_tokens=48)])

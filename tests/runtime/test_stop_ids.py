@@ -8,6 +8,7 @@ nothing), and ids passed beside the wire request are checked before the op is qu
 from __future__ import annotations
 
 import pytest
+from botocore.exceptions import ClientError
 
 from fakes import ByteTokenizer, Completion, FakeServiceClient
 from localsession.runtime.errors import ServiceError
@@ -47,3 +48,15 @@ def test_a_special_stop_string_cuts_a_scripted_completion_on_the_sagemaker_surfa
         assert tokens(["zz"]) == ([97, 98, 256, 99, 100], "stop")
         assert tokens(["<|endoftext|>"]) == ([97, 98, 256], "stop")
         assert tokens(["c"]) == ([97, 98, 256, 99], "stop")
+
+
+@pytest.mark.parametrize("bad", ["", "end\ud800"])
+def test_a_stop_string_that_is_empty_or_no_unicode_text_is_refused(bad: str) -> None:
+    """A lone surrogate (what JSON's "\\ud800" decodes to) is no text a tokenizer encodes: it
+    is refused by name before the op is queued, as an empty stop string is."""
+    with FakeServiceClient(strict=False) as fake:
+        sampler = fake.create_lora_training_client("fakes/bigram", rank=4).create_sampling_client()
+        params = SamplingParams(max_tokens=4, stop=["ok", bad])
+        with pytest.raises(ClientError, match=r"stop must be a list of non-empty strings") as e:
+            sampler.sample(ModelInput.from_ints(TOK.encode("hi")), 1, params).result(timeout=5)
+        assert e.value.response["Error"]["Code"] == "ValidationException"
