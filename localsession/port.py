@@ -35,6 +35,9 @@ class EngineConfigError(Exception):
     """
 
 
+#: The largest finite float32: a step size (learning rate) past it makes the adapter inf.
+FLOAT32_MAX = 3.4028234663852886e38
+
 #: ``on_token(sample_index, token_id, logprob)``: called by the engine as each token of a
 #: request's sample ``sample_index`` is decoded (streaming); engines that cannot stream
 #: never call it, and the final result is authoritative either way.
@@ -142,7 +145,7 @@ class AdamHyperparams:
         """Raise :class:`EngineInputError` for values AdamW cannot run with (a relaxed
         service lets values outside the service's ranges through to here)."""
         problems = []
-        if self.learning_rate < 0:
+        if not self.learning_rate >= 0:
             problems.append(f"`learningRate` must be >= 0, got {self.learning_rate}")
         for key, beta in (("beta1", self.beta1), ("beta2", self.beta2)):
             if not 0.0 <= beta < 1.0:
@@ -155,6 +158,14 @@ class AdamHyperparams:
             problems.append(f"`gradClipNorm` must be >= 0, got {self.grad_clip_norm}")
         if self.lora_plus_lr_ratio is not None and self.lora_plus_lr_ratio <= 0:
             problems.append(f"`loraPlusLrRatio` must be > 0, got {self.lora_plus_lr_ratio}")
+        elif self.learning_rate >= 0:
+            step = self.learning_rate * (self.lora_plus_lr_ratio or 1.0)
+            if not step <= FLOAT32_MAX:  # the adapter would be inf after the step
+                problems.append(
+                    f"the step size (`learningRate` x `loraPlusLrRatio`) {step:g} is past "
+                    f"float32's range ({FLOAT32_MAX:.3g}): the adapter would not be finite "
+                    "after the step; use a learning rate like 1e-4"
+                )
         if problems:
             raise EngineInputError("adam_params: " + "; ".join(problems))
 

@@ -127,6 +127,19 @@ def test_step_with_nothing_accumulated_leaves_weights() -> None:
         (AdamHyperparams(weight_decay=-0.5), "`weightDecay` must be >= 0, got -0.5"),
         (AdamHyperparams(grad_clip_norm=-1.0), "`gradClipNorm` must be >= 0, got -1.0"),
         (AdamHyperparams(lora_plus_lr_ratio=0.0), "`loraPlusLrRatio` must be > 0, got 0.0"),
+        (AdamHyperparams(learning_rate=float("nan")), "`learningRate` must be >= 0, got nan"),
+        (
+            AdamHyperparams(learning_rate=1e-3, lora_plus_lr_ratio=1e300),
+            "the step size (`learningRate` x `loraPlusLrRatio`) 1e+297 is past float32's range "
+            "(3.4e+38): the adapter would not be finite after the step; use a learning rate "
+            "like 1e-4",
+        ),
+        (
+            AdamHyperparams(learning_rate=1e39),
+            "the step size (`learningRate` x `loraPlusLrRatio`) 1e+39 is past float32's range "
+            "(3.4e+38): the adapter would not be finite after the step; use a learning rate "
+            "like 1e-4",
+        ),
     ],
 )
 def test_step_refuses_values_adamw_cannot_run(hp: AdamHyperparams, needle: str) -> None:
