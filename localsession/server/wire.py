@@ -43,6 +43,8 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.validation(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise errors.validation("request body is nested too deeply to parse as JSON") from None
     if not isinstance(body, dict):
         raise errors.validation("request body must be a JSON object")
     return body

@@ -15,7 +15,7 @@ from localsession.port import AdamHyperparams
 from localsession.port_commands import OptimCommand, SaveCommand
 from localsession.runtime.errors import ServiceError
 from localsession.runtime.sessions.operations import Operation
-from localsession.runtime.sessions.training_queue import Gap, TrainingQueue
+from localsession.runtime.sessions.training_queue import MAX_AHEAD, Gap, TrainingQueue
 
 
 def step(seq: int) -> OptimCommand:
@@ -176,3 +176,20 @@ def test_unfinished_before_counts_queued_and_missing_numbers_not_lost_ones() -> 
     queue.consume(2)
     queue.consume(3)
     assert not queue.unfinished_before(4)  # recorded lost: nothing to wait for
+
+
+def test_a_number_far_past_the_next_one_is_refused_and_consumes_nothing() -> None:
+    """A number more than MAX_AHEAD past the next expected one is refused by name: queued,
+    its gap's numbers would be walked and recorded one by one (one request with seq_id
+    10**40 ran a server out of memory). Refused, it holds nothing back."""
+    queue = TrainingQueue("s", gap_timeout=5.0)
+    admit(queue, 1)
+    assert released(queue) == [1]
+    admit(queue, 2 + MAX_AHEAD)  # the farthest let in
+    for far in (3 + MAX_AHEAD, 10**40):
+        with pytest.raises(ServiceError, match=f"sequenceNumber {far} is {far - 2} past"):
+            admit(queue, far)
+        assert queue.consume(far) is False  # a refused far number is not recorded either
+    admit(queue, 2)
+    assert released(queue) == [2]
+    assert queue.last_received == 2 + MAX_AHEAD and len(queue) == 1

@@ -9,6 +9,9 @@ been reported would not finish within the test's wait: finishing at all is the c
 from __future__ import annotations
 
 import dataclasses
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,3 +66,40 @@ def test_a_refused_request_does_not_hold_up_the_next(server: Any) -> None:
     # the runtime's record agrees: no op waits for an earlier number
     for session in server.service.sessions():
         assert not any(session.waits_for_earlier(op_id) for op_id in list(session.ops))
+
+
+def _post(server: Any, path: str, raw: bytes) -> tuple[int, str, dict[str, Any]]:
+    """(status, content type, JSON body) of a raw POST to the server's Tinker routes."""
+    env = server.environment()
+    request = urllib.request.Request(
+        env["TINKER_BASE_URL"].rstrip("/") + path,
+        data=raw,
+        headers={"Content-Type": "application/json", "X-API-Key": env["TINKER_API_KEY"]},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=WAIT_S) as answer:
+            return answer.status, answer.headers["content-type"], json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.headers["content-type"], json.loads(refused.read())
+
+
+def test_a_seq_id_that_is_no_small_integer_is_refused_and_holds_nothing(server: Any) -> None:
+    """A seq_id far past the next number (10**40 ran a server out of memory walking the
+    gap), one that is no integer (JSON's 1e999 is a float, inf: a 500 before), and a body
+    nested too deeply for the parser (a 500 on every JSON route) answer 400 naming the
+    problem; the SDK's next request runs at once."""
+    service_client = tinker.ServiceClient()
+    tc = service_client.create_lora_training_client(base_model="localsession/tiny", rank=4).result()
+    adam = {"learning_rate": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8}
+    body = {"model_id": tc.model_id, "adam_params": adam, "type": "optim_step"}
+    far = json.dumps({**body, "seq_id": 10**40}).encode()
+    inf = json.dumps({**body, "seq_id": 1}).replace('"seq_id": 1', '"seq_id": 1e999').encode()
+    for raw, words in (
+        (far, "at most 10000 ahead"),
+        (inf, "seq_id=inf must be an integer >= 1"),
+        (b"[" * 100_000, "nested too deeply"),
+    ):
+        status, kind, answer = _post(server, "/api/v1/optim_step", raw)
+        assert (status, kind) == (400, "application/json") and words in answer["detail"]
+    step = tc.optim_step(types.AdamParams(learning_rate=1e-3)).result(timeout=WAIT_S)
+    assert "grad_norm" in step.metrics

@@ -5,8 +5,9 @@ released only once every lower number has been released or recorded lost. A miss
 holds the ops behind it until it arrives or the gap timeout passes; then it is recorded lost
 (with a warning) and the later ops run. Re-sending an accepted op (same number, client token
 and request) returns the original; any other reuse of a number, or a number already passed,
-is refused. Once ``max_queued`` ops wait, further submits are throttled, except for the
-number the worker waits for.
+is refused, as is a number more than ``MAX_AHEAD`` past the next expected one. Once
+``max_queued`` ops wait, further submits are throttled, except for the number the worker
+waits for.
 
 The queue has no lock and no thread. Its owner (``runtime/sessions/lifecycle.py``) calls it under
 the session's condition and does the waiting: ``advance`` returns the op to run, a ``Gap`` to wait
@@ -24,6 +25,8 @@ from localsession.runtime import errors
 from localsession.runtime.sessions.operations import Operation
 
 logger = logging.getLogger(__name__)
+#: How far past the next expected number a submit may be (more is refused, not queued).
+MAX_AHEAD = 10_000
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,12 @@ class TrainingQueue:
                 f"sequenceNumber {seq} is behind this session's queue (next expected: "
                 f"{self.next_seq}); numbers increase by 1 per training op"
             )
+        if self._far_ahead(seq):
+            raise errors.validation(
+                f"sequenceNumber {seq} is {seq - self.next_seq} past this session's next "
+                f"expected number, {self.next_seq}; numbers increase by 1 per training op "
+                f"(at most {MAX_AHEAD} ahead)"
+            )
         # The number the worker waits for is always let in, so a full queue of later
         # numbers cannot wait forever on a throttled one.
         full = self.max_queued is not None and len(self._waiting) >= self.max_queued
@@ -86,6 +95,12 @@ class TrainingQueue:
         self._waiting[seq] = op
         self.last_received = max(self.last_received, seq)
         return op
+
+    def _far_ahead(self, seq: int) -> bool:
+        """Whether ``seq`` is more than :data:`MAX_AHEAD` past the next expected number: the
+        gap's numbers would be walked and recorded one by one (one request with
+        ``seq_id`` 10**40 ran a server out of memory)."""
+        return seq > self.next_seq + MAX_AHEAD
 
     def missing_before(self, seq: int) -> bool:
         """Whether a number below ``seq`` has neither arrived nor been recorded lost, so op
@@ -103,7 +118,7 @@ class TrainingQueue:
     def consume(self, seq: int) -> bool:
         """Record a number whose submit was refused as used, so nothing waits on it (the
         server's lenient mode). A number already taken is left alone; False then."""
-        if seq < self.next_seq or seq in self._by_seq:
+        if seq < self.next_seq or seq in self._by_seq or self._far_ahead(seq):
             return False
         self._lost.add(seq)
         self.last_received = max(self.last_received, seq)

@@ -37,7 +37,9 @@ class Numbering:
 
     def number(self, model: NumberedModel, seq_id: Any) -> int:
         """The runtime sequence number of the SDK's ``seq_id`` on ``model``."""
-        number = int(seq_id or 0) + model.offset
+        if seq_id is not None and type(seq_id) is not int:
+            raise errors.validation(f"seq_id={seq_id!r} must be an integer >= 1")
+        number = (seq_id or 0) + model.offset
         if number < 1:
             raise errors.validation(f"seq_id={seq_id} must be >= 1")
         return number
