@@ -37,6 +37,11 @@ MASK_LOGPROB = -99999.0
 Shapes = dict[str, list[int]]
 
 
+#: The most values a sparse tensor in a body is made dense to (a 136-byte body claiming
+#: shape [1, 3e8] built an 18 GB list).
+MAX_DENSE = 2**24
+
+
 class BodyRefused(ServiceError):
     """A refusal raised while decoding a body whose header (model and ``seq_id``) was read:
     the route frees that sequence number, as every other refusal does (numbering.py)."""
@@ -53,7 +58,7 @@ def _datums(decode: Any, items: Any, model_id: str, seq_id: int) -> Any:
         return _split([decode(d, i) for i, d in enumerate(items)])
     except ServiceError as exc:
         raise BodyRefused(exc, model_id, seq_id) from None
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError) as exc:
         refusal = errors.validation(f"malformed forward_backward datum: {exc}")
         raise BodyRefused(refusal, model_id, seq_id) from None
 
@@ -113,8 +118,20 @@ def _tensor(msg: Any, where: str) -> dict[str, Any]:
         fvalues = values if values is not None else _floats(msg.sparse_csr.values, where)
         crow = _ints(msg.sparse_csr.crow_indices, "q", where)
         col = _ints(msg.sparse_csr.col_indices, "q", where)
-        if len(shape) != 2 or len(crow) != shape[0] + 1 or len(col) != len(fvalues):
+        if (
+            len(shape) != 2
+            or len(crow) != shape[0] + 1
+            or len(col) != len(fvalues)
+            or crow[0] != 0
+            or crow[-1] != len(col)
+            or any(a > b for a, b in zip(crow, crow[1:], strict=False))
+        ):
             raise errors.validation(f"{where} is a sparse CSR tensor with inconsistent indices")
+        if shape[1] < 0 or shape[0] * shape[1] > MAX_DENSE:
+            raise errors.validation(
+                f"{where} is a sparse CSR tensor of shape {shape}: too large to make dense "
+                f"(at most {MAX_DENSE:,} values); send it dense, or as (N, K) targets"
+            )
         dense: list[Any] = [0] * (shape[0] * shape[1])
         for row in range(shape[0]):
             for j in range(crow[row], crow[row + 1]):

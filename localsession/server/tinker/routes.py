@@ -66,7 +66,8 @@ def guarded(handler: Handler) -> Handler:
             return await handler(request)
         except ServiceError as exc:
             return refusal(exc)
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError) as exc:
+            # a body of the wrong shape (a list where an object goes: .get; 1e999: int(inf))
             return refusal(errors.validation(f"malformed request: {exc}"))
 
     return run

@@ -65,6 +65,11 @@ def expand(
                 f"{where}: target_tokens has shape {shape}; give (N,) or (N, K)"
             )
         n, k = shape
+        given = len(inputs["target_tokens"])
+        if n < 0 or k < 0 or given != n * k:  # before any (n, k)-sized list is made
+            raise errors.validation(
+                f"{where}: target_tokens has shape {shape} but holds {given} values"
+            )
         weights = inputs.get("weights")
         weight_shape = shape_of.get("weights") or [n, k]
         if weights is None:
