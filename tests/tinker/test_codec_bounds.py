@@ -114,3 +114,14 @@ def test_a_body_of_the_wrong_shape_is_a_400_in_the_sdks_error_shape(error: Excep
         "detail": f"malformed request: {error}",
         "code": "ValidationException",
     }
+
+
+def test_a_loss_fn_config_that_is_no_object_is_refused_by_name_freeing_its_number() -> None:
+    body = {
+        "model_id": "m",
+        "seq_id": 7,
+        "forward_backward_input": {"loss_fn": "ppo", "loss_fn_config": "abc", "data": []},
+    }
+    with pytest.raises(codec.BodyRefused, match="loss_fn_config must be an object") as refused:
+        _decode(json.dumps(body).encode(), "application/json")
+    assert (refused.value.model_id, refused.value.seq_id) == ("m", 7)  # the route frees 7
