@@ -233,21 +233,21 @@ def decode_forward_backward(
         request = wire.parse_body(raw)
         fbi = request.get("forward_backward_input") or request.get("forward_input") or {}
         model_id, seq_id = str(request.get("model_id") or ""), int(request.get("seq_id") or 0)
-        data, config = fbi.get("data"), fbi.get("loss_fn_config") or {}
+        data, loss_config = fbi.get("data"), fbi.get("loss_fn_config") or {}
         if not isinstance(data, list):
             refusal = errors.validation("forward_backward_input.data must be a list of datums")
             raise BodyRefused(refusal, model_id, seq_id)
-        if not isinstance(config, dict):
+        if not isinstance(loss_config, dict):
             refusal = errors.validation(
                 f"forward_backward_input.loss_fn_config must be an object of numbers, got "
-                f"{type(config).__name__}"
+                f"{type(loss_config).__name__}"
             )
             raise BodyRefused(refusal, model_id, seq_id)
         return (
             model_id,
             seq_id,
             str(fbi.get("loss_fn") or ""),
-            dict(config),
+            dict(loss_config),
             bool(request.get("forward_only", False)),
             *_datums(_json_datum, data, model_id, seq_id),
         )
