@@ -57,7 +57,7 @@ class Fact(Enum):
     DATUM_INPUT = auto()  # datum ``index``'s input ``field`` not a list
     ADAM_RANGE = auto()  # field's value outside the service range [low, high]
     ADAM_RATE = auto()  # learning rate not > 0 (strict)
-    DESCRIPTION = auto()  # longer than ``high`` characters
+    DESCRIPTION = auto()  # longer than ``high`` characters, or not Unicode text
     PROMPT = auto()  # no token ids, or not ids
     NUM_SAMPLES = auto()  # not an integer in [1, high] (high None: no ceiling)
     MAX_TOKENS = auto()  # not a positive integer
@@ -99,8 +99,9 @@ def check(command: TrainingCommand | SessionCommand | SampleCommand, strict: boo
             if strict:
                 _adam_in_range(command)
         case SaveCommand():
-            if command.description is not None and len(command.description) > DESCRIPTION_MAX:
-                raise Refusal(Fact.DESCRIPTION, command.description, high=DESCRIPTION_MAX)
+            text = command.description
+            if text is not None and (len(text) > DESCRIPTION_MAX or not _unicode(text)):
+                raise Refusal(Fact.DESCRIPTION, text, high=DESCRIPTION_MAX)
         case LoadCommand():
             parse_arn(command.package_arn)  # its own words: the ARN's form, for both
         case SampleCommand():
@@ -141,7 +142,10 @@ def words(refusal: Refusal) -> str:
         case Fact.ADAM_RATE:
             return "adam_params.learning_rate must be greater than 0"
         case Fact.DESCRIPTION:
-            return f"a package description holds at most {DESCRIPTION_MAX} characters"
+            return (
+                f"a package description is Unicode text (no lone surrogates) of at most "
+                f"{DESCRIPTION_MAX} characters"
+            )
         case Fact.PROMPT:
             return "prompt must hold at least one token id (ints >= 0)"
         case Fact.NUM_SAMPLES:

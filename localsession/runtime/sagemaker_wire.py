@@ -163,7 +163,10 @@ def refusal(fact: Refusal, kind: str) -> str:
         case Fact.ADAM_RATE:
             return "optimizerStep.adamParamsConfig.learningRate must be greater than 0"
         case Fact.DESCRIPTION:
-            return f"{kind}.description must be a string of at most {fact.high:g} characters"
+            return (
+                f"{kind}.description must be a string of Unicode text (no lone surrogates) "
+                f"of at most {fact.high:g} characters"
+            )
         case Fact.PROMPT:
             return f"{kind}.prompt must hold at least one token id (ints >= 0)"
         case Fact.NUM_SAMPLES:

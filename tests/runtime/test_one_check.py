@@ -79,8 +79,16 @@ TRAINING_CASES = [
     (
         _wire(1, "saveState", {"description": "x" * 1025}),
         SaveCommand(checkpoint=True, description="x" * 1025),
-        "saveState.description must be a string of at most 1024 characters",
-        "a package description holds at most 1024 characters",
+        "saveState.description must be a string of Unicode text (no lone surrogates) of at "
+        "most 1024 characters",
+        "a package description is Unicode text (no lone surrogates) of at most 1024 characters",
+    ),
+    (  # JSON's "\ud800": accepted, it made the console's session detail a 500 for good
+        _wire(1, "saveWeights", {"description": "ok \ud800"}),
+        SaveCommand(checkpoint=False, description="ok \ud800"),
+        "saveWeights.description must be a string of Unicode text (no lone surrogates) of at "
+        "most 1024 characters",
+        "a package description is Unicode text (no lone surrogates) of at most 1024 characters",
     ),
 ]  # fmt: skip
 

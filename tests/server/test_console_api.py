@@ -16,6 +16,7 @@ import sys
 import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,6 +253,12 @@ def test_a_package_downloads_as_a_tar(tinker_server: Any) -> None:
     assert top in names and any(n.startswith(top + "/") and n.endswith(".json") for n in names)
     missing = get(f"{tinker_server.url}/console/api/packages/nope/9/archive.tar")
     assert missing[0] == 404
+    # its version in other digits (Arabic-Indic, which int() reads as ASCII's) is no version:
+    # a 404, where the package it found made a header that is no latin-1 (a 500)
+    assert 0 <= package["version"] <= 9
+    digit = urllib.parse.quote(chr(0x0660 + package["version"]))
+    version = f"{tinker_server.url}/console/api/packages/{package['group']}/{digit}/archive.tar"
+    assert get(version)[0] == 404
 
 
 def test_a_base_model_sampler_is_labelled_and_in_its_sessions_trace(tinker_server: Any) -> None:
@@ -281,3 +288,13 @@ def test_a_base_model_sampler_is_labelled_and_in_its_sessions_trace(tinker_serve
     batched = [op for e in events if e["ph"] == "X" and e["tid"] == 2 for op in e["args"]["ops"]]
     ended = [e["id"] for e in events if e["ph"] == "e" and e["cat"] == "sampling"]
     assert len(ended) == 2 and sorted(batched) == sorted(ended)
+
+
+def test_the_json_api_reads_whatever_a_session_recorded() -> None:
+    """A NaN or an infinity (a relaxed session's metric) is null and a lone surrogate (a
+    relaxed client's text) an ASCII escape: JSON the page parses, not a 500 for good."""
+    from localsession.server.console.console_routes import _json
+
+    answer = _json({"loss": float("nan"), "text": "ok \ud800", "rows": [float("inf"), 1.5]})
+    assert answer.status_code == 200 and answer.media_type == "application/json"
+    assert json.loads(answer.body) == {"loss": None, "text": "ok \ud800", "rows": [None, 1.5]}

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import tarfile
 from pathlib import Path
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -36,11 +37,26 @@ CSP = (
 _HEADERS = {"Content-Security-Policy": CSP, "Cache-Control": "no-store"}
 
 
-def _json(body: Any, status: int = 200) -> JSONResponse:
-    return JSONResponse(body, status_code=status, headers=_HEADERS)
+def _json(body: Any, status: int = 200) -> Response:
+    """``body`` as JSON the page's ``JSON.parse`` reads whatever a session recorded: a
+    non-finite number as null, text as ASCII escapes (a lone surrogate a relaxed client sent
+    in a description is no UTF-8, and made the session's detail a 500 for good)."""
+    text = json.dumps(_finite(body), ensure_ascii=True, separators=(",", ":"))
+    return Response(text, status_code=status, media_type="application/json", headers=_HEADERS)
 
 
-def _missing(message: str) -> JSONResponse:
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity (at any depth) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _missing(message: str) -> Response:
     return _json({"error": message}, 404)
 
 
@@ -113,10 +129,9 @@ def routes(service: Any, tinker: TinkerTables | None, secret: str | None) -> lis
         group, version = request.path_params["group"], request.path_params["version"]
 
         def build() -> bytes | None:
-            try:
-                directory = service.control.package_dir_at(group, int(version))
-            except ValueError:
+            if not (version.isascii() and version.isdigit()):  # int() reads "٣" as 3 too
                 return None
+            directory = service.control.package_dir_at(group, int(version))
             if directory is None:
                 return None
             buffer = io.BytesIO()
