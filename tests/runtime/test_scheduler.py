@@ -136,6 +136,35 @@ def test_a_failing_request_does_not_fail_its_batch(scheduler: SamplingScheduler)
     assert engine.batches[0][1] == [0, 1, 2, 3]  # tried together first, then one by one
 
 
+def test_a_batch_whose_failure_handling_fails_ends_alone(
+    scheduler: SamplingScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of memory while logging a crashed batch ended the one sampling thread, and every
+    later sample on the server stayed Pending: the batch's ops fail, the next batch runs."""
+    from localsession.runtime.sessions import scheduler as module
+
+    session = StubSession(StubEngine())
+    real = module.logger.exception
+    calls: list[int] = []
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(module.logger, "exception", out_of_memory)
+    monkeypatch.setattr(
+        StubEngine, "sample", lambda self, w, r: (_ for _ in ()).throw(RuntimeError("bad_alloc"))
+    )
+    first = submit(scheduler, session, seed=1)
+    assert first.done.wait(5) and first.status == "Failed"
+    assert first.error == "sampling failed: MemoryError"
+    monkeypatch.undo()
+    later = submit(scheduler, session, seed=2)
+    assert later.done.wait(5) and later.status == "Completed"
+
+
 def test_sessions_never_generate_at_once(scheduler: SamplingScheduler) -> None:
     sessions = [StubSession(StubEngine(delay=0.01)) for _ in range(3)]
     ops: list[Operation] = []

@@ -145,7 +145,16 @@ class SamplingScheduler:
             self._began = time.time()  # the batch's start, as its events log it
             live = [job for job in batch if self._start(job)]
             if live:
-                self._execute(live)
+                try:
+                    self._execute(live)
+                except Exception as exc:  # noqa: BLE001 - the thread serves every session
+                    # the batch's own failure handling failed (out of memory while logging
+                    # its error ended this thread once, and every later sample waited): its
+                    # unfinished ops fail, and the next batch runs
+                    for job in live:  # the batch grows as jobs join it: all of them here
+                        job.op.finish(
+                            vocab.OpStatus.FAILED, error=f"sampling failed: {type(exc).__name__}"
+                        )
 
     @staticmethod
     def _start(job: _Job) -> bool:
