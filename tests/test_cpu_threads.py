@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -124,9 +125,24 @@ def test_a_thread_builds_its_team_again_at_its_next_kernel() -> None:
     assert steps == [True] * 5
 
 
+#: Set in the fresh interpreter that runs a test counting every thread of the process.
+ALONE = "LOCALSESSION_THREAD_TEST_ALONE"
+
+
 def test_idle_runtime_threads_and_waiting_callers_hold_no_openmp_threads(
     tmp_path: Path,
 ) -> None:
+    """Counts every OS thread of the process over a session's life, so it runs in a fresh
+    interpreter: in the full suite a thread left by an earlier test (a service or client
+    still retrying) appeared during it and stayed, failing it twice in CI."""
+    if os.environ.get(ALONE) != "1":
+        test = f"{__file__}::test_idle_runtime_threads_and_waiting_callers_hold_no_openmp_threads"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
+        run = subprocess.run(
+            command, env={**os.environ, ALONE: "1"}, capture_output=True, text=True, timeout=600
+        )
+        assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-4000:] + run.stderr
+        return
     from localsession import ServiceClient
 
     parallel_kernel()
