@@ -56,6 +56,7 @@ def test_a_sparse_target_is_made_dense_where_it_is_consistent() -> None:
         ([1, 2**62], [0, 0], [], [], "too large to make dense (at most 16,777,216 values)"),
         ([2, 2], [0, 5, 5], [1], [3], "inconsistent indices"),  # offsets past the columns
         ([2, 2], [0, 1, 0], [1], [3], "inconsistent indices"),  # offsets going back
+        ([-1, 2], [], [], [], "inconsistent indices"),  # no row offsets at all
     ],
 )
 def test_an_inconsistent_or_huge_sparse_target_is_refused(

@@ -120,6 +120,7 @@ def _tensor(msg: Any, where: str) -> dict[str, Any]:
         col = _ints(msg.sparse_csr.col_indices, "q", where)
         if (
             len(shape) != 2
+            or min(shape) < 0
             or len(crow) != shape[0] + 1
             or len(col) != len(fvalues)
             or crow[0] != 0
@@ -127,7 +128,7 @@ def _tensor(msg: Any, where: str) -> dict[str, Any]:
             or any(a > b for a, b in zip(crow, crow[1:], strict=False))
         ):
             raise errors.validation(f"{where} is a sparse CSR tensor with inconsistent indices")
-        if shape[1] < 0 or shape[0] * shape[1] > MAX_DENSE:
+        if shape[0] * shape[1] > MAX_DENSE:
             raise errors.validation(
                 f"{where} is a sparse CSR tensor of shape {shape}: too large to make dense "
                 f"(at most {MAX_DENSE:,} values); send it dense, or as (N, K) targets"
