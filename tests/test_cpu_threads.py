@@ -126,7 +126,7 @@ def test_a_thread_builds_its_team_again_at_its_next_kernel() -> None:
 
 
 #: Set in the fresh interpreter that runs a test counting every thread of the process.
-ALONE = "LOCALSESSION_THREAD_TEST_ALONE"
+ALONE = "CPU_THREADS_TEST_ALONE"
 
 
 def test_idle_runtime_threads_and_waiting_callers_hold_no_openmp_threads(

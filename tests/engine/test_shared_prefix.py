@@ -147,7 +147,10 @@ def assert_same(a: tuple[dict[str, Any], dict[str, torch.Tensor]], b: Any) -> No
 
 @pytest.mark.parametrize("loss_fn", LOSSES)
 @settings(
-    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=4,
+    deadline=None,
+    derandomize=True,  # the default tier's seeds are fixed; the slow tier's below explore
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(seed=st.integers(0, 2**31))
 @example(seed=19879)  # a 1-token datum sorted first once held the prompt's group unpacked
